@@ -1,0 +1,1 @@
+"""Pure streaming transformer for pg_dump plain-format output: bytes in, bytes out."""
