@@ -1,0 +1,283 @@
+"""Split a pg_dump plain-format byte stream into statements, COPY blocks and pass-through text.
+
+Push-style so that blocking filters and asyncio consumers share it: `feed()` bytes as they arrive, `close()` at
+the end of input; both return the items completed so far. Memory holds the current statement (or a bounded slice
+of a COPY block) plus one input chunk.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from transforms.errors import DumpSyntaxError
+from transforms.inserts import Insert, InsertRunMatcher
+from transforms.lexical import COPY_FROM_STDIN, STATEMENT
+
+__all__ = [
+    "MAX_STATEMENT_BYTES_IN",
+    "CopyEnd",
+    "CopyRows",
+    "CopyStart",
+    "DumpSplitter",
+    "InsertRows",
+    "Item",
+    "MetaCommand",
+    "Statement",
+    "Verbatim",
+]
+
+MAX_STATEMENT_BYTES_IN = 1 << 30
+"""No single input statement may be larger: a guard against unbounded memory on garbage without `;`."""
+
+# The first word of every SQL command PostgreSQL knows; anything else where a statement starts is garbage.
+_COMMAND_WORDS = frozenset(
+    b"ABORT ALTER ANALYZE BEGIN CALL CHECKPOINT CLOSE CLUSTER COMMENT COMMIT COPY CREATE DEALLOCATE DECLARE "
+    b"DELETE DISCARD DO DROP END EXECUTE EXPLAIN FETCH GRANT IMPORT INSERT LISTEN LOAD LOCK MERGE MOVE NOTIFY "
+    b"PREPARE REASSIGN REFRESH REINDEX RELEASE RESET REVOKE ROLLBACK SAVEPOINT SECURITY SELECT SET SHOW START "
+    b"TABLE TRUNCATE UNLISTEN UPDATE VACUUM VALUES WITH".split()
+)
+_FILLER = re.compile(rb"(?:[ \t\r\n\f]++|--[^\n]*+\n)++")
+_FIRST_WORD = re.compile(rb"(?:/\*.*?\*/\s*+)*+([A-Za-z]*+)(.?)", re.DOTALL)
+_REST_OF_LINE = re.compile(rb"[ \t\r]*+\n")
+
+
+@dataclass(frozen=True, slots=True)
+class Verbatim:
+    """Whitespace and `--` comments between statements."""
+
+    text: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class MetaCommand:
+    """A psql backslash command line, such as pg_dump's `\\restrict KEY` (newline included)."""
+
+    text: bytes
+    line: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """One SQL statement, `;` included."""
+
+    text: bytes
+    line: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class InsertRows:
+    """One INSERT statement, or a run of consecutive ones with the same target, parsed; `line` is the first's."""
+
+    insert: Insert
+    line: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class CopyStart:
+    """A `COPY name (columns) FROM stdin;` line (newline included); CopyRows and a CopyEnd follow."""
+
+    text: bytes
+    line: int
+    offset: int
+    table: bytes
+    columns: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class CopyRows:
+    """Whole lines of COPY text-format data."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class CopyEnd:
+    """The `\\.` line that ends a COPY block."""
+
+    text: bytes
+
+
+Item = Verbatim | MetaCommand | Statement | InsertRows | CopyStart | CopyRows | CopyEnd
+
+
+class DumpSplitter:
+    """Incremental splitter; see the module docstring."""
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._wanted_bytes = 0
+        self._mark = 0  # position in _buf up to which items have been produced
+        self._offset = 0  # absolute input offset of _mark
+        self._line = 1  # line number at _mark
+        self._copy: CopyStart | None = None
+        self._inserts = InsertRunMatcher()
+
+    @property
+    def in_copy(self) -> bool:
+        """Whether the input so far ends inside a COPY block."""
+        return self._copy is not None
+
+    def feed(self, data: bytes) -> list[Item]:
+        """Add input; return the items it completes."""
+        self._pending.append(data)
+        self._pending_bytes += len(data)
+        if self._pending_bytes < self._wanted_bytes:
+            return []  # an incomplete statement waits for enough input to be worth scanning again
+        return self._drain(eof=False)
+
+    def close(self) -> list[Item]:
+        """Signal the end of input; return the last items or raise DumpSyntaxError for a cut-off dump."""
+        return self._drain(eof=True)
+
+    def _drain(self, *, eof: bool) -> list[Item]:
+        if self._pending:
+            self._buf = b"".join([self._buf, *self._pending])
+            self._pending.clear()
+            self._pending_bytes = 0
+        items: list[Item] = []
+        pos = 0
+        while pos < len(self._buf):
+            step = self._copy_step(pos, eof) if self._copy else self._top_step(pos, eof)
+            if step is None:
+                break
+            item, end = step
+            items.append(item)
+            self._advance(pos, end)
+            pos = end
+        self._buf = self._buf[pos:]
+        self._mark = 0
+        if eof:
+            self._check_complete()
+        return items
+
+    def _advance(self, start: int, end: int) -> None:
+        self._line += self._buf.count(b"\n", start, end)
+        self._offset += end - start
+        self._mark = end
+
+    def _where(self, pos: int) -> tuple[int, int]:
+        """(line, absolute input offset) of a position at or after the mark in the current buffer."""
+        return self._line + self._buf.count(b"\n", self._mark, pos), self._offset + pos - self._mark
+
+    def _error(self, message: str, pos: int) -> DumpSyntaxError:
+        line, offset = self._where(pos)
+        return DumpSyntaxError(message, line=line, offset=offset)
+
+    def _top_step(self, pos: int, eof: bool) -> tuple[Item, int] | None:
+        buf = self._buf
+        filler = _FILLER.match(buf, pos)
+        if filler:
+            return Verbatim(buf[pos : filler.end()]), filler.end()
+        if buf.startswith(b"--", pos) or buf.startswith(b"\\", pos):
+            return self._line_item(pos, eof)
+        if buf.endswith(b"-") and pos == len(buf) - 1 and not eof:
+            return None  # perhaps the start of a comment
+        return self._statement(pos, eof)
+
+    def _line_item(self, pos: int, eof: bool) -> tuple[Item, int] | None:
+        """A comment or psql meta-command line: wait for its newline unless the input has ended."""
+        newline = self._buf.find(b"\n", pos)
+        if newline < 0 and not eof:
+            return None
+        end = len(self._buf) if newline < 0 else newline + 1
+        text = self._buf[pos:end]
+        if text.startswith(b"--"):
+            return Verbatim(text), end
+        return MetaCommand(text, *self._where(pos)), end
+
+    def _statement(self, pos: int, eof: bool) -> tuple[Item, int] | None:
+        buf = self._buf
+        self._check_command_word(pos, eof)
+        match = STATEMENT.match(buf, pos)
+        if match is None:
+            self._incomplete_statement(pos, eof)
+            return None
+        self._wanted_bytes = 0
+        if buf[pos : pos + 6].upper() == b"INSERT":
+            return self._insert_run(pos, match.end())
+        copy = COPY_FROM_STDIN.fullmatch(buf, pos, match.end())
+        if copy is None:
+            return Statement(buf[pos : match.end()], *self._where(pos)), match.end()
+        line_end = _REST_OF_LINE.match(buf, match.end())
+        if line_end is None:
+            self._copy_header_without_newline(pos, match.end(), eof)
+            return None
+        line, offset = self._where(pos)
+        start = CopyStart(buf[pos : line_end.end()], line, offset, copy["table"], copy["columns"])
+        self._copy = start
+        return start, line_end.end()
+
+    def _insert_run(self, pos: int, end: int) -> tuple[Item, int]:
+        first = self._inserts.first(self._buf, pos, end)
+        if first is None:
+            return Statement(self._buf[pos:end], *self._where(pos)), end
+        insert, prefix, suffix = first
+        if len(insert.tuples) == 1:
+            more, end = self._inserts.extend(self._buf, end, prefix, suffix)
+            insert.tuples.extend(more)
+        return InsertRows(insert, *self._where(pos)), end
+
+    def _copy_header_without_newline(self, pos: int, end: int, eof: bool) -> None:
+        if eof or len(self._buf) - end > 64:
+            raise self._error("a COPY ... FROM stdin statement must end its line", pos)
+        self._wanted_bytes = 1
+
+    def _check_command_word(self, pos: int, eof: bool) -> None:
+        word = _FIRST_WORD.match(self._buf, pos, pos + 256)
+        if word is None or (not word[2] and not eof and len(self._buf) - pos < 256):
+            return  # the first word may continue in the next chunk
+        if word[1].upper() not in _COMMAND_WORDS:
+            snippet = self._buf[pos : pos + 40].split(b"\n")[0].decode("utf-8", errors="replace")
+            raise self._error(f"unexpected text {snippet!r} where an SQL statement should start", pos)
+
+    def _incomplete_statement(self, pos: int, eof: bool) -> None:
+        pending = len(self._buf) - pos
+        if eof:
+            raise self._error("the input ends inside this statement (unterminated literal or missing ';')", pos)
+        if pending > MAX_STATEMENT_BYTES_IN:
+            raise self._error(f"a statement is larger than {MAX_STATEMENT_BYTES_IN} bytes", pos)
+        self._wanted_bytes = pending  # rescan only once the buffer has doubled: linear time for huge rows
+
+    def _copy_step(self, pos: int, eof: bool) -> tuple[Item, int] | None:
+        buf = self._buf
+        if buf.startswith(b"\\.", pos):
+            return self._copy_end(pos, eof)
+        marker = buf.find(b"\n\\.", pos)
+        if marker >= 0:
+            return CopyRows(buf[pos : marker + 1]), marker + 1
+        last_newline = buf.rfind(b"\n", pos)
+        if last_newline >= 0:
+            return CopyRows(buf[pos : last_newline + 1]), last_newline + 1
+        if eof:
+            raise self._copy_error("the input ends inside a COPY data row", pos)
+        return None
+
+    def _copy_end(self, pos: int, eof: bool) -> tuple[Item, int] | None:
+        line_end = _REST_OF_LINE.match(self._buf, pos + 2)
+        if line_end is not None:
+            end = line_end.end()
+        elif eof and self._buf[pos + 2 :].strip() == b"":
+            end = len(self._buf)
+        elif len(self._buf) - pos < 64 and not eof:
+            return None
+        else:
+            raise self._error("a line starting with \\. inside COPY data must be the end marker alone", pos)
+        self._copy = None
+        return CopyEnd(self._buf[pos:end]), end
+
+    def _copy_error(self, message: str, pos: int) -> DumpSyntaxError:
+        assert self._copy is not None
+        table = self._copy.table.decode("utf-8", errors="replace")
+        return self._error(f"{message} (COPY of {table} from line {self._copy.line})", pos)
+
+    def _check_complete(self) -> None:
+        if self._copy is not None:
+            raise self._copy_error("the input ends before the COPY data's \\. end marker", len(self._buf))
+        if self._buf.strip():
+            raise self._error("the input ends inside this statement", 0)
