@@ -39,6 +39,7 @@ _COMMAND_WORDS = frozenset(
 )
 _FILLER = re.compile(rb"(?:[ \t\r\n\f]++|--[^\n]*+\n)++")
 _FIRST_WORD = re.compile(rb"(?:/\*.*?\*/\s*+)*+([A-Za-z]*+)(.?)", re.DOTALL)
+_WORD_WINDOW = 4096
 _REST_OF_LINE = re.compile(rb"[ \t\r]*+\n")
 
 
@@ -229,9 +230,11 @@ class DumpSplitter:
         self._wanted_bytes = 1
 
     def _check_command_word(self, pos: int, eof: bool) -> None:
-        word = _FIRST_WORD.match(self._buf, pos, pos + 256)
-        if word is None or (not word[2] and not eof and len(self._buf) - pos < 256):
-            return  # the first word may continue in the next chunk
+        word = _FIRST_WORD.match(self._buf, pos, pos + _WORD_WINDOW)
+        assert word is not None  # every part of the pattern may be empty
+        decided = eof or len(self._buf) - pos >= _WORD_WINDOW
+        if not decided and word[2] in (b"", b"/"):
+            return  # the word, or a comment before it, may continue in the next chunk
         if word[1].upper() not in _COMMAND_WORDS:
             snippet = self._buf[pos : pos + 40].split(b"\n")[0].decode("utf-8", errors="replace")
             raise self._error(f"unexpected text {snippet!r} where an SQL statement should start", pos)

@@ -1,0 +1,7 @@
+"""`python -m fedload`: the fedload command line."""
+
+import sys
+
+from fedload.cli import main
+
+sys.exit(main())

@@ -1,0 +1,85 @@
+"""The `fedload` command line: parse arguments, load the configuration, call one entry function per command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import transforms.cli
+from fedload import __version__
+from fedload.config import Config, find_config_path, load_config
+from fedload.errors import ConfigError, FedloadError, UsageError
+
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "main"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+Command = Callable[[argparse.Namespace], int]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with exit code 2 and one line for usage errors."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _config(args: argparse.Namespace) -> Config:
+    return load_config(find_config_path(args.config))
+
+
+def _run_transform(args: argparse.Namespace) -> int:
+    return transforms.cli.run(args)
+
+
+def _run_check_config(args: argparse.Namespace) -> int:
+    path = find_config_path(args.config)
+    config = load_config(path)
+    print(f"{path}: OK ({len(config.feeders)} feeders, {len(config.superhub.tables)} table patterns)")
+    return EXIT_OK
+
+
+def _add_config_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="PATH",
+        help="configuration file (default: $FEDLOAD_CONFIG, ./fedload.toml, /etc/fedload/fedload.toml)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
+    parser = _Parser(prog="fedload", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"fedload {__version__}")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True, parser_class=_Parser)
+
+    transform = commands.add_parser("transform", help="merge and remap a pg_dump plain-SQL stream, stdin to stdout")
+    transforms.cli.add_arguments(transform)
+    transform.set_defaults(run=_run_transform)
+
+    check = commands.add_parser("check-config", help="validate the configuration file and print every problem")
+    _add_config_option(check)
+    check.set_defaults(run=_run_check_config)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `fedload` command: exit 0 success, 1 the job failed, 2 usage or configuration error."""
+    args = build_parser().parse_args(argv)
+    run: Command = args.run
+    try:
+        return run(args)
+    except (ConfigError, UsageError) as exc:
+        problems = exc.problems if isinstance(exc, ConfigError) else [str(exc)]
+        for problem in problems:
+            print(f"fedload: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    except FedloadError as exc:
+        print(f"fedload: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("fedload: interrupted", file=sys.stderr)
+        return 130

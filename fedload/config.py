@@ -1,0 +1,180 @@
+"""The configuration file (`fedload.toml`): where it is found, its model, and one-line problems when invalid."""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from fedload.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_CONFIG_PATHS",
+    "Compression",
+    "Config",
+    "DumpMode",
+    "FeederConfig",
+    "SshConfig",
+    "SuperhubConfig",
+    "TransformConfig",
+    "find_config_path",
+    "load_config",
+    "parse_config",
+]
+
+DEFAULT_CONFIG_PATHS = (Path("fedload.toml"), Path("/etc/fedload/fedload.toml"))
+CONFIG_ENV = "FEDLOAD_CONFIG"
+
+
+def _matching(pattern: str, what: str) -> AfterValidator:
+    compiled = re.compile(pattern)
+
+    def check(value: str) -> str:
+        if not compiled.fullmatch(value):
+            raise ValueError(f"{value!r} is not {what}")
+        return value
+
+    return AfterValidator(check)
+
+
+Name = Annotated[str, _matching(r"[a-z0-9][a-z0-9_-]{0,39}", "a feeder name (1-40 of a-z 0-9 _ -)")]
+ColumnName = Annotated[str, _matching(r"[a-z_][a-z0-9_]{0,62}", "a lower-case column name")]
+TablePattern = Annotated[
+    str, _matching(r"[A-Za-z_][A-Za-z0-9_$]*\.[A-Za-z0-9_$*?\[\]]+", "schema.table (globs * ? [] in the table part)")
+]
+Seconds = Annotated[float, Field(gt=0)]
+
+
+class DumpMode(StrEnum):
+    """How the feeder's pg_dump writes data: COPY blocks (fastest) or column INSERTs merged by the transformer."""
+
+    COPY = "copy"
+    INSERTS = "inserts"
+
+
+class Compression(StrEnum):
+    """Compression of the feeder's stream."""
+
+    ZSTD = "zstd"
+    GZIP = "gzip"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TransformConfig(_Model):
+    """How INSERTs are merged (inserts mode)."""
+
+    rows_per_statement: int = Field(1000, ge=1)
+    max_statement_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+
+
+class SuperhubConfig(_Model):
+    """The consolidating database."""
+
+    dsn: str = Field(min_length=1)
+    feeder_key: ColumnName = "hub_id"
+    tables: list[TablePattern] = Field(min_length=1)
+    max_parallel_feeders: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
+    extra_columns: Literal["warn", "error"] = "warn"
+    bad_rows: Literal["fail", "reject"] = "fail"
+    stale_after_s: Seconds = 1800.0
+
+
+class SshConfig(_Model):
+    """How the superhub reaches a feeder over SSH."""
+
+    host: str = Field(min_length=1)
+    port: int = Field(22, ge=1, le=65535)
+    user: str = "fedload"
+    identity: Path | None = None
+    known_hosts: Path | None = None
+    connect_timeout_s: Seconds = 15.0
+    read_timeout_s: Seconds = 300.0
+    keepalive_s: Seconds = 15.0
+
+
+class FeederConfig(_Model):
+    """One feeder hub."""
+
+    key: int | str
+    interval_s: Seconds = 300.0
+    dump_mode: DumpMode = DumpMode.COPY
+    compression: Compression = Compression.ZSTD
+    transport: Literal["ssh", "local"] = "ssh"
+    ssh: SshConfig | None = None
+    agent: bool = True
+    database: str = "cfdb"
+    pg_dump: str = "pg_dump"
+    pg_dump_args: list[str] = []
+    remap: Path | None = None
+
+    @model_validator(mode="after")
+    def _ssh_needs_host(self) -> FeederConfig:
+        if self.transport == "ssh" and self.ssh is None:
+            raise ValueError("transport is 'ssh' but there is no [feeders.NAME.ssh] table with a host")
+        return self
+
+
+class Config(_Model):
+    """The whole file."""
+
+    superhub: SuperhubConfig
+    transform: TransformConfig = TransformConfig()
+    feeders: dict[Name, FeederConfig] = {}
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @model_validator(mode="after")
+    def _keys_unique(self) -> Config:
+        keys = [feeder.key for feeder in self.feeders.values()]
+        if duplicates := sorted({str(k) for k in keys if keys.count(k) > 1}):
+            raise ValueError(f"feeder keys must be unique; repeated: {', '.join(duplicates)}")
+        return self
+
+
+def find_config_path(explicit: Path | None, environ: Mapping[str, str] = os.environ) -> Path:
+    """--config, else $FEDLOAD_CONFIG, else ./fedload.toml, else /etc/fedload/fedload.toml."""
+    if explicit is not None:
+        return explicit
+    if environ.get(CONFIG_ENV):
+        return Path(environ[CONFIG_ENV])
+    for candidate in DEFAULT_CONFIG_PATHS:
+        if candidate.is_file():
+            return candidate
+    searched = ", ".join(str(p) for p in DEFAULT_CONFIG_PATHS)
+    raise ConfigError(f"no configuration file: give --config PATH, set ${CONFIG_ENV}, or create one of {searched}")
+
+
+def load_config(path: Path) -> Config:
+    """Read and validate a configuration file; ConfigError lists every problem, one line each."""
+    try:
+        with path.open("rb") as file:
+            document = tomllib.load(file)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the file: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    return parse_config(document, source=str(path))
+
+
+def parse_config(document: Mapping[str, Any], source: str = "config") -> Config:
+    """Validate a parsed configuration document."""
+    try:
+        return Config.model_validate(document)
+    except ValidationError as exc:
+        raise ConfigError([_problem(source, error) for error in exc.errors()]) from None
+
+
+def _problem(source: str, error: Any) -> str:
+    where = ".".join(str(part) for part in error["loc"] if part != "[key]") or "(top level)"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error["type"] == "extra_forbidden":
+        message = "unknown key (misspelt?)"
+    return f"{source}: {where}: {message}"

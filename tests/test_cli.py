@@ -1,0 +1,124 @@
+"""The `fedload` command line: exit codes and one-line errors, run as a user would."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def fedload(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+    """Run the fedload command line in a child process."""
+    return subprocess.run(
+        [sys.executable, "-m", "fedload", *args], input=stdin, capture_output=True, timeout=60, env=env, check=False
+    )
+
+
+def test_help_lists_the_commands() -> None:
+    """`fedload --help` names every implemented command."""
+    result = fedload("--help")
+    assert result.returncode == 0
+    assert b"transform" in result.stdout
+    assert b"check-config" in result.stdout
+
+
+def test_transform_merges_stdin_to_stdout() -> None:
+    """`fedload transform` filters a dump: two INSERTs become one statement, exit 0."""
+    dump = b"INSERT INTO t (a) VALUES (1);\nINSERT INTO t (a) VALUES (2);\n"
+    result = fedload("transform", stdin=dump)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == b"INSERT INTO t (a) VALUES\n\t(1),\n\t(2);\n"
+
+
+@pytest.mark.parametrize(
+    ("dump", "message"),
+    [
+        (b"SET a = 1;\nINSERT INTO t VALUES ('unterminated);\n", b"line 2 (byte 11): the input ends inside"),
+        (b"SET a = 1;\n\x00\x01garbage;\n", b"line 2 (byte 11): unexpected text"),
+    ],
+)
+def test_transform_rejects_malformed_input_in_one_line(dump: bytes, message: bytes) -> None:
+    """Malformed input exits 1 with one line naming line and byte offset, no traceback."""
+    result = fedload("transform", stdin=dump)
+    assert result.returncode == 1
+    assert result.stderr.startswith(b"fedload transform: error: " + message)
+    assert result.stderr.count(b"\n") == 1
+
+
+def test_transform_with_invalid_remap_file_is_a_usage_error(tmp_path: Path) -> None:
+    """A remap file that does not parse exits 2 and names the file."""
+    remap = tmp_path / "remap.toml"
+    remap.write_text('[tables.t]\nadd = { c = "now()" }\n')
+    result = fedload("transform", "--remap", str(remap), stdin=b"")
+    assert result.returncode == 2
+    assert b"is not an SQL literal" in result.stderr
+    assert b"Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("args", [["transform", "--rows-per-statement", "0"], ["nonsense"], ["transform", "--x"]])
+def test_bad_arguments_exit_2_in_one_line(args: list[str]) -> None:
+    """Invalid command lines exit 2 with one line on stderr."""
+    result = fedload(*args)
+    assert result.returncode == 2
+    assert result.stderr.count(b"\n") == 1
+
+
+def test_check_config_accepts_the_example_file() -> None:
+    """The shipped fedload.toml is valid."""
+    result = fedload("check-config", "--config", str(REPO / "fedload.toml"))
+    assert result.returncode == 0, result.stderr
+    assert b"OK (3 feeders" in result.stdout
+
+
+def test_check_config_prints_every_problem_one_per_line(tmp_path: Path) -> None:
+    """Each problem is one line naming the key path; exit 2, no traceback."""
+    config = tmp_path / "bad.toml"
+    config.write_text(
+        '[superhub]\ndsn = "x"\ntables = ["hosts"]\nfoo = 1\n[feeders.b]\nkey = 1\nssh = { host = "h", port = "x" }\n'
+    )
+    result = fedload("check-config", "--config", str(config))
+    assert result.returncode == 2
+    lines = result.stderr.decode().splitlines()
+    assert len(lines) == 3
+    assert f"{config}: superhub.tables.0: 'hosts' is not schema.table" in lines[0]
+    assert "superhub.foo: unknown key" in lines[1]
+    assert "feeders.b.ssh.port: Input should be a valid integer" in lines[2]
+
+
+def test_check_config_reports_toml_syntax_with_position(tmp_path: Path) -> None:
+    """A TOML syntax error names the file, line and column."""
+    config = tmp_path / "broken.toml"
+    config.write_text("[superhub\n")
+    result = fedload("check-config", "--config", str(config))
+    assert result.returncode == 2
+    assert b"not valid TOML" in result.stderr
+    assert b"line 1" in result.stderr
+
+
+def test_config_is_found_through_the_environment(tmp_path: Path) -> None:
+    """Without --config, $FEDLOAD_CONFIG names the file."""
+    config = tmp_path / "env.toml"
+    config.write_text('[superhub]\ndsn = "x"\ntables = ["public.t"]\n')
+    result = fedload("check-config", env={"FEDLOAD_CONFIG": str(config), "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr
+    assert str(config).encode() in result.stdout
+
+
+def test_missing_config_says_where_it_looked(tmp_path: Path) -> None:
+    """No config anywhere: exit 2 and the message lists the places searched."""
+    result = subprocess.run(
+        [sys.executable, "-m", "fedload", "check-config"],
+        capture_output=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+    if Path("/etc/fedload/fedload.toml").exists():
+        pytest.skip("this machine has /etc/fedload/fedload.toml")
+    assert result.returncode == 2
+    assert b"no configuration file" in result.stderr

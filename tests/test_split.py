@@ -1,0 +1,132 @@
+"""The splitter keeps literals, identifiers, comments and COPY data intact, at any chunking."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from transforms import CopyEnd, CopyRows, CopyStart, DumpSplitter, DumpSyntaxError, InsertRows, Item, Statement
+
+TRICKY_DUMP = b'''--
+-- PostgreSQL database dump ; with 'a quote
+--
+\\restrict Xy12
+
+SET statement_timeout = 0;
+SET transaction_timeout = 0;
+SELECT pg_catalog.set_config('search_path', '', false);
+INSERT INTO public."we;ird ""t""" ("a;b", c) VALUES (1, 'x;y''z
+INSERT INTO public.t VALUES (1);
+new line);');
+INSERT INTO public."we;ird ""t""" ("a;b", c) VALUES (2, E'it\\'s;\\\\');
+INSERT INTO public.t (a) VALUES ($$ a dollar-quoted ; value $$);
+CREATE FUNCTION f() RETURNS int AS $_$ select 1; select ';'; $_$ LANGUAGE sql;
+/* block ; comment */ SELECT 1;
+COPY public.t (a, b) FROM stdin;
+1\tfoo;bar
+2\tline\\nbreak
+\\.
+
+\\unrestrict Xy12
+'''
+
+
+def split(data: bytes, chunk: int) -> list[Item]:
+    """Feed `data` in chunks of `chunk` bytes."""
+    splitter = DumpSplitter()
+    items: list[Item] = []
+    for start in range(0, len(data), chunk):
+        items += splitter.feed(data[start : start + chunk])
+    return items + splitter.close()
+
+
+def text_of(item: Item) -> bytes:
+    """The bytes an item stands for, where it keeps them verbatim."""
+    if isinstance(item, CopyRows):
+        return item.data
+    if isinstance(item, InsertRows):
+        return b""
+    return item.text
+
+
+def statements(items: list[Item]) -> list[bytes]:
+    """The statement texts among the items."""
+    return [i.text for i in items if isinstance(i, Statement | CopyStart)]
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 64, 1 << 20])
+def test_tricky_dump_splits_the_same_at_any_chunk_size(chunk: int) -> None:
+    """Chunk boundaries anywhere, even inside literals, give the same statements and rows."""
+    items = split(TRICKY_DUMP, chunk)
+    rows = [(i.insert.table, row) for i in items if isinstance(i, InsertRows) for row in i.insert.tuples]
+    assert rows == [
+        (b'public."we;ird ""t"""', b"(1, 'x;y''z\nINSERT INTO public.t VALUES (1);\nnew line);')"),
+        (b'public."we;ird ""t"""', b"(2, E'it\\'s;\\\\')"),
+        (b"public.t", b"($$ a dollar-quoted ; value $$)"),
+    ]
+    assert statements(items)[3] == b"CREATE FUNCTION f() RETURNS int AS $_$ select 1; select ';'; $_$ LANGUAGE sql;"
+    copy_rows = b"".join(i.data for i in items if isinstance(i, CopyRows))
+    assert copy_rows == b"1\tfoo;bar\n2\tline\\nbreak\n"
+    assert sum(isinstance(i, CopyEnd) for i in items) == 1
+
+
+def test_items_report_their_line_and_offset() -> None:
+    """Each statement knows the line and byte offset where it starts."""
+    items = split(TRICKY_DUMP, 5)
+    first_set = next(i for i in items if isinstance(i, Statement))
+    assert (first_set.line, first_set.offset) == (6, TRICKY_DUMP.index(b"SET statement_timeout"))
+
+
+def canonical(items: list[Item]) -> list[tuple[str, bytes]]:
+    """Items as (kind, bytes): one entry per INSERT row, adjacent pass-through text and COPY data joined."""
+    entries: list[tuple[str, bytes]] = []
+    for item in items:
+        if isinstance(item, InsertRows):
+            entries += [("row", item.insert.table + b" " + row) for row in item.insert.tuples]
+            continue
+        entry = (type(item).__name__, text_of(item))
+        if entries and entry[0] in ("Verbatim", "CopyRows") and entries[-1][0] == entry[0]:
+            entry = (entry[0], entries.pop()[1] + entry[1])
+        entries.append(entry)
+    # Line breaks between the INSERTs of a run are absorbed into the run when it arrives in one chunk.
+    return [(kind, b" ".join(text.split()) if kind == "Verbatim" else text) for kind, text in entries if text.strip()]
+
+
+@given(st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=60))
+def test_any_chunking_gives_identical_items(chunk_sizes: list[int]) -> None:
+    """The items do not depend on how the input is cut into chunks."""
+    splitter = DumpSplitter()
+    items: list[Item] = []
+    pos = 0
+    for size in chunk_sizes:
+        items += splitter.feed(TRICKY_DUMP[pos : pos + size])
+        pos += size
+    items += splitter.feed(TRICKY_DUMP[pos:]) + splitter.close()
+    assert canonical(items) == canonical(split(TRICKY_DUMP, 1 << 20))
+
+
+@pytest.mark.parametrize(
+    ("dump", "message", "line"),
+    [
+        (b"SET a = 1;\nINSERT INTO t VALUES ('open\n", "ends inside this statement", 2),
+        (b"SET a = 1;\nhello world;\n", "where an SQL statement should start", 2),
+        (b"\xff\xfe garbage", "where an SQL statement should start", 1),
+        (b"COPY t (a) FROM stdin;\n1\n2\n", r"before the COPY data's \\\. end marker", 4),
+        (b"COPY t (a) FROM stdin;\n1\n2", "inside a COPY data row", 3),
+        (b"COPY t (a) FROM stdin;\n1\n\\.x\n", "must be the end marker alone", 3),
+        (b"SELECT $f$ body;", "ends inside this statement", 1),
+        (b'INSERT INTO "t VALUES (1);', "ends inside this statement", 1),
+    ],
+)
+def test_malformed_dumps_are_reported_with_their_line(dump: bytes, message: str, line: int) -> None:
+    """A cut-off or garbage dump raises DumpSyntaxError naming the line."""
+    with pytest.raises(DumpSyntaxError, match=message) as caught:
+        split(dump, 3)
+    assert caught.value.line == line
+
+
+def test_statement_without_trailing_newline_at_end_is_complete() -> None:
+    """The last statement needs no newline after its semicolon; a trailing comment needs none either."""
+    items = split(b"SELECT 1;\n-- end", 4)
+    assert statements(items) == [b"SELECT 1;"]

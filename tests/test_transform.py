@@ -1,0 +1,165 @@
+"""Merging and remapping on whole dumps, without a database."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from transforms import DumpSyntaxError, RemapError, Transformer, TransformOptions, parse_remap
+
+COLUMN_INSERTS = b"".join(
+    b"INSERT INTO public.hosts (hostkey, name, seen) VALUES ('SHA=%d', 'host;%d''s\n', %d);\n" % (i, i, i)
+    for i in range(10)
+)
+
+
+def transform(data: bytes, options: TransformOptions | None = None, chunk: int = 7) -> bytes:
+    """Run the transformer over `data` cut into chunks."""
+    transformer = Transformer(options)
+    out: list[bytes] = []
+    for start in range(0, len(data), chunk):
+        out += transformer.feed(data[start : start + chunk])
+    return b"".join(out + transformer.close())
+
+
+def test_consecutive_inserts_merge_within_the_row_cap() -> None:
+    """Ten single-row INSERTs with rows_per_statement=4 become statements of 4, 4 and 2 rows."""
+    out = transform(COLUMN_INSERTS, TransformOptions(rows_per_statement=4))
+    statements = out.split(b";\n")[:-1]
+    assert len(statements) == 3
+    assert [s.count(b"('SHA=") for s in statements] == [4, 4, 2]
+    assert statements[0].startswith(b"INSERT INTO public.hosts (hostkey, name, seen) VALUES\n\t('SHA=0', ")
+    assert b"'host;9''s\n', 9)" in statements[2]
+
+
+def test_byte_cap_splits_but_a_single_large_row_passes() -> None:
+    """max_statement_bytes bounds merged statements; a row larger than the cap is a statement alone."""
+    big = b"INSERT INTO t (a) VALUES ('" + b"x" * 5000 + b"');\n"
+    small = b"INSERT INTO t (a) VALUES ('y');\n"
+    out = transform(small * 3 + big + small * 3, TransformOptions(max_statement_bytes=1024))
+    assert [s.count(b"\t(") for s in out.split(b";\n")[:-1]] == [3, 1, 3]
+
+
+def test_multi_row_input_is_rebatched() -> None:
+    """pg_dump --rows-per-insert output is split and joined to the configured size."""
+    dump = b"INSERT INTO t VALUES\n\t(1),\n\t(2),\n\t(3);\nINSERT INTO t VALUES\n\t(4),\n\t(5),\n\t(6);\n"
+    out = transform(dump, TransformOptions(rows_per_statement=4))
+    assert out == b"INSERT INTO t VALUES\n\t(1),\n\t(2),\n\t(3),\n\t(4);\nINSERT INTO t VALUES\n\t(5),\n\t(6);\n"
+
+
+def test_different_targets_and_other_statements_are_not_merged() -> None:
+    """A change of table, column list or an unrelated statement ends a batch; order is kept."""
+    dump = (
+        b"INSERT INTO a (x) VALUES (1);\nINSERT INTO a (y) VALUES (2);\nSET x = 1;\n"
+        b"INSERT INTO b (x) VALUES (3);\nINSERT INTO b (x) VALUES (4);\n"
+    )
+    out = transform(dump)
+    assert re.findall(rb"INSERT INTO (\w+ \(\w\))", out) == [b"a (x)", b"a (y)", b"b (x)"]
+    assert out.index(b"SET x = 1;") < out.index(b"INSERT INTO b")
+
+
+def test_everything_else_passes_through_unchanged() -> None:
+    """A dump without INSERTs comes out byte for byte."""
+    dump = b"--\n-- c\n\\restrict k\nSET a = 1;\nCOPY t (a) FROM stdin;\n1\n\\.\n\n\\unrestrict k\n"
+    assert transform(dump, chunk=3) == dump
+
+
+def test_row_counts_per_table() -> None:
+    """Stats count rows of INSERTs and COPY blocks per schema-qualified table."""
+    transformer = Transformer()
+    transformer.feed(COLUMN_INSERTS + b'COPY "Other"."T" (a) FROM stdin;\n1\n2\n\\.\n')
+    transformer.close()
+    assert transformer.stats.rows == {"public.hosts": 10, "Other.T": 2}
+
+
+REMAP = parse_remap(
+    {
+        "tables": {
+            "hosts": {
+                "rename": {"name": "hostname"},
+                "drop": ["seen"],
+                "add": {"site": "'eu''west'", "tier": "2", "gone": "NULL"},
+                "columns": ["site", "hostname", "hostkey", "tier", "gone"],
+            }
+        }
+    }
+)
+
+
+def test_remap_edits_insert_columns_and_tuples() -> None:
+    """Rename, drop, add and reorder apply to the column list and every tuple."""
+    out = transform(COLUMN_INSERTS[: COLUMN_INSERTS.index(b"\n", 80) + 1], TransformOptions(remap=REMAP))
+    assert out == (
+        b'INSERT INTO public.hosts ("site", "hostname", hostkey, "tier", "gone") VALUES\n'
+        b"\t('eu''west', 'host;0''s\n', 'SHA=0', 2, NULL);\n"
+    )
+
+
+def test_remap_edits_copy_header_and_rows() -> None:
+    """The same rules apply to COPY blocks, with constants in COPY text form."""
+    dump = b"COPY public.hosts (hostkey, name, seen) FROM stdin;\nk1\tn\\t1\t5\nk2\t\\N\t6\n\\.\n"
+    out = transform(dump, TransformOptions(remap=REMAP))
+    assert out == (
+        b'COPY public.hosts ("site", "hostname", hostkey, "tier", "gone") FROM stdin;\n'
+        b"eu'west\tn\\t1\tk1\t2\t\\N\neu'west\t\\N\tk2\t2\t\\N\n\\.\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("rules", "message"),
+    [
+        ({"rename": {"nope": "x"}}, "column 'nope' is not in the dump's columns"),
+        ({"drop": ["nope"]}, "column 'nope' is not in the dump's columns"),
+        ({"add": {"name": "1"}}, "column 'name' to add is already in the dump"),
+        ({"columns": ["hostkey"]}, "'columns' must list exactly the columns"),
+    ],
+)
+def test_remap_that_does_not_fit_the_dump_is_an_error(rules: dict[str, object], message: str) -> None:
+    """Rules naming unknown columns, or an incomplete order, raise RemapError."""
+    with pytest.raises(RemapError, match=message):
+        transform(COLUMN_INSERTS, TransformOptions(remap=parse_remap({"tables": {"hosts": rules}})))
+
+
+def test_remap_of_a_table_missing_from_the_dump_is_an_error() -> None:
+    """A remapped table that never appears in the dump is reported at the end."""
+    remap = parse_remap({"tables": {"public.nothere": {"drop": ["x"]}}})
+    with pytest.raises(RemapError, match=r"not in the dump: public\.nothere"):
+        transform(COLUMN_INSERTS, TransformOptions(remap=remap))
+
+
+def test_remap_of_an_empty_table_named_in_a_data_comment_is_fine() -> None:
+    """pg_dump's 'Data for Name' comment marks a table as present even with no rows."""
+    remap = parse_remap({"tables": {"public.empty": {"drop": ["x"]}}})
+    dump = b"--\n-- Data for Name: empty; Type: TABLE DATA; Schema: public; Owner: -\n--\n\n"
+    assert transform(dump, TransformOptions(remap=remap)) == dump
+
+
+def test_remap_without_column_names_is_an_error() -> None:
+    """Plain --inserts output cannot be remapped: it names no columns."""
+    remap = parse_remap({"tables": {"t": {"drop": ["x"]}}})
+    with pytest.raises(RemapError, match="--column-inserts"):
+        transform(b"INSERT INTO public.t VALUES (1);\n", TransformOptions(remap=remap))
+
+
+def test_row_with_wrong_value_count_is_an_error_with_its_line() -> None:
+    """A tuple whose value count differs from the column list is reported, not silently remapped."""
+    remap = parse_remap({"tables": {"t": {"drop": ["b"]}}})
+    with pytest.raises(DumpSyntaxError, match=r"line 2 .*has 3 values for 2 columns"):
+        transform(b"SET a = 1;\nINSERT INTO t (a, b) VALUES (1, 2, 3);\n", TransformOptions(remap=remap))
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ({"tables": {"t": {"add": {"c": "now()"}}}}, "is not an SQL literal"),
+        ({"tables": {"t": {"rename": {"a": "b"}, "drop": ["a"]}}}, "both renamed and dropped"),
+        ({"tables": {"t": {"colums": ["a"]}}}, "expected some of the keys"),
+        ({"table": {}}, "expected only a"),
+        ({"tables": {"t": {"drop": ["a", "a"]}}}, "listed twice"),
+    ],
+)
+def test_invalid_remap_files_are_rejected(document: dict[str, object], message: str) -> None:
+    """Remap documents with bad structure or literals raise RemapError when parsed."""
+    with pytest.raises(RemapError, match=message):
+        parse_remap(document)
