@@ -11,6 +11,7 @@ import transforms.cli
 from fedload import __version__
 from fedload.config import Config, find_config_path, load_config
 from fedload.errors import ConfigError, FedloadError, UsageError
+from fedload.log import configure_logging
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "main"]
 
@@ -32,6 +33,51 @@ def _config(args: argparse.Namespace) -> Config:
 
 def _run_transform(args: argparse.Namespace) -> int:
     return transforms.cli.run(args)
+
+
+def _run_agent_dump(args: argparse.Namespace) -> int:
+    from fedload.agent import AgentOptions, run_agent  # noqa: PLC0415 - keep other commands' start-up light
+
+    configure_logging(level="warning" if args.quiet else "info", json=True)
+    options = AgentOptions(
+        database=args.database,
+        tables=args.table,
+        dump_mode=args.mode,
+        compression=args.compression,
+        pg_dump=args.pg_dump,
+        pg_dump_args=args.pg_dump_args,
+        remap=args.remap,
+        rows_per_statement=args.rows_per_statement,
+        max_statement_bytes=args.max_statement_bytes,
+    )
+    if sys.stdout.isatty():
+        raise UsageError("fedload agent dump writes a binary stream; redirect its output or run it over SSH")
+    try:
+        return run_agent(options, sys.stdout.buffer)
+    except BrokenPipeError:
+        print("fedload: error: the receiver closed the stream before the dump was complete", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _add_agent_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
+    agent = commands.add_parser("agent", help="feeder-side commands (run by the superhub over SSH)")
+    agent_commands = agent.add_subparsers(title="agent commands", metavar="COMMAND", required=True)
+    dump = agent_commands.add_parser(
+        "dump",
+        help="pg_dump the feeder's tables as a compressed, self-verifying fedload stream on stdout",
+        description="Extra pg_dump arguments (connection options such as --host) may follow a '--'.",
+    )
+    dump.add_argument("--database", required=True, metavar="DBNAME", help="database name or libpq connection string")
+    dump.add_argument(
+        "--table", action="append", required=True, metavar="PATTERN", help="table or pg_dump pattern; repeatable"
+    )
+    dump.add_argument("--mode", choices=["copy", "inserts"], default="copy", help="COPY blocks (default) or INSERTs")
+    dump.add_argument("--compression", choices=["zstd", "gzip"], default="zstd", help="default zstd")
+    dump.add_argument("--pg-dump", default="pg_dump", metavar="PATH", help="pg_dump to run (default: from PATH)")
+    dump.add_argument("--quiet", action="store_true", help="log warnings and errors only")
+    transforms.cli.add_arguments(dump)
+    dump.add_argument("pg_dump_args", nargs="*", metavar="-- PG_DUMP_ARG", help=argparse.SUPPRESS)
+    dump.set_defaults(run=_run_agent_dump)
 
 
 def _run_check_config(args: argparse.Namespace) -> int:
@@ -59,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     transform = commands.add_parser("transform", help="merge and remap a pg_dump plain-SQL stream, stdin to stdout")
     transforms.cli.add_arguments(transform)
     transform.set_defaults(run=_run_transform)
+
+    _add_agent_parser(commands)
 
     check = commands.add_parser("check-config", help="validate the configuration file and print every problem")
     _add_config_option(check)

@@ -14,7 +14,13 @@ __all__ = [
     "ConfigError",
     "DumpError",
     "FedloadError",
+    "FeederAuthError",
+    "FeederCommandError",
+    "FeederConnectionLostError",
     "FeederError",
+    "FeederHostKeyError",
+    "FeederTimeoutError",
+    "FeederUnreachableError",
     "SuperhubError",
     "UsageError",
 ]
@@ -38,6 +44,30 @@ class UsageError(FedloadError):
 
 class FeederError(FedloadError):
     """A feeder could not deliver its dump (unreachable, refused, authentication, remote failure): retry later."""
+
+
+class FeederUnreachableError(FeederError):
+    """The feeder's name does not resolve, or its SSH port refuses or does not answer."""
+
+
+class FeederAuthError(FeederError):
+    """The feeder refused the superhub's key or user."""
+
+
+class FeederHostKeyError(FeederError):
+    """The feeder's host key is unknown or does not match known_hosts: possibly another machine."""
+
+
+class FeederTimeoutError(FeederError):
+    """The feeder stopped sending for longer than the read timeout."""
+
+
+class FeederConnectionLostError(FeederError):
+    """The connection to the feeder broke during the dump."""
+
+
+class FeederCommandError(FeederError):
+    """The dump command on the feeder could not run or exited non-zero; the message ends with its stderr tail."""
 
 
 class DumpError(FedloadError):

@@ -1,0 +1,149 @@
+"""`fedload agent dump`, on the feeder: pg_dump, through the transformer and a compressor, as a fedload stream.
+
+Deliberately synchronous and light: no asyncio, no database driver. pg_dump's stdout is read in chunks, so
+memory stays bounded; a slow reader on the other end of stdout (the SSH channel) slows pg_dump down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import subprocess
+import threading
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, BinaryIO
+
+from fedload import __version__
+from fedload.errors import ConfigError, FeederError
+from fedload.log import get_logger
+from fedload.stream import Header, StreamEncoder
+from transforms import Transformer, TransformError, TransformOptions, load_remap
+from transforms.batch import DEFAULT_MAX_STATEMENT_BYTES, DEFAULT_ROWS_PER_STATEMENT
+
+__all__ = ["AgentOptions", "pg_dump_argv", "run_agent"]
+
+_READ_BYTES = 1 << 20
+_STDERR_TAIL_BYTES = 4096
+_VERSION_TIMEOUT_S = 30.0
+_EXIT_TIMEOUT_S = 60.0
+_SERVER_VERSION = re.compile(rb"^-- Dumped from database version (\S+)", re.MULTILINE)
+
+log = get_logger()
+
+
+@dataclass(frozen=True, slots=True)
+class AgentOptions:
+    """What to dump and how to send it."""
+
+    database: str
+    tables: Sequence[str]
+    dump_mode: str = "copy"
+    compression: str = "zstd"
+    pg_dump: str = "pg_dump"
+    pg_dump_args: Sequence[str] = field(default_factory=tuple)
+    remap: Path | None = None
+    rows_per_statement: int = DEFAULT_ROWS_PER_STATEMENT
+    max_statement_bytes: int = DEFAULT_MAX_STATEMENT_BYTES
+
+
+def pg_dump_argv(options: AgentOptions) -> list[str]:
+    """The pg_dump command line: data only, plain format, the configured tables."""
+    mode = ["--column-inserts"] if options.dump_mode == "inserts" else []
+    tables = [f"--table={pattern}" for pattern in options.tables]
+    return [
+        options.pg_dump, "--data-only", "--no-password", "--encoding=UTF8", *mode, *tables,
+        *options.pg_dump_args, f"--dbname={options.database}",
+    ]  # fmt: skip
+
+
+def _pg_dump_version(pg_dump: str) -> str:
+    try:
+        result = subprocess.run(
+            [pg_dump, "--version"], capture_output=True, timeout=_VERSION_TIMEOUT_S, check=True, text=True
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise FeederError(f"cannot run {pg_dump} --version on the feeder: {exc}") from exc
+    return result.stdout.strip().rsplit(" ", 1)[-1]
+
+
+class _StderrTail:
+    """Keeps the last few KB of a pipe, read by a daemon thread so the child never blocks on it."""
+
+    def __init__(self, pipe: IO[bytes]) -> None:
+        self._chunks: deque[bytes] = deque()
+        self._thread = threading.Thread(target=self._drain, args=(pipe,), daemon=True)
+        self._thread.start()
+
+    def _drain(self, pipe: IO[bytes]) -> None:
+        for line in pipe:
+            self._chunks.append(line)
+            while sum(map(len, self._chunks)) > _STDERR_TAIL_BYTES and len(self._chunks) > 1:
+                self._chunks.popleft()
+
+    def text(self) -> str:
+        """The tail, once the pipe has closed (waits briefly for it)."""
+        self._thread.join(timeout=5.0)
+        return b"".join(self._chunks)[-_STDERR_TAIL_BYTES:].decode("utf-8", errors="replace")
+
+
+def run_agent(options: AgentOptions, out: BinaryIO) -> int:
+    """Write the fedload stream of one dump to `out`; exit status 0 only when the dump is complete."""
+    transform = _transform_options(options)
+    header = Header(options.compression, options.dump_mode, __version__, _pg_dump_version(options.pg_dump),
+                    list(options.tables))  # fmt: skip
+    encoder = StreamEncoder(header)
+    argv = pg_dump_argv(options)
+    log.info("agent.dump_started", argv=argv)
+    try:
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+    except OSError as exc:
+        raise FeederError(f"cannot start {options.pg_dump}: {exc}") from exc
+    try:
+        return _stream(process, Transformer(transform), encoder, out)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=_EXIT_TIMEOUT_S)
+
+
+def _transform_options(options: AgentOptions) -> TransformOptions:
+    try:
+        remap = load_remap(options.remap) if options.remap else None
+    except TransformError as exc:
+        raise ConfigError(str(exc)) from exc
+    return TransformOptions(options.rows_per_statement, options.max_statement_bytes, remap)
+
+
+def _stream(process: subprocess.Popen[bytes], transformer: Transformer, encoder: StreamEncoder, out: BinaryIO) -> int:
+    assert process.stdout is not None
+    assert process.stderr is not None
+    stderr = _StderrTail(process.stderr)
+    server_version = ""
+    error = ""
+    out.write(encoder.start())
+    try:
+        while chunk := process.stdout.read(_READ_BYTES):
+            if not server_version and (found := _SERVER_VERSION.search(chunk)):
+                server_version = found[1].decode("ascii", errors="replace")
+            _write(out, encoder.data(b"".join(transformer.feed(chunk))))
+        _write(out, encoder.data(b"".join(transformer.close())))
+    except TransformError as exc:
+        error = f"the dump could not be transformed: {exc}"
+        process.kill()
+    status = process.wait(timeout=_EXIT_TIMEOUT_S)
+    trailer = encoder.finish(pg_dump_exit_status=status, rows=dict(transformer.stats.rows),
+                             server_version=server_version, error=error, stderr_tail=stderr.text())  # fmt: skip
+    _write(out, trailer)
+    log.info("agent.dump_finished", status=status, error=error or None, bytes=encoder.payload_bytes,
+             rows=sum(transformer.stats.rows.values()))  # fmt: skip
+    return 0 if status == 0 and not error else 1
+
+
+def _write(out: BinaryIO, frames: bytes) -> None:
+    if frames:
+        out.write(frames)
+        with contextlib.suppress(AttributeError):
+            out.flush()

@@ -1,0 +1,262 @@
+"""The fedload stream: a self-verifying, compressed container for one feeder's dump (spec: docs/stream-format.md).
+
+    stream  = MAGIC header-frame data-frame* trailer-frame          (then end of input)
+    frame   = kind:1 byte  length:uint32 big-endian  payload
+    kinds   = b"H" header JSON, b"D" one compressed block, b"T" trailer JSON
+
+Every data block is an independent zstd frame (with checksum and content size) or gzip member holding at most
+`MAX_BLOCK_BYTES` of dump text, so the receiver bounds memory and rejects decompression bombs before inflating.
+The trailer carries pg_dump's exit status, rows per table, and the length and SHA-256 of the dump text, so a
+truncated, reordered or half-failed dump is told apart from a complete one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import zlib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, TypeVar
+
+import zstandard
+
+from fedload.errors import DumpError
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MAGIC",
+    "MAX_BLOCK_BYTES",
+    "Header",
+    "StreamDecoder",
+    "StreamEncoder",
+    "Trailer",
+]
+
+MAGIC = b"FEDLOAD\x01"
+FORMAT_VERSION = 1
+MAX_BLOCK_BYTES = 1 << 20
+_MAX_ACCEPTED_BLOCK_BYTES = 4 * MAX_BLOCK_BYTES  # a receiver tolerates senders with larger blocks, to a bound
+_MAX_FRAME_BYTES = _MAX_ACCEPTED_BLOCK_BYTES + (1 << 16)
+_MAX_JSON_BYTES = 1 << 20
+_FRAME_HEAD = struct.Struct(">cI")
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """What the agent states before the dump."""
+
+    compression: str
+    dump_mode: str
+    agent_version: str
+    pg_dump_version: str
+    tables: list[str]
+    format: int = FORMAT_VERSION
+
+
+@dataclass(frozen=True, slots=True)
+class Trailer:
+    """What the agent states after the dump: whether it is complete, and what it holds."""
+
+    pg_dump_exit_status: int
+    payload_bytes: int
+    payload_sha256: str
+    rows: dict[str, int] = field(default_factory=dict)
+    server_version: str = ""
+    error: str = ""
+    stderr_tail: str = ""
+
+    @property
+    def succeeded(self) -> bool:
+        """pg_dump exited 0 and the agent found nothing wrong."""
+        return self.pg_dump_exit_status == 0 and not self.error
+
+
+def _frame(kind: bytes, payload: bytes) -> bytes:
+    return _FRAME_HEAD.pack(kind, len(payload)) + payload
+
+
+def _compressor(compression: str) -> Callable[[bytes], bytes]:
+    if compression == "zstd":
+        return zstandard.ZstdCompressor(level=3, write_checksum=True, write_content_size=True).compress
+    if compression == "gzip":
+        return lambda block: zlib.compress(block, 6, wbits=31)
+    raise ValueError(f"unknown compression {compression!r}")
+
+
+class StreamEncoder:
+    """Builds the stream on the feeder: `start()`, `data()` as dump text arrives, `finish()` with the trailer."""
+
+    def __init__(self, header: Header) -> None:
+        self._header = header
+        self._compress = _compressor(header.compression)
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._sha256 = hashlib.sha256()
+        self.payload_bytes = 0
+
+    def start(self) -> bytes:
+        """Magic and header frame."""
+        return MAGIC + _frame(b"H", json.dumps(asdict(self._header)).encode())
+
+    def data(self, text: bytes) -> bytes:
+        """Data frames for the blocks that `text` completes (often none)."""
+        self._sha256.update(text)
+        self.payload_bytes += len(text)
+        self._pending.append(text)
+        self._pending_bytes += len(text)
+        return self._blocks(final=False)
+
+    def finish(self, **trailer: Any) -> bytes:
+        """The last data frames and the trailer frame; `trailer` gives the Trailer fields the agent knows."""
+        blocks = self._blocks(final=True)
+        summary = Trailer(payload_bytes=self.payload_bytes, payload_sha256=self._sha256.hexdigest(), **trailer)
+        return blocks + _frame(b"T", json.dumps(asdict(summary)).encode())
+
+    def _blocks(self, *, final: bool) -> bytes:
+        if self._pending_bytes < MAX_BLOCK_BYTES and not (final and self._pending_bytes):
+            return b""
+        text = b"".join(self._pending)
+        cut = len(text) if final else len(text) - len(text) % MAX_BLOCK_BYTES
+        frames = [_frame(b"D", self._compress(text[i : i + MAX_BLOCK_BYTES])) for i in range(0, cut, MAX_BLOCK_BYTES)]
+        self._pending = [text[cut:]] if cut < len(text) else []
+        self._pending_bytes = len(text) - cut
+        return b"".join(frames)
+
+
+class _BlockDecompressor:
+    """Inflates one block with a hard output bound."""
+
+    def __init__(self, compression: str) -> None:
+        if compression not in ("zstd", "gzip"):
+            raise DumpError(f"the stream uses unknown compression {compression!r}")
+        self._zstd = zstandard.ZstdDecompressor() if compression == "zstd" else None
+
+    def __call__(self, block: bytes) -> bytes:
+        try:
+            return self._zstd_block(block) if self._zstd is not None else self._gzip_block(block)
+        except (zstandard.ZstdError, zlib.error) as exc:
+            raise DumpError(f"a compressed block is corrupt: {exc}") from exc
+
+    def _zstd_block(self, block: bytes) -> bytes:
+        assert self._zstd is not None
+        size = zstandard.frame_content_size(block)
+        if not 0 <= size <= _MAX_ACCEPTED_BLOCK_BYTES:
+            raise DumpError(
+                f"a compressed block declares {size} bytes, more than the {_MAX_ACCEPTED_BLOCK_BYTES} allowed"
+            )
+        text: bytes = self._zstd.decompress(block, max_output_size=_MAX_ACCEPTED_BLOCK_BYTES, allow_extra_data=False)
+        return text
+
+    @staticmethod
+    def _gzip_block(block: bytes) -> bytes:
+        inflater = zlib.decompressobj(wbits=31)
+        text = inflater.decompress(block, _MAX_ACCEPTED_BLOCK_BYTES)
+        if inflater.unconsumed_tail or not inflater.eof or inflater.unused_data:
+            raise DumpError(
+                f"a gzip block is incomplete, has trailing bytes, or inflates past {_MAX_ACCEPTED_BLOCK_BYTES}"
+            )
+        return text
+
+
+class StreamDecoder:
+    """Checks and unpacks the stream on the superhub: `feed()` raw bytes, get dump text; `close()` gives the trailer.
+
+    Raises DumpError for anything but a complete stream whose dump succeeded on the feeder.
+    """
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self._magic_seen = False
+        self._decompress: _BlockDecompressor | None = None
+        self._sha256 = hashlib.sha256()
+        self.header: Header | None = None
+        self.trailer: Trailer | None = None
+        self.payload_bytes = 0
+        self.raw_bytes = 0
+
+    def feed(self, raw: bytes) -> list[bytes]:
+        """Dump text from the frames that `raw` completes."""
+        self.raw_bytes += len(raw)
+        self._buf += raw
+        out: list[bytes] = []
+        if not self._magic_seen:
+            if len(self._buf) < len(MAGIC):
+                return out
+            if bytes(self._buf[: len(MAGIC)]) != MAGIC:
+                raise DumpError("the feeder's output is not a fedload stream (bad magic bytes)")
+            del self._buf[: len(MAGIC)]
+            self._magic_seen = True
+        while (frame := self._next_frame()) is not None:
+            out += self._handle(*frame)
+        return out
+
+    def close(self) -> Trailer:
+        """The verified trailer; DumpError if the stream is truncated, inconsistent or reports a failed dump."""
+        if self.trailer is None:
+            where = "before its header" if self.header is None else f"after {self.payload_bytes} bytes of dump"
+            raise DumpError(f"the stream is truncated: it ends {where}, without a trailer")
+        if self._buf:
+            raise DumpError(f"the stream has {len(self._buf)} unexpected bytes after its trailer")
+        self._verify(self.trailer)
+        return self.trailer
+
+    def _next_frame(self) -> tuple[bytes, bytes] | None:
+        if len(self._buf) < _FRAME_HEAD.size:
+            return None
+        kind, length = _FRAME_HEAD.unpack_from(self._buf)
+        if length > _MAX_FRAME_BYTES:
+            raise DumpError(f"a stream frame claims {length} bytes, more than the {_MAX_FRAME_BYTES} allowed")
+        end = _FRAME_HEAD.size + length
+        if len(self._buf) < end:
+            return None
+        payload = bytes(self._buf[_FRAME_HEAD.size : end])
+        del self._buf[:end]
+        return kind, payload
+
+    def _handle(self, kind: bytes, payload: bytes) -> list[bytes]:
+        if self.trailer is not None:
+            raise DumpError("the stream continues after its trailer")
+        if kind == b"D" and self._decompress is not None:
+            text = self._decompress(payload)
+            self._sha256.update(text)
+            self.payload_bytes += len(text)
+            return [text]
+        if kind == b"H" and self.header is None:
+            self.header = _parse(Header, payload, "header")
+            if self.header.format != FORMAT_VERSION:
+                raise DumpError(f"the stream has format {self.header.format}; this fedload reads {FORMAT_VERSION}")
+            self._decompress = _BlockDecompressor(self.header.compression)
+            return []
+        if kind == b"T" and self.header is not None:
+            self.trailer = _parse(Trailer, payload, "trailer")
+            return []
+        raise DumpError(f"unexpected stream frame {kind!r} at this point")
+
+    def _verify(self, trailer: Trailer) -> None:
+        if trailer.pg_dump_exit_status != 0:
+            tail = f": {trailer.stderr_tail.strip()}" if trailer.stderr_tail.strip() else ""
+            raise DumpError(f"pg_dump failed on the feeder with exit status {trailer.pg_dump_exit_status}{tail}")
+        if trailer.error:
+            raise DumpError(f"the feeder's agent failed: {trailer.error}")
+        if trailer.payload_bytes != self.payload_bytes or trailer.payload_sha256 != self._sha256.hexdigest():
+            raise DumpError(
+                f"the stream's checksum does not match: the trailer states {trailer.payload_bytes} bytes, "
+                f"{self.payload_bytes} arrived"
+            )
+
+
+def _parse(kind: type[_T], payload: bytes, what: str) -> _T:
+    """Validate a header or trailer frame's JSON against its dataclass."""
+    from pydantic import TypeAdapter, ValidationError  # noqa: PLC0415 - only the receiver needs pydantic
+
+    if len(payload) > _MAX_JSON_BYTES:
+        raise DumpError(f"the stream's {what} is larger than {_MAX_JSON_BYTES} bytes")
+    try:
+        return TypeAdapter(kind).validate_json(payload, strict=True)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise DumpError(f"the stream's {what} is not valid: {where}: {first['msg']}") from None
