@@ -260,3 +260,36 @@ def _parse(kind: type[_T], payload: bytes, what: str) -> _T:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise DumpError(f"the stream's {what} is not valid: {where}: {first['msg']}") from None
+
+
+class GzipDecoder:
+    """For feeders without the agent: plain `pg_dump | gzip` output, inflated with bounded output per call.
+
+    Completeness rests on gzip's end-of-stream and CRC check plus the remote command's exit status.
+    """
+
+    def __init__(self) -> None:
+        self._inflater = zlib.decompressobj(wbits=47)  # gzip or zlib header, auto-detected
+        self.payload_bytes = 0
+        self.raw_bytes = 0
+
+    def feed(self, raw: bytes) -> list[bytes]:
+        """Dump text inflated from `raw`, in pieces of at most MAX_BLOCK_BYTES."""
+        self.raw_bytes += len(raw)
+        out: list[bytes] = []
+        data = raw
+        try:
+            while data and not self._inflater.eof:
+                out.append(self._inflater.decompress(data, MAX_BLOCK_BYTES))
+                data = self._inflater.unconsumed_tail
+        except zlib.error as exc:
+            raise DumpError(f"the feeder's gzip stream is corrupt: {exc}") from exc
+        if self._inflater.eof and (data or self._inflater.unused_data):
+            raise DumpError("the feeder's gzip stream has unexpected bytes after its end")
+        self.payload_bytes += sum(map(len, out))
+        return out
+
+    def close(self) -> None:
+        """DumpError unless the gzip stream ended properly."""
+        if not self._inflater.eof:
+            raise DumpError(f"the feeder's gzip stream is truncated after {self.payload_bytes} bytes of dump")
