@@ -80,6 +80,37 @@ def _add_agent_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
     dump.set_defaults(run=_run_agent_dump)
 
 
+def _run_sync(args: argparse.Namespace) -> int:
+    from fedload.sync import run_sync  # noqa: PLC0415 - asyncpg only where the superhub is used
+
+    config = _config(args)
+    configure_logging(level=config.log_level, json=args.json or None)
+    return run_sync(config, args.feeders, as_json=args.json)
+
+
+def _run_feeder_remove(args: argparse.Namespace) -> int:
+    from fedload.admin import remove_feeder  # noqa: PLC0415
+
+    config = _config(args)
+    configure_logging(level=config.log_level)
+    return remove_feeder(config, args.name)
+
+
+def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
+    sync = commands.add_parser("sync", help="sync some or all feeders once, in parallel, and print a summary")
+    sync.add_argument("feeders", nargs="*", metavar="FEEDER", help="feeder names (default: all configured)")
+    sync.add_argument("--json", action="store_true", help="print the summary as JSON")
+    _add_config_option(sync)
+    sync.set_defaults(run=_run_sync)
+
+    feeder = commands.add_parser("feeder", help="manage feeders on the superhub")
+    feeder_commands = feeder.add_subparsers(title="feeder commands", metavar="COMMAND", required=True)
+    remove = feeder_commands.add_parser("remove", help="detach and drop a feeder's partitions on the superhub")
+    remove.add_argument("name", metavar="NAME", help="the feeder's name")
+    _add_config_option(remove)
+    remove.set_defaults(run=_run_feeder_remove)
+
+
 def _run_check_config(args: argparse.Namespace) -> int:
     path = find_config_path(args.config)
     config = load_config(path)
@@ -107,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     transform.set_defaults(run=_run_transform)
 
     _add_agent_parser(commands)
+    _add_superhub_parsers(commands)
 
     check = commands.add_parser("check-config", help="validate the configuration file and print every problem")
     _add_config_option(check)

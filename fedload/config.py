@@ -83,9 +83,14 @@ class SuperhubConfig(_Model):
     feeder_key: ColumnName = "hub_id"
     tables: list[TablePattern] = Field(min_length=1)
     max_parallel_feeders: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
+    schema_file: Path | None = None
     extra_columns: Literal["warn", "error"] = "warn"
-    bad_rows: Literal["fail", "reject"] = "fail"
+    bad_rows: Literal["fail"] = "fail"
     stale_after_s: Seconds = 1800.0
+    connect_timeout_s: Seconds = 15.0
+    statement_timeout_s: Seconds = 3600.0
+    swap_lock_timeout_s: Seconds = 2.0
+    run_timeout_s: Seconds = 6 * 3600.0
 
 
 class SshConfig(_Model):
@@ -111,6 +116,8 @@ class FeederConfig(_Model):
     transport: Literal["ssh", "local"] = "ssh"
     ssh: SshConfig | None = None
     agent: bool = True
+    agent_command: list[str] | None = None  # default: "fedload" over SSH, this Python's fedload for local
+    read_timeout_s: Seconds = 300.0
     database: str = "cfdb"
     pg_dump: str = "pg_dump"
     pg_dump_args: list[str] = []

@@ -1,0 +1,294 @@
+"""Load one feeder's dump items into fresh staging tables on the superhub: the trust boundary.
+
+Nothing from the dump is executed as written. COPY blocks stream into staging tables through asyncpg's COPY with
+a column list fedload builds; INSERT tuples are checked to be lists of plain literals and re-sent inside
+INSERT statements fedload builds for its own staging table. The few statements pg_dump writes around the data
+(known `SET`s, `set_config('search_path')`, `setval`, `\\restrict`) are checked and ignored; anything else
+rejects the dump. The caller runs the load inside one transaction, so a rejected dump leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import asyncpg
+
+from fedload.errors import DumpError
+from fedload.log import get_logger
+from fedload.schema import STAGE_SCHEMA, ParentTable, ident, key_literal, qualified
+from transforms import (
+    CopyEnd,
+    CopyRows,
+    CopyStart,
+    Insert,
+    InsertRows,
+    Item,
+    MetaCommand,
+    Statement,
+    TableRemap,
+    Verbatim,
+    qualified_name,
+    split_tuple,
+)
+from transforms.lexical import split_identifiers, unquote_identifier
+from transforms.remap import ColumnPlan
+
+__all__ = ["ImportPolicy", "Importer", "StagedTable"]
+
+log = get_logger()
+
+_SETTINGS = frozenset(
+    b"statement_timeout lock_timeout idle_in_transaction_session_timeout transaction_timeout client_min_messages "
+    b"check_function_bodies xmloption row_security default_tablespace default_table_access_method "
+    b"default_with_oids".split()
+)
+_REQUIRED_SETTINGS = {b"client_encoding": (b"'utf8'",), b"standard_conforming_strings": (b"on",)}
+_SET = re.compile(rb"SET\s++(?:SESSION\s++)?(\w++)\s*+(?:=|TO)\s*+('[^']*+'|[\w.+-]++)\s*+;", re.IGNORECASE)
+_HARMLESS = re.compile(
+    rb"SELECT\s++pg_catalog\.set_config\('search_path',\s*+'',\s*+false\)\s*+;"
+    rb"|SELECT\s++pg_catalog\.setval\('(?:[^']|'')++',\s*+-?\d++,\s*+(?:true|false)\)\s*+;",
+    re.IGNORECASE,
+)
+_META = re.compile(rb"\\(?:un)?restrict\s++[A-Za-z0-9]++\s*+")
+_LITERAL = (
+    rb"(?:NULL|TRUE|FALSE|DEFAULT|[+-]?(?:\d++(?:\.\d*+)?|\.\d++)(?:[eE][+-]?\d++)?"
+    rb"|'(?:[^']|'')*+'|[BbXx]'[0-9A-Fa-f]*+'|[Ee]'(?:[^'\\]|\\.|'')*+')"
+)
+_LITERAL_TUPLE = re.compile(rb"\(\s*+" + _LITERAL + rb"(?:\s*+,\s*+" + _LITERAL + rb")*+\s*+\)", re.DOTALL)
+_ROWS_PER_INSERT = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class ImportPolicy:
+    """What the importer accepts from feeders."""
+
+    feeder_key: str
+    table_patterns: tuple[str, ...]
+    extra_columns: str = "warn"
+
+
+@dataclass(slots=True)
+class StagedTable:
+    """A parent's staging table of this run, and what went into it."""
+
+    parent: ParentTable
+    stage_name: str
+    columns: list[str] = field(default_factory=list)
+    rows: int = 0
+    loaded: bool = False
+
+    @property
+    def stage_sql(self) -> str:
+        """The quoted name of the staging table."""
+        return qualified(STAGE_SCHEMA, self.stage_name)
+
+
+class Importer:
+    """Loads one dump into staging tables named `r<run_id>_<n>`; see the module docstring."""
+
+    def __init__(
+        self,
+        conn: asyncpg.Connection,
+        *,
+        feeder: str,
+        key: int | str,
+        run_id: int,
+        parents: dict[str, ParentTable],
+        policy: ImportPolicy,
+    ) -> None:
+        self._conn = conn
+        self._feeder = feeder
+        self._key = key
+        self._policy = policy
+        self._parents = parents
+        self.staged = {
+            name: StagedTable(parent, f"r{run_id}_{i}") for i, (name, parent) in enumerate(sorted(parents.items()))
+        }
+        self._log = log.bind(feeder=feeder, run_id=run_id)
+        self._run_key: object = None  # the INSERT target being loaded; consecutive INSERTs continue it
+        self._run_target: StagedTable | None = None
+        self._run_plan: ColumnPlan | None = None
+
+    async def load(self, items: AsyncIterator[Item]) -> None:
+        """Consume the dump; DumpError for anything not allowed. Creates every staging table, empty or not."""
+        for staged in self.staged.values():
+            await self._create_stage(staged)
+        async for item in items:
+            if not isinstance(item, InsertRows | Verbatim):
+                self._run_key = None
+            if isinstance(item, CopyStart):
+                await self._copy(item, items)
+            elif isinstance(item, InsertRows):
+                await self._insert(item)
+            elif isinstance(item, Statement):
+                _check_statement(item)
+            elif isinstance(item, MetaCommand):
+                _check_meta(item)
+            elif not isinstance(item, Verbatim):
+                raise DumpError(f"unexpected {type(item).__name__} outside a COPY block")
+
+    async def finish(self) -> None:
+        """Build the partition constraint and the parent's indexes on each staging table, then ANALYZE it."""
+        for staged in self.staged.values():
+            key = ident(self._policy.feeder_key)
+            constraint = f"CHECK ({key} IS NOT NULL AND {key} = {key_literal(self._key)})"
+            await self._conn.execute(f"ALTER TABLE {staged.stage_sql} ADD CONSTRAINT fedload_key {constraint}")
+            for unique, body in staged.parent.index_bodies:
+                await self._conn.execute(f"CREATE {'UNIQUE ' if unique else ''}INDEX ON {staged.stage_sql} {body}")
+            await self._conn.execute(f"ANALYZE {staged.stage_sql}")
+
+    async def _create_stage(self, staged: StagedTable) -> None:
+        key_default = key_literal(self._key)
+        definitions = [
+            c.definition(key_default if c.name == self._policy.feeder_key else None) for c in staged.parent.columns
+        ]
+        await self._conn.execute(f"CREATE TABLE {staged.stage_sql} ({', '.join(definitions)})")
+
+    def _target(self, written_table: bytes, where: Item) -> StagedTable | None:
+        """The staging table for a dump table; None to skip it; DumpError if the feeder must not send it."""
+        name = qualified_name(written_table)
+        name = name if "." in name else f"public.{name}"
+        staged = self.staged.get(name)
+        if staged is not None:
+            if staged.loaded:
+                raise DumpError(f"{_where(where)}: table {name} appears twice in the dump")
+            staged.loaded = True
+            return staged
+        if not any(fnmatch.fnmatchcase(name, p) for p in self._policy.table_patterns):
+            raise DumpError(f"{_where(where)}: the dump contains table {name}, which is not configured")
+        if self._policy.extra_columns == "error":
+            raise DumpError(f"{_where(where)}: table {name} has no partitioned parent on the superhub")
+        self._log.warning("import.table_skipped", table=name, reason="no partitioned parent on the superhub")
+        return None
+
+    def _plan(self, staged: StagedTable, written: tuple[bytes, ...], where: Item) -> ColumnPlan:
+        """Which dump columns go where: extra ones (and the feeder key) are dropped or rejected."""
+        names = [unquote_identifier(c) for c in written]
+        if len(set(names)) != len(names):
+            raise DumpError(f"{_where(where)}: a column of {staged.parent.qualified_name} is listed twice")
+        extra = [n for n in names if staged.parent.column(n) is None or n == self._policy.feeder_key]
+        if extra and self._policy.extra_columns == "error":
+            raise DumpError(
+                f"{_where(where)}: table {staged.parent.qualified_name} has columns the superhub lacks: "
+                f"{', '.join(extra)}"
+            )
+        if extra:
+            self._log.warning("import.columns_dropped", table=staged.parent.qualified_name, columns=extra)
+        plan = TableRemap(staged.parent.qualified_name, {}, frozenset(extra), {}, None).plan(names, written)
+        staged.columns = [n for n in names if n not in extra]
+        return plan
+
+    async def _copy(self, start: CopyStart, items: AsyncIterator[Item]) -> None:
+        staged = self._target(start.table, start)
+        if start.columns is None:
+            raise DumpError(f"{_where(start)}: a COPY without a column list cannot be mapped safely")
+        if staged is None:
+            await _skip_copy(items)
+            return
+        plan = self._plan(staged, tuple(_identifiers(start.columns)), start)
+        rewrite = plan.columns != tuple(_identifiers(start.columns))
+        status = await self._conn.copy_to_table(
+            staged.stage_name,
+            schema_name=STAGE_SCHEMA,
+            columns=staged.columns,
+            source=_copy_data(items, plan if rewrite else None, start),
+            freeze=True,
+        )
+        staged.rows += int(status.rsplit(" ", 1)[1])
+        self._log.info("import.table_loaded", table=staged.parent.qualified_name, rows=staged.rows, mode="copy")
+
+    async def _insert(self, item: InsertRows) -> None:
+        insert = item.insert
+        if insert.batch_key != self._run_key:
+            self._run_key = insert.batch_key
+            self._run_target = self._target(insert.table, item)
+            if self._run_target is not None:
+                if insert.columns is None:
+                    raise DumpError(f"{_where(item)}: INSERTs without column names cannot be mapped (--column-inserts)")
+                self._run_plan = self._plan(self._run_target, insert.columns, item)
+        staged, plan = self._run_target, self._run_plan
+        if staged is None or plan is None:
+            return
+        tuples = _checked_tuples(insert, plan, item)
+        columns = ", ".join(ident(c) for c in staged.columns)
+        head = f"INSERT INTO {staged.stage_sql} ({columns}) VALUES "  # noqa: S608 - quoted names, checked literals
+        for start in range(0, len(tuples), _ROWS_PER_INSERT):
+            batch = tuples[start : start + _ROWS_PER_INSERT]
+            try:
+                sql = head + b",".join(batch).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DumpError(f"{_where(item)}: a VALUES tuple is not valid UTF-8") from exc
+            await self._conn.execute(sql)
+            staged.rows += len(batch)
+
+
+def _identifiers(columns: bytes) -> list[bytes]:
+    return split_identifiers(columns)
+
+
+def _checked_tuples(insert: Insert, plan: ColumnPlan | None, item: InsertRows) -> list[bytes]:
+    """The tuples, each proven to be a list of plain literals, reduced to the kept columns."""
+    out = []
+    for row in insert.tuples:
+        if _LITERAL_TUPLE.fullmatch(row) is None:
+            raise DumpError(f"{_where(item)}: a VALUES tuple is not a list of plain literals: {_snippet(row)}")
+        values = split_tuple(row)
+        if plan is None or len(values) != plan.input_width:
+            raise DumpError(f"{_where(item)}: a VALUES tuple has {len(values)} values for its column list")
+        out.append(row if plan.columns == insert.columns else b"(" + b", ".join(plan.apply_values(values)) + b")")
+    return out
+
+
+async def _copy_data(items: AsyncIterator[Item], plan: ColumnPlan | None, start: CopyStart) -> AsyncIterator[bytes]:
+    """The COPY block's rows (rewritten by `plan` when columns are dropped), up to its end marker."""
+    async for item in items:
+        if isinstance(item, CopyEnd):
+            return
+        assert isinstance(item, CopyRows)
+        if plan is None:
+            yield item.data
+            continue
+        lines = item.data.split(b"\n")[:-1]
+        fields = [line.split(b"\t") for line in lines]
+        if any(len(f) != plan.input_width for f in fields):
+            raise DumpError(f"{_where(start)}: a COPY row has another number of fields than the column list")
+        yield b"".join(b"\t".join(plan.apply_copy_fields(f)) + b"\n" for f in fields)
+    raise DumpError(f"{_where(start)}: the COPY block has no end")
+
+
+async def _skip_copy(items: AsyncIterator[Item]) -> None:
+    async for item in items:
+        if isinstance(item, CopyEnd):
+            return
+
+
+def _check_statement(item: Statement) -> None:
+    text = item.text
+    setting = _SET.fullmatch(text)
+    if setting is not None:
+        name, value = setting[1].lower(), setting[2].lower()
+        if name in _SETTINGS or value in _REQUIRED_SETTINGS.get(name, ()):
+            return
+        raise DumpError(f"{_where(item)}: the dump sets {name.decode()} = {value.decode()}, which fedload refuses")
+    if _HARMLESS.fullmatch(text) is None:
+        raise DumpError(f"{_where(item)}: the dump contains a statement fedload does not accept: {_snippet(text)}")
+
+
+def _check_meta(item: MetaCommand) -> None:
+    if _META.fullmatch(item.text) is None:
+        raise DumpError(
+            f"{_where(item)}: the dump contains a psql command fedload does not accept: {_snippet(item.text)}"
+        )
+
+
+def _where(item: Item) -> str:
+    line = getattr(item, "line", None)
+    return f"dump line {line}" if line is not None else "dump"
+
+
+def _snippet(text: bytes) -> str:
+    first = text[:60].decode("utf-8", errors="replace").splitlines()[0] if text else ""
+    return repr(first + ("..." if len(text) > 60 else ""))

@@ -1,0 +1,238 @@
+"""One feeder's run, end to end: lock, dump over the transport, load into staging, verify, swap, record."""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+import asyncpg
+
+from fedload.agent import AgentOptions, pg_dump_argv
+from fedload.config import Config, FeederConfig
+from fedload.errors import DumpError, FedloadError, SuperhubError
+from fedload.importer import Importer, ImportPolicy
+from fedload.log import get_logger
+from fedload.receive import DumpReceiver
+from fedload.runs import RunRecord, ensure_superhub, finish_run, start_run, try_feeder_lock, unlock_feeder
+from fedload.schema import ParentTable, read_parents
+from fedload.stream import Trailer
+from fedload.swap import swap_in
+from fedload.transport import FeederProcess, Transport
+from transforms import Item
+
+__all__ = ["FeederRun", "Progress", "connect_superhub", "dump_command", "sync_feeder"]
+
+log = get_logger()
+
+
+@dataclass(slots=True)
+class Progress:
+    """Live state of one feeder's run, for progress displays."""
+
+    feeder: str
+    phase: str = "waiting"
+    raw_bytes: int = 0
+    dump_bytes: int = 0
+    rows: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True, slots=True)
+class FeederRun:
+    """How one feeder's run ended."""
+
+    feeder: str
+    outcome: str  # success | failed | busy
+    error: str | None
+    rows: dict[str, int]
+    raw_bytes: int
+    dump_bytes: int
+    seconds: float
+    swap_lock_ms: float | None = None
+
+
+ProgressCallback = Callable[[Progress], None]
+
+
+async def connect_superhub(config: Config) -> asyncpg.Connection:
+    """A connection to the superhub, with fedload's timeouts; SuperhubError if it cannot be made."""
+    superhub = config.superhub
+    try:
+        async with asyncio.timeout(superhub.connect_timeout_s):
+            return await asyncpg.connect(superhub.dsn, command_timeout=superhub.statement_timeout_s)
+    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        raise SuperhubError(f"cannot connect to the superhub: {exc or type(exc).__name__}") from exc
+
+
+def dump_command(feeder: FeederConfig, config: Config) -> list[str]:
+    """The command the transport runs on the feeder: the agent, or pg_dump piped into gzip without it."""
+    options = AgentOptions(
+        database=feeder.database,
+        tables=config.superhub.tables,
+        dump_mode=feeder.dump_mode.value,
+        compression=feeder.compression.value,
+        pg_dump=feeder.pg_dump,
+        pg_dump_args=feeder.pg_dump_args,
+    )
+    if not feeder.agent:
+        return ["bash", "-o", "pipefail", "-c", f"{shlex.join(pg_dump_argv(options))} | gzip -1"]
+    head = feeder.agent_command or ([sys.executable, "-m", "fedload"] if feeder.transport == "local" else ["fedload"])
+    tables = [arg for table in options.tables for arg in ("--table", table)]
+    remap = ["--remap", str(feeder.remap)] if feeder.remap else []
+    return [
+        *head, "agent", "dump", "--quiet", "--database", options.database, *tables, "--mode", options.dump_mode,
+        "--compression", options.compression, "--pg-dump", options.pg_dump, *remap,
+        "--rows-per-statement", str(config.transform.rows_per_statement),
+        "--max-statement-bytes", str(config.transform.max_statement_bytes), "--", *options.pg_dump_args,
+    ]  # fmt: skip
+
+
+def _transport(feeder: FeederConfig) -> Transport:
+    if feeder.transport == "local":
+        from fedload.transport.local import LocalTransport  # noqa: PLC0415 - import what is used
+
+        return LocalTransport(read_timeout_s=feeder.read_timeout_s)
+    from fedload.transport.ssh import SshTransport  # noqa: PLC0415 - asyncssh is heavy
+
+    assert feeder.ssh is not None
+    return SshTransport(feeder.ssh)
+
+
+async def sync_feeder(
+    name: str, config: Config, *, progress: ProgressCallback | None = None, transport: Transport | None = None
+) -> FeederRun:
+    """Run one feeder's sync; never raises for the feeder's or the dump's failures, only reports them."""
+    return await _FeederSync(name, config, progress or (lambda _: None), transport).run()
+
+
+class _FeederSync:
+    """The state of one feeder's run while it goes through its phases."""
+
+    def __init__(self, name: str, config: Config, report: ProgressCallback, transport: Transport | None) -> None:
+        self.name = name
+        self.config = config
+        self.feeder = config.feeders[name]
+        self.state = Progress(name)
+        self._report = report
+        self._transport = transport or _transport(self.feeder)
+        self.record = RunRecord("failed")
+        self.run_id: int | None = None
+
+    def phase(self, phase: str) -> None:
+        """Enter a phase and tell the progress display."""
+        self.state.phase = phase
+        self._report(self.state)
+
+    async def run(self) -> FeederRun:
+        """Every phase within the run timeout; failures end up in the returned FeederRun."""
+        self.phase("connect")
+        try:
+            async with asyncio.timeout(self.config.superhub.run_timeout_s):
+                await self._locked()
+        except TimeoutError:
+            self.record.error = f"the run took longer than run_timeout_s = {self.config.superhub.run_timeout_s}"
+        except FedloadError as exc:
+            self.record.error = str(exc)
+        self.phase(self.record.outcome)
+        seconds = time.monotonic() - self.state.started
+        log.info("sync.feeder_done", feeder=self.name, outcome=self.record.outcome, error=self.record.error,
+                 seconds=round(seconds, 2))  # fmt: skip
+        return FeederRun(self.name, self.record.outcome, self.record.error, self.record.rows or {},
+                         self.state.raw_bytes, self.state.dump_bytes, seconds, self.record.swap_lock_ms)  # fmt: skip
+
+    async def _locked(self) -> None:
+        conn = await connect_superhub(self.config)
+        try:
+            await ensure_superhub(conn)
+            if not await try_feeder_lock(conn, self.name):
+                self.record = RunRecord("busy", error=f"feeder {self.name} is being synced by another fedload process")
+                return
+            try:
+                await self._recorded(conn)
+            finally:
+                await asyncio.shield(unlock_feeder(conn, self.name))
+        finally:
+            await asyncio.shield(conn.close(timeout=10))
+
+    async def _recorded(self, conn: asyncpg.Connection) -> None:
+        meta = await connect_superhub(self.config)  # history is written outside the load's transaction
+        try:
+            self.run_id = await start_run(meta, self.name)
+            await self._load_and_swap(conn)
+        except FedloadError as exc:
+            self.record.error = str(exc)
+            raise
+        except asyncio.CancelledError:
+            self.record.error = "the run was cancelled"
+            raise
+        finally:
+            self.record.raw_bytes, self.record.dump_bytes = self.state.raw_bytes, self.state.dump_bytes
+            await asyncio.shield(self._finish(meta))
+
+    async def _finish(self, meta: asyncpg.Connection) -> None:
+        try:
+            if self.run_id is not None:
+                await finish_run(meta, self.run_id, self.record)
+        finally:
+            await meta.close(timeout=10)
+
+    async def _load_and_swap(self, conn: asyncpg.Connection) -> None:
+        superhub = self.config.superhub
+        parents = await read_parents(conn, superhub.tables, superhub.feeder_key)
+        if not parents:
+            raise SuperhubError("no partitioned parent table matches superhub.tables; create them or set schema_file")
+        process = await self._transport.open(dump_command(self.feeder, self.config))
+        try:
+            await self._import(conn, process, parents)
+        except asyncpg.PostgresError as exc:
+            raise _translate(exc) from exc
+        finally:
+            await asyncio.shield(process.cancel())
+
+    async def _import(self, conn: asyncpg.Connection, process: FeederProcess, parents: dict[str, ParentTable]) -> None:
+        superhub = self.config.superhub
+        receiver = DumpReceiver(process, framed=self.feeder.agent)
+        policy = ImportPolicy(superhub.feeder_key, tuple(superhub.tables), superhub.extra_columns)
+        assert self.run_id is not None
+        self.phase("load")
+        async with conn.transaction():
+            importer = Importer(conn, feeder=self.name, key=self.feeder.key, run_id=self.run_id, parents=parents,
+                                policy=policy)  # fmt: skip
+            await importer.load(self._tracked(receiver, importer))
+            rows = {staged.parent.qualified_name: staged.rows for staged in importer.staged.values()}
+            _verify_counts(rows, receiver.trailer)
+            await importer.finish()
+            self.phase("swap")
+            swap_started = time.monotonic()
+            await swap_in(conn, importer.staged.values(), feeder=self.name, key=self.feeder.key,
+                          lock_timeout_s=superhub.swap_lock_timeout_s)  # fmt: skip
+        lock_ms = round((time.monotonic() - swap_started) * 1000, 1)
+        self.record = RunRecord("success", rows=rows, swap_lock_ms=lock_ms)
+
+    async def _tracked(self, receiver: DumpReceiver, importer: Importer) -> AsyncIterator[Item]:
+        async for item in receiver.items():
+            self.state.raw_bytes, self.state.dump_bytes = receiver.raw_bytes, receiver.dump_bytes
+            self.state.rows = sum(s.rows for s in importer.staged.values())
+            self._report(self.state)
+            yield item
+
+
+def _verify_counts(loaded: dict[str, int], trailer: Trailer | None) -> None:
+    """The agent's row counts must match what was loaded, table by table."""
+    if trailer is None:
+        return
+    for table, rows in trailer.rows.items():
+        if table in loaded and loaded[table] != rows:
+            raise DumpError(f"table {table}: the feeder sent {rows} rows but {loaded[table]} were loaded")
+
+
+def _translate(exc: asyncpg.PostgresError) -> FedloadError:
+    """Rows the superhub refuses (data or integrity errors) reject the dump; the rest is the superhub's failure."""
+    state = getattr(exc, "sqlstate", "") or ""
+    if state[:2] in ("22", "23"):
+        return DumpError(f"the superhub rejected a row: {exc}")
+    return SuperhubError(f"the superhub failed: {exc}")

@@ -1,0 +1,100 @@
+"""Run bookkeeping on the superhub (`fedload.runs`), the schemas fedload owns, and the per-feeder run lock."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from fedload.schema import PARTS_SCHEMA, STAGE_SCHEMA
+
+__all__ = ["RunRecord", "ensure_superhub", "finish_run", "start_run", "try_feeder_lock", "unlock_feeder"]
+
+_LOCK_CLASS = 0x6665646C  # "fedl": the advisory-lock namespace of fedload; the object id is hashtext(feeder)
+_BOOTSTRAP = f"""
+SELECT pg_advisory_xact_lock({_LOCK_CLASS}, 0);
+CREATE SCHEMA IF NOT EXISTS fedload;
+CREATE SCHEMA IF NOT EXISTS {STAGE_SCHEMA};
+CREATE SCHEMA IF NOT EXISTS {PARTS_SCHEMA};
+CREATE TABLE IF NOT EXISTS fedload.runs (
+    id bigserial PRIMARY KEY,
+    feeder text NOT NULL,
+    started_at timestamptz NOT NULL DEFAULT now(),
+    finished_at timestamptz,
+    outcome text NOT NULL DEFAULT 'running' CHECK (outcome IN ('running', 'success', 'failed', 'abandoned')),
+    error text,
+    raw_bytes bigint,
+    dump_bytes bigint,
+    rows jsonb,
+    swap_lock_ms double precision,
+    host text,
+    pid integer
+);
+CREATE INDEX IF NOT EXISTS runs_feeder_started ON fedload.runs (feeder, started_at DESC);
+"""
+
+
+@dataclass(slots=True)
+class RunRecord:
+    """What a finished run reports."""
+
+    outcome: str
+    error: str | None = None
+    raw_bytes: int = 0
+    dump_bytes: int = 0
+    rows: dict[str, int] | None = None
+    swap_lock_ms: float | None = None
+
+
+async def ensure_superhub(conn: asyncpg.Connection) -> None:
+    """Create fedload's schemas and history table if missing (safe to race with other processes)."""
+    async with conn.transaction():
+        await conn.execute(_BOOTSTRAP)
+
+
+async def try_feeder_lock(conn: asyncpg.Connection, feeder: str) -> bool:
+    """Take the feeder's session advisory lock, held by whoever syncs it (daemon or sync, any host)."""
+    return bool(await conn.fetchval("SELECT pg_try_advisory_lock($1, hashtext($2))", _LOCK_CLASS, feeder))
+
+
+async def unlock_feeder(conn: asyncpg.Connection, feeder: str) -> None:
+    """Release the feeder's advisory lock."""
+    await conn.execute("SELECT pg_advisory_unlock($1, hashtext($2))", _LOCK_CLASS, feeder)
+
+
+async def start_run(conn: asyncpg.Connection, feeder: str) -> int:
+    """Record a new run (marking runs of this feeder that never finished as abandoned); its id."""
+    await conn.execute(
+        "UPDATE fedload.runs SET outcome = 'abandoned', finished_at = now(), error = 'the run never finished' "
+        "WHERE feeder = $1 AND outcome = 'running'",
+        feeder,
+    )
+    run_id: int = await conn.fetchval(
+        "INSERT INTO fedload.runs (feeder, host, pid) VALUES ($1, $2, $3) RETURNING id",
+        feeder,
+        socket.gethostname(),
+        os.getpid(),
+    )
+    return run_id
+
+
+async def finish_run(conn: asyncpg.Connection, run_id: int, record: RunRecord) -> None:
+    """Record how a run ended."""
+    fields: dict[str, Any] = {
+        "outcome": record.outcome,
+        "error": record.error,
+        "raw_bytes": record.raw_bytes,
+        "dump_bytes": record.dump_bytes,
+        "rows": json.dumps(record.rows) if record.rows is not None else None,
+        "swap_lock_ms": record.swap_lock_ms,
+    }
+    await conn.execute(
+        "UPDATE fedload.runs SET finished_at = now(), outcome = $2, error = $3, raw_bytes = $4, dump_bytes = $5, "
+        "rows = $6::jsonb, swap_lock_ms = $7 WHERE id = $1",
+        run_id,
+        *fields.values(),
+    )

@@ -1,0 +1,88 @@
+"""Swap a feeder's staging tables in as its partitions, all tables at once, inside the load's transaction.
+
+Per table: DETACH and DROP the old partition, ATTACH the staging table (its CHECK constraint and prebuilt indexes
+make ATTACH cheap), move it to `fedload_parts` under the partition's stable name. DETACH takes ACCESS EXCLUSIVE
+on the parent until COMMIT, so the swap runs last, under a short `lock_timeout` inside a savepoint, and is retried:
+a long report holding the parent delays the swap, never the other way round for long.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Iterable
+
+import asyncpg
+
+from fedload.errors import SuperhubError
+from fedload.importer import StagedTable
+from fedload.log import get_logger
+from fedload.schema import PARTS_SCHEMA, ident, key_literal, qualified
+
+__all__ = ["drop_partitions", "partition_name", "swap_in"]
+
+_MAX_IDENTIFIER_BYTES = 63
+log = get_logger()
+
+
+def partition_name(table: str, feeder: str) -> str:
+    """The stable name of a feeder's partition of `table`: `<table>__<feeder>`, shortened with a hash if long."""
+    name = f"{table}__{feeder}"
+    if len(name.encode()) <= _MAX_IDENTIFIER_BYTES:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{table.encode()[:40].decode(errors='ignore')}__{feeder[:12]}_{digest}"
+
+
+async def swap_in(
+    conn: asyncpg.Connection,
+    staged: Iterable[StagedTable],
+    *,
+    feeder: str,
+    key: int | str,
+    lock_timeout_s: float = 2.0,
+    attempts: int = 30,
+) -> None:
+    """Replace the feeder's partitions by the staging tables (caller commits); SuperhubError if locks never come."""
+    tables = sorted(staged, key=lambda s: s.parent.qualified_name)  # one lock order for every feeder: no deadlocks
+    for attempt in range(1, attempts + 1):
+        try:
+            async with conn.transaction():  # a savepoint: a lock timeout undoes the swap, not the load
+                await conn.execute(f"SET LOCAL lock_timeout = '{int(lock_timeout_s * 1000)}ms'")
+                for table in tables:
+                    await _swap_table(conn, table, feeder, key)
+        except asyncpg.LockNotAvailableError:
+            log.info("swap.lock_busy", feeder=feeder, attempt=attempt)
+            await asyncio.sleep(min(0.1 * attempt, 2.0))
+        else:
+            return
+    raise SuperhubError(f"could not lock the parent tables of feeder {feeder} for the swap in {attempts} attempts")
+
+
+async def _swap_table(conn: asyncpg.Connection, table: StagedTable, feeder: str, key: int | str) -> None:
+    started = time.monotonic()
+    parent = table.parent.sql_name
+    name = partition_name(table.parent.name, feeder)
+    old = qualified(PARTS_SCHEMA, name)
+    if await conn.fetchval("SELECT to_regclass($1)", old) is not None:
+        await conn.execute(f"ALTER TABLE {parent} DETACH PARTITION {old}")
+        await conn.execute(f"DROP TABLE {old}")
+    await conn.execute(f"ALTER TABLE {parent} ATTACH PARTITION {table.stage_sql} FOR VALUES IN ({key_literal(key)})")
+    await conn.execute(f"ALTER TABLE {table.stage_sql} SET SCHEMA {ident(PARTS_SCHEMA)}")
+    await conn.execute(f"ALTER TABLE {qualified(PARTS_SCHEMA, table.stage_name)} RENAME TO {ident(name)}")
+    log.debug("swap.table", table=table.parent.qualified_name, ms=round((time.monotonic() - started) * 1000, 1))
+
+
+async def drop_partitions(conn: asyncpg.Connection, parents: Iterable[str], feeder: str) -> list[str]:
+    """Detach and drop the feeder's partitions of the named parents (`schema.name`); the ones dropped."""
+    dropped = []
+    async with conn.transaction():
+        for parent in sorted(parents):
+            schema, table = parent.split(".", 1)
+            old = qualified(PARTS_SCHEMA, partition_name(table, feeder))
+            if await conn.fetchval("SELECT to_regclass($1)", old) is not None:
+                await conn.execute(f"ALTER TABLE {qualified(schema, table)} DETACH PARTITION {old}")
+                await conn.execute(f"DROP TABLE {old}")
+                dropped.append(parent)
+    return dropped
