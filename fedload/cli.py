@@ -12,6 +12,7 @@ from fedload import __version__
 from fedload.config import Config, find_config_path, load_config
 from fedload.errors import ConfigError, FedloadError, UsageError
 from fedload.log import configure_logging
+from transforms.cli import positive_int
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "main"]
 
@@ -111,6 +112,13 @@ def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None
     remove.set_defaults(run=_run_feeder_remove)
 
 
+def _run_demo(args: argparse.Namespace) -> int:
+    from fedload.demo import run_demo  # noqa: PLC0415
+
+    configure_logging(level="warning")
+    return run_demo(keep=args.keep, hosts=args.hosts)
+
+
 def _run_check_config(args: argparse.Namespace) -> int:
     path = find_config_path(args.config)
     config = load_config(path)
@@ -139,6 +147,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_agent_parser(commands)
     _add_superhub_parsers(commands)
+
+    demo = commands.add_parser("demo", help="run a local superhub and three feeders, sync them, show the result")
+    demo.add_argument("--keep", action="store_true", help="leave the clusters running afterwards")
+    demo.add_argument(
+        "--hosts", type=positive_int, default=500, metavar="N", help="hosts on the first feeder (default 500)"
+    )
+    demo.set_defaults(run=_run_demo)
 
     check = commands.add_parser("check-config", help="validate the configuration file and print every problem")
     _add_config_option(check)

@@ -5,17 +5,19 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import sys
 from collections.abc import Sequence
+
+from rich.console import Console
 
 from fedload.config import Config
 from fedload.errors import ConfigError, UsageError
 from fedload.log import get_logger
-from fedload.pipeline import FeederRun, Progress, ProgressCallback, connect_superhub, sync_feeder
+from fedload.pipeline import FeederRun, ProgressCallback, connect_superhub, sync_feeder
+from fedload.progress import live_progress, summary_table
 from fedload.runs import ensure_superhub
 from fedload.schema import create_parents_from_file
 
-__all__ = ["prepare_superhub", "run_sync", "sync_feeders"]
+__all__ = ["prepare_superhub", "run_sync", "sync_feeders", "sync_with_display"]
 
 log = get_logger()
 
@@ -64,31 +66,23 @@ def _selected(config: Config, names: Sequence[str]) -> list[str]:
     return list(names) or list(config.feeders)
 
 
-def _summary(runs: list[FeederRun]) -> str:
-    header = f"{'feeder':<20} {'outcome':<8} {'rows':>12} {'MB':>9} {'seconds':>8}  error"
-    lines = [
-        f"{run.feeder:<20} {run.outcome:<8} {sum(run.rows.values()):>12} {run.raw_bytes / 1e6:>9.1f} "
-        f"{run.seconds:>8.1f}  {run.error or ''}"
-        for run in runs
-    ]
-    return "\n".join([header, *lines])
-
-
 def run_sync(config: Config, names: Sequence[str], *, as_json: bool = False) -> int:
     """Sync once and print a summary; 0 if every feeder succeeded, 1 otherwise."""
     selected = _selected(config, names)
-    progress = _progress_printer() if sys.stderr.isatty() and not as_json else None
-    runs = asyncio.run(sync_feeders(config, selected, progress))
     if as_json:
+        runs = asyncio.run(sync_feeders(config, selected))
         print(json.dumps([dataclasses.asdict(run) for run in runs]))
     else:
-        print(_summary(runs))
+        runs = asyncio.run(sync_with_display(config, selected, Console()))
     return 0 if all(run.outcome == "success" for run in runs) else 1
 
 
-def _progress_printer() -> ProgressCallback:
-    def show(state: Progress) -> None:
-        print(f"\r{state.feeder}: {state.phase} {state.raw_bytes / 1e6:.1f} MB, {state.rows} rows", end="",
-              file=sys.stderr)  # fmt: skip
-
-    return show
+async def sync_with_display(config: Config, names: Sequence[str], console: Console) -> list[FeederRun]:
+    """Sync with a live table on a terminal (plain logs otherwise), then print the summary table."""
+    if console.is_terminal:
+        with live_progress(console) as progress:
+            runs = await sync_feeders(config, names, progress)
+    else:
+        runs = await sync_feeders(config, names)
+    console.print(summary_table(runs))
+    return runs

@@ -1,0 +1,96 @@
+"""A feeder on the superhub's own host: the dump command runs as a local subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections import deque
+from collections.abc import Mapping
+
+from fedload.errors import FeederCommandError, FeederTimeoutError
+from fedload.log import get_logger
+
+__all__ = ["LocalProcess", "LocalTransport"]
+
+_STDERR_TAIL_BYTES = 4096
+_WAIT_TIMEOUT_S = 30.0
+log = get_logger()
+
+
+class LocalProcess:
+    """A running local dump command (its own process group, so cancel() reaches pg_dump too)."""
+
+    def __init__(self, process: asyncio.subprocess.Process, read_timeout_s: float) -> None:
+        self._process = process
+        self._read_timeout_s = read_timeout_s
+        self._stderr: deque[bytes] = deque()
+        self._stderr_task = asyncio.create_task(self._drain_stderr())
+
+    async def _drain_stderr(self) -> None:
+        assert self._process.stderr is not None
+        while line := await self._process.stderr.read(1024):
+            self._stderr.append(line)
+            while sum(map(len, self._stderr)) > _STDERR_TAIL_BYTES and len(self._stderr) > 1:
+                self._stderr.popleft()
+
+    async def read(self, max_bytes: int) -> bytes:
+        """Up to `max_bytes` of stdout; FeederTimeoutError if silent for the read timeout."""
+        assert self._process.stdout is not None
+        try:
+            async with asyncio.timeout(self._read_timeout_s):
+                return await self._process.stdout.read(max_bytes)
+        except TimeoutError:
+            raise FeederTimeoutError(f"the local dump command sent nothing for {self._read_timeout_s:g} s") from None
+
+    async def wait(self) -> int:
+        """The exit status (negative: killed by that signal)."""
+        try:
+            async with asyncio.timeout(_WAIT_TIMEOUT_S):
+                status = await self._process.wait()
+                await self._stderr_task
+        except TimeoutError:
+            raise FeederCommandError(f"the local dump command did not exit within {_WAIT_TIMEOUT_S:g} s") from None
+        return status
+
+    @property
+    def stderr_tail(self) -> str:
+        """The last few KB of stderr."""
+        return b"".join(self._stderr)[-_STDERR_TAIL_BYTES:].decode("utf-8", errors="replace")
+
+    async def cancel(self) -> None:
+        """Kill the process group and reap it; idempotent."""
+        if self._process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self._process.pid, signal.SIGKILL)
+        with contextlib.suppress(TimeoutError, ProcessLookupError):
+            async with asyncio.timeout(_WAIT_TIMEOUT_S):
+                await self._process.wait()
+        self._stderr_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._stderr_task
+
+
+class LocalTransport:
+    """Runs the dump command on this host."""
+
+    def __init__(self, read_timeout_s: float = 300.0, env: Mapping[str, str] | None = None) -> None:
+        self._read_timeout_s = read_timeout_s
+        self._env = dict(env) if env is not None else None
+
+    async def open(self, argv: list[str]) -> LocalProcess:
+        """Start `argv`; FeederCommandError if it cannot start."""
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+                env=self._env,
+            )
+        except OSError as exc:
+            raise FeederCommandError(f"cannot start the local dump command {argv[0]}: {exc.strerror or exc}") from exc
+        log.debug("transport.local_started", argv=argv, pid=process.pid)
+        return LocalProcess(process, self._read_timeout_s)
