@@ -12,12 +12,12 @@ from transforms.errors import RemapError, TransformError
 from transforms.remap import load_remap
 from transforms.transform import TransformOptions, transform_stream
 
-__all__ = ["add_arguments", "main", "run"]
+__all__ = ["add_arguments", "main", "positive_int", "run"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -31,14 +31,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The filter's options."""
     parser.add_argument(
         "--rows-per-statement",
-        type=_positive_int,
+        type=positive_int,
         default=DEFAULT_ROWS_PER_STATEMENT,
         metavar="N",
         help=f"most rows in one merged INSERT (default {DEFAULT_ROWS_PER_STATEMENT})",
     )
     parser.add_argument(
         "--max-statement-bytes",
-        type=_positive_int,
+        type=positive_int,
         default=DEFAULT_MAX_STATEMENT_BYTES,
         metavar="N",
         help="size cap of a merged INSERT; a single larger row still passes (default 16 MiB)",
