@@ -89,7 +89,8 @@ class SuperhubConfig(_Model):
     stale_after_s: Seconds = 1800.0
     connect_timeout_s: Seconds = 15.0
     statement_timeout_s: Seconds = 3600.0
-    swap_lock_timeout_s: Seconds = 2.0
+    swap_lock_timeout_s: Seconds = Field(0.5, lt=1.0)  # below PostgreSQL's deadlock_timeout: the swap yields
+    swap_max_wait_s: Seconds = 300.0
     run_timeout_s: Seconds = 6 * 3600.0
 
 

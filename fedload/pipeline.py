@@ -209,7 +209,7 @@ class _FeederSync:
             self.phase("swap")
             swap_started = time.monotonic()
             await swap_in(conn, importer.staged.values(), feeder=self.name, key=self.feeder.key,
-                          lock_timeout_s=superhub.swap_lock_timeout_s)  # fmt: skip
+                          lock_timeout_s=superhub.swap_lock_timeout_s, max_wait_s=superhub.swap_max_wait_s)  # fmt: skip
         lock_ms = round((time.monotonic() - swap_started) * 1000, 1)
         self.record = RunRecord("success", rows=rows, swap_lock_ms=lock_ms)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
+import random
 import time
 from collections.abc import Iterable
 
@@ -41,23 +43,34 @@ async def swap_in(
     *,
     feeder: str,
     key: int | str,
-    lock_timeout_s: float = 2.0,
-    attempts: int = 30,
+    lock_timeout_s: float = 0.5,
+    max_wait_s: float = 300.0,
 ) -> None:
-    """Replace the feeder's partitions by the staging tables (caller commits); SuperhubError if locks never come."""
-    tables = sorted(staged, key=lambda s: s.parent.qualified_name)  # one lock order for every feeder: no deadlocks
-    for attempt in range(1, attempts + 1):
+    """Replace the feeder's partitions by the staging tables (caller commits); SuperhubError if locks never come.
+
+    All parents are locked first, in one statement and one order. A reader holding one parent while waiting for
+    another could still deadlock with the swap; `lock_timeout_s` below the server's deadlock_timeout (1 s by
+    default) makes the swap, not the reader, give up: it rolls back to its savepoint and tries again.
+    """
+    tables = sorted(staged, key=lambda s: s.parent.qualified_name)
+    parents = ", ".join(t.parent.sql_name for t in tables)
+    deadline = time.monotonic() + max_wait_s
+    for attempt in itertools.count(1):
         try:
             async with conn.transaction():  # a savepoint: a lock timeout undoes the swap, not the load
                 await conn.execute(f"SET LOCAL lock_timeout = '{int(lock_timeout_s * 1000)}ms'")
+                await conn.execute(f"LOCK TABLE {parents} IN ACCESS EXCLUSIVE MODE")
                 for table in tables:
                     await _swap_table(conn, table, feeder, key)
-        except asyncpg.LockNotAvailableError:
+        except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError):
             log.info("swap.lock_busy", feeder=feeder, attempt=attempt)
-            await asyncio.sleep(min(0.1 * attempt, 2.0))
+            if time.monotonic() > deadline:
+                raise SuperhubError(
+                    f"could not lock the parent tables of feeder {feeder} for the swap within {max_wait_s:g} s"
+                ) from None
+            await asyncio.sleep(random.uniform(0.05, min(0.05 * attempt, 1.0)))  # noqa: S311 - jitter only
         else:
             return
-    raise SuperhubError(f"could not lock the parent tables of feeder {feeder} for the swap in {attempts} attempts")
 
 
 async def _swap_table(conn: asyncpg.Connection, table: StagedTable, feeder: str, key: int | str) -> None:

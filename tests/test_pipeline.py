@@ -1,0 +1,325 @@
+"""End-to-end syncs against real PostgreSQL: drift, atomic swap, failures and hostile dumps leave old data intact."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import stat
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+from fedload.config import Config, parse_config
+from fedload.localpg import LocalCluster, find_installs
+from fedload.pipeline import FeederRun, sync_feeder
+from fedload.stream import Header, StreamEncoder
+from fedload.sync import prepare_superhub, sync_feeders
+
+SCHEMA = """
+CREATE TABLE public.hosts (hostkey text NOT NULL, name text, site text DEFAULT 'none', seen timestamptz,
+    PRIMARY KEY (hostkey));
+CREATE TABLE public.contexts (hostkey text NOT NULL, contextname text, tags text[], score integer);
+"""
+FEEDER_DATA = """
+INSERT INTO hosts (hostkey, name, seen)
+SELECT 'SHA=' || g, E'host ''' || g || E'''\\n;\\t\\\\ x', now() - g * interval '1 minute'
+FROM generate_series(1, {n}) g;
+INSERT INTO contexts SELECT 'SHA=' || (g % {n}), 'ctx' || g, ARRAY['a,b', 'c"d', NULL], g
+FROM generate_series(1, {m}) g;
+"""
+DIGEST = "SELECT count(*) || ':' || coalesce(md5(string_agg({cols}, '|' ORDER BY {cols})), '') FROM {table}"
+_names = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    """One PostgreSQL 15 (or the lowest available) cluster for the module."""
+    installs = find_installs()
+    if not installs:
+        pytest.fail("no PostgreSQL server binaries found")
+    install = installs.get(15) or installs[min(installs)]
+    running = LocalCluster(install, name="pipeline").start()
+    yield running
+    running.stop()
+
+
+@dataclass
+class Federation:
+    """A superhub database and feeder databases on the test cluster, with a config naming them."""
+
+    cluster: LocalCluster
+    superhub: str
+    feeders: dict[str, str]
+    tmp: Path
+
+    def config(self, **feeder_overrides: Any) -> Config:
+        """The configuration; `feeder_overrides` apply to every feeder."""
+        schema_file = self.tmp / "schema.sql"
+        schema_file.write_text(SCHEMA)
+        superhub = {"dsn": self.cluster.dsn(self.superhub), "tables": ["public.*"], "schema_file": str(schema_file)}
+        feeders = {
+            name: {
+                "key": i,
+                "transport": "local",
+                "database": self.cluster.conninfo(db),
+                "pg_dump": self.cluster.install.tool("pg_dump"),
+                **feeder_overrides,
+            }
+            for i, (name, db) in enumerate(self.feeders.items(), start=1)
+        }
+        return parse_config({"superhub": superhub, "feeders": feeders})
+
+    def digest(self, db: str, table: str, cols: str, where: str = "") -> str:
+        """Row count and digest of a table's rows."""
+        return self.cluster.psql(DIGEST.format(cols=cols, table=f"{table} {where}"), dbname=db).strip()
+
+    def superhub_sql(self, sql: str) -> str:
+        """Run SQL on the superhub."""
+        return self.cluster.psql(sql, dbname=self.superhub).strip()
+
+
+@pytest.fixture
+def federation(cluster: LocalCluster, tmp_path: Path) -> Federation:
+    """A fresh superhub database and three feeder databases with 300, 200 and 100 hosts."""
+    suffix = next(_names)
+    superhub = f"superhub_{suffix}"
+    cluster.psql(f"CREATE DATABASE {superhub}")
+    feeders = {}
+    for i, n in enumerate((300, 200, 100), start=1):
+        db = f"feeder{i}_{suffix}"
+        cluster.psql(f"CREATE DATABASE {db}")
+        cluster.psql(SCHEMA + FEEDER_DATA.format(n=n, m=n * 10), dbname=db)
+        feeders[f"hub{i}"] = db
+    tmp_path.chmod(0o755)
+    return Federation(cluster, superhub, feeders, tmp_path)
+
+
+HOST_COLS = "hostkey || coalesce(name, '') || coalesce(seen::text, '')"
+CONTEXT_COLS = "hostkey || contextname || coalesce(tags::text, '') || coalesce(score::text, '')"
+
+
+def assert_feeders_equal_partitions(fed: Federation, keys: dict[str, int] | None = None) -> None:
+    """Every feeder's tables equal its rows on the superhub (row digests)."""
+    keys = keys or {name: i for i, name in enumerate(fed.feeders, start=1)}
+    for name, key in keys.items():
+        db = fed.feeders[name]
+        for table, cols in (("hosts", HOST_COLS), ("contexts", CONTEXT_COLS)):
+            expected = fed.digest(db, table, cols)
+            assert fed.digest(fed.superhub, table, cols, f"WHERE hub_id = {key}") == expected, (name, table)
+
+
+def sync(config: Config, *names: str) -> list[FeederRun]:
+    """Sync the named feeders (all if none)."""
+    return asyncio.run(sync_feeders(config, list(names) or list(config.feeders)))
+
+
+def staging_leftovers(fed: Federation) -> str:
+    """Tables left in fedload's staging schema."""
+    return fed.superhub_sql("SELECT count(*) FROM pg_tables WHERE schemaname = 'fedload_stage'")
+
+
+@pytest.mark.parametrize("mode", ["copy", "inserts"])
+def test_three_feeders_load_and_resync(federation: Federation, mode: str) -> None:
+    """Three feeders load into their partitions exactly; a second sync swaps in their changed data."""
+    config = federation.config(dump_mode=mode)
+    runs = sync(config)
+    assert [r.outcome for r in runs] == ["success"] * 3, [r.error for r in runs]
+    assert runs[0].rows == {"public.contexts": 3000, "public.hosts": 300}
+    assert_feeders_equal_partitions(federation)
+    federation.cluster.psql("DELETE FROM hosts WHERE hostkey LIKE 'SHA=1%'", dbname=federation.feeders["hub1"])
+    assert [r.outcome for r in sync(config, "hub1")] == ["success"]
+    assert_feeders_equal_partitions(federation)
+    assert staging_leftovers(federation) == "0"
+    assert federation.superhub_sql("SELECT count(*) FROM fedload.runs WHERE outcome = 'success'") == "4"
+
+
+def test_schema_drift_defaults_and_dropped_columns(federation: Federation) -> None:
+    """A missing column takes the superhub default; an extra feeder column is dropped; column order is free."""
+    db = federation.feeders["hub2"]
+    federation.cluster.psql(
+        "ALTER TABLE hosts DROP COLUMN site; ALTER TABLE hosts ADD COLUMN uptime bigint DEFAULT 7;"
+        "CREATE TABLE h2 AS SELECT seen, uptime, name, hostkey FROM hosts; DROP TABLE hosts;"
+        "ALTER TABLE h2 RENAME TO hosts;",
+        dbname=db,
+    )
+    runs = sync(federation.config())
+    assert [r.outcome for r in runs] == ["success"] * 3, [r.error for r in runs]
+    assert_feeders_equal_partitions(federation)
+    assert federation.superhub_sql("SELECT DISTINCT site FROM hosts WHERE hub_id = 2") == "none"
+
+
+def test_extra_columns_can_be_an_error(federation: Federation) -> None:
+    """With extra_columns = "error", a feeder column the superhub lacks fails that feeder only."""
+    federation.cluster.psql("ALTER TABLE hosts ADD COLUMN surprise int", dbname=federation.feeders["hub3"])
+    config = federation.config()
+    config = config.model_copy(update={"superhub": config.superhub.model_copy(update={"extra_columns": "error"})})
+    runs = sync(config)
+    assert [r.outcome for r in runs] == ["success", "success", "failed"]
+    assert "columns the superhub lacks: surprise" in (runs[2].error or "")
+
+
+def write_script(path: Path, body: str) -> str:
+    """An executable shell script."""
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC | stat.S_IXOTH | stat.S_IROTH)
+    return str(path)
+
+
+def failing_after_first_sync(fed: Federation, body: str | None = None, **overrides: Any) -> FeederRun:
+    """Sync hub1 once normally, then again with `body` as its dump command (or other overrides); that result."""
+    config = fed.config()
+    assert sync(config, "hub1")[0].outcome == "success"
+    before = fed.digest(fed.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1")
+    fed.cluster.psql("INSERT INTO hosts (hostkey) VALUES ('new')", dbname=fed.feeders["hub1"])
+    if body is not None:
+        overrides["agent_command"] = [write_script(fed.tmp / "dump.sh", body)]
+    run = sync(fed.config(**overrides), "hub1")[0]
+    assert fed.digest(fed.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1") == before  # old data intact
+    assert staging_leftovers(fed) == "0"
+    assert fed.superhub_sql("SELECT outcome FROM fedload.runs ORDER BY id DESC LIMIT 1") == "failed"
+    return run
+
+
+AGENT = f"{sys.executable} -m fedload"
+
+
+def test_truncated_stream_keeps_old_data(federation: Federation) -> None:
+    """A stream cut short is rejected as truncated; the feeder's previous data stays."""
+    run = failing_after_first_sync(federation, f'{AGENT} "$@" | head -c 3000\n')
+    assert run.outcome == "failed"
+    assert "truncated" in (run.error or "")
+
+
+def test_pg_dump_failing_half_way_keeps_old_data(federation: Federation) -> None:
+    """pg_dump that prints part of a dump and then fails is detected from the trailer."""
+    real = federation.config().feeders["hub1"].pg_dump
+    fake = write_script(
+        federation.tmp / "pg_dump",
+        f'case "$1" in --version) exec {real} --version;; esac\n'
+        f'{real} "$@" | head -c 20000; echo "pg_dump: error: connection lost" >&2; exit 1\n',
+    )
+    run = failing_after_first_sync(federation, pg_dump=fake)
+    assert "pg_dump failed on the feeder with exit status 1: pg_dump: error: connection lost" in (run.error or "")
+
+
+def test_bad_row_fails_the_run_and_keeps_old_data(federation: Federation) -> None:
+    """A row the superhub cannot store rejects the dump (bad_rows = "fail")."""
+    federation.cluster.psql("ALTER TABLE contexts ALTER score TYPE text", dbname=federation.feeders["hub1"])
+    run = failing_after_first_sync(
+        federation, f"psql -q -c \"UPDATE contexts SET score = 'not a number' WHERE score = '5'\" "
+        f"'{federation.cluster.conninfo(federation.feeders['hub1'])}'\nexec {AGENT} \"$@\"\n",
+    )  # fmt: skip
+    assert "the superhub rejected a row" in (run.error or "")
+    assert "not a number" in (run.error or "")
+
+
+def crafted_stream(dump: bytes, rows: dict[str, int] | None = None) -> bytes:
+    """A well-formed fedload stream around `dump`, as a hostile feeder could send it."""
+    encoder = StreamEncoder(Header("zstd", "copy", "evil", "15", ["public.*"]))
+    return encoder.start() + encoder.data(dump) + encoder.finish(pg_dump_exit_status=0, rows=rows or {})
+
+
+HOSTILE_DUMPS = {
+    "drop table": b"DROP TABLE public.hosts;\n",
+    "copy to program": b"COPY public.hosts TO PROGRAM 'touch /tmp/fedload-pwned';\n",
+    "injected tuple": b"INSERT INTO public.hosts (hostkey) VALUES ('a'); DELETE FROM public.hosts; --');\n",
+    "tuple with expression": b"INSERT INTO public.hosts (hostkey, name) VALUES ('a', (SELECT current_user));\n",
+    "shell meta-command": b"\\! touch /tmp/fedload-pwned\n",
+    "unconfigured table": b"COPY evil.t (a) FROM stdin;\nx\n\\.\n",
+    "other schema": b"INSERT INTO fedload.runs (feeder) VALUES ('x');\n",
+    "set role": b"SET role = postgres;\n",
+    "function": b"CREATE FUNCTION public.f() RETURNS int AS $$ SELECT 1 $$ LANGUAGE sql;\n",
+}
+
+
+@pytest.mark.parametrize("attack", list(HOSTILE_DUMPS))
+def test_hostile_dumps_are_rejected_and_change_nothing(federation: Federation, attack: str) -> None:
+    """Statements other than data for the feeder's own tables reject the dump; the superhub is unchanged."""
+    evil = federation.tmp / "evil.bin"
+    prefix = b"SET statement_timeout = 0;\nINSERT INTO public.hosts (hostkey) VALUES ('ok');\n"
+    evil.write_bytes(crafted_stream(prefix + HOSTILE_DUMPS[attack]))
+    run = failing_after_first_sync(federation, f"cat {evil}\n")
+    assert run.outcome == "failed"
+    assert "dump line" in (run.error or ""), run.error
+    assert federation.superhub_sql("SELECT count(*) FROM pg_proc WHERE proname = 'f'") == "0"
+    assert not Path("/tmp/fedload-pwned").exists()
+
+
+def test_row_counts_must_match_the_trailer(federation: Federation) -> None:
+    """A stream whose trailer states other row counts than arrived is rejected."""
+    evil = federation.tmp / "liar.bin"
+    dump = b"COPY public.hosts (hostkey) FROM stdin;\nk1\nk2\n\\.\n"
+    evil.write_bytes(crafted_stream(dump, rows={"public.hosts": 3}))
+    run = failing_after_first_sync(federation, f"cat {evil}\n")
+    assert "the feeder sent 3 rows but 2 were loaded" in (run.error or "")
+
+
+def test_cancel_mid_load_keeps_old_data(federation: Federation) -> None:
+    """Cancelling a run while rows stream in rolls everything back; the next run succeeds."""
+    config = federation.config()
+    assert sync(config, "hub1")[0].outcome == "success"
+    before = federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1")
+    script = write_script(federation.tmp / "slow.sh", f'{AGENT} "$@" > {federation.tmp}/s.bin\n'
+                          f"head -c 4000 {federation.tmp}/s.bin; sleep 30\n")  # fmt: skip
+
+    async def cancel_soon() -> None:
+        task = asyncio.create_task(sync_feeder("hub1", federation.config(agent_command=[script])))
+        await asyncio.sleep(3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_soon())
+    assert federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1") == before
+    assert staging_leftovers(federation) == "0"
+    assert sync(config, "hub1")[0].outcome == "success"
+
+
+def test_readers_never_see_a_mixed_or_empty_feeder(federation: Federation) -> None:
+    """While syncs repeat with changing data, readers see each feeder's old or new state, never anything else."""
+    config = federation.config()
+    asyncio.run(prepare_superhub(config))
+    assert [r.outcome for r in sync(config)] == ["success"] * 3
+    feeder_db = federation.feeders["hub1"]
+    states = {federation.superhub_sql("SELECT count(*) || '/' || (SELECT count(*) FROM contexts WHERE hub_id = 1) "
+                                      "FROM hosts WHERE hub_id = 1")}  # fmt: skip
+
+    async def reader(stop: asyncio.Event, seen: set[str]) -> int:
+        conn = await asyncpg.connect(federation.cluster.dsn(federation.superhub))
+        reads = 0
+        try:
+            while not stop.is_set():
+                async with conn.transaction(isolation="repeatable_read"):
+                    hosts = await conn.fetchval("SELECT count(*) FROM hosts WHERE hub_id = 1")
+                    contexts = await conn.fetchval("SELECT count(*) FROM contexts WHERE hub_id = 1")
+                seen.add(f"{hosts}/{contexts}")
+                reads += 1
+        finally:
+            await conn.close()
+        return reads
+
+    async def scenario() -> tuple[set[str], int]:
+        stop, seen = asyncio.Event(), set[str]()
+        reading = asyncio.create_task(reader(stop, seen))
+        for round_ in range(4):
+            federation.cluster.psql(
+                f"INSERT INTO hosts (hostkey) SELECT 'r{round_}-' || g FROM generate_series(1, 10) g;"
+                f"INSERT INTO contexts (hostkey, contextname) "
+                f"SELECT 'r{round_}', 'c' || g FROM generate_series(1, 5) g",
+                dbname=feeder_db,
+            )
+            states.add(federation.digest(feeder_db, "hosts", "hostkey").split(":")[0] + "/"
+                       + federation.digest(feeder_db, "contexts", "hostkey").split(":")[0])  # fmt: skip
+            run = await sync_feeder("hub1", config)
+            assert run.outcome == "success", run.error
+        stop.set()
+        return seen, await reading
+
+    seen, reads = asyncio.run(scenario())
+    assert reads > 20
+    assert seen <= states, seen - states  # only complete states of the feeder, never empty, never mixed
