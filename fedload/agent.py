@@ -54,9 +54,15 @@ def pg_dump_argv(options: AgentOptions) -> list[str]:
     mode = ["--column-inserts"] if options.dump_mode == "inserts" else []
     tables = [f"--table={pattern}" for pattern in options.tables]
     return [
-        options.pg_dump, "--data-only", "--no-password", "--encoding=UTF8", *mode, *tables,
-        *options.pg_dump_args, f"--dbname={options.database}",
-    ]  # fmt: skip
+        options.pg_dump,
+        "--data-only",
+        "--no-password",
+        "--encoding=UTF8",
+        *mode,
+        *tables,
+        *options.pg_dump_args,
+        f"--dbname={options.database}",
+    ]
 
 
 def _pg_dump_version(pg_dump: str) -> str:
@@ -92,8 +98,9 @@ class _StderrTail:
 def run_agent(options: AgentOptions, out: BinaryIO) -> int:
     """Write the fedload stream of one dump to `out`; exit status 0 only when the dump is complete."""
     transform = _transform_options(options)
-    header = Header(options.compression, options.dump_mode, __version__, _pg_dump_version(options.pg_dump),
-                    list(options.tables))  # fmt: skip
+    header = Header(
+        options.compression, options.dump_mode, __version__, _pg_dump_version(options.pg_dump), list(options.tables)
+    )
     encoder = StreamEncoder(header)
     argv = pg_dump_argv(options)
     log.info("agent.dump_started", argv=argv)
@@ -134,11 +141,21 @@ def _stream(process: subprocess.Popen[bytes], transformer: Transformer, encoder:
         error = f"the dump could not be transformed: {exc}"
         process.kill()
     status = process.wait(timeout=_EXIT_TIMEOUT_S)
-    trailer = encoder.finish(pg_dump_exit_status=status, rows=dict(transformer.stats.rows),
-                             server_version=server_version, error=error, stderr_tail=stderr.text())  # fmt: skip
+    trailer = encoder.finish(
+        pg_dump_exit_status=status,
+        rows=dict(transformer.stats.rows),
+        server_version=server_version,
+        error=error,
+        stderr_tail=stderr.text(),
+    )
     _write(out, trailer)
-    log.info("agent.dump_finished", status=status, error=error or None, bytes=encoder.payload_bytes,
-             rows=sum(transformer.stats.rows.values()))  # fmt: skip
+    log.info(
+        "agent.dump_finished",
+        status=status,
+        error=error or None,
+        bytes=encoder.payload_bytes,
+        rows=sum(transformer.stats.rows.values()),
+    )
     return 0 if status == 0 and not error else 1
 
 

@@ -89,6 +89,23 @@ def _run_sync(args: argparse.Namespace) -> int:
     return run_sync(config, args.feeders, as_json=args.json)
 
 
+def _run_daemon(args: argparse.Namespace) -> int:
+    from fedload.daemon import run_daemon  # noqa: PLC0415
+
+    path = find_config_path(args.config)
+    config = load_config(path)
+    configure_logging(level=config.log_level, json=True)
+    return run_daemon(config, path)
+
+
+def _run_status(args: argparse.Namespace) -> int:
+    from fedload.status import run_status  # noqa: PLC0415
+
+    config = _config(args)
+    configure_logging(level="warning")
+    return run_status(config, as_json=args.json)
+
+
 def _run_feeder_remove(args: argparse.Namespace) -> int:
     from fedload.admin import remove_feeder  # noqa: PLC0415
 
@@ -103,6 +120,15 @@ def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None
     sync.add_argument("--json", action="store_true", help="print the summary as JSON")
     _add_config_option(sync)
     sync.set_defaults(run=_run_sync)
+
+    daemon = commands.add_parser("daemon", help="sync every feeder on its schedule until SIGTERM (systemd service)")
+    _add_config_option(daemon)
+    daemon.set_defaults(run=_run_daemon)
+
+    status = commands.add_parser("status", help="per feeder: last success, data age, rows, last error, next run")
+    status.add_argument("--json", action="store_true", help="print JSON for machines")
+    _add_config_option(status)
+    status.set_defaults(run=_run_status)
 
     feeder = commands.add_parser("feeder", help="manage feeders on the superhub")
     feeder_commands = feeder.add_subparsers(title="feeder commands", metavar="COMMAND", required=True)

@@ -18,6 +18,7 @@ __all__ = [
     "DEFAULT_CONFIG_PATHS",
     "Compression",
     "Config",
+    "DaemonConfig",
     "DumpMode",
     "FeederConfig",
     "SshConfig",
@@ -131,11 +132,18 @@ class FeederConfig(_Model):
         return self
 
 
+class DaemonConfig(_Model):
+    """The long-running scheduler."""
+
+    shutdown_grace_s: Seconds = 60.0
+
+
 class Config(_Model):
     """The whole file."""
 
     superhub: SuperhubConfig
     transform: TransformConfig = TransformConfig()
+    daemon: DaemonConfig = DaemonConfig()
     feeders: dict[Name, FeederConfig] = {}
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

@@ -125,8 +125,21 @@ class LocalCluster:
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=50"
         )
         try:
-            self._run(["pg_ctl", "-D", str(self.data), "-l", str(self.dir / "server.log"), "-o", options, "-w",
-                       "-t", str(int(_TIMEOUT_S)), "start"])  # fmt: skip
+            self._run(
+                [
+                    "pg_ctl",
+                    "-D",
+                    str(self.data),
+                    "-l",
+                    str(self.dir / "server.log"),
+                    "-o",
+                    options,
+                    "-w",
+                    "-t",
+                    str(int(_TIMEOUT_S)),
+                    "start",
+                ]
+            )
         except ConfigError as exc:
             log = (self.dir / "server.log").read_text(errors="replace")[-2000:]
             raise ConfigError(f"{exc}; server log: {log}") from exc
@@ -142,8 +155,22 @@ class LocalCluster:
 
     def psql(self, sql: str, dbname: str = "postgres") -> str:
         """Run SQL with psql (ON_ERROR_STOP); its output."""
-        argv = [self.install.tool("psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-At", "-h", self.host, "-p",
-                str(self.port), "-U", "postgres", "-d", dbname]  # fmt: skip
+        argv = [
+            self.install.tool("psql"),
+            "-X",
+            "-q",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-At",
+            "-h",
+            self.host,
+            "-p",
+            str(self.port),
+            "-U",
+            "postgres",
+            "-d",
+            dbname,
+        ]
         try:
             result = subprocess.run(argv, input=sql, capture_output=True, text=True, timeout=600, check=True)
         except subprocess.CalledProcessError as exc:
@@ -154,8 +181,9 @@ class LocalCluster:
         command = [self.install.tool(argv[0]), *argv[1:]]
         user = {"user": self._user.pw_uid, "group": self._user.pw_gid} if self._user else {}
         try:
-            subprocess.run(command, capture_output=True, text=True, timeout=_TIMEOUT_S, check=True, cwd=self.dir,
-                           **user)  # type: ignore[call-overload]  # fmt: skip
+            subprocess.run(
+                command, capture_output=True, text=True, timeout=_TIMEOUT_S, check=True, cwd=self.dir, **user
+            )  # type: ignore[call-overload]
         except subprocess.CalledProcessError as exc:
             raise ConfigError(f"{argv[0]} failed: {(exc.stderr or exc.stdout).strip()[-800:]}") from exc
         except (OSError, subprocess.TimeoutExpired) as exc:

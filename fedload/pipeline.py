@@ -84,11 +84,27 @@ def dump_command(feeder: FeederConfig, config: Config) -> list[str]:
     tables = [arg for table in options.tables for arg in ("--table", table)]
     remap = ["--remap", str(feeder.remap)] if feeder.remap else []
     return [
-        *head, "agent", "dump", "--quiet", "--database", options.database, *tables, "--mode", options.dump_mode,
-        "--compression", options.compression, "--pg-dump", options.pg_dump, *remap,
-        "--rows-per-statement", str(config.transform.rows_per_statement),
-        "--max-statement-bytes", str(config.transform.max_statement_bytes), "--", *options.pg_dump_args,
-    ]  # fmt: skip
+        *head,
+        "agent",
+        "dump",
+        "--quiet",
+        "--database",
+        options.database,
+        *tables,
+        "--mode",
+        options.dump_mode,
+        "--compression",
+        options.compression,
+        "--pg-dump",
+        options.pg_dump,
+        *remap,
+        "--rows-per-statement",
+        str(config.transform.rows_per_statement),
+        "--max-statement-bytes",
+        str(config.transform.max_statement_bytes),
+        "--",
+        *options.pg_dump_args,
+    ]
 
 
 def _transport(feeder: FeederConfig) -> Transport:
@@ -139,10 +155,23 @@ class _FeederSync:
             self.record.error = str(exc)
         self.phase(self.record.outcome)
         seconds = time.monotonic() - self.state.started
-        log.info("sync.feeder_done", feeder=self.name, outcome=self.record.outcome, error=self.record.error,
-                 seconds=round(seconds, 2))  # fmt: skip
-        return FeederRun(self.name, self.record.outcome, self.record.error, self.record.rows or {},
-                         self.state.raw_bytes, self.state.dump_bytes, seconds, self.record.swap_lock_ms)  # fmt: skip
+        log.info(
+            "sync.feeder_done",
+            feeder=self.name,
+            outcome=self.record.outcome,
+            error=self.record.error,
+            seconds=round(seconds, 2),
+        )
+        return FeederRun(
+            self.name,
+            self.record.outcome,
+            self.record.error,
+            self.record.rows or {},
+            self.state.raw_bytes,
+            self.state.dump_bytes,
+            seconds,
+            self.record.swap_lock_ms,
+        )
 
     async def _locked(self) -> None:
         conn = await connect_superhub(self.config)
@@ -200,16 +229,23 @@ class _FeederSync:
         assert self.run_id is not None
         self.phase("load")
         async with conn.transaction():
-            importer = Importer(conn, feeder=self.name, key=self.feeder.key, run_id=self.run_id, parents=parents,
-                                policy=policy)  # fmt: skip
+            importer = Importer(
+                conn, feeder=self.name, key=self.feeder.key, run_id=self.run_id, parents=parents, policy=policy
+            )
             await importer.load(self._tracked(receiver, importer))
             rows = {staged.parent.qualified_name: staged.rows for staged in importer.staged.values()}
             _verify_counts(rows, receiver.trailer)
             await importer.finish()
             self.phase("swap")
             swap_started = time.monotonic()
-            await swap_in(conn, importer.staged.values(), feeder=self.name, key=self.feeder.key,
-                          lock_timeout_s=superhub.swap_lock_timeout_s, max_wait_s=superhub.swap_max_wait_s)  # fmt: skip
+            await swap_in(
+                conn,
+                importer.staged.values(),
+                feeder=self.name,
+                key=self.feeder.key,
+                lock_timeout_s=superhub.swap_lock_timeout_s,
+                max_wait_s=superhub.swap_max_wait_s,
+            )
         lock_ms = round((time.monotonic() - swap_started) * 1000, 1)
         self.record = RunRecord("success", rows=rows, swap_lock_ms=lock_ms)
 

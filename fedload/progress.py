@@ -21,8 +21,15 @@ def _progress_table(states: dict[str, Progress]) -> Table:
         table.add_column(column, justify="left" if column in ("feeder", "phase") else "right")
     for state in states.values():
         seconds = max(time.monotonic() - state.started, 1e-6)
-        table.add_row(state.feeder, state.phase, f"{state.raw_bytes / 1e6:.1f}", f"{state.dump_bytes / 1e6:.1f}",
-                      f"{state.rows:,}", f"{state.rows / seconds:,.0f}", f"{seconds:.1f}")  # fmt: skip
+        table.add_row(
+            state.feeder,
+            state.phase,
+            f"{state.raw_bytes / 1e6:.1f}",
+            f"{state.dump_bytes / 1e6:.1f}",
+            f"{state.rows:,}",
+            f"{state.rows / seconds:,.0f}",
+            f"{seconds:.1f}",
+        )
     return table
 
 

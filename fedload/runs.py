@@ -35,6 +35,12 @@ CREATE TABLE IF NOT EXISTS fedload.runs (
     pid integer
 );
 CREATE INDEX IF NOT EXISTS runs_feeder_started ON fedload.runs (feeder, started_at DESC);
+CREATE TABLE IF NOT EXISTS fedload.schedule (
+    feeder text PRIMARY KEY,
+    next_run_at timestamptz NOT NULL,
+    failures integer NOT NULL DEFAULT 0,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
 """
 
 

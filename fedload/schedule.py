@@ -1,0 +1,42 @@
+"""When each feeder runs next: its interval with jitter, exponential backoff after failures. Pure, no I/O."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+__all__ = ["FeederSchedule", "after_failure", "after_success", "first_run"]
+
+MAX_BACKOFF_S = 3600.0
+_JITTER = 0.1  # +-10 % of the interval, so feeders configured alike spread out
+
+
+@dataclass(frozen=True, slots=True)
+class FeederSchedule:
+    """A feeder's next run time (monotonic seconds) and how many runs in a row have failed."""
+
+    next_at: float
+    failures: int = 0
+
+
+def _jittered(seconds: float, rng: random.Random) -> float:
+    return seconds * rng.uniform(1 - _JITTER, 1 + _JITTER)
+
+
+def first_run(now: float, interval_s: float, rng: random.Random) -> FeederSchedule:
+    """Start soon, spread over the first tenth of the interval."""
+    return FeederSchedule(now + rng.uniform(0, interval_s * _JITTER))
+
+
+def after_success(now: float, interval_s: float, rng: random.Random) -> FeederSchedule:
+    """The next regular run."""
+    return FeederSchedule(now + _jittered(interval_s, rng))
+
+
+def after_failure(
+    now: float, interval_s: float, previous: FeederSchedule, rng: random.Random, cap_s: float = MAX_BACKOFF_S
+) -> FeederSchedule:
+    """Retry sooner than the interval at first, then back off exponentially up to `cap_s` (or the interval)."""
+    failures = previous.failures + 1
+    delay = min(max(cap_s, interval_s), min(interval_s, 30.0) * 2 ** (failures - 1))
+    return FeederSchedule(now + _jittered(delay, rng), failures)

@@ -1,0 +1,110 @@
+"""`fedload status`: per feeder, the last success, the age of its data, rows, duration, last error, next run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import asdict, dataclass
+from datetime import datetime
+
+from rich.console import Console
+from rich.table import Table
+
+from fedload.config import Config
+from fedload.pipeline import connect_superhub
+from fedload.runs import ensure_superhub
+
+__all__ = ["FeederStatus", "read_status", "run_status"]
+
+_QUERY = """
+WITH feeders AS (
+    SELECT unnest($1::text[]) AS feeder
+    UNION SELECT feeder FROM fedload.runs
+    UNION SELECT feeder FROM fedload.schedule
+), last_success AS (
+    SELECT DISTINCT ON (feeder) feeder, finished_at, rows, extract(epoch FROM finished_at - started_at) AS seconds
+    FROM fedload.runs WHERE outcome = 'success' ORDER BY feeder, finished_at DESC
+), last_run AS (
+    SELECT DISTINCT ON (feeder) feeder, outcome, error FROM fedload.runs ORDER BY feeder, started_at DESC
+)
+SELECT f.feeder, s.finished_at, extract(epoch FROM now() - s.finished_at), s.rows, s.seconds,
+       r.outcome, r.error, sc.next_run_at, coalesce(sc.failures, 0), f.feeder = ANY($1::text[])
+FROM feeders f
+LEFT JOIN last_success s USING (feeder)
+LEFT JOIN last_run r USING (feeder)
+LEFT JOIN fedload.schedule sc USING (feeder)
+ORDER BY f.feeder
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class FeederStatus:
+    """What the superhub knows about one feeder."""
+
+    feeder: str
+    last_success: datetime | None
+    data_age_s: float | None
+    rows: int | None
+    duration_s: float | None
+    last_outcome: str | None
+    last_error: str | None
+    next_run: datetime | None
+    failures: int
+    configured: bool
+    stale: bool
+
+
+async def read_status(config: Config) -> list[FeederStatus]:
+    """The status of every feeder that is configured or has history."""
+    conn = await connect_superhub(config)
+    try:
+        await ensure_superhub(conn)
+        records = await conn.fetch(_QUERY, list(config.feeders))
+    finally:
+        await conn.close(timeout=10)
+    stale_after = config.superhub.stale_after_s
+    return [
+        FeederStatus(
+            feeder=r[0],
+            last_success=r[1],
+            data_age_s=None if r[2] is None else float(r[2]),
+            rows=None if r[3] is None else sum(json.loads(r[3]).values()),
+            duration_s=None if r[4] is None else float(r[4]),
+            last_outcome=r[5],
+            last_error=r[6],
+            next_run=r[7],
+            failures=r[8],
+            configured=r[9],
+            stale=r[2] is None or float(r[2]) > stale_after,
+        )
+        for r in records
+    ]
+
+
+def _table(statuses: list[FeederStatus]) -> Table:
+    table = Table(title="fedload status")
+    for column in ("feeder", "last success", "data age", "rows", "seconds", "last run", "next run", "last error"):
+        table.add_column(column, justify="right" if column in ("data age", "rows", "seconds") else "left")
+    for s in statuses:
+        age = "never" if s.data_age_s is None else f"{s.data_age_s / 60:.1f} min"
+        table.add_row(
+            s.feeder + ("" if s.configured else " (not configured)"),
+            s.last_success.strftime("%Y-%m-%d %H:%M:%S") if s.last_success else "-",
+            f"[red]{age} STALE[/]" if s.stale else age,
+            f"{s.rows:,}" if s.rows is not None else "-",
+            f"{s.duration_s:.1f}" if s.duration_s is not None else "-",
+            (s.last_outcome or "-") + (f" ({s.failures} failures)" if s.failures else ""),
+            s.next_run.strftime("%H:%M:%S") if s.next_run else "-",
+            (s.last_error or "")[:80],
+        )
+    return table
+
+
+def run_status(config: Config, *, as_json: bool) -> int:
+    """Print the status; 1 if some configured feeder is stale, else 0."""
+    statuses = asyncio.run(read_status(config))
+    if as_json:
+        print(json.dumps([asdict(s) for s in statuses], default=str))
+    else:
+        Console().print(_table(statuses))
+    return 1 if any(s.stale and s.configured for s in statuses) else 0
