@@ -9,6 +9,7 @@ __all__ = ["FeederSchedule", "after_failure", "after_success", "first_run"]
 
 MAX_BACKOFF_S = 3600.0
 _JITTER = 0.1  # +-10 % of the interval, so feeders configured alike spread out
+_FIRST_RUN_SPREAD_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,8 +25,8 @@ def _jittered(seconds: float, rng: random.Random) -> float:
 
 
 def first_run(now: float, interval_s: float, rng: random.Random) -> FeederSchedule:
-    """Start soon, spread over the first tenth of the interval."""
-    return FeederSchedule(now + rng.uniform(0, interval_s * _JITTER))
+    """Start soon: spread over a tenth of the interval, at most the first few seconds."""
+    return FeederSchedule(now + rng.uniform(0, min(interval_s * _JITTER, _FIRST_RUN_SPREAD_S)))
 
 
 def after_success(now: float, interval_s: float, rng: random.Random) -> FeederSchedule:

@@ -3,124 +3,28 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
-import stat
-import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import pytest
 
-from fedload.config import Config, parse_config
-from fedload.localpg import LocalCluster, find_installs
 from fedload.pipeline import FeederRun, sync_feeder
 from fedload.stream import Header, StreamEncoder
-from fedload.sync import prepare_superhub, sync_feeders
+from fedload.sync import prepare_superhub
+from tests.federation import (
+    AGENT,
+    HOST_COLS,
+    Federation,
+    assert_feeders_equal_partitions,
+    cluster,
+    federation,
+    staging_leftovers,
+    sync,
+    write_script,
+)
 
-SCHEMA = """
-CREATE TABLE public.hosts (hostkey text NOT NULL, name text, site text DEFAULT 'none', seen timestamptz,
-    PRIMARY KEY (hostkey));
-CREATE TABLE public.contexts (hostkey text NOT NULL, contextname text, tags text[], score integer);
-"""
-FEEDER_DATA = """
-INSERT INTO hosts (hostkey, name, seen)
-SELECT 'SHA=' || g, E'host ''' || g || E'''\\n;\\t\\\\ x', now() - g * interval '1 minute'
-FROM generate_series(1, {n}) g;
-INSERT INTO contexts SELECT 'SHA=' || (g % {n}), 'ctx' || g, ARRAY['a,b', 'c"d', NULL], g
-FROM generate_series(1, {m}) g;
-"""
-DIGEST = "SELECT count(*) || ':' || coalesce(md5(string_agg({cols}, '|' ORDER BY {cols})), '') FROM {table}"
-_names = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    """One PostgreSQL 15 (or the lowest available) cluster for the module."""
-    installs = find_installs()
-    if not installs:
-        pytest.fail("no PostgreSQL server binaries found")
-    install = installs.get(15) or installs[min(installs)]
-    running = LocalCluster(install, name="pipeline").start()
-    yield running
-    running.stop()
-
-
-@dataclass
-class Federation:
-    """A superhub database and feeder databases on the test cluster, with a config naming them."""
-
-    cluster: LocalCluster
-    superhub: str
-    feeders: dict[str, str]
-    tmp: Path
-
-    def config(self, **feeder_overrides: Any) -> Config:
-        """The configuration; `feeder_overrides` apply to every feeder."""
-        schema_file = self.tmp / "schema.sql"
-        schema_file.write_text(SCHEMA)
-        superhub = {"dsn": self.cluster.dsn(self.superhub), "tables": ["public.*"], "schema_file": str(schema_file)}
-        feeders = {
-            name: {
-                "key": i,
-                "transport": "local",
-                "database": self.cluster.conninfo(db),
-                "pg_dump": self.cluster.install.tool("pg_dump"),
-                **feeder_overrides,
-            }
-            for i, (name, db) in enumerate(self.feeders.items(), start=1)
-        }
-        return parse_config({"superhub": superhub, "feeders": feeders})
-
-    def digest(self, db: str, table: str, cols: str, where: str = "") -> str:
-        """Row count and digest of a table's rows."""
-        return self.cluster.psql(DIGEST.format(cols=cols, table=f"{table} {where}"), dbname=db).strip()
-
-    def superhub_sql(self, sql: str) -> str:
-        """Run SQL on the superhub."""
-        return self.cluster.psql(sql, dbname=self.superhub).strip()
-
-
-@pytest.fixture
-def federation(cluster: LocalCluster, tmp_path: Path) -> Federation:
-    """A fresh superhub database and three feeder databases with 300, 200 and 100 hosts."""
-    suffix = next(_names)
-    superhub = f"superhub_{suffix}"
-    cluster.psql(f"CREATE DATABASE {superhub}")
-    feeders = {}
-    for i, n in enumerate((300, 200, 100), start=1):
-        db = f"feeder{i}_{suffix}"
-        cluster.psql(f"CREATE DATABASE {db}")
-        cluster.psql(SCHEMA + FEEDER_DATA.format(n=n, m=n * 10), dbname=db)
-        feeders[f"hub{i}"] = db
-    tmp_path.chmod(0o755)
-    return Federation(cluster, superhub, feeders, tmp_path)
-
-
-HOST_COLS = "hostkey || coalesce(name, '') || coalesce(seen::text, '')"
-CONTEXT_COLS = "hostkey || contextname || coalesce(tags::text, '') || coalesce(score::text, '')"
-
-
-def assert_feeders_equal_partitions(fed: Federation, keys: dict[str, int] | None = None) -> None:
-    """Every feeder's tables equal its rows on the superhub (row digests)."""
-    keys = keys or {name: i for i, name in enumerate(fed.feeders, start=1)}
-    for name, key in keys.items():
-        db = fed.feeders[name]
-        for table, cols in (("hosts", HOST_COLS), ("contexts", CONTEXT_COLS)):
-            expected = fed.digest(db, table, cols)
-            assert fed.digest(fed.superhub, table, cols, f"WHERE hub_id = {key}") == expected, (name, table)
-
-
-def sync(config: Config, *names: str) -> list[FeederRun]:
-    """Sync the named feeders (all if none)."""
-    return asyncio.run(sync_feeders(config, list(names) or list(config.feeders)))
-
-
-def staging_leftovers(fed: Federation) -> str:
-    """Tables left in fedload's staging schema."""
-    return fed.superhub_sql("SELECT count(*) FROM pg_tables WHERE schemaname = 'fedload_stage'")
+__all__ = ["cluster", "federation"]  # fixtures used by the tests below
 
 
 @pytest.mark.parametrize("mode", ["copy", "inserts"])
@@ -163,13 +67,6 @@ def test_extra_columns_can_be_an_error(federation: Federation) -> None:
     assert "columns the superhub lacks: surprise" in (runs[2].error or "")
 
 
-def write_script(path: Path, body: str) -> str:
-    """An executable shell script."""
-    path.write_text("#!/bin/sh\n" + body)
-    path.chmod(path.stat().st_mode | stat.S_IEXEC | stat.S_IXOTH | stat.S_IROTH)
-    return str(path)
-
-
 def failing_after_first_sync(fed: Federation, body: str | None = None, **overrides: Any) -> FeederRun:
     """Sync hub1 once normally, then again with `body` as its dump command (or other overrides); that result."""
     config = fed.config()
@@ -183,9 +80,6 @@ def failing_after_first_sync(fed: Federation, body: str | None = None, **overrid
     assert staging_leftovers(fed) == "0"
     assert fed.superhub_sql("SELECT outcome FROM fedload.runs ORDER BY id DESC LIMIT 1") == "failed"
     return run
-
-
-AGENT = f"{sys.executable} -m fedload"
 
 
 def test_truncated_stream_keeps_old_data(federation: Federation) -> None:

@@ -1,0 +1,215 @@
+"""`fedload daemon` as a real subprocess: repeated syncs, backoff and recovery, SIGHUP reload, SIGTERM mid-load."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.federation import (
+    AGENT,
+    HOST_COLS,
+    Federation,
+    cluster,
+    federation,
+    staging_leftovers,
+    write_script,
+)
+
+__all__ = ["cluster", "federation"]  # fixtures used by the tests below
+
+
+def config_toml(fed: Federation, *, interval_s: float = 0.5, extra: str = "", agent_command: str = "") -> str:
+    """A configuration file for the federation, as an operator would write it."""
+    schema = fed.tmp / "schema.sql"
+    from tests.federation import SCHEMA  # noqa: PLC0415 - the same schema the fixtures use
+
+    schema.write_text(SCHEMA)
+    lines = [
+        'log_level = "info"',
+        "[superhub]",
+        f'dsn = "{fed.cluster.dsn(fed.superhub)}"',
+        'tables = ["public.*"]',
+        f'schema_file = "{schema}"',
+        "[daemon]",
+        "shutdown_grace_s = 1",
+    ]
+    for key, (name, db) in enumerate(fed.feeders.items(), start=1):
+        lines += [
+            f"[feeders.{name}]",
+            f"key = {key}",
+            f"interval_s = {interval_s}",
+            'transport = "local"',
+            f'database = "{fed.cluster.conninfo(db)}"',
+            f'pg_dump = "{fed.cluster.install.tool("pg_dump")}"',
+        ]
+        if agent_command and name == "hub1":
+            lines.append(f'agent_command = ["{agent_command}"]')
+    return "\n".join(lines) + "\n" + extra
+
+
+class DaemonProcess:
+    """A running `fedload daemon` with its JSON log captured in a file."""
+
+    def __init__(self, config: Path, log: Path) -> None:
+        self.log_path = log
+        self._log = log.open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "fedload", "daemon", "--config", str(config)], stderr=self._log, stdout=self._log
+        )
+
+    def events(self) -> list[dict[str, object]]:
+        """The structlog events logged so far."""
+        out = []
+        for line in self.log_path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return out
+
+    def wait_for(self, what: str, predicate: Callable[[], bool], timeout_s: float = 60.0) -> None:
+        """Poll until `predicate()` holds; fail with the log tail otherwise."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            assert self.process.poll() is None, f"daemon exited early: {self.log_path.read_text()[-3000:]}"
+            time.sleep(0.2)
+        pytest.fail(f"timed out waiting for {what}; log tail: {self.log_path.read_text()[-3000:]}")
+
+    def stop(self) -> int:
+        """SIGTERM and wait for exit; the exit status."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=30)
+
+    def close_log(self) -> None:
+        """Close the log file handle."""
+        self._log.close()
+
+
+@pytest.fixture
+def start_daemon(federation: Federation) -> Iterator[Callable[[str], DaemonProcess]]:
+    """Start daemons with a given config text; kill leftovers at the end."""
+    started: list[DaemonProcess] = []
+
+    def start(text: str) -> DaemonProcess:
+        path = federation.tmp / "fedload.toml"
+        path.write_text(text)
+        daemon = DaemonProcess(path, federation.tmp / f"daemon{len(started)}.log")
+        started.append(daemon)
+        return daemon
+
+    yield start
+    for daemon in started:
+        if daemon.process.poll() is None:
+            daemon.process.kill()
+            daemon.process.wait(timeout=30)
+        daemon.close_log()
+
+
+def successes(fed: Federation, feeder: str) -> int:
+    """Successful runs of a feeder so far."""
+    return int(fed.superhub_sql(f"SELECT count(*) FROM fedload.runs WHERE feeder = '{feeder}' AND outcome = 'success'"))
+
+
+def runs_exist(fed: Federation) -> bool:
+    """Whether the daemon has set up its history table yet."""
+    return fed.superhub_sql("SELECT to_regclass('fedload.runs') IS NOT NULL") == "t"
+
+
+def test_daemon_syncs_repeatedly_backs_off_and_recovers(
+    federation: Federation, start_daemon: Callable[[str], DaemonProcess]
+) -> None:
+    """Every feeder syncs again and again; a feeder that goes away backs off (visible in status) and comes back."""
+    daemon = start_daemon(config_toml(federation))
+    daemon.wait_for(
+        "two rounds", lambda: runs_exist(federation) and min(successes(federation, f) for f in federation.feeders) >= 2
+    )
+    federation.cluster.psql(f"ALTER DATABASE {federation.feeders['hub2']} RENAME TO gone_{federation.feeders['hub2']}")
+    daemon.wait_for(
+        "backoff of hub2",
+        lambda: (
+            federation.superhub_sql("SELECT coalesce(max(failures), 0) FROM fedload.schedule WHERE feeder = 'hub2'")
+            not in ("", "0", "1")
+        ),
+    )
+    status = subprocess.run(
+        [sys.executable, "-m", "fedload", "status", "--json", "--config", str(federation.tmp / "fedload.toml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    hub2 = next(s for s in json.loads(status.stdout) if s["feeder"] == "hub2")
+    assert hub2["failures"] >= 2
+    assert hub2["last_outcome"] == "failed"
+    assert hub2["last_error"]
+    before = successes(federation, "hub1")
+    daemon.wait_for("others keep going", lambda: successes(federation, "hub1") > before + 1)
+    federation.cluster.psql(f"ALTER DATABASE gone_{federation.feeders['hub2']} RENAME TO {federation.feeders['hub2']}")
+    recovered = successes(federation, "hub2")
+    daemon.wait_for("hub2 recovers", lambda: successes(federation, "hub2") > recovered, timeout_s=90)
+    assert daemon.stop() == 0
+    assert any(e["event"] == "daemon.feeder_failed" for e in daemon.events())
+
+
+def test_sighup_reloads_and_keeps_old_config_when_invalid(
+    federation: Federation, start_daemon: Callable[[str], DaemonProcess]
+) -> None:
+    """SIGHUP with a broken file logs the problem and keeps running; with a valid file it applies it."""
+    text = config_toml(federation, interval_s=3600)
+    daemon = start_daemon(text)
+    config = federation.tmp / "fedload.toml"
+    daemon.wait_for("first round", lambda: runs_exist(federation) and successes(federation, "hub3") >= 1)
+    config.write_text(text.replace("[superhub]", "[superhub]\nbogus_key = 1"))
+    daemon.process.send_signal(signal.SIGHUP)
+    daemon.wait_for("reload failure", lambda: any(e["event"] == "daemon.reload_failed" for e in daemon.events()))
+    failure = next(e for e in daemon.events() if e["event"] == "daemon.reload_failed")
+    assert "superhub.bogus_key: unknown key" in str(failure["problems"])
+    config.write_text(text.split("[feeders.hub3]")[0])
+    daemon.process.send_signal(signal.SIGHUP)
+    daemon.wait_for("reload", lambda: any(e["event"] == "daemon.reloaded" for e in daemon.events()))
+    reloaded = next(e for e in daemon.events() if e["event"] == "daemon.reloaded")
+    assert reloaded["removed"] == ["hub3"]
+    assert daemon.stop() == 0
+
+
+def test_sigterm_mid_load_exits_cleanly_with_old_data(
+    federation: Federation, start_daemon: Callable[[str], DaemonProcess]
+) -> None:
+    """SIGTERM while a slow feeder loads: the run is cancelled after the grace period, old data stays, exit 0."""
+    first = start_daemon(config_toml(federation, interval_s=3600))
+    first.wait_for("first round", lambda: runs_exist(federation) and successes(federation, "hub1") >= 1)
+    assert first.stop() == 0
+    before = federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1")
+    slow = write_script(
+        federation.tmp / "slow.sh",
+        f'{AGENT} "$@" > {federation.tmp}/s.bin\nhead -c 5000 {federation.tmp}/s.bin; sleep 60\n',
+    )
+    federation.cluster.psql("INSERT INTO hosts (hostkey) VALUES ('new')", dbname=federation.feeders["hub1"])
+    daemon = start_daemon(config_toml(federation, interval_s=3600, agent_command=slow))
+    daemon.wait_for(
+        "hub1 loading",
+        lambda: (
+            federation.superhub_sql("SELECT count(*) FROM fedload.runs WHERE feeder = 'hub1' AND outcome = 'running'")
+            == "1"
+            and (federation.tmp / "s.bin").exists()
+        ),
+    )
+    time.sleep(1.5)
+    started = time.monotonic()
+    assert daemon.stop() == 0
+    assert time.monotonic() - started < 15
+    assert federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1") == before
+    assert staging_leftovers(federation) == "0"
+    assert federation.superhub_sql("SELECT error FROM fedload.runs WHERE feeder = 'hub1' ORDER BY id DESC LIMIT 1") == (
+        "the run was cancelled"
+    )
