@@ -105,9 +105,10 @@ def test_bad_row_fails_the_run_and_keeps_old_data(federation: Federation) -> Non
     """A row the superhub cannot store rejects the dump (bad_rows = "fail")."""
     federation.cluster.psql("ALTER TABLE contexts ALTER score TYPE text", dbname=federation.feeders["hub1"])
     run = failing_after_first_sync(
-        federation, f"psql -q -c \"UPDATE contexts SET score = 'not a number' WHERE score = '5'\" "
+        federation,
+        f"psql -q -c \"UPDATE contexts SET score = 'not a number' WHERE score = '5'\" "
         f"'{federation.cluster.conninfo(federation.feeders['hub1'])}'\nexec {AGENT} \"$@\"\n",
-    )  # fmt: skip
+    )
     assert "the superhub rejected a row" in (run.error or "")
     assert "not a number" in (run.error or "")
 
@@ -158,8 +159,10 @@ def test_cancel_mid_load_keeps_old_data(federation: Federation) -> None:
     config = federation.config()
     assert sync(config, "hub1")[0].outcome == "success"
     before = federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1")
-    script = write_script(federation.tmp / "slow.sh", f'{AGENT} "$@" > {federation.tmp}/s.bin\n'
-                          f"head -c 4000 {federation.tmp}/s.bin; sleep 30\n")  # fmt: skip
+    script = write_script(
+        federation.tmp / "slow.sh",
+        f'{AGENT} "$@" > {federation.tmp}/s.bin\nhead -c 4000 {federation.tmp}/s.bin; sleep 30\n',
+    )
 
     async def cancel_soon() -> None:
         task = asyncio.create_task(sync_feeder("hub1", federation.config(agent_command=[script])))
@@ -180,8 +183,11 @@ def test_readers_never_see_a_mixed_or_empty_feeder(federation: Federation) -> No
     asyncio.run(prepare_superhub(config))
     assert [r.outcome for r in sync(config)] == ["success"] * 3
     feeder_db = federation.feeders["hub1"]
-    states = {federation.superhub_sql("SELECT count(*) || '/' || (SELECT count(*) FROM contexts WHERE hub_id = 1) "
-                                      "FROM hosts WHERE hub_id = 1")}  # fmt: skip
+    states = {
+        federation.superhub_sql(
+            "SELECT count(*) || '/' || (SELECT count(*) FROM contexts WHERE hub_id = 1) FROM hosts WHERE hub_id = 1"
+        )
+    }
 
     async def reader(stop: asyncio.Event, seen: set[str]) -> int:
         conn = await asyncpg.connect(federation.cluster.dsn(federation.superhub))
@@ -207,8 +213,11 @@ def test_readers_never_see_a_mixed_or_empty_feeder(federation: Federation) -> No
                 f"SELECT 'r{round_}', 'c' || g FROM generate_series(1, 5) g",
                 dbname=feeder_db,
             )
-            states.add(federation.digest(feeder_db, "hosts", "hostkey").split(":")[0] + "/"
-                       + federation.digest(feeder_db, "contexts", "hostkey").split(":")[0])  # fmt: skip
+            states.add(
+                federation.digest(feeder_db, "hosts", "hostkey").split(":")[0]
+                + "/"
+                + federation.digest(feeder_db, "contexts", "hostkey").split(":")[0]
+            )
             run = await sync_feeder("hub1", config)
             assert run.outcome == "success", run.error
         stop.set()

@@ -1,0 +1,197 @@
+"""SSH transport (asyncssh): key authentication, known_hosts verification, timeouts, keepalives.
+
+Every asyncssh and socket failure is translated here into the FeederError subclass that says what the operator
+can do: fix DNS or the network (unreachable), the keys (auth), known_hosts (host key), or wait (timeout, lost).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shlex
+import socket
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+
+from fedload.config import SshConfig
+from fedload.errors import (
+    FeederAuthError,
+    FeederCommandError,
+    FeederConnectionLostError,
+    FeederError,
+    FeederHostKeyError,
+    FeederTimeoutError,
+    FeederUnreachableError,
+)
+from fedload.log import get_logger
+
+__all__ = ["SshProcess", "SshTransport"]
+
+_STDERR_TAIL_BYTES = 4096
+_WAIT_TIMEOUT_S = 30.0
+_CLOSE_TIMEOUT_S = 10.0
+_COMMAND_NOT_FOUND = 127
+# AES-GCM first: asyncssh handles packets in Python, and AES-GCM runs in OpenSSL's C at several times the speed.
+_CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "chacha20-poly1305@openssh.com", "aes128-ctr")
+log = get_logger()
+
+
+class SshProcess:
+    """The dump command running on a feeder over one SSH connection."""
+
+    def __init__(self, conn: Any, process: Any, config: SshConfig, where: str) -> None:
+        self._conn = conn
+        self._process = process
+        self._config = config
+        self._where = where
+        self._stderr: deque[bytes] = deque()
+        self._stderr_task = asyncio.create_task(self._drain_stderr())
+
+    async def _drain_stderr(self) -> None:
+        with contextlib.suppress(asyncssh.Error, OSError):
+            while chunk := await self._process.stderr.read(1024):
+                self._stderr.append(chunk)
+                while sum(map(len, self._stderr)) > _STDERR_TAIL_BYTES and len(self._stderr) > 1:
+                    self._stderr.popleft()
+
+    async def read(self, max_bytes: int) -> bytes:
+        """Up to `max_bytes` of the command's stdout; b"" at its end."""
+        try:
+            async with asyncio.timeout(self._config.read_timeout_s):
+                data: bytes = await self._process.stdout.read(max_bytes)
+        except TimeoutError:
+            raise FeederTimeoutError(
+                f"{self._where} sent nothing for {self._config.read_timeout_s:g} s (read_timeout_s)"
+            ) from None
+        except (asyncssh.Error, OSError) as exc:
+            raise FeederConnectionLostError(f"the connection to {self._where} broke during the dump: {exc}") from exc
+        if not data and self._conn.is_closed() and self._process.exit_status is None:
+            raise FeederConnectionLostError(f"the connection to {self._where} closed before the command finished")
+        return data
+
+    async def wait(self) -> int:
+        """The remote exit status (negative signal number if killed); FeederCommandError if unknown."""
+        try:
+            async with asyncio.timeout(_WAIT_TIMEOUT_S):
+                completed = await self._process.wait(check=False)
+                await self._stderr_task
+        except TimeoutError:
+            raise FeederCommandError(
+                f"the command on {self._where} did not exit within {_WAIT_TIMEOUT_S:g} s"
+            ) from None
+        except (asyncssh.Error, OSError) as exc:
+            raise FeederConnectionLostError(f"the connection to {self._where} broke at the end: {exc}") from exc
+        return self._status(completed)
+
+    def _status(self, completed: Any) -> int:
+        if completed.exit_status is not None and completed.exit_status >= 0:
+            if completed.exit_status == _COMMAND_NOT_FOUND:
+                raise FeederCommandError(f"the dump command was not found on {self._where}: {self.stderr_tail.strip()}")
+            return int(completed.exit_status)
+        if completed.exit_signal:
+            signal_name = completed.exit_signal[0]
+            with contextlib.suppress(AttributeError, KeyError):
+                import signal  # noqa: PLC0415
+
+                return -int(signal.Signals[f"SIG{signal_name}"])
+            return -1
+        raise FeederConnectionLostError(f"{self._where} closed the channel without an exit status")
+
+    @property
+    def stderr_tail(self) -> str:
+        """The last few KB of the command's stderr."""
+        return b"".join(self._stderr)[-_STDERR_TAIL_BYTES:].decode("utf-8", errors="replace")
+
+    async def cancel(self) -> None:
+        """Close the channel and the connection; idempotent, never raises."""
+        with contextlib.suppress(Exception):
+            self._process.close()
+        self._conn.close()
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(_CLOSE_TIMEOUT_S):
+                await self._conn.wait_closed()
+        self._stderr_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._stderr_task
+        log.debug("transport.closed", feeder=self._where)
+
+
+class SshTransport:
+    """Reaches one feeder over SSH."""
+
+    def __init__(self, config: SshConfig) -> None:
+        self._config = config
+        self._where = f"feeder {config.host}:{config.port}"
+
+    def _options(self) -> dict[str, Any]:
+        config = self._config
+        known_hosts = config.known_hosts or Path.home() / ".ssh" / "known_hosts"
+        return {
+            "port": config.port,
+            "username": config.user,
+            "client_keys": [str(config.identity)] if config.identity else (),
+            "known_hosts": str(known_hosts),
+            "agent_path": None,
+            "agent_forwarding": False,
+            "password_auth": False,
+            "kbdint_auth": False,
+            "preferred_auth": "publickey",
+            "login_timeout": config.connect_timeout_s,
+            "connect_timeout": config.connect_timeout_s,
+            "keepalive_interval": config.keepalive_s,
+            "keepalive_count_max": 3,
+            "encryption_algs": list(_CIPHERS),
+            "config": [],
+        }
+
+    async def open(self, argv: list[str]) -> SshProcess:
+        """Connect and start `argv` (quoted for the remote shell); a FeederError subclass if that fails."""
+        conn = await self._connect()
+        try:
+            process = await conn.create_process(shlex.join(argv), encoding=None, stdin=asyncssh.DEVNULL)
+        except (asyncssh.Error, OSError) as exc:
+            conn.close()
+            raise FeederCommandError(f"cannot start the dump command on {self._where}: {exc}") from exc
+        log.debug("transport.started", feeder=self._where, argv=argv)
+        return SshProcess(conn, process, self._config, self._where)
+
+    async def _connect(self) -> Any:
+        try:
+            async with asyncio.timeout(self._config.connect_timeout_s + 5):
+                conn = await asyncssh.connect(self._config.host, **self._options())
+        except Exception as exc:  # every failure is translated into one FeederError below
+            raise self._translate(exc) from exc
+        log.debug("transport.connected", feeder=self._where)
+        return conn
+
+    def _translate(self, exc: BaseException) -> FeederError:
+        """The FeederError for a failure to connect, by what the operator can do about it."""
+        where, config = self._where, self._config
+        rules: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], type[FeederError], str], ...] = (
+            (socket.gaierror, FeederUnreachableError, f"cannot resolve the host name of {where}"),
+            (
+                asyncssh.HostKeyNotVerifiable,
+                FeederHostKeyError,
+                f"the host key of {where} is not in known_hosts or differs",
+            ),
+            (asyncssh.PermissionDenied, FeederAuthError, f"{where} refused the key of user {config.user!r}"),
+            ((TimeoutError, asyncssh.TimeoutError), FeederUnreachableError, f"{where} did not answer in time"),
+            (
+                ConnectionRefusedError,
+                FeederUnreachableError,
+                f"{where} refused the connection (is sshd running there?)",
+            ),
+            (OSError, FeederUnreachableError, f"cannot reach {where}"),
+            (
+                (asyncssh.DisconnectError, asyncssh.ConnectionLost),
+                FeederConnectionLostError,
+                f"{where} hung up at login",
+            ),
+        )
+        for types, error, message in rules:
+            if isinstance(exc, types):
+                return error(f"{message}: {exc}" if str(exc) else message)
+        return FeederError(f"cannot connect to {where}: {exc}")

@@ -1,0 +1,235 @@
+"""Transports against a real sshd on loopback and local processes: bytes, exit status, backpressure, faults."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fedload.errors import (
+    FeederAuthError,
+    FeederConnectionLostError,
+    FeederHostKeyError,
+    FeederTimeoutError,
+    FeederUnreachableError,
+)
+from fedload.localpg import LocalCluster, find_installs
+from fedload.transport import FeederProcess, Transport
+from fedload.transport.local import LocalTransport
+from fedload.transport.ssh import SshTransport
+from tests.federation import (
+    CONTEXT_COLS,
+    DIGEST,
+    FEEDER_DATA,
+    HOST_COLS,
+    SCHEMA,
+    Federation,
+    cluster,
+    federation,
+    sync,
+)
+from tests.sshd import SshServer, keygen, sshd
+
+__all__ = ["cluster", "federation", "sshd"]  # fixtures used below
+
+
+async def read_all(process: FeederProcess, chunk: int = 1 << 16) -> bytes:
+    """Everything the process writes to stdout."""
+    parts = []
+    while data := await process.read(chunk):
+        parts.append(data)
+    return b"".join(parts)
+
+
+async def drain(process: FeederProcess) -> int:
+    """Read stdout to its end, then the exit status."""
+    await read_all(process)
+    return await process.wait()
+
+
+def transports(server: SshServer) -> list[Transport]:
+    """The SSH and the local transport."""
+    return [SshTransport(server.ssh_config()), LocalTransport(read_timeout_s=30)]
+
+
+def test_both_transports_deliver_exact_bytes_and_status(sshd: SshServer, tmp_path: Path) -> None:
+    """A 5 MB random file arrives byte for byte, exit status 0; a failing command reports its status and stderr."""
+    payload = tmp_path / "payload.bin"
+    payload.write_bytes(os.urandom(5_000_000))
+
+    async def check(transport: Transport) -> None:
+        process = await transport.open(["cat", str(payload)])
+        data = await read_all(process)
+        assert hashlib.sha256(data).digest() == hashlib.sha256(payload.read_bytes()).digest()
+        assert await process.wait() == 0
+        await process.cancel()
+        failing = await transport.open(["sh", "-c", "echo 'pg_dump: error: no such database' >&2; exit 3"])
+        assert await read_all(failing) == b""
+        assert await failing.wait() == 3
+        assert "no such database" in failing.stderr_tail
+        await failing.cancel()
+
+    for transport in transports(sshd):
+        asyncio.run(check(transport))
+
+
+def test_slow_reader_throttles_the_remote_writer(sshd: SshServer, tmp_path: Path) -> None:
+    """While the superhub does not read, the feeder's writer stays blocked: memory and buffers stay bounded."""
+    counter = tmp_path / "count"
+    writer = f"i=0; while :; do head -c 65536 /dev/zero; i=$((i+1)); echo $i > {counter}; done"
+
+    async def scenario() -> tuple[int, int]:
+        process = await SshTransport(sshd.ssh_config()).open(["sh", "-c", writer])
+        await process.read(1024)
+        await asyncio.sleep(2)
+        stalled = int(counter.read_text() or 0)
+        await asyncio.sleep(1)
+        still = int(counter.read_text() or 0)
+        for _ in range(200):
+            await process.read(1 << 16)
+        await process.cancel()
+        return stalled, still
+
+    stalled, still = asyncio.run(scenario())
+    assert stalled * 65536 < 16 * 1024 * 1024  # channel window + pipe buffers, not the 100s of MB of a free run
+    assert still == stalled
+
+
+@pytest.mark.parametrize("transport_name", ["ssh", "local"])
+def test_silent_feeder_times_out(sshd: SshServer, transport_name: str) -> None:
+    """A command that sends nothing is given up after the read timeout."""
+    transport: Transport = (
+        SshTransport(sshd.ssh_config(read_timeout_s=1)) if transport_name == "ssh" else LocalTransport(read_timeout_s=1)
+    )
+
+    async def scenario() -> None:
+        process = await transport.open(["sleep", "30"])
+        try:
+            async with asyncio.timeout(10):
+                with pytest.raises(FeederTimeoutError, match="sent nothing for 1 s"):
+                    await process.read(1024)
+        finally:
+            await process.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_sshd_killed_mid_stream_is_a_lost_connection(sshd: SshServer) -> None:
+    """Killing sshd and its session while data flows is reported as a lost connection within seconds."""
+
+    async def scenario() -> None:
+        process = await SshTransport(sshd.ssh_config(keepalive_s=1)).open(
+            ["sh", "-c", "while :; do head -c 65536 /dev/urandom; sleep 0.05; done"]
+        )
+        await process.read(1 << 16)
+        sshd.kill()
+        started = time.monotonic()
+        async with asyncio.timeout(20):
+            with pytest.raises(FeederConnectionLostError):
+                await drain(process)
+        assert time.monotonic() - started < 15
+        await process.cancel()
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "message"),
+    [
+        ("host_key", FeederHostKeyError, "host key"),
+        ("client_key", FeederAuthError, "refused the key"),
+        ("port", FeederUnreachableError, "refused the connection"),
+        ("dns", FeederUnreachableError, "cannot resolve"),
+    ],
+)
+def test_connection_failures_map_to_clear_errors(
+    sshd: SshServer, tmp_path: Path, change: str, error: type[Exception], message: str
+) -> None:
+    """Wrong host key, unknown client key, closed port and unknown host name each raise their own error class."""
+    overrides: dict[str, object] = {}
+    if change == "host_key":
+        impostor = keygen(tmp_path / "impostor").split()[:2]
+        other = tmp_path / "other_known_hosts"
+        other.write_text(f"[127.0.0.1]:{sshd.port} {' '.join(impostor)}\n")
+        overrides["known_hosts"] = other
+    elif change == "client_key":
+        keygen(tmp_path / "stranger")
+        overrides["identity"] = tmp_path / "stranger"
+    elif change == "port":
+        sshd.stop()
+    else:
+        overrides["host"] = "no-such-feeder.invalid"
+
+    async def scenario() -> None:
+        async with asyncio.timeout(30):
+            with pytest.raises(error, match=message):
+                await SshTransport(sshd.ssh_config(**overrides)).open(["true"])
+
+    asyncio.run(scenario())
+
+
+def test_forced_command_is_all_the_key_can_run(tmp_path: Path) -> None:
+    """With command="..." in authorized_keys, whatever the client asks for, only the forced command runs."""
+    directory = tmp_path / "forced"
+    directory.mkdir()
+    server = SshServer(directory, forced_command="echo forced")
+    try:
+
+        async def scenario() -> bytes:
+            process = await SshTransport(server.ssh_config()).open(["cat", "/etc/shadow"])
+            data = await read_all(process)
+            await process.cancel()
+            return data
+
+        assert asyncio.run(scenario()) == b"forced\n"
+    finally:
+        server.stop()
+
+
+def require_major(major: int) -> None:
+    """Fail (in CI, where FEDLOAD_REQUIRE_MAJORS lists it) or skip when a PostgreSQL major is not installed."""
+    if major in find_installs():
+        return
+    required = {int(m) for m in os.environ.get("FEDLOAD_REQUIRE_MAJORS", "").split(",") if m}
+    if major in required:
+        pytest.fail(f"PostgreSQL {major} binaries are required here but not found")
+    pytest.skip(f"PostgreSQL {major} binaries not installed")
+
+
+@pytest.mark.parametrize(("major", "agent", "mode"), [(15, True, "copy"), (18, True, "inserts"), (18, False, "copy")])
+def test_sync_over_ssh_from_feeders_of_several_majors(
+    federation: Federation, sshd: SshServer, major: int, agent: bool, mode: str
+) -> None:
+    """Feeders reached over sshd, with the agent or plain pg_dump | gzip, on PostgreSQL 15 and 18, load exactly."""
+    require_major(major)
+    feeder = federation.cluster
+    if major != feeder.install.major:
+        feeder = LocalCluster(find_installs()[major], name=f"feeder{major}").start()
+    try:
+        feeder_db = "cfdb"
+        if feeder is not federation.cluster:
+            feeder.psql(f"CREATE DATABASE {feeder_db}")
+            feeder.psql(SCHEMA + FEEDER_DATA.format(n=150, m=700), dbname=feeder_db)
+        else:
+            feeder_db = federation.feeders["hub1"]
+        ssh = sshd.ssh_config().model_dump()
+        config = federation.config(
+            transport="ssh", ssh=ssh, agent=agent, dump_mode=mode, agent_command=[sys.executable, "-m", "fedload"]
+        )
+        hub1 = config.feeders["hub1"].model_copy(
+            update={"database": feeder.conninfo(feeder_db), "pg_dump": feeder.install.tool("pg_dump")}
+        )
+        config = config.model_copy(update={"feeders": {"hub1": hub1}})
+        run = sync(config, "hub1")[0]
+        assert run.outcome == "success", run.error
+        for table, cols in (("hosts", HOST_COLS), ("contexts", CONTEXT_COLS)):
+            expected = feeder.psql(DIGEST.format(cols=cols, table=table), dbname=feeder_db).strip()
+            assert federation.digest(federation.superhub, table, cols, "WHERE hub_id = 1") == expected
+    finally:
+        if feeder is not federation.cluster:
+            feeder.stop()
