@@ -25,10 +25,12 @@ WITH feeders AS (
     SELECT DISTINCT ON (feeder) feeder, finished_at, rows, extract(epoch FROM finished_at - started_at) AS seconds
     FROM fedload.runs WHERE outcome = 'success' ORDER BY feeder, finished_at DESC
 ), last_run AS (
-    SELECT DISTINCT ON (feeder) feeder, outcome, error FROM fedload.runs ORDER BY feeder, started_at DESC
+    SELECT DISTINCT ON (feeder) feeder, outcome, error FROM fedload.runs WHERE outcome <> 'running'
+    ORDER BY feeder, started_at DESC
 )
 SELECT f.feeder, s.finished_at, extract(epoch FROM now() - s.finished_at), s.rows, s.seconds,
-       r.outcome, r.error, sc.next_run_at, coalesce(sc.failures, 0), f.feeder = ANY($1::text[])
+       r.outcome, r.error, sc.next_run_at, coalesce(sc.failures, 0), f.feeder = ANY($1::text[]),
+       EXISTS (SELECT FROM fedload.runs x WHERE x.feeder = f.feeder AND x.outcome = 'running')
 FROM feeders f
 LEFT JOIN last_success s USING (feeder)
 LEFT JOIN last_run r USING (feeder)
@@ -39,7 +41,7 @@ ORDER BY f.feeder
 
 @dataclass(frozen=True, slots=True)
 class FeederStatus:
-    """What the superhub knows about one feeder."""
+    """What the superhub knows about one feeder; `last_outcome`/`last_error` are of its last finished run."""
 
     feeder: str
     last_success: datetime | None
@@ -51,6 +53,7 @@ class FeederStatus:
     next_run: datetime | None
     failures: int
     configured: bool
+    running: bool
     stale: bool
 
 
@@ -75,6 +78,7 @@ async def read_status(config: Config) -> list[FeederStatus]:
             next_run=r[7],
             failures=r[8],
             configured=r[9],
+            running=r[10],
             stale=r[2] is None or float(r[2]) > stale_after,
         )
         for r in records
@@ -93,7 +97,9 @@ def _table(statuses: list[FeederStatus]) -> Table:
             f"[red]{age} STALE[/]" if s.stale else age,
             f"{s.rows:,}" if s.rows is not None else "-",
             f"{s.duration_s:.1f}" if s.duration_s is not None else "-",
-            (s.last_outcome or "-") + (f" ({s.failures} failures)" if s.failures else ""),
+            (s.last_outcome or "-")
+            + (f" ({s.failures} failures)" if s.failures else "")
+            + (" [running]" if s.running else ""),
             s.next_run.strftime("%H:%M:%S") if s.next_run else "-",
             (s.last_error or "")[:80],
         )
