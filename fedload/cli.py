@@ -86,7 +86,7 @@ def _run_sync(args: argparse.Namespace) -> int:
 
     config = _config(args)
     configure_logging(level=config.log_level, json=args.json or None)
-    return run_sync(config, args.feeders, as_json=args.json)
+    return run_sync(config, args.feeders, as_json=args.json, dry_run=args.dry_run)
 
 
 def _run_daemon(args: argparse.Namespace) -> int:
@@ -118,6 +118,11 @@ def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None
     sync = commands.add_parser("sync", help="sync some or all feeders once, in parallel, and print a summary")
     sync.add_argument("feeders", nargs="*", metavar="FEEDER", help="feeder names (default: all configured)")
     sync.add_argument("--json", action="store_true", help="print the summary as JSON")
+    sync.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="read and check every dump, load it into staging tables and roll back: report, change nothing",
+    )
     _add_config_option(sync)
     sync.set_defaults(run=_run_sync)
 

@@ -77,6 +77,7 @@ class StagedTable:
     parent: ParentTable
     stage_name: str
     columns: list[str] = field(default_factory=list)
+    dropped_columns: list[str] = field(default_factory=list)
     rows: int = 0
     loaded: bool = False
 
@@ -87,7 +88,7 @@ class StagedTable:
 
 
 class Importer:
-    """Loads one dump into staging tables named `r<run_id>_<n>`; see the module docstring."""
+    """Loads one dump into staging tables named `<stage_prefix>_<n>`; see the module docstring."""
 
     def __init__(
         self,
@@ -95,7 +96,7 @@ class Importer:
         *,
         feeder: str,
         key: int | str,
-        run_id: int,
+        stage_prefix: str,
         parents: dict[str, ParentTable],
         policy: ImportPolicy,
     ) -> None:
@@ -105,9 +106,9 @@ class Importer:
         self._policy = policy
         self._parents = parents
         self.staged = {
-            name: StagedTable(parent, f"r{run_id}_{i}") for i, (name, parent) in enumerate(sorted(parents.items()))
+            name: StagedTable(parent, f"{stage_prefix}_{i}") for i, (name, parent) in enumerate(sorted(parents.items()))
         }
-        self._log = log.bind(feeder=feeder, run_id=run_id)
+        self._log = log.bind(feeder=feeder, stage_prefix=stage_prefix)
         self._run_key: object = None  # the INSERT target being loaded; consecutive INSERTs continue it
         self._run_target: StagedTable | None = None
         self._run_plan: ColumnPlan | None = None
@@ -179,6 +180,7 @@ class Importer:
             self._log.warning("import.columns_dropped", table=staged.parent.qualified_name, columns=extra)
         plan = TableRemap(staged.parent.qualified_name, {}, frozenset(extra), {}, None).plan(names, written)
         staged.columns = [n for n in names if n not in extra]
+        staged.dropped_columns = extra
         return plan
 
     async def _copy(self, start: CopyStart, items: AsyncIterator[Item]) -> None:

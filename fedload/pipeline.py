@@ -1,4 +1,7 @@
-"""One feeder's run, end to end: lock, dump over the transport, load into staging, verify, swap, record."""
+"""One feeder's run, end to end: lock, dump over the transport, load into staging, verify, swap, record.
+
+A dry run does all of it but the swap and the record, inside a transaction that it rolls back.
+"""
 
 from __future__ import annotations
 
@@ -18,13 +21,13 @@ from fedload.importer import Importer, ImportPolicy
 from fedload.log import get_logger
 from fedload.receive import DumpReceiver
 from fedload.runs import RunRecord, ensure_superhub, finish_run, start_run, try_feeder_lock, unlock_feeder
-from fedload.schema import ParentTable, read_parents
+from fedload.schema import ParentTable, create_parents_from_file, read_parents
 from fedload.stream import Trailer
-from fedload.swap import swap_in
+from fedload.swap import describe_swap, swap_in
 from fedload.transport import FeederProcess, Transport
 from transforms import Item
 
-__all__ = ["FeederRun", "Progress", "connect_superhub", "dump_command", "sync_feeder"]
+__all__ = ["FeederRun", "Progress", "connect_superhub", "create_parents", "dump_command", "sync_feeder"]
 
 log = get_logger()
 
@@ -53,6 +56,7 @@ class FeederRun:
     dump_bytes: int
     seconds: float
     swap_lock_ms: float | None = None
+    plan: tuple[str, ...] = ()  # a dry run's account of what the swap would do
 
 
 ProgressCallback = Callable[[Progress], None]
@@ -66,6 +70,15 @@ async def connect_superhub(config: Config) -> asyncpg.Connection:
             return await asyncpg.connect(superhub.dsn, command_timeout=superhub.statement_timeout_s)
     except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         raise SuperhubError(f"cannot connect to the superhub: {exc or type(exc).__name__}") from exc
+
+
+async def create_parents(conn: asyncpg.Connection, config: Config) -> list[str]:
+    """Create the missing partitioned parents from the schema file, if one is configured; their names."""
+    superhub = config.superhub
+    if superhub.schema_file is None:
+        return []
+    key_type = "integer" if all(isinstance(f.key, int) for f in config.feeders.values()) else "text"
+    return await create_parents_from_file(conn, superhub.schema_file, superhub.feeder_key, key_type, superhub.tables)
 
 
 def dump_command(feeder: FeederConfig, config: Config) -> list[str]:
@@ -119,17 +132,25 @@ def _transport(feeder: FeederConfig) -> Transport:
 
 
 async def sync_feeder(
-    name: str, config: Config, *, progress: ProgressCallback | None = None, transport: Transport | None = None
+    name: str,
+    config: Config,
+    *,
+    progress: ProgressCallback | None = None,
+    transport: Transport | None = None,
+    dry_run: bool = False,
 ) -> FeederRun:
     """Run one feeder's sync; never raises for the feeder's or the dump's failures, only reports them."""
-    return await _FeederSync(name, config, progress or (lambda _: None), transport).run()
+    return await _FeederSync(name, config, progress or (lambda _: None), transport, dry_run=dry_run).run()
 
 
 class _FeederSync:
     """The state of one feeder's run while it goes through its phases."""
 
-    def __init__(self, name: str, config: Config, report: ProgressCallback, transport: Transport | None) -> None:
+    def __init__(
+        self, name: str, config: Config, report: ProgressCallback, transport: Transport | None, *, dry_run: bool
+    ) -> None:
         self.name = name
+        self.dry_run = dry_run
         self.config = config
         self.feeder = config.feeders[name]
         self.state = Progress(name)
@@ -137,6 +158,8 @@ class _FeederSync:
         self._transport = transport or _transport(self.feeder)
         self.record = RunRecord("failed")
         self.run_id: int | None = None
+        self.stage_prefix = ""
+        self.plan: list[str] = []
 
     def phase(self, phase: str) -> None:
         """Enter a phase and tell the progress display."""
@@ -171,11 +194,15 @@ class _FeederSync:
             self.state.dump_bytes,
             seconds,
             self.record.swap_lock_ms,
+            tuple(self.plan),
         )
 
     async def _locked(self) -> None:
         conn = await connect_superhub(self.config)
         try:
+            if self.dry_run:
+                await self._rolled_back(conn)
+                return
             await ensure_superhub(conn)
             if not await try_feeder_lock(conn, self.name):
                 self.record = RunRecord("busy", error=f"feeder {self.name} is being synced by another fedload process")
@@ -187,10 +214,24 @@ class _FeederSync:
         finally:
             await asyncio.shield(conn.close(timeout=10))
 
+    async def _rolled_back(self, conn: asyncpg.Connection) -> None:
+        """The dry run: bootstrap (if needed), load and check inside a transaction that is always rolled back."""
+        transaction = conn.transaction()
+        await transaction.start()
+        try:
+            if await conn.fetchval("SELECT to_regclass('fedload.runs')") is None:
+                await ensure_superhub(conn)
+            await create_parents(conn, self.config)
+            self.stage_prefix = f"dry{conn.get_server_pid()}"
+            await self._load_and_swap(conn)
+        finally:
+            await asyncio.shield(transaction.rollback())
+
     async def _recorded(self, conn: asyncpg.Connection) -> None:
         meta = await connect_superhub(self.config)  # history is written outside the load's transaction
         try:
             self.run_id = await start_run(meta, self.name)
+            self.stage_prefix = f"r{self.run_id}"
             await self._load_and_swap(conn)
         except FedloadError as exc:
             self.record.error = str(exc)
@@ -226,11 +267,15 @@ class _FeederSync:
         superhub = self.config.superhub
         receiver = DumpReceiver(process, framed=self.feeder.agent)
         policy = ImportPolicy(superhub.feeder_key, tuple(superhub.tables), superhub.extra_columns)
-        assert self.run_id is not None
         self.phase("load")
         async with conn.transaction():
             importer = Importer(
-                conn, feeder=self.name, key=self.feeder.key, run_id=self.run_id, parents=parents, policy=policy
+                conn,
+                feeder=self.name,
+                key=self.feeder.key,
+                stage_prefix=self.stage_prefix,
+                parents=parents,
+                policy=policy,
             )
             await importer.load(self._tracked(receiver, importer))
             rows = {staged.parent.qualified_name: staged.rows for staged in importer.staged.values()}
@@ -238,6 +283,10 @@ class _FeederSync:
             await importer.finish()
             self.phase("swap")
             swap_started = time.monotonic()
+            if self.dry_run:
+                self.plan = await describe_swap(conn, importer.staged.values(), feeder=self.name)
+                self.record = RunRecord("success", rows=rows)
+                return
             await swap_in(
                 conn,
                 importer.staged.values(),

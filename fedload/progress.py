@@ -12,7 +12,7 @@ from rich.table import Table
 
 from fedload.pipeline import FeederRun, Progress, ProgressCallback
 
-__all__ = ["live_progress", "summary_table"]
+__all__ = ["dry_run_table", "live_progress", "summary_table"]
 
 
 def _progress_table(states: dict[str, Progress]) -> Table:
@@ -61,4 +61,15 @@ def summary_table(runs: list[FeederRun]) -> Table:
         table.add_row(
             run.feeder, f"[{style}]{run.outcome}[/]", rows, megabytes, f"{run.seconds:.1f}", lock, run.error or ""
         )
+    return table
+
+
+def dry_run_table(runs: list[FeederRun]) -> Table:
+    """What each feeder's swap would have done; nothing was changed."""
+    table = Table(title="fedload sync --dry-run: what a sync would do (nothing was changed)")
+    table.add_column("feeder")
+    table.add_column("would")
+    for run in runs:
+        for line in run.plan or (f"nothing: {run.error}",):
+            table.add_row(run.feeder, line)
     return table

@@ -22,9 +22,10 @@ from fedload.importer import StagedTable
 from fedload.log import get_logger
 from fedload.schema import PARTS_SCHEMA, ident, key_literal, qualified
 
-__all__ = ["drop_partitions", "partition_name", "swap_in"]
+__all__ = ["describe_swap", "drop_partitions", "partition_name", "swap_in"]
 
 _MAX_IDENTIFIER_BYTES = 63
+_MAY_ALTER = "SELECT pg_has_role(relowner, 'USAGE') FROM pg_class WHERE oid = $1::regclass"
 log = get_logger()
 
 
@@ -85,6 +86,25 @@ async def _swap_table(conn: asyncpg.Connection, table: StagedTable, feeder: str,
     await conn.execute(f"ALTER TABLE {table.stage_sql} SET SCHEMA {ident(PARTS_SCHEMA)}")
     await conn.execute(f"ALTER TABLE {qualified(PARTS_SCHEMA, table.stage_name)} RENAME TO {ident(name)}")
     log.debug("swap.table", table=table.parent.qualified_name, ms=round((time.monotonic() - started) * 1000, 1))
+
+
+async def describe_swap(conn: asyncpg.Connection, staged: Iterable[StagedTable], *, feeder: str) -> list[str]:
+    """What `swap_in` would do, one line per table, after checking it may; SuperhubError if it may not."""
+    lines = []
+    for table in sorted(staged, key=lambda s: s.parent.qualified_name):
+        parent = table.parent
+        if not await conn.fetchval(_MAY_ALTER, parent.sql_name):
+            raise SuperhubError(f"the superhub user does not own {parent.qualified_name}, so it cannot swap partitions")
+        old = qualified(PARTS_SCHEMA, partition_name(parent.name, feeder))
+        if await conn.fetchval("SELECT to_regclass($1)", old) is None:
+            line = f"{parent.qualified_name}: attach a new partition of {table.rows:,} rows"
+        else:
+            current = await conn.fetchval(f"SELECT count(*) FROM {old}")  # noqa: S608 - quoted name
+            line = f"{parent.qualified_name}: replace {current:,} rows by {table.rows:,}"
+        if table.dropped_columns:
+            line += f" (feeder columns dropped: {', '.join(table.dropped_columns)})"
+        lines.append(line)
+    return lines
 
 
 async def drop_partitions(conn: asyncpg.Connection, parents: Iterable[str], feeder: str) -> list[str]:

@@ -12,18 +12,13 @@ from rich.console import Console
 from fedload.config import Config
 from fedload.errors import ConfigError, UsageError
 from fedload.log import get_logger
-from fedload.pipeline import FeederRun, ProgressCallback, connect_superhub, sync_feeder
-from fedload.progress import live_progress, summary_table
+from fedload.pipeline import FeederRun, ProgressCallback, connect_superhub, create_parents, sync_feeder
+from fedload.progress import dry_run_table, live_progress, summary_table
 from fedload.runs import ensure_superhub
-from fedload.schema import create_parents_from_file
 
 __all__ = ["prepare_superhub", "run_sync", "sync_feeders", "sync_with_display"]
 
 log = get_logger()
-
-
-def _key_type(config: Config) -> str:
-    return "integer" if all(isinstance(f.key, int) for f in config.feeders.values()) else "text"
 
 
 async def prepare_superhub(config: Config) -> None:
@@ -31,26 +26,28 @@ async def prepare_superhub(config: Config) -> None:
     conn = await connect_superhub(config)
     try:
         await ensure_superhub(conn)
-        if config.superhub.schema_file is not None:
-            created = await create_parents_from_file(
-                conn, config.superhub.schema_file, config.superhub.feeder_key, _key_type(config), config.superhub.tables
-            )
-            if created:
-                log.info("superhub.parents_created", tables=created)
+        created = await create_parents(conn, config)
+        if created:
+            log.info("superhub.parents_created", tables=created)
     finally:
         await conn.close(timeout=10)
 
 
 async def sync_feeders(
-    config: Config, names: Sequence[str], progress: ProgressCallback | None = None
+    config: Config, names: Sequence[str], progress: ProgressCallback | None = None, *, dry_run: bool = False
 ) -> list[FeederRun]:
-    """Sync the named feeders, at most `max_parallel_feeders` at a time; results in the order of `names`."""
-    await prepare_superhub(config)
+    """Sync the named feeders, at most `max_parallel_feeders` at a time; results in the order of `names`.
+
+    A dry run reads every dump and loads it into staging tables like a sync, checks that the swap is allowed,
+    and rolls back: nothing on the superhub changes, not even the run history.
+    """
+    if not dry_run:
+        await prepare_superhub(config)
     slots = asyncio.Semaphore(config.superhub.max_parallel_feeders)
 
     async def one(name: str) -> FeederRun:
         async with slots:
-            return await sync_feeder(name, config, progress=progress)
+            return await sync_feeder(name, config, progress=progress, dry_run=dry_run)
 
     async with asyncio.TaskGroup() as group:
         tasks = [group.create_task(one(name)) for name in names]
@@ -66,23 +63,27 @@ def _selected(config: Config, names: Sequence[str]) -> list[str]:
     return list(names) or list(config.feeders)
 
 
-def run_sync(config: Config, names: Sequence[str], *, as_json: bool = False) -> int:
-    """Sync once and print a summary; 0 if every feeder succeeded, 1 otherwise."""
+def run_sync(config: Config, names: Sequence[str], *, as_json: bool = False, dry_run: bool = False) -> int:
+    """Sync once (or dry-run) and print a summary; 0 if every feeder succeeded, 1 otherwise."""
     selected = _selected(config, names)
     if as_json:
-        runs = asyncio.run(sync_feeders(config, selected))
+        runs = asyncio.run(sync_feeders(config, selected, dry_run=dry_run))
         print(json.dumps([dataclasses.asdict(run) for run in runs]))
     else:
-        runs = asyncio.run(sync_with_display(config, selected, Console()))
+        runs = asyncio.run(sync_with_display(config, selected, Console(), dry_run=dry_run))
     return 0 if all(run.outcome == "success" for run in runs) else 1
 
 
-async def sync_with_display(config: Config, names: Sequence[str], console: Console) -> list[FeederRun]:
+async def sync_with_display(
+    config: Config, names: Sequence[str], console: Console, *, dry_run: bool = False
+) -> list[FeederRun]:
     """Sync with a live table on a terminal (plain logs otherwise), then print the summary table."""
     if console.is_terminal:
         with live_progress(console) as progress:
-            runs = await sync_feeders(config, names, progress)
+            runs = await sync_feeders(config, names, progress, dry_run=dry_run)
     else:
-        runs = await sync_feeders(config, names)
+        runs = await sync_feeders(config, names, dry_run=dry_run)
     console.print(summary_table(runs))
+    if dry_run:
+        console.print(dry_run_table(runs))
     return runs

@@ -112,6 +112,33 @@ def assert_feeders_equal_partitions(fed: Federation, keys: dict[str, int] | None
             assert fed.digest(fed.superhub, table, cols, f"WHERE hub_id = {key}") == expected, (name, table)
 
 
+def config_toml(fed: Federation, *, interval_s: float = 0.5, extra: str = "", agent_command: str = "") -> str:
+    """A configuration file for the federation, as an operator would write it."""
+    schema = fed.tmp / "schema.sql"
+    schema.write_text(SCHEMA)
+    lines = [
+        'log_level = "info"',
+        "[superhub]",
+        f'dsn = "{fed.cluster.dsn(fed.superhub)}"',
+        'tables = ["public.*"]',
+        f'schema_file = "{schema}"',
+        "[daemon]",
+        "shutdown_grace_s = 1",
+    ]
+    for key, (name, db) in enumerate(fed.feeders.items(), start=1):
+        lines += [
+            f"[feeders.{name}]",
+            f"key = {key}",
+            f"interval_s = {interval_s}",
+            'transport = "local"',
+            f'database = "{fed.cluster.conninfo(db)}"',
+            f'pg_dump = "{fed.cluster.install.tool("pg_dump")}"',
+        ]
+        if agent_command and name == "hub1":
+            lines.append(f'agent_command = ["{agent_command}"]')
+    return "\n".join(lines) + "\n" + extra
+
+
 def sync(config: Config, *names: str) -> list[FeederRun]:
     """Sync the named feeders (all if none)."""
     return asyncio.run(sync_feeders(config, list(names) or list(config.feeders)))

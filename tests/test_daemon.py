@@ -17,41 +17,13 @@ from tests.federation import (
     HOST_COLS,
     Federation,
     cluster,
+    config_toml,
     federation,
     staging_leftovers,
     write_script,
 )
 
 __all__ = ["cluster", "federation"]  # fixtures used by the tests below
-
-
-def config_toml(fed: Federation, *, interval_s: float = 0.5, extra: str = "", agent_command: str = "") -> str:
-    """A configuration file for the federation, as an operator would write it."""
-    schema = fed.tmp / "schema.sql"
-    from tests.federation import SCHEMA  # noqa: PLC0415 - the same schema the fixtures use
-
-    schema.write_text(SCHEMA)
-    lines = [
-        'log_level = "info"',
-        "[superhub]",
-        f'dsn = "{fed.cluster.dsn(fed.superhub)}"',
-        'tables = ["public.*"]',
-        f'schema_file = "{schema}"',
-        "[daemon]",
-        "shutdown_grace_s = 1",
-    ]
-    for key, (name, db) in enumerate(fed.feeders.items(), start=1):
-        lines += [
-            f"[feeders.{name}]",
-            f"key = {key}",
-            f"interval_s = {interval_s}",
-            'transport = "local"',
-            f'database = "{fed.cluster.conninfo(db)}"',
-            f'pg_dump = "{fed.cluster.install.tool("pg_dump")}"',
-        ]
-        if agent_command and name == "hub1":
-            lines.append(f'agent_command = ["{agent_command}"]')
-    return "\n".join(lines) + "\n" + extra
 
 
 class DaemonProcess:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,13 +13,14 @@ import pytest
 
 from fedload.pipeline import FeederRun, sync_feeder
 from fedload.stream import Header, StreamEncoder
-from fedload.sync import prepare_superhub
+from fedload.sync import prepare_superhub, sync_feeders
 from tests.federation import (
     AGENT,
     HOST_COLS,
     Federation,
     assert_feeders_equal_partitions,
     cluster,
+    config_toml,
     federation,
     staging_leftovers,
     sync,
@@ -226,3 +229,44 @@ def test_readers_never_see_a_mixed_or_empty_feeder(federation: Federation) -> No
     seen, reads = asyncio.run(scenario())
     assert reads > 20
     assert seen <= states, seen - states  # only complete states of the feeder, never empty, never mixed
+
+
+def test_dry_run_reports_and_changes_nothing(federation: Federation) -> None:
+    """A dry run reads and checks every dump and says what a sync would do, without changing the superhub."""
+    config = federation.config()
+    first = asyncio.run(sync_feeders(config, list(config.feeders), dry_run=True))
+    assert [r.outcome for r in first] == ["success"] * 3, [r.error for r in first]
+    assert first[0].plan == (
+        "public.contexts: attach a new partition of 3,000 rows",
+        "public.hosts: attach a new partition of 300 rows",
+    )
+    assert federation.superhub_sql("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'fedload%'") == "0"
+    assert [r.outcome for r in sync(config)] == ["success"] * 3
+    federation.cluster.psql("DELETE FROM hosts WHERE hostkey LIKE 'SHA=1%'", dbname=federation.feeders["hub1"])
+    federation.cluster.psql("ALTER TABLE hosts ADD COLUMN extra int", dbname=federation.feeders["hub2"])
+    again = asyncio.run(sync_feeders(config, ["hub1", "hub2"], dry_run=True))
+    assert again[0].plan[1] == "public.hosts: replace 300 rows by 189"
+    assert again[1].plan[1] == "public.hosts: replace 200 rows by 200 (feeder columns dropped: extra)"
+    assert federation.superhub_sql("SELECT count(*) FROM hosts WHERE hub_id = 1") == "300"
+    assert federation.superhub_sql("SELECT count(*) FROM fedload.runs") == "3"
+    assert staging_leftovers(federation) == "0"
+
+
+def test_dry_run_reports_a_rejected_dump(federation: Federation) -> None:
+    """A dry run of a hostile dump fails that feeder with the dump's error, and the command exits 1."""
+    evil = federation.tmp / "evil.bin"
+    evil.write_bytes(crafted_stream(HOSTILE_DUMPS["drop table"]))
+    config_file = federation.tmp / "fedload.toml"
+    config_file.write_text(
+        config_toml(federation, agent_command=write_script(federation.tmp / "d.sh", f"cat {evil}\n"))
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "fedload", "sync", "--dry-run", "--config", str(config_file), "hub1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "nothing was changed" in result.stdout
+    assert "DROP TABLE" in result.stdout
