@@ -8,7 +8,7 @@ from fedload.config import Config
 from fedload.errors import FeederError
 from fedload.log import get_logger
 from fedload.pipeline import connect_superhub
-from fedload.runs import ensure_superhub, try_feeder_lock, unlock_feeder
+from fedload.runs import ensure_superhub, forget_rejects, try_feeder_lock, unlock_feeder
 from fedload.schema import read_parents
 from fedload.swap import drop_partitions
 
@@ -25,7 +25,9 @@ async def _remove(config: Config, name: str) -> list[str]:
             raise FeederError(f"feeder {name} is being synced right now; try again when the run has finished")
         try:
             parents = await read_parents(conn, config.superhub.tables, config.superhub.feeder_key)
-            return await drop_partitions(conn, parents, name)
+            dropped = await drop_partitions(conn, parents, name)
+            await forget_rejects(conn, name)
+            return dropped
         finally:
             await unlock_feeder(conn, name)
     finally:

@@ -86,7 +86,7 @@ class SuperhubConfig(_Model):
     max_parallel_feeders: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
     schema_file: Path | None = None
     extra_columns: Literal["warn", "error"] = "warn"
-    bad_rows: Literal["fail"] = "fail"
+    bad_rows: Literal["fail", "reject"] = "fail"
     stale_after_s: Seconds = 1800.0
     connect_timeout_s: Seconds = 15.0
     statement_timeout_s: Seconds = 3600.0

@@ -18,6 +18,7 @@ import asyncpg
 
 from fedload.errors import DumpError
 from fedload.log import get_logger
+from fedload.rejects import RejectWriter
 from fedload.schema import STAGE_SCHEMA, ParentTable, ident, key_literal, qualified
 from transforms import (
     CopyEnd,
@@ -68,6 +69,7 @@ class ImportPolicy:
     feeder_key: str
     table_patterns: tuple[str, ...]
     extra_columns: str = "warn"
+    bad_rows: str = "fail"
 
 
 @dataclass(slots=True)
@@ -79,6 +81,7 @@ class StagedTable:
     columns: list[str] = field(default_factory=list)
     dropped_columns: list[str] = field(default_factory=list)
     rows: int = 0
+    rejected: int = 0
     loaded: bool = False
 
     @property
@@ -99,6 +102,7 @@ class Importer:
         stage_prefix: str,
         parents: dict[str, ParentTable],
         policy: ImportPolicy,
+        run_id: int | None = None,
     ) -> None:
         self._conn = conn
         self._feeder = feeder
@@ -109,6 +113,7 @@ class Importer:
             name: StagedTable(parent, f"{stage_prefix}_{i}") for i, (name, parent) in enumerate(sorted(parents.items()))
         }
         self._log = log.bind(feeder=feeder, stage_prefix=stage_prefix)
+        self._rejects = RejectWriter(conn, feeder=feeder, run_id=run_id) if policy.bad_rows == "reject" else None
         self._run_key: object = None  # the INSERT target being loaded; consecutive INSERTs continue it
         self._run_target: StagedTable | None = None
         self._run_plan: ColumnPlan | None = None
@@ -192,14 +197,15 @@ class Importer:
             return
         plan = self._plan(staged, tuple(_identifiers(start.columns)), start)
         rewrite = plan.columns != tuple(_identifiers(start.columns))
-        status = await self._conn.copy_to_table(
-            staged.stage_name,
-            schema_name=STAGE_SCHEMA,
-            columns=staged.columns,
-            source=_copy_data(items, plan if rewrite else None, start),
-            freeze=True,
-        )
-        staged.rows += int(status.rsplit(" ", 1)[1])
+        source = _copy_data(items, plan if rewrite else None, start)
+        if self._rejects is not None:
+            loaded, rejected = await self._rejects.copy(staged.parent, staged.stage_sql, staged.columns, source)
+            staged.rows, staged.rejected = staged.rows + loaded, staged.rejected + rejected
+        else:
+            status = await self._conn.copy_to_table(
+                staged.stage_name, schema_name=STAGE_SCHEMA, columns=staged.columns, source=source, freeze=True
+            )
+            staged.rows += int(status.rsplit(" ", 1)[1])
         self._log.info("import.table_loaded", table=staged.parent.qualified_name, rows=staged.rows, mode="copy")
 
     async def _insert(self, item: InsertRows) -> None:
@@ -218,13 +224,16 @@ class Importer:
         columns = ", ".join(ident(c) for c in staged.columns)
         head = f"INSERT INTO {staged.stage_sql} ({columns}) VALUES "  # noqa: S608 - quoted names, checked literals
         for start in range(0, len(tuples), _ROWS_PER_INSERT):
-            batch = tuples[start : start + _ROWS_PER_INSERT]
             try:
-                sql = head + b",".join(batch).decode("utf-8")
+                batch = [row.decode("utf-8") for row in tuples[start : start + _ROWS_PER_INSERT]]
             except UnicodeDecodeError as exc:
                 raise DumpError(f"{_where(item)}: a VALUES tuple is not valid UTF-8") from exc
-            await self._conn.execute(sql)
-            staged.rows += len(batch)
+            if self._rejects is not None:
+                loaded, rejected = await self._rejects.insert(staged.parent, head, batch)
+                staged.rows, staged.rejected = staged.rows + loaded, staged.rejected + rejected
+            else:
+                await self._conn.execute(head + ",".join(batch))
+                staged.rows += len(batch)
 
 
 def _identifiers(columns: bytes) -> list[bytes]:

@@ -20,7 +20,15 @@ from fedload.errors import DumpError, FedloadError, SuperhubError
 from fedload.importer import Importer, ImportPolicy
 from fedload.log import get_logger
 from fedload.receive import DumpReceiver
-from fedload.runs import RunRecord, ensure_superhub, finish_run, start_run, try_feeder_lock, unlock_feeder
+from fedload.runs import (
+    RunRecord,
+    ensure_superhub,
+    finish_run,
+    forget_rejects,
+    start_run,
+    try_feeder_lock,
+    unlock_feeder,
+)
 from fedload.schema import ParentTable, create_parents_from_file, read_parents
 from fedload.stream import Trailer
 from fedload.swap import describe_swap, swap_in
@@ -57,6 +65,7 @@ class FeederRun:
     seconds: float
     swap_lock_ms: float | None = None
     plan: tuple[str, ...] = ()  # a dry run's account of what the swap would do
+    rejected: dict[str, int] = field(default_factory=dict)  # bad_rows = "reject": rows set aside, per table
 
 
 ProgressCallback = Callable[[Progress], None]
@@ -195,6 +204,7 @@ class _FeederSync:
             seconds,
             self.record.swap_lock_ms,
             tuple(self.plan),
+            self.record.rejected or {},
         )
 
     async def _locked(self) -> None:
@@ -266,7 +276,7 @@ class _FeederSync:
     async def _import(self, conn: asyncpg.Connection, process: FeederProcess, parents: dict[str, ParentTable]) -> None:
         superhub = self.config.superhub
         receiver = DumpReceiver(process, framed=self.feeder.agent)
-        policy = ImportPolicy(superhub.feeder_key, tuple(superhub.tables), superhub.extra_columns)
+        policy = ImportPolicy(superhub.feeder_key, tuple(superhub.tables), superhub.extra_columns, superhub.bad_rows)
         self.phase("load")
         async with conn.transaction():
             importer = Importer(
@@ -276,16 +286,18 @@ class _FeederSync:
                 stage_prefix=self.stage_prefix,
                 parents=parents,
                 policy=policy,
+                run_id=self.run_id,
             )
             await importer.load(self._tracked(receiver, importer))
             rows = {staged.parent.qualified_name: staged.rows for staged in importer.staged.values()}
-            _verify_counts(rows, receiver.trailer)
+            rejected = {s.parent.qualified_name: s.rejected for s in importer.staged.values() if s.rejected}
+            _verify_counts(rows, rejected, receiver.trailer)
             await importer.finish()
             self.phase("swap")
             swap_started = time.monotonic()
             if self.dry_run:
                 self.plan = await describe_swap(conn, importer.staged.values(), feeder=self.name)
-                self.record = RunRecord("success", rows=rows)
+                self.record = RunRecord("success", rows=rows, rejected=rejected)
                 return
             await swap_in(
                 conn,
@@ -295,8 +307,9 @@ class _FeederSync:
                 lock_timeout_s=superhub.swap_lock_timeout_s,
                 max_wait_s=superhub.swap_max_wait_s,
             )
+            await forget_rejects(conn, self.name, except_run=self.run_id)  # they described the data swapped out
         lock_ms = round((time.monotonic() - swap_started) * 1000, 1)
-        self.record = RunRecord("success", rows=rows, swap_lock_ms=lock_ms)
+        self.record = RunRecord("success", rows=rows, swap_lock_ms=lock_ms, rejected=rejected)
 
     async def _tracked(self, receiver: DumpReceiver, importer: Importer) -> AsyncIterator[Item]:
         async for item in receiver.items():
@@ -306,12 +319,12 @@ class _FeederSync:
             yield item
 
 
-def _verify_counts(loaded: dict[str, int], trailer: Trailer | None) -> None:
-    """The agent's row counts must match what was loaded, table by table."""
+def _verify_counts(loaded: dict[str, int], rejected: dict[str, int], trailer: Trailer | None) -> None:
+    """The agent's row counts must match what was loaded (or rejected), table by table."""
     if trailer is None:
         return
     for table, rows in trailer.rows.items():
-        if table in loaded and loaded[table] != rows:
+        if table in loaded and loaded[table] + rejected.get(table, 0) != rows:
             raise DumpError(f"table {table}: the feeder sent {rows} rows but {loaded[table]} were loaded")
 
 

@@ -58,9 +58,10 @@ def summary_table(runs: list[FeederRun]) -> Table:
         style = "green" if run.outcome == "success" else "red"
         lock = "" if run.swap_lock_ms is None else f"{run.swap_lock_ms:.1f}"
         rows, megabytes = f"{sum(run.rows.values()):,}", f"{run.raw_bytes / 1e6:.2f}"
-        table.add_row(
-            run.feeder, f"[{style}]{run.outcome}[/]", rows, megabytes, f"{run.seconds:.1f}", lock, run.error or ""
-        )
+        outcome = f"[{style}]{run.outcome}[/]"
+        if run.rejected:
+            outcome += f" [yellow]({sum(run.rejected.values()):,} rows rejected, see fedload.rejects)[/]"
+        table.add_row(run.feeder, outcome, rows, megabytes, f"{run.seconds:.1f}", lock, run.error or "")
     return table
 
 

@@ -12,7 +12,15 @@ import asyncpg
 
 from fedload.schema import PARTS_SCHEMA, STAGE_SCHEMA
 
-__all__ = ["RunRecord", "ensure_superhub", "finish_run", "start_run", "try_feeder_lock", "unlock_feeder"]
+__all__ = [
+    "RunRecord",
+    "ensure_superhub",
+    "finish_run",
+    "forget_rejects",
+    "start_run",
+    "try_feeder_lock",
+    "unlock_feeder",
+]
 
 _LOCK_CLASS = 0x6665646C  # "fedl": the advisory-lock namespace of fedload; the object id is hashtext(feeder)
 _BOOTSTRAP = f"""
@@ -31,10 +39,22 @@ CREATE TABLE IF NOT EXISTS fedload.runs (
     dump_bytes bigint,
     rows jsonb,
     swap_lock_ms double precision,
+    rejected jsonb,
     host text,
     pid integer
 );
 CREATE INDEX IF NOT EXISTS runs_feeder_started ON fedload.runs (feeder, started_at DESC);
+CREATE TABLE IF NOT EXISTS fedload.rejects (
+    id bigserial PRIMARY KEY,
+    run_id bigint,
+    feeder text NOT NULL,
+    table_name text NOT NULL,
+    sqlstate text,
+    error text NOT NULL,
+    row_text text,
+    rejected_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS rejects_feeder ON fedload.rejects (feeder, run_id);
 CREATE TABLE IF NOT EXISTS fedload.schedule (
     feeder text PRIMARY KEY,
     next_run_at timestamptz NOT NULL,
@@ -54,6 +74,7 @@ class RunRecord:
     dump_bytes: int = 0
     rows: dict[str, int] | None = None
     swap_lock_ms: float | None = None
+    rejected: dict[str, int] | None = None
 
 
 async def ensure_superhub(conn: asyncpg.Connection) -> None:
@@ -70,6 +91,13 @@ async def try_feeder_lock(conn: asyncpg.Connection, feeder: str) -> bool:
 async def unlock_feeder(conn: asyncpg.Connection, feeder: str) -> None:
     """Release the feeder's advisory lock."""
     await conn.execute("SELECT pg_advisory_unlock($1, hashtext($2))", _LOCK_CLASS, feeder)
+
+
+async def forget_rejects(conn: asyncpg.Connection, feeder: str, *, except_run: int | None = None) -> None:
+    """Delete the rejected rows recorded for the feeder's earlier data (all, or all but `except_run`'s)."""
+    await conn.execute(
+        "DELETE FROM fedload.rejects WHERE feeder = $1 AND run_id IS DISTINCT FROM $2", feeder, except_run
+    )
 
 
 async def start_run(conn: asyncpg.Connection, feeder: str) -> int:
@@ -97,10 +125,11 @@ async def finish_run(conn: asyncpg.Connection, run_id: int, record: RunRecord) -
         "dump_bytes": record.dump_bytes,
         "rows": json.dumps(record.rows) if record.rows is not None else None,
         "swap_lock_ms": record.swap_lock_ms,
+        "rejected": json.dumps(record.rejected) if record.rejected is not None else None,
     }
     await conn.execute(
         "UPDATE fedload.runs SET finished_at = now(), outcome = $2, error = $3, raw_bytes = $4, dump_bytes = $5, "
-        "rows = $6::jsonb, swap_lock_ms = $7 WHERE id = $1",
+        "rows = $6::jsonb, swap_lock_ms = $7, rejected = $8::jsonb WHERE id = $1",
         run_id,
         *fields.values(),
     )

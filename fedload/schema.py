@@ -56,6 +56,7 @@ class Column:
     not_null: bool
     default_sql: str | None
     generated_sql: str | None
+    base_type_sql: str  # the type without modifiers (varchar, not varchar(10)): casts to it never truncate
 
     def definition(self, default_sql: str | None = None) -> str:
         """The column's definition for a CREATE TABLE, optionally with another default."""
@@ -101,7 +102,8 @@ WHERE c.relkind = 'p' AND NOT c.relispartition AND n.nspname NOT IN ('pg_catalog
 _COLUMNS = """
 SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
        CASE WHEN a.attgenerated = '' THEN pg_get_expr(d.adbin, d.adrelid) END,
-       CASE WHEN a.attgenerated <> '' THEN pg_get_expr(d.adbin, d.adrelid) END
+       CASE WHEN a.attgenerated <> '' THEN pg_get_expr(d.adbin, d.adrelid) END,
+       format_type(a.atttypid, NULL)
 FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum

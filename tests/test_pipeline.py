@@ -16,6 +16,7 @@ from fedload.stream import Header, StreamEncoder
 from fedload.sync import prepare_superhub, sync_feeders
 from tests.federation import (
     AGENT,
+    CONTEXT_COLS,
     HOST_COLS,
     Federation,
     assert_feeders_equal_partitions,
@@ -270,3 +271,33 @@ def test_dry_run_reports_a_rejected_dump(federation: Federation) -> None:
     assert result.returncode == 1, result.stderr
     assert "nothing was changed" in result.stdout
     assert "DROP TABLE" in result.stdout
+
+
+@pytest.mark.parametrize("mode", ["copy", "inserts"])
+def test_rejected_rows_are_set_aside_with_their_error(federation: Federation, mode: str) -> None:
+    """With bad_rows = "reject", rows the superhub refuses go to fedload.rejects; the rest load and swap in."""
+    db = federation.feeders["hub1"]
+    federation.cluster.psql(
+        "ALTER TABLE contexts ALTER score TYPE text;"
+        "UPDATE contexts SET score = 'not a number' WHERE score IN ('5', '1500');"
+        "UPDATE contexts SET score = '99999999999' WHERE score = '2999';",
+        dbname=db,
+    )
+    config = federation.config(dump_mode=mode)
+    config = config.model_copy(update={"superhub": config.superhub.model_copy(update={"bad_rows": "reject"})})
+    runs = sync(config)
+    assert [r.outcome for r in runs] == ["success"] * 3, [r.error for r in runs]
+    assert runs[0].rejected == {"public.contexts": 3}
+    assert runs[0].rows["public.contexts"] == 2997
+    good = "WHERE score NOT IN ('not a number', '99999999999')"
+    assert federation.digest(federation.superhub, "contexts", CONTEXT_COLS, "WHERE hub_id = 1") == federation.digest(
+        db, "contexts", CONTEXT_COLS, good
+    )
+    rejects = federation.superhub_sql(
+        "SELECT string_agg(sqlstate || ' ' || (row_text LIKE '%not a number%')::text, ',' ORDER BY sqlstate, id) "
+        "FROM fedload.rejects WHERE feeder = 'hub1' AND table_name = 'public.contexts'"
+    )
+    assert rejects == "22003 false,22P02 true,22P02 true"
+    federation.cluster.psql("DELETE FROM contexts WHERE score !~ '^[0-9]{1,9}$'", dbname=db)
+    assert sync(config, "hub1")[0].rejected == {}
+    assert federation.superhub_sql("SELECT count(*) FROM fedload.rejects") == "0"
