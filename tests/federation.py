@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import stat
 import sys
 from collections.abc import Iterator
@@ -137,6 +138,16 @@ def config_toml(fed: Federation, *, interval_s: float = 0.5, extra: str = "", ag
         if agent_command and name == "hub1":
             lines.append(f'agent_command = ["{agent_command}"]')
     return "\n".join(lines) + "\n" + extra
+
+
+def require_major(major: int) -> None:
+    """Fail (in CI, where FEDLOAD_REQUIRE_MAJORS lists it) or skip when a PostgreSQL major is not installed."""
+    if major in find_installs():
+        return
+    required = {int(m) for m in os.environ.get("FEDLOAD_REQUIRE_MAJORS", "").split(",") if m}
+    if major in required:
+        pytest.fail(f"PostgreSQL {major} binaries are required here but not found")
+    pytest.skip(f"PostgreSQL {major} binaries not installed")
 
 
 def sync(config: Config, *names: str) -> list[FeederRun]:

@@ -31,6 +31,7 @@ from tests.federation import (
     Federation,
     cluster,
     federation,
+    require_major,
     sync,
 )
 from tests.sshd import SshServer, keygen, sshd
@@ -189,16 +190,6 @@ def test_forced_command_is_all_the_key_can_run(tmp_path: Path) -> None:
         assert asyncio.run(scenario()) == b"forced\n"
     finally:
         server.stop()
-
-
-def require_major(major: int) -> None:
-    """Fail (in CI, where FEDLOAD_REQUIRE_MAJORS lists it) or skip when a PostgreSQL major is not installed."""
-    if major in find_installs():
-        return
-    required = {int(m) for m in os.environ.get("FEDLOAD_REQUIRE_MAJORS", "").split(",") if m}
-    if major in required:
-        pytest.fail(f"PostgreSQL {major} binaries are required here but not found")
-    pytest.skip(f"PostgreSQL {major} binaries not installed")
 
 
 @pytest.mark.parametrize(("major", "agent", "mode"), [(15, True, "copy"), (18, True, "inserts"), (18, False, "copy")])
