@@ -27,7 +27,8 @@ from transforms.split import (
 __all__ = ["CHUNK_BYTES", "TransformOptions", "TransformStats", "Transformer", "transform_stream"]
 
 CHUNK_BYTES = 1 << 20
-_DATA_COMMENT = re.compile(rb"^-- Data for Name: ([^;]+); Type: TABLE DATA; Schema: ([^;]+);", re.MULTILINE)
+# pg_dump writes names unquoted here, so they may hold "; ": the fixed words around them delimit them.
+_DATA_COMMENT = re.compile(rb"^-- Data for Name: (.+?); Type: TABLE DATA; Schema: (.+?); Owner: ", re.MULTILINE)
 
 
 @dataclass(frozen=True, slots=True)
