@@ -31,7 +31,7 @@ from fedload.runs import (
 )
 from fedload.schema import ParentTable, create_parents_from_file, read_parents
 from fedload.stream import Trailer
-from fedload.swap import describe_swap, swap_in
+from fedload.swap import analyze_partitions, describe_swap, swap_in
 from fedload.transport import FeederProcess, Transport
 from transforms import Item
 
@@ -310,6 +310,8 @@ class _FeederSync:
             await forget_rejects(conn, self.name, except_run=self.run_id)  # they described the data swapped out
         lock_ms = round((time.monotonic() - swap_started) * 1000, 1)
         self.record = RunRecord("success", rows=rows, swap_lock_ms=lock_ms, rejected=rejected)
+        self.phase("analyze")
+        await analyze_partitions(conn, rows, self.name)
 
     async def _tracked(self, receiver: DumpReceiver, importer: Importer) -> AsyncIterator[Item]:
         async for item in receiver.items():

@@ -22,7 +22,7 @@ from fedload.importer import StagedTable
 from fedload.log import get_logger
 from fedload.schema import PARTS_SCHEMA, ident, key_literal, qualified
 
-__all__ = ["describe_swap", "drop_partitions", "partition_name", "swap_in"]
+__all__ = ["analyze_partitions", "describe_swap", "drop_partitions", "partition_name", "swap_in"]
 
 _MAX_IDENTIFIER_BYTES = 63
 _MAY_ALTER = "SELECT pg_has_role(relowner, 'USAGE') FROM pg_class WHERE oid = $1::regclass"
@@ -86,6 +86,17 @@ async def _swap_table(conn: asyncpg.Connection, table: StagedTable, feeder: str,
     await conn.execute(f"ALTER TABLE {table.stage_sql} SET SCHEMA {ident(PARTS_SCHEMA)}")
     await conn.execute(f"ALTER TABLE {qualified(PARTS_SCHEMA, table.stage_name)} RENAME TO {ident(name)}")
     log.debug("swap.table", table=table.parent.qualified_name, ms=round((time.monotonic() - started) * 1000, 1))
+
+
+async def analyze_partitions(conn: asyncpg.Connection, parents: Iterable[str], feeder: str) -> None:
+    """ANALYZE the feeder's partitions of the named parent tables (`schema.name`), after their swap committed:
+    readers are not blocked by it, and a failure only costs planner statistics until autovacuum runs."""
+    for parent in sorted(parents):
+        table = qualified(PARTS_SCHEMA, partition_name(parent.split(".", 1)[1], feeder))
+        try:
+            await conn.execute(f"ANALYZE {table}")
+        except asyncpg.PostgresError as exc:
+            log.warning("swap.analyze_failed", feeder=feeder, table=parent, error=str(exc))
 
 
 async def describe_swap(conn: asyncpg.Connection, staged: Iterable[StagedTable], *, feeder: str) -> list[str]:

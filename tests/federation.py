@@ -21,12 +21,12 @@ from fedload.sync import sync_feeders
 
 SCHEMA = """
 CREATE TABLE public.hosts (hostkey text NOT NULL, name text, site text DEFAULT 'none', seen timestamptz,
-    PRIMARY KEY (hostkey));
+    online boolean, PRIMARY KEY (hostkey));
 CREATE TABLE public.contexts (hostkey text NOT NULL, contextname text, tags text[], score integer);
 """
 FEEDER_DATA = """
-INSERT INTO hosts (hostkey, name, seen)
-SELECT 'SHA=' || g, E'host ''' || g || E'''\\n;\\t\\\\ x', now() - g * interval '1 minute'
+INSERT INTO hosts (hostkey, name, seen, online)
+SELECT 'SHA=' || g, E'host ''' || g || E'''\\n;\\t\\\\ x', now() - g * interval '1 minute', g % 3 = 0
 FROM generate_series(1, {n}) g;
 INSERT INTO contexts SELECT 'SHA=' || (g % {n}), 'ctx' || g, ARRAY['a,b', 'c"d', NULL], g
 FROM generate_series(1, {m}) g;
@@ -99,7 +99,7 @@ def federation(cluster: LocalCluster, tmp_path: Path) -> Federation:
     return Federation(cluster, superhub, feeders, tmp_path)
 
 
-HOST_COLS = "hostkey || coalesce(name, '') || coalesce(seen::text, '')"
+HOST_COLS = "hostkey || coalesce(name, '') || coalesce(seen::text, '') || coalesce(online::text, '')"
 CONTEXT_COLS = "hostkey || contextname || coalesce(tags::text, '') || coalesce(score::text, '')"
 
 

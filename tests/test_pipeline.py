@@ -51,7 +51,7 @@ def test_schema_drift_defaults_and_dropped_columns(federation: Federation) -> No
     db = federation.feeders["hub2"]
     federation.cluster.psql(
         "ALTER TABLE hosts DROP COLUMN site; ALTER TABLE hosts ADD COLUMN uptime bigint DEFAULT 7;"
-        "CREATE TABLE h2 AS SELECT seen, uptime, name, hostkey FROM hosts; DROP TABLE hosts;"
+        "CREATE TABLE h2 AS SELECT seen, uptime, online, name, hostkey FROM hosts; DROP TABLE hosts;"
         "ALTER TABLE h2 RENAME TO hosts;",
         dbname=db,
     )
