@@ -238,6 +238,8 @@ class Importer:
 
 
 def _text(sql: bytes, item: InsertRows) -> str:
+    if b"\x00" in sql:  # the superhub's protocol cannot carry it; text values cannot hold it either
+        raise DumpError(f"{_where(item)}: a VALUES tuple contains a NUL byte")
     try:
         return sql.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -20,6 +20,7 @@ from fedload.errors import DumpError, FedloadError, SuperhubError
 from fedload.importer import Importer, ImportPolicy
 from fedload.log import get_logger
 from fedload.receive import DumpReceiver
+from fedload.rejects import is_bad_row
 from fedload.runs import (
     RunRecord,
     ensure_superhub,
@@ -69,6 +70,9 @@ class FeederRun:
 
 
 ProgressCallback = Callable[[Progress], None]
+# The importer's literal check reads strings as PostgreSQL does with standard_conforming_strings on: a database or
+# role set to off would read backslashes differently, so the session always sets it (startup options win).
+_SESSION_SETTINGS = {"standard_conforming_strings": "on"}
 
 
 async def connect_superhub(config: Config) -> asyncpg.Connection:
@@ -76,7 +80,9 @@ async def connect_superhub(config: Config) -> asyncpg.Connection:
     superhub = config.superhub
     try:
         async with asyncio.timeout(superhub.connect_timeout_s):
-            return await asyncpg.connect(superhub.dsn, command_timeout=superhub.statement_timeout_s)
+            return await asyncpg.connect(
+                superhub.dsn, command_timeout=superhub.statement_timeout_s, server_settings=_SESSION_SETTINGS
+            )
     except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         raise SuperhubError(f"cannot connect to the superhub: {exc or type(exc).__name__}") from exc
 
@@ -332,7 +338,6 @@ def _verify_counts(loaded: dict[str, int], rejected: dict[str, int], trailer: Tr
 
 def _translate(exc: asyncpg.PostgresError) -> FedloadError:
     """Rows the superhub refuses (data or integrity errors) reject the dump; the rest is the superhub's failure."""
-    state = getattr(exc, "sqlstate", "") or ""
-    if state[:2] in ("22", "23"):
+    if is_bad_row(exc):
         return DumpError(f"the superhub rejected a row: {exc}")
     return SuperhubError(f"the superhub failed: {exc}")

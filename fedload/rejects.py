@@ -16,9 +16,10 @@ import asyncpg
 from fedload.log import get_logger
 from fedload.schema import ParentTable, ident
 
-__all__ = ["BAD_ROW_CLASSES", "RejectWriter", "is_bad_row"]
+__all__ = ["RejectWriter", "is_bad_row"]
 
-BAD_ROW_CLASSES = ("22", "23")  # data exceptions, integrity constraint violations: the row's fault
+_BAD_ROW_CLASSES = ("22", "23")  # data exceptions, integrity constraint violations: the row's fault
+_BAD_ROW_STATES = ("54000",)  # program_limit_exceeded: a value beyond a limit, e.g. more than 6 array dimensions
 log = get_logger()
 
 _RECORD = """
@@ -27,9 +28,9 @@ INSERT INTO fedload.rejects (run_id, feeder, table_name, sqlstate, error, row_te
 
 
 def is_bad_row(exc: BaseException) -> bool:
-    """Whether the superhub refused a row because of the row itself (SQLSTATE class 22 or 23)."""
+    """Whether the superhub refused a row because of the row itself (SQLSTATE class 22 or 23, or a value limit)."""
     state = getattr(exc, "sqlstate", None) or ""
-    return isinstance(exc, asyncpg.PostgresError) and state[:2] in BAD_ROW_CLASSES
+    return isinstance(exc, asyncpg.PostgresError) and (state[:2] in _BAD_ROW_CLASSES or state in _BAD_ROW_STATES)
 
 
 @dataclass(slots=True)

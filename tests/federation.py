@@ -17,6 +17,7 @@ import pytest
 from fedload.config import Config, parse_config
 from fedload.localpg import LocalCluster, find_installs
 from fedload.pipeline import FeederRun
+from fedload.stream import Header, StreamEncoder
 from fedload.sync import sync_feeders
 
 SCHEMA = """
@@ -83,8 +84,7 @@ class Federation:
         return self.cluster.psql(sql, dbname=self.superhub).strip()
 
 
-@pytest.fixture
-def federation(cluster: LocalCluster, tmp_path: Path) -> Federation:
+def make_federation(cluster: LocalCluster, tmp: Path) -> Federation:
     """A fresh superhub database and three feeder databases with 300, 200 and 100 hosts."""
     suffix = next(_names)
     superhub = f"superhub_{suffix}"
@@ -95,8 +95,14 @@ def federation(cluster: LocalCluster, tmp_path: Path) -> Federation:
         cluster.psql(f"CREATE DATABASE {db}")
         cluster.psql(SCHEMA + FEEDER_DATA.format(n=n, m=n * 10), dbname=db)
         feeders[f"hub{i}"] = db
-    tmp_path.chmod(0o755)
-    return Federation(cluster, superhub, feeders, tmp_path)
+    tmp.chmod(0o755)
+    return Federation(cluster, superhub, feeders, tmp)
+
+
+@pytest.fixture
+def federation(cluster: LocalCluster, tmp_path: Path) -> Federation:
+    """A fresh superhub database and three feeder databases with 300, 200 and 100 hosts."""
+    return make_federation(cluster, tmp_path)
 
 
 HOST_COLS = "hostkey || coalesce(name, '') || coalesce(seen::text, '') || coalesce(online::text, '')"
@@ -165,3 +171,24 @@ def write_script(path: Path, body: str) -> str:
     path.write_text("#!/bin/sh\n" + body)
     path.chmod(path.stat().st_mode | stat.S_IEXEC | stat.S_IXOTH | stat.S_IROTH)
     return str(path)
+
+
+def failing_after_first_sync(fed: Federation, body: str | None = None, **overrides: Any) -> FeederRun:
+    """Sync hub1 once normally, then again with `body` as its dump command (or other overrides); that result."""
+    config = fed.config()
+    assert sync(config, "hub1")[0].outcome == "success"
+    before = fed.digest(fed.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1")
+    fed.cluster.psql("INSERT INTO hosts (hostkey) VALUES ('new')", dbname=fed.feeders["hub1"])
+    if body is not None:
+        overrides["agent_command"] = [write_script(fed.tmp / "dump.sh", body)]
+    run = sync(fed.config(**overrides), "hub1")[0]
+    assert fed.digest(fed.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1") == before  # old data intact
+    assert staging_leftovers(fed) == "0"
+    assert fed.superhub_sql("SELECT outcome FROM fedload.runs ORDER BY id DESC LIMIT 1") == "failed"
+    return run
+
+
+def crafted_stream(dump: bytes, rows: dict[str, int] | None = None, mode: str = "copy") -> bytes:
+    """A well-formed fedload stream around `dump`, as a hostile feeder could send it."""
+    encoder = StreamEncoder(Header("zstd", mode, "evil", "15", ["public.*"]))
+    return encoder.start() + encoder.data(dump) + encoder.finish(pg_dump_exit_status=0, rows=rows or {})

@@ -6,13 +6,11 @@ import asyncio
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 import pytest
 
-from fedload.pipeline import FeederRun, sync_feeder
-from fedload.stream import Header, StreamEncoder
+from fedload.pipeline import sync_feeder
 from fedload.sync import prepare_superhub, sync_feeders
 from tests.federation import (
     AGENT,
@@ -22,6 +20,8 @@ from tests.federation import (
     assert_feeders_equal_partitions,
     cluster,
     config_toml,
+    crafted_stream,
+    failing_after_first_sync,
     federation,
     staging_leftovers,
     sync,
@@ -71,21 +71,6 @@ def test_extra_columns_can_be_an_error(federation: Federation) -> None:
     assert "columns the superhub lacks: surprise" in (runs[2].error or "")
 
 
-def failing_after_first_sync(fed: Federation, body: str | None = None, **overrides: Any) -> FeederRun:
-    """Sync hub1 once normally, then again with `body` as its dump command (or other overrides); that result."""
-    config = fed.config()
-    assert sync(config, "hub1")[0].outcome == "success"
-    before = fed.digest(fed.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1")
-    fed.cluster.psql("INSERT INTO hosts (hostkey) VALUES ('new')", dbname=fed.feeders["hub1"])
-    if body is not None:
-        overrides["agent_command"] = [write_script(fed.tmp / "dump.sh", body)]
-    run = sync(fed.config(**overrides), "hub1")[0]
-    assert fed.digest(fed.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1") == before  # old data intact
-    assert staging_leftovers(fed) == "0"
-    assert fed.superhub_sql("SELECT outcome FROM fedload.runs ORDER BY id DESC LIMIT 1") == "failed"
-    return run
-
-
 def test_truncated_stream_keeps_old_data(federation: Federation) -> None:
     """A stream cut short is rejected as truncated; the feeder's previous data stays."""
     run = failing_after_first_sync(federation, f'{AGENT} "$@" | head -c 3000\n')
@@ -115,12 +100,6 @@ def test_bad_row_fails_the_run_and_keeps_old_data(federation: Federation) -> Non
     )
     assert "the superhub rejected a row" in (run.error or "")
     assert "not a number" in (run.error or "")
-
-
-def crafted_stream(dump: bytes, rows: dict[str, int] | None = None) -> bytes:
-    """A well-formed fedload stream around `dump`, as a hostile feeder could send it."""
-    encoder = StreamEncoder(Header("zstd", "copy", "evil", "15", ["public.*"]))
-    return encoder.start() + encoder.data(dump) + encoder.finish(pg_dump_exit_status=0, rows=rows or {})
 
 
 HOSTILE_DUMPS = {

@@ -143,6 +143,7 @@ class DumpSplitter:
             self._pending_bytes = 0
         items: list[Item] = []
         pos = 0
+        self._wanted_bytes = 0  # a step that needs more input sets it
         while pos < len(self._buf):
             step = self._copy_step(pos, eof) if self._copy else self._top_step(pos, eof)
             if step is None:
@@ -185,6 +186,7 @@ class DumpSplitter:
         """A comment or psql meta-command line: wait for its newline unless the input has ended."""
         newline = self._buf.find(b"\n", pos)
         if newline < 0 and not eof:
+            self._wait_for_more(pos, "a comment or psql command line")
             return None
         end = len(self._buf) if newline < 0 else newline + 1
         text = self._buf[pos:end]
@@ -199,7 +201,6 @@ class DumpSplitter:
         if match is None:
             self._incomplete_statement(pos, eof)
             return None
-        self._wanted_bytes = 0
         if buf[pos : pos + 6].upper() == b"INSERT":
             return self._insert_run(pos, match.end())
         copy = COPY_FROM_STDIN.fullmatch(buf, pos, match.end())
@@ -240,12 +241,17 @@ class DumpSplitter:
             raise self._error(f"unexpected text {snippet!r} where an SQL statement should start", pos)
 
     def _incomplete_statement(self, pos: int, eof: bool) -> None:
-        pending = len(self._buf) - pos
         if eof:
             raise self._error("the input ends inside this statement (unterminated literal or missing ';')", pos)
+        self._wait_for_more(pos, "a statement")
+
+    def _wait_for_more(self, pos: int, what: str) -> None:
+        """The item from `pos` is incomplete: rescan only once the buffer has doubled (linear time for huge items),
+        and refuse items beyond PostgreSQL's own 1 GiB limit (bounded memory)."""
+        pending = len(self._buf) - pos
         if pending > MAX_STATEMENT_BYTES_IN:
-            raise self._error(f"a statement is larger than {MAX_STATEMENT_BYTES_IN} bytes", pos)
-        self._wanted_bytes = pending  # rescan only once the buffer has doubled: linear time for huge rows
+            raise self._error(f"{what} is larger than {MAX_STATEMENT_BYTES_IN} bytes", pos)
+        self._wanted_bytes = pending
 
     def _copy_step(self, pos: int, eof: bool) -> tuple[Item, int] | None:
         buf = self._buf
@@ -259,6 +265,7 @@ class DumpSplitter:
             return CopyRows(buf[pos : last_newline + 1]), last_newline + 1
         if eof:
             raise self._copy_error("the input ends inside a COPY data row", pos)
+        self._wait_for_more(pos, "a COPY data row")
         return None
 
     def _copy_end(self, pos: int, eof: bool) -> tuple[Item, int] | None:

@@ -1,0 +1,80 @@
+"""Tally of the fault and adversarial tests: each test names its category; the summary prints tried / survived.
+
+A test asks for the `category` fixture and calls it with a name such as "fault:superhub-restart"; fuzz tests
+may also count the inputs they tried with `category.inputs(n)`. A test "survived" when its call phase passed
+(an expected failure of a known bug counts as tried, not survived).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+
+@dataclass(slots=True)
+class Tally:
+    """What happened in one category."""
+
+    tried: int = 0
+    survived: int = 0
+    inputs: int = 0
+
+
+@dataclass(slots=True)
+class _Registry:
+    tallies: dict[str, Tally] = field(default_factory=dict)
+    pending: dict[str, list[str]] = field(default_factory=dict)  # test id -> its categories
+    inputs: dict[str, int] = field(default_factory=dict)  # test id -> inputs tried
+
+    def settle(self, nodeid: str, *, passed: bool) -> None:
+        inputs = self.inputs.pop(nodeid, 0)
+        for name in self.pending.pop(nodeid, []):
+            tally = self.tallies.setdefault(name, Tally())
+            tally.tried += 1
+            tally.survived += passed
+            tally.inputs += inputs
+
+
+_REGISTRY = _Registry()
+
+
+class Category:
+    """Registers the running test under fault/adversarial categories."""
+
+    def __init__(self, nodeid: str) -> None:
+        self._nodeid = nodeid
+
+    def __call__(self, name: str) -> None:
+        """Count this test as one try of category `name`."""
+        if name not in _REGISTRY.pending.setdefault(self._nodeid, []):
+            _REGISTRY.pending[self._nodeid].append(name)
+
+    def inputs(self, count: int = 1) -> None:
+        """Add `count` inputs (fuzz examples, corpus entries) tried by this test."""
+        _REGISTRY.inputs[self._nodeid] = _REGISTRY.inputs.get(self._nodeid, 0) + count
+
+
+@pytest.fixture
+def category(request: pytest.FixtureRequest) -> Category:
+    """Name the test's fault or adversarial category (or several) for the end-of-run tally."""
+    return Category(request.node.nodeid)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Settle a test's categories once its call phase (or a failed setup) has a result."""
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        _REGISTRY.settle(report.nodeid, passed=report.passed)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line per category: tests tried, tests survived, and inputs tried where counted."""
+    if not _REGISTRY.tallies:
+        return
+    terminalreporter.write_sep("=", "fault and adversarial categories (tried / survived)")
+    width = max(map(len, _REGISTRY.tallies))
+    for name, tally in sorted(_REGISTRY.tallies.items()):
+        inputs = f"  ({tally.inputs} inputs)" if tally.inputs else ""
+        flag = "" if tally.survived == tally.tried else "  <- not all survived"
+        counts = f"{tally.tried:>3} tried  {tally.survived:>3} survived"
+        terminalreporter.write_line(f"{name:<{width}}  {counts}{inputs}{flag}")

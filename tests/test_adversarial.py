@@ -1,0 +1,377 @@
+"""Adversarial feeders: fuzzed real dumps, injection attempts, huge and deep values, invalid UTF-8.
+
+The transformer and the stream decoders end every input either normally or with their own error (never another
+exception, never a hang). On the superhub, a dump can at most load rows into its feeder's partitions: every case
+checks that nothing else changed (relations, functions, roles, settings, the other feeders' data).
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, event, given, note, settings
+from hypothesis import strategies as st
+
+from fedload.errors import DumpError
+from fedload.localpg import LocalCluster
+from fedload.pipeline import FeederRun
+from fedload.stream import GzipDecoder, Header, StreamDecoder, StreamEncoder
+from tests.conftest import Category
+from tests.federation import (
+    CONTEXT_COLS,
+    FEEDER_DATA,
+    HOST_COLS,
+    SCHEMA,
+    Federation,
+    cluster,
+    crafted_stream,
+    federation,
+    make_federation,
+    staging_leftovers,
+    sync,
+    write_script,
+)
+from transforms import Transformer, TransformError, TransformOptions
+
+__all__ = ["cluster", "federation"]  # fixtures used below
+
+DUMP_OPTIONS = {"copy": [], "inserts": ["--column-inserts"], "rows-per-insert": ["--rows-per-insert=7"]}
+PWNED = Path("/tmp/fedload-pwned")
+# Bytes that matter to SQL, COPY and psql, spliced into real dumps besides arbitrary ones.
+SPECIAL = [b"'", b"''", b'"', b"\\", b"\\.\n", b"\n", b"\t", b";", b"(", b")", b"$$", b"E'", b"\xff", b"\x00", b"--"]
+FUZZ = settings(
+    max_examples=120,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@pytest.fixture(scope="module")
+def real_dumps(cluster: LocalCluster) -> dict[str, bytes]:
+    """pg_dump output of a small feeder with awkward values, in every dump mode."""
+    cluster.psql("CREATE DATABASE adversarial_source")
+    cluster.psql(SCHEMA + FEEDER_DATA.format(n=30, m=60), dbname="adversarial_source")
+    dumps = {}
+    for mode, options in DUMP_OPTIONS.items():
+        dumps[mode] = pg_dump(cluster, "adversarial_source", options)
+    return dumps
+
+
+def pg_dump(cluster: LocalCluster, db: str, options: list[str]) -> bytes:
+    """A data-only dump of the public tables, as the agent takes it."""
+    import subprocess  # noqa: PLC0415
+
+    argv = [cluster.install.tool("pg_dump"), "--data-only", "--table=public.*", *options, "--dbname"]
+    return subprocess.run([*argv, cluster.conninfo(db)], capture_output=True, check=True, timeout=60).stdout
+
+
+@st.composite
+def mutated(draw: st.DrawFn, original: bytes) -> bytes:
+    """`original` truncated, with a bit flipped, with bytes spliced in, or with a span cut out."""
+    offset = draw(st.integers(0, len(original) - 1), label="offset")
+    kind = draw(st.sampled_from(["truncate", "flip", "splice", "cut"]), label="mutation")
+    if kind == "truncate":
+        return original[:offset]
+    if kind == "flip":
+        bit = draw(st.integers(0, 7), label="bit")
+        return original[:offset] + bytes([original[offset] ^ (1 << bit)]) + original[offset + 1 :]
+    if kind == "splice":
+        spliced = draw(st.sampled_from(SPECIAL) | st.binary(min_size=1, max_size=12), label="spliced")
+        return original[:offset] + spliced + original[offset:]
+    return original[:offset] + original[offset + draw(st.integers(1, 64), label="cut") :]
+
+
+def fed_in_chunks(feed: object, data: bytes, chunk: int) -> list[bytes]:
+    """Everything a decoder's or transformer's `feed` returns for `data` given `chunk` bytes at a time."""
+    out: list[bytes] = []
+    for i in range(0, len(data), chunk):
+        out += feed(data[i : i + chunk])  # type: ignore[operator]
+    return out
+
+
+@pytest.mark.parametrize("mode", list(DUMP_OPTIONS))
+@FUZZ
+@given(data=st.data())
+def test_transformer_ends_every_mutated_dump_cleanly(
+    real_dumps: dict[str, bytes], category: Category, mode: str, data: st.DataObject
+) -> None:
+    """A truncated or corrupted dump is transformed or rejected with a TransformError, never anything else."""
+    category("adversarial:truncations and byte flips (transformer)")
+    category.inputs()
+    dump = data.draw(mutated(real_dumps[mode]), label="dump")
+    chunk = data.draw(st.integers(1, 4096), label="chunk")
+    transformer = Transformer(TransformOptions(rows_per_statement=5))
+    error = ""
+    try:
+        fed_in_chunks(transformer.feed, dump, chunk)
+        transformer.close()
+    except TransformError as exc:
+        error = str(exc)
+    note(f"rejected: {error}")
+    assert "\n" not in error
+
+
+def framed(dump: bytes, compression: str) -> bytes:
+    """The agent's stream around `dump`."""
+    encoder = StreamEncoder(Header(compression, "copy", "test", "15", ["public.*"]))
+    return encoder.start() + encoder.data(dump) + encoder.finish(pg_dump_exit_status=0, rows={"public.hosts": 30})
+
+
+@pytest.mark.parametrize("wrapping", ["zstd", "gzip", "plain gzip"])
+@FUZZ
+@given(data=st.data())
+def test_decoders_accept_only_the_exact_dump(
+    real_dumps: dict[str, bytes], category: Category, wrapping: str, data: st.DataObject
+) -> None:
+    """A mutated stream either fails with a DumpError or still yields exactly the dump that was sent."""
+    category("adversarial:truncations and byte flips (stream)")
+    category.inputs()
+    dump = real_dumps["copy"]
+    decoder: StreamDecoder | GzipDecoder
+    if wrapping == "plain gzip":  # what pg_dump | gzip sends when the feeder has no agent
+        stream, decoder = zlib.compress(dump, 6, wbits=31), GzipDecoder()
+    else:
+        stream, decoder = framed(dump, wrapping), StreamDecoder()
+    corrupted = data.draw(mutated(stream), label="stream")
+    try:
+        out = fed_in_chunks(decoder.feed, corrupted, data.draw(st.integers(1, 8192), label="chunk"))
+        decoder.close()
+    except DumpError as exc:
+        note(f"rejected: {exc}")
+        return
+    assert b"".join(out) == dump
+
+
+# --- on the superhub ---------------------------------------------------------------------------------------------
+
+FINGERPRINT = """
+SELECT concat_ws(' | ',
+    (SELECT string_agg(n.nspname || '.' || c.relname || ':' || c.relkind::text, ',' ORDER BY n.nspname, c.relname)
+     FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S') AND n.nspname NOT LIKE 'pg\\_%'
+       AND n.nspname NOT IN ('information_schema', 'fedload_stage')),
+    (SELECT count(*) FROM pg_proc WHERE pronamespace NOT IN ('pg_catalog'::regnamespace,
+                                                             'information_schema'::regnamespace)),
+    (SELECT string_agg(rolname, ',' ORDER BY rolname) FROM pg_roles),
+    (SELECT count(*) FROM pg_db_role_setting), (SELECT count(*) FROM pg_trigger WHERE NOT tgisinternal),
+    (SELECT count(*) FROM pg_event_trigger))
+"""
+
+
+@dataclass
+class SuperhubState:
+    """What a dump of hub1 must not change: the superhub's objects and the other feeders' data."""
+
+    fingerprint: str
+    others: list[str]
+    hub1: list[str]
+
+    @classmethod
+    def of(cls, fed: Federation) -> SuperhubState:
+        def digests(where: str) -> list[str]:
+            return [
+                fed.digest(fed.superhub, t, c, where) for t, c in (("hosts", HOST_COLS), ("contexts", CONTEXT_COLS))
+            ]
+
+        return cls(fed.superhub_sql(FINGERPRINT), digests("WHERE hub_id <> 1"), digests("WHERE hub_id = 1"))
+
+
+@pytest.fixture(scope="module")
+def synced(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Federation:
+    """A federation synced once, shared by the attacks below: each compares the superhub before and after it."""
+    fed = make_federation(cluster, tmp_path_factory.mktemp("adversarial"))
+    assert [r.outcome for r in sync(fed.config())] == ["success"] * 3
+    return fed
+
+
+def sync_crafted(fed: Federation, stream: bytes, name: str = "crafted", **overrides: object) -> FeederRun:
+    """Sync hub1 from a stream that its feeder sends as is."""
+    path = fed.tmp / f"{name}.bin"
+    path.write_bytes(stream)
+    script = write_script(fed.tmp / f"{name}.sh", f"cat {path}\n")
+    return sync(fed.config(agent_command=[script], **overrides), "hub1")[0]
+
+
+def assert_only_hub1_data_changed(fed: Federation, before: SuperhubState, run: FeederRun) -> SuperhubState:
+    """Nothing but hub1's rows may differ; a failed run changes nothing at all. The state after the run."""
+    after = SuperhubState.of(fed)
+    assert after.fingerprint == before.fingerprint
+    assert after.others == before.others
+    if run.outcome != "success":
+        assert after.hub1 == before.hub1
+    assert staging_leftovers(fed) == "0"
+    assert not PWNED.exists()
+    return after
+
+
+def one_line_error(run: FeederRun) -> str:
+    """A failed run's error: one sentence, no traceback."""
+    assert run.outcome == "failed"
+    error = run.error or ""
+    assert error, "a failed run must say why"
+    assert "Traceback" not in error
+    return error
+
+
+@pytest.mark.parametrize(("mode", "count_option"), [("copy", []), ("inserts", ["--column-inserts"])])
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
+@given(data=st.data())
+def test_importer_loads_mutated_dumps_or_rejects_them(
+    synced: Federation, category: Category, mode: str, count_option: list[str], data: st.DataObject
+) -> None:
+    """A corrupted dump in a well-formed stream loads rows into hub1's partitions, or fails and changes nothing."""
+    category("adversarial:truncations and byte flips (importer)")
+    category.inputs()
+    before = SuperhubState.of(synced)
+    dump = data.draw(mutated(pg_dump(synced.cluster, synced.feeders["hub3"], count_option)), label="dump")
+    run = sync_crafted(synced, crafted_stream(dump, mode=mode))
+    note(f"{run.outcome}: {run.error}")
+    event(run.outcome)
+    assert run.outcome in ("success", "failed")
+    if run.outcome == "failed":
+        one_line_error(run)
+    assert_only_hub1_data_changed(synced, before, run)
+
+
+@dataclass(frozen=True)
+class Attack:
+    """A dump a hostile feeder sends, and whether fedload must reject it or may load it as plain data."""
+
+    dump: bytes
+    rejected: bool
+    mode: str = "inserts"
+
+
+ROW = b"INSERT INTO public.hosts (hostkey, name) VALUES "
+INJECTIONS = {
+    "quote in a value": Attack(ROW + b"('a''); DROP TABLE public.contexts; --', 'b');\n", rejected=False),
+    "backslash before a quote": Attack(ROW + b"('\\', ') ; DROP TABLE public.contexts; --');\n", rejected=False),
+    "escape string": Attack(ROW + b"(E'a\\''); DROP TABLE public.contexts; --', 'b');\n", rejected=True),
+    "dollar quoting": Attack(ROW + b"($$a$$, 'b');\n", rejected=True),
+    "cast": Attack(ROW + b"('a'::text, 'b');\n", rejected=True),
+    "function call": Attack(ROW + b"('a', pg_sleep(30)::text);\n", rejected=True),
+    "comment in a tuple": Attack(ROW + b"('a' /* x */, 'b');\n", rejected=True),
+    "returning": Attack(ROW + b"('a', 'b') RETURNING (SELECT 1);\n", rejected=True),
+    "on conflict": Attack(ROW + b"('a', 'b') ON CONFLICT DO NOTHING;\n", rejected=False),  # pg_dump writes it
+    "insert select": Attack(b"INSERT INTO public.hosts (hostkey) SELECT rolname FROM pg_roles;\n", rejected=True),
+    "quoted column with injection": Attack(
+        b'INSERT INTO public.hosts (hostkey, "name"") VALUES (1); DROP TABLE public.contexts; --") '
+        b"VALUES ('a', 'b');\n",
+        rejected=False,
+    ),
+    "quoted table with injection": Attack(
+        b"INSERT INTO public.\"hosts; DROP TABLE public.contexts; --\" (hostkey) VALUES ('a');\n", rejected=False
+    ),
+    "feeder key column": Attack(b"INSERT INTO public.hosts (hostkey, hub_id) VALUES ('a', 2);\n", rejected=False),
+    "other feeder's partition": Attack(
+        b"INSERT INTO fedload_parts.hosts_hub2 (hostkey) VALUES ('a');\n", rejected=True
+    ),
+    "staging schema": Attack(b"INSERT INTO fedload_stage.r1_0 (hostkey) VALUES ('a');\n", rejected=True),
+    "copy from program": Attack(
+        b"COPY public.hosts (hostkey) FROM PROGRAM 'touch /tmp/fedload-pwned';\n", rejected=True, mode="copy"
+    ),
+    "copy from a file": Attack(b"COPY public.hosts (hostkey) FROM '/etc/passwd';\n", rejected=True, mode="copy"),
+    "copy with options": Attack(
+        b"COPY public.hosts (hostkey) FROM stdin WITH (FORMAT csv);\na\n\\.\n", rejected=True, mode="copy"
+    ),
+    "copy header with injection": Attack(
+        b'COPY public.hosts (hostkey, "x"") FROM PROGRAM \'touch /tmp/fedload-pwned\'; --") FROM stdin;\nk\tv\n\\.\n',
+        rejected=False,
+        mode="copy",
+    ),
+    "copy end marker then sql": Attack(
+        b"COPY public.hosts (hostkey) FROM stdin;\nk\n\\.\nDROP TABLE public.contexts;\n", rejected=True, mode="copy"
+    ),
+    "psql copy": Attack(b"\\copy public.hosts from '/etc/passwd'\n", rejected=True),
+    "psql include": Attack(b"\\i /etc/passwd\n", rejected=True),
+    "psql gexec": Attack(b"SELECT 'DROP TABLE public.contexts' \\gexec\n", rejected=True),
+    "do block": Attack(b"DO $$ BEGIN PERFORM pg_sleep(1); END $$;\n", rejected=True),
+    "string settings off": Attack(b"SET standard_conforming_strings = off;\n", rejected=True),
+    "search path": Attack(b"SET search_path = fedload_parts, public;\n", rejected=True),
+    "role": Attack(b"SET SESSION AUTHORIZATION postgres;\n", rejected=True),
+    "transaction control": Attack(b"COMMIT;\n", rejected=True),
+    "deep parentheses": Attack(ROW + b"(" * 100_000 + b"'a'" + b")" * 100_000 + b";\n", rejected=True),
+    "deep array": Attack(
+        b"COPY public.contexts (hostkey, tags) FROM stdin;\nk\t" + b"{" * 10_000 + b"}" * 10_000 + b"\n\\.\n",
+        rejected=True,
+        mode="copy",
+    ),
+    "invalid utf-8 in a copy row": Attack(
+        b"COPY public.hosts (hostkey, name) FROM stdin;\nk\tbad \xff\xfe here\n\\.\n", rejected=True, mode="copy"
+    ),
+    "invalid utf-8 in a value": Attack(ROW + b"('k', 'bad \xff\xfe here');\n", rejected=True),
+    "invalid utf-8 in a table name": Attack(
+        b"INSERT INTO public.\"ho\xffsts\" (hostkey) VALUES ('a');\n", rejected=False
+    ),
+    "invalid utf-8 in a column name": Attack(
+        b'COPY public.hosts (hostkey, "na\xffme") FROM stdin;\nk\tv\n\\.\n', rejected=False, mode="copy"
+    ),
+    "nul byte": Attack(ROW + b"('k', 'a\x00b');\n", rejected=True),
+}
+
+
+def category_of(attack: str) -> str:
+    """The summary category of a corpus entry."""
+    if "utf-8" in attack or "nul" in attack:
+        return "adversarial:invalid utf-8"
+    if "deep" in attack:
+        return "adversarial:deep nesting"
+    if attack.startswith(("quote", "backslash", "escape", "quoted", "copy header")):
+        return "adversarial:sql injection"
+    return "adversarial:statements other than data"
+
+
+@pytest.mark.parametrize("attack", list(INJECTIONS))
+def test_injection_corpus_loads_only_data(synced: Federation, category: Category, attack: str) -> None:
+    """Each attack is rejected with a one-line error, or its text is loaded as plain data; nothing else changes."""
+    category(category_of(attack))
+    before = SuperhubState.of(synced)
+    case = INJECTIONS[attack]
+    run = sync_crafted(synced, crafted_stream(case.dump, mode=case.mode))
+    assert run.outcome == ("failed" if case.rejected else "success"), run.error
+    if case.rejected:
+        assert "dump" in one_line_error(run) or "rejected a row" in one_line_error(run)
+    assert_only_hub1_data_changed(synced, before, run)
+
+
+def test_values_stay_data_when_the_superhub_defaults_to_backslash_escapes(
+    federation: Federation, category: Category
+) -> None:
+    """A superhub database set to standard_conforming_strings = off does not turn a backslash into an injection."""
+    category("adversarial:sql injection")
+    assert [r.outcome for r in sync(federation.config())] == ["success"] * 3
+    before = SuperhubState.of(federation)
+    federation.superhub_sql(f"ALTER DATABASE {federation.superhub} SET standard_conforming_strings = off")
+    before.fingerprint = federation.superhub_sql(FINGERPRINT)
+    run = sync_crafted(federation, crafted_stream(INJECTIONS["backslash before a quote"].dump, mode="inserts"))
+    assert run.outcome == "success", run.error
+    assert_only_hub1_data_changed(federation, before, run)
+    assert federation.superhub_sql("SELECT name FROM hosts WHERE hub_id = 1") == ") ; DROP TABLE public.contexts; --"
+
+
+@pytest.mark.timeout(120)  # ten times its usual time: a splitter that rescans a huge row per chunk takes minutes
+@pytest.mark.parametrize("mode", ["copy", "inserts"])
+def test_a_100_mb_value_and_deep_arrays_load_intact(federation: Federation, category: Category, mode: str) -> None:
+    """A single 100 MiB value, a 6-dimensional array and a 100,000-element array arrive exactly as on the feeder."""
+    category("adversarial:huge values")
+    category("adversarial:deep nesting")
+    db = federation.feeders["hub3"]
+    federation.cluster.psql(
+        "UPDATE hosts SET name = repeat(md5(hostkey), 3276800) WHERE hostkey = 'SHA=1';"
+        "UPDATE contexts SET tags = '{{{{{{a}}}}}}' WHERE score = 1;"
+        "UPDATE contexts SET tags = (SELECT array_agg(g::text) FROM generate_series(1, 100000) g) WHERE score = 2;",
+        dbname=db,
+    )
+    run = sync(federation.config(dump_mode=mode), "hub3")[0]
+    assert run.outcome == "success", run.error
+    assert run.dump_bytes > 100 * 1024 * 1024
+    for table, cols in (("hosts", HOST_COLS), ("contexts", CONTEXT_COLS)):
+        assert federation.digest(federation.superhub, table, cols, "WHERE hub_id = 3") == federation.digest(
+            db, table, cols
+        )
+    assert federation.superhub_sql("SELECT max(length(name)) FROM hosts") == str(100 * 1024 * 1024)
