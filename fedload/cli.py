@@ -10,7 +10,7 @@ from pathlib import Path
 import transforms.cli
 from fedload import __version__
 from fedload.config import Config, find_config_path, load_config
-from fedload.errors import ConfigError, FedloadError, UsageError
+from fedload.errors import ConfigError, FedloadError, UsageError, one_line
 from fedload.log import configure_logging
 from transforms.cli import positive_int
 
@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"fedload: {problem}", file=sys.stderr)
         return EXIT_USAGE
     except FedloadError as exc:
-        print(f"fedload: error: {exc}", file=sys.stderr)
+        print(f"fedload: error: {one_line(str(exc), limit=None)}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
         print("fedload: interrupted", file=sys.stderr)

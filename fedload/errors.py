@@ -23,6 +23,7 @@ __all__ = [
     "FeederUnreachableError",
     "SuperhubError",
     "UsageError",
+    "one_line",
 ]
 
 
@@ -76,3 +77,10 @@ class DumpError(FedloadError):
 
 class SuperhubError(FedloadError):
     """The superhub database failed: retry later."""
+
+
+def one_line(text: str, limit: int | None = 500) -> str:
+    """`text` (a command's stderr, say) as one line for an error message: whitespace collapsed, its last `limit`
+    characters kept, since a tail says what went wrong."""
+    flat = " ".join(text.split())
+    return flat if limit is None or len(flat) <= limit else "..." + flat[-limit:]

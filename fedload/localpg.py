@@ -120,36 +120,31 @@ class LocalCluster:
         if self._user is not None:
             os.chown(self.dir, self._user.pw_uid, self._user.pw_gid)
         self._run(["initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"])
+        self.resume()
+        return self
+
+    def resume(self) -> None:
+        """Start the server of an existing data directory; ConfigError with the log tail if it does not come up."""
         options = (
             f"-c listen_addresses='' -c unix_socket_directories='{self.dir}' -p {self.port} "
             "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=50"
         )
+        pg_ctl = ["pg_ctl", "-D", str(self.data), "-l", str(self.dir / "server.log"), "-o", options, "-w"]
         try:
-            self._run(
-                [
-                    "pg_ctl",
-                    "-D",
-                    str(self.data),
-                    "-l",
-                    str(self.dir / "server.log"),
-                    "-o",
-                    options,
-                    "-w",
-                    "-t",
-                    str(int(_TIMEOUT_S)),
-                    "start",
-                ]
-            )
+            self._run([*pg_ctl, "-t", str(int(_TIMEOUT_S)), "start"])
         except ConfigError as exc:
             log = (self.dir / "server.log").read_text(errors="replace")[-2000:]
             raise ConfigError(f"{exc}; server log: {log}") from exc
-        return self
+
+    def halt(self, *, mode: str = "fast") -> None:
+        """Stop the server and keep its data; mode "immediate" is as if it crashed (recovery at `resume()`)."""
+        self._run(["pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop"])
 
     def stop(self, *, remove: bool = True) -> None:
         """Stop the server (fast) and remove its directory; never raises."""
         with contextlib.suppress(ConfigError, OSError):
             if (self.data / "postmaster.pid").exists():
-                self._run(["pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop"])
+                self.halt()
         if remove:
             shutil.rmtree(self.dir, ignore_errors=True)
 

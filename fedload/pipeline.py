@@ -9,14 +9,14 @@ import asyncio
 import shlex
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import asyncpg
 
 from fedload.agent import AgentOptions, pg_dump_argv
 from fedload.config import Config, FeederConfig
-from fedload.errors import DumpError, FedloadError, SuperhubError
+from fedload.errors import DumpError, FedloadError, SuperhubError, one_line
 from fedload.importer import Importer, ImportPolicy
 from fedload.log import get_logger
 from fedload.receive import DumpReceiver
@@ -75,13 +75,16 @@ ProgressCallback = Callable[[Progress], None]
 _SESSION_SETTINGS = {"standard_conforming_strings": "on"}
 
 
-async def connect_superhub(config: Config) -> asyncpg.Connection:
-    """A connection to the superhub, with fedload's timeouts; SuperhubError if it cannot be made."""
+async def connect_superhub(config: Config, purpose: str = "") -> asyncpg.Connection:
+    """A connection to the superhub, with fedload's timeouts; SuperhubError if it cannot be made.
+
+    `purpose` (a feeder's name, say) shows in pg_stat_activity as the application name "fedload <purpose>"."""
     superhub = config.superhub
+    settings = {**_SESSION_SETTINGS, "application_name": f"fedload {purpose}".strip()[:63]}
     try:
         async with asyncio.timeout(superhub.connect_timeout_s):
             return await asyncpg.connect(
-                superhub.dsn, command_timeout=superhub.statement_timeout_s, server_settings=_SESSION_SETTINGS
+                superhub.dsn, command_timeout=superhub.statement_timeout_s, server_settings=settings
             )
     except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         raise SuperhubError(f"cannot connect to the superhub: {exc or type(exc).__name__}") from exc
@@ -190,7 +193,7 @@ class _FeederSync:
         except TimeoutError:
             self.record.error = f"the run took longer than run_timeout_s = {self.config.superhub.run_timeout_s}"
         except FedloadError as exc:
-            self.record.error = str(exc)
+            self.record.error = one_line(str(exc), limit=None)
         self.phase(self.record.outcome)
         seconds = time.monotonic() - self.state.started
         log.info(
@@ -214,7 +217,7 @@ class _FeederSync:
         )
 
     async def _locked(self) -> None:
-        conn = await connect_superhub(self.config)
+        conn = await connect_superhub(self.config, self.name)
         try:
             if self.dry_run:
                 await self._rolled_back(conn)
@@ -225,8 +228,10 @@ class _FeederSync:
                 return
             try:
                 await self._recorded(conn)
-            finally:
-                await asyncio.shield(unlock_feeder(conn, self.name))
+            finally:  # a lost connection has released the lock already
+                await asyncio.shield(_superhub_gone_is_fine(unlock_feeder(conn, self.name)))
+        except _CONNECTION_LOST as exc:
+            raise _lost(exc) from exc
         finally:
             await asyncio.shield(conn.close(timeout=10))
 
@@ -244,13 +249,15 @@ class _FeederSync:
             await asyncio.shield(transaction.rollback())
 
     async def _recorded(self, conn: asyncpg.Connection) -> None:
-        meta = await connect_superhub(self.config)  # history is written outside the load's transaction
+        meta = await connect_superhub(
+            self.config, f"{self.name} history"
+        )  # history is written outside the load's transaction
         try:
             self.run_id = await start_run(meta, self.name)
             self.stage_prefix = f"r{self.run_id}"
             await self._load_and_swap(conn)
         except FedloadError as exc:
-            self.record.error = str(exc)
+            self.record.error = one_line(str(exc), limit=None)
             raise
         except asyncio.CancelledError:
             self.record.error = "the run was cancelled"
@@ -260,9 +267,10 @@ class _FeederSync:
             await asyncio.shield(self._finish(meta))
 
     async def _finish(self, meta: asyncpg.Connection) -> None:
+        """Record the outcome; if the superhub is gone, the next run of the feeder marks this one abandoned."""
         try:
             if self.run_id is not None:
-                await finish_run(meta, self.run_id, self.record)
+                await _superhub_gone_is_fine(finish_run(meta, self.run_id, self.record))
         finally:
             await meta.close(timeout=10)
 
@@ -276,6 +284,8 @@ class _FeederSync:
             await self._import(conn, process, parents)
         except asyncpg.PostgresError as exc:
             raise _translate(exc) from exc
+        except _CONNECTION_LOST as exc:
+            raise _lost(exc) from exc
         finally:
             await asyncio.shield(process.cancel())
 
@@ -336,8 +346,23 @@ def _verify_counts(loaded: dict[str, int], rejected: dict[str, int], trailer: Tr
             raise DumpError(f"table {table}: the feeder sent {rows} rows but {loaded[table]} were loaded")
 
 
+_CONNECTION_LOST = (asyncpg.InterfaceError, ConnectionError)
+
+
+def _lost(exc: BaseException) -> SuperhubError:
+    return SuperhubError(f"the superhub connection was lost: {one_line(str(exc)) or type(exc).__name__}")
+
+
+async def _superhub_gone_is_fine(step: Awaitable[object]) -> None:
+    """Run a bookkeeping step whose failure must not hide the run's own error: a dead superhub is only logged."""
+    try:
+        await step
+    except (*_CONNECTION_LOST, asyncpg.PostgresError) as exc:
+        log.warning("sync.bookkeeping_failed", error=str(exc) or type(exc).__name__)
+
+
 def _translate(exc: asyncpg.PostgresError) -> FedloadError:
     """Rows the superhub refuses (data or integrity errors) reject the dump; the rest is the superhub's failure."""
     if is_bad_row(exc):
-        return DumpError(f"the superhub rejected a row: {exc}")
-    return SuperhubError(f"the superhub failed: {exc}")
+        return DumpError(f"the superhub rejected a row: {one_line(str(exc))}")
+    return SuperhubError(f"the superhub failed: {one_line(str(exc))}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from fedload.errors import DumpError, FeederCommandError
+from fedload.errors import DumpError, FeederCommandError, one_line
 from fedload.stream import GzipDecoder, StreamDecoder, Trailer
 from fedload.transport import FeederProcess
 from transforms import DumpSplitter, DumpSyntaxError, Item
@@ -63,5 +63,5 @@ class DumpReceiver:
             raise FeederCommandError(self._command_failure(status))
 
     def _command_failure(self, status: int) -> str:
-        tail = self._process.stderr_tail.strip()
-        return f"the dump command on the feeder exited with status {status}" + (f": {tail[-500:]}" if tail else "")
+        tail = one_line(self._process.stderr_tail)
+        return f"the dump command on the feeder exited with status {status}" + (f": {tail}" if tail else "")

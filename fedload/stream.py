@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import zstandard
 
-from fedload.errors import DumpError
+from fedload.errors import DumpError, one_line
 
 __all__ = [
     "FORMAT_VERSION",
@@ -237,7 +237,7 @@ class StreamDecoder:
 
     def _verify(self, trailer: Trailer) -> None:
         if trailer.pg_dump_exit_status != 0:
-            tail = f": {trailer.stderr_tail.strip()}" if trailer.stderr_tail.strip() else ""
+            tail = f": {one_line(trailer.stderr_tail)}" if trailer.stderr_tail.strip() else ""
             raise DumpError(f"pg_dump failed on the feeder with exit status {trailer.pg_dump_exit_status}{tail}")
         if trailer.error:
             raise DumpError(f"the feeder's agent failed: {trailer.error}")

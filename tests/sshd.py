@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -54,6 +55,7 @@ class SshServer:
         )
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
         self._log = (directory / "sshd.log").open("wb")
+        self._frozen: list[int] = []
         self.process = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=self._log, start_new_session=True)
         self._wait_listening()
 
@@ -93,6 +95,12 @@ class SshServer:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=10)
 
+    def freeze(self) -> None:
+        """SIGSTOP sshd and its sessions: the link goes silent without closing, like a cable pulled mid-stream."""
+        self._frozen = self._session_pids()
+        for pid in self._frozen:
+            os.kill(pid, signal.SIGSTOP)
+
     def _session_pids(self) -> list[int]:
         found = subprocess.run(["pgrep", "-f", f"sshd.*{self.dir}"], capture_output=True, text=True, check=False)
         children = subprocess.run(["pgrep", "-f", "sshd: root"], capture_output=True, text=True, check=False)
@@ -100,7 +108,10 @@ class SshServer:
         return [int(p) for p in (found.stdout + children.stdout).split() if int(p) not in own]
 
     def stop(self) -> None:
-        """Terminate sshd and close its log."""
+        """Terminate sshd (and the sessions `freeze()` stopped) and close its log."""
+        for pid in self._frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM)
             self.process.wait(timeout=10)

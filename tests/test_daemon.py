@@ -7,94 +7,25 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
-import pytest
-
+from tests.conftest import Category
 from tests.federation import (
     AGENT,
     HOST_COLS,
+    DaemonProcess,
     Federation,
     cluster,
     config_toml,
     federation,
+    runs_exist,
     staging_leftovers,
+    start_daemon,
+    successes,
     write_script,
 )
 
-__all__ = ["cluster", "federation"]  # fixtures used by the tests below
-
-
-class DaemonProcess:
-    """A running `fedload daemon` with its JSON log captured in a file."""
-
-    def __init__(self, config: Path, log: Path) -> None:
-        self.log_path = log
-        self._log = log.open("wb")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "fedload", "daemon", "--config", str(config)], stderr=self._log, stdout=self._log
-        )
-
-    def events(self) -> list[dict[str, object]]:
-        """The structlog events logged so far."""
-        out = []
-        for line in self.log_path.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-        return out
-
-    def wait_for(self, what: str, predicate: Callable[[], bool], timeout_s: float = 60.0) -> None:
-        """Poll until `predicate()` holds; fail with the log tail otherwise."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if predicate():
-                return
-            assert self.process.poll() is None, f"daemon exited early: {self.log_path.read_text()[-3000:]}"
-            time.sleep(0.2)
-        pytest.fail(f"timed out waiting for {what}; log tail: {self.log_path.read_text()[-3000:]}")
-
-    def stop(self) -> int:
-        """SIGTERM and wait for exit; the exit status."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(timeout=30)
-
-    def close_log(self) -> None:
-        """Close the log file handle."""
-        self._log.close()
-
-
-@pytest.fixture
-def start_daemon(federation: Federation) -> Iterator[Callable[[str], DaemonProcess]]:
-    """Start daemons with a given config text; kill leftovers at the end."""
-    started: list[DaemonProcess] = []
-
-    def start(text: str) -> DaemonProcess:
-        path = federation.tmp / "fedload.toml"
-        path.write_text(text)
-        daemon = DaemonProcess(path, federation.tmp / f"daemon{len(started)}.log")
-        started.append(daemon)
-        return daemon
-
-    yield start
-    for daemon in started:
-        if daemon.process.poll() is None:
-            daemon.process.kill()
-            daemon.process.wait(timeout=30)
-        daemon.close_log()
-
-
-def successes(fed: Federation, feeder: str) -> int:
-    """Successful runs of a feeder so far."""
-    return int(fed.superhub_sql(f"SELECT count(*) FROM fedload.runs WHERE feeder = '{feeder}' AND outcome = 'success'"))
-
-
-def runs_exist(fed: Federation) -> bool:
-    """Whether the daemon has set up its history table yet."""
-    return fed.superhub_sql("SELECT to_regclass('fedload.runs') IS NOT NULL") == "t"
+__all__ = ["cluster", "federation", "start_daemon"]  # fixtures used by the tests below
 
 
 def test_daemon_syncs_repeatedly_backs_off_and_recovers(
@@ -155,9 +86,10 @@ def test_sighup_reloads_and_keeps_old_config_when_invalid(
 
 
 def test_sigterm_mid_load_exits_cleanly_with_old_data(
-    federation: Federation, start_daemon: Callable[[str], DaemonProcess]
+    federation: Federation, start_daemon: Callable[[str], DaemonProcess], category: Category
 ) -> None:
     """SIGTERM while a slow feeder loads: the run is cancelled after the grace period, old data stays, exit 0."""
+    category("fault:daemon SIGTERM mid-load")
     first = start_daemon(config_toml(federation, interval_s=3600))
     first.wait_for("first round", lambda: runs_exist(federation) and successes(federation, "hub1") >= 1)
     assert first.stop() == 0

@@ -12,6 +12,7 @@ import pytest
 
 from fedload.pipeline import sync_feeder
 from fedload.sync import prepare_superhub, sync_feeders
+from tests.conftest import Category
 from tests.federation import (
     AGENT,
     CONTEXT_COLS,
@@ -71,15 +72,17 @@ def test_extra_columns_can_be_an_error(federation: Federation) -> None:
     assert "columns the superhub lacks: surprise" in (runs[2].error or "")
 
 
-def test_truncated_stream_keeps_old_data(federation: Federation) -> None:
+def test_truncated_stream_keeps_old_data(federation: Federation, category: Category) -> None:
     """A stream cut short is rejected as truncated; the feeder's previous data stays."""
+    category("fault:stream truncated")
     run = failing_after_first_sync(federation, f'{AGENT} "$@" | head -c 3000\n')
     assert run.outcome == "failed"
     assert "truncated" in (run.error or "")
 
 
-def test_pg_dump_failing_half_way_keeps_old_data(federation: Federation) -> None:
+def test_pg_dump_failing_half_way_keeps_old_data(federation: Federation, category: Category) -> None:
     """pg_dump that prints part of a dump and then fails is detected from the trailer."""
+    category("fault:pg_dump failed half-way")
     real = federation.config().feeders["hub1"].pg_dump
     fake = write_script(
         federation.tmp / "pg_dump",
@@ -90,8 +93,9 @@ def test_pg_dump_failing_half_way_keeps_old_data(federation: Federation) -> None
     assert "pg_dump failed on the feeder with exit status 1: pg_dump: error: connection lost" in (run.error or "")
 
 
-def test_bad_row_fails_the_run_and_keeps_old_data(federation: Federation) -> None:
+def test_bad_row_fails_the_run_and_keeps_old_data(federation: Federation, category: Category) -> None:
     """A row the superhub cannot store rejects the dump (bad_rows = "fail")."""
+    category("fault:bad row")
     federation.cluster.psql("ALTER TABLE contexts ALTER score TYPE text", dbname=federation.feeders["hub1"])
     run = failing_after_first_sync(
         federation,
@@ -116,8 +120,9 @@ HOSTILE_DUMPS = {
 
 
 @pytest.mark.parametrize("attack", list(HOSTILE_DUMPS))
-def test_hostile_dumps_are_rejected_and_change_nothing(federation: Federation, attack: str) -> None:
+def test_hostile_dumps_are_rejected_and_change_nothing(federation: Federation, category: Category, attack: str) -> None:
     """Statements other than data for the feeder's own tables reject the dump; the superhub is unchanged."""
+    category("adversarial:statements other than data")
     evil = federation.tmp / "evil.bin"
     prefix = b"SET statement_timeout = 0;\nINSERT INTO public.hosts (hostkey) VALUES ('ok');\n"
     evil.write_bytes(crafted_stream(prefix + HOSTILE_DUMPS[attack]))
@@ -128,8 +133,9 @@ def test_hostile_dumps_are_rejected_and_change_nothing(federation: Federation, a
     assert not Path("/tmp/fedload-pwned").exists()
 
 
-def test_row_counts_must_match_the_trailer(federation: Federation) -> None:
+def test_row_counts_must_match_the_trailer(federation: Federation, category: Category) -> None:
     """A stream whose trailer states other row counts than arrived is rejected."""
+    category("adversarial:lying trailer")
     evil = federation.tmp / "liar.bin"
     dump = b"COPY public.hosts (hostkey) FROM stdin;\nk1\nk2\n\\.\n"
     evil.write_bytes(crafted_stream(dump, rows={"public.hosts": 3}))
@@ -137,8 +143,9 @@ def test_row_counts_must_match_the_trailer(federation: Federation) -> None:
     assert "the feeder sent 3 rows but 2 were loaded" in (run.error or "")
 
 
-def test_cancel_mid_load_keeps_old_data(federation: Federation) -> None:
+def test_cancel_mid_load_keeps_old_data(federation: Federation, category: Category) -> None:
     """Cancelling a run while rows stream in rolls everything back; the next run succeeds."""
+    category("fault:run cancelled mid-load")
     config = federation.config()
     assert sync(config, "hub1")[0].outcome == "success"
     before = federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1")

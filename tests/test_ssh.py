@@ -22,6 +22,7 @@ from fedload.localpg import LocalCluster, find_installs
 from fedload.transport import FeederProcess, Transport
 from fedload.transport.local import LocalTransport
 from fedload.transport.ssh import SshTransport
+from tests.conftest import Category
 from tests.federation import (
     CONTEXT_COLS,
     DIGEST,
@@ -120,8 +121,9 @@ def test_silent_feeder_times_out(sshd: SshServer, transport_name: str) -> None:
     asyncio.run(scenario())
 
 
-def test_sshd_killed_mid_stream_is_a_lost_connection(sshd: SshServer) -> None:
+def test_sshd_killed_mid_stream_is_a_lost_connection(sshd: SshServer, category: Category) -> None:
     """Killing sshd and its session while data flows is reported as a lost connection within seconds."""
+    category("fault:network cut mid-stream")
 
     async def scenario() -> None:
         process = await SshTransport(sshd.ssh_config(keepalive_s=1)).open(

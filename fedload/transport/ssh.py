@@ -25,6 +25,7 @@ from fedload.errors import (
     FeederHostKeyError,
     FeederTimeoutError,
     FeederUnreachableError,
+    one_line,
 )
 from fedload.log import get_logger
 
@@ -89,7 +90,9 @@ class SshProcess:
     def _status(self, completed: Any) -> int:
         if completed.exit_status is not None and completed.exit_status >= 0:
             if completed.exit_status == _COMMAND_NOT_FOUND:
-                raise FeederCommandError(f"the dump command was not found on {self._where}: {self.stderr_tail.strip()}")
+                raise FeederCommandError(
+                    f"the dump command was not found on {self._where}: {one_line(self.stderr_tail)}"
+                )
             return int(completed.exit_status)
         if completed.exit_signal:
             signal_name = completed.exit_signal[0]
