@@ -81,6 +81,20 @@ class Gate:
         """Let the rest of the stream through."""
         self.go.touch()
 
+    def sync_with_fault(self, config: Config, fault: Callable[[], object], timeout_s: float = 60) -> FeederRun:
+        """Sync hub1 through the gate; once the stream stops there, run `fault` (in a thread), open the gate."""
+
+        async def scenario() -> FeederRun:
+            gated = with_feeder(config, "hub1", agent_command=[self.command])
+            task = asyncio.create_task(sync_feeder("hub1", gated))
+            await self.reached()
+            await asyncio.to_thread(fault)
+            self.open()
+            async with asyncio.timeout(timeout_s):
+                return await task
+
+        return asyncio.run(scenario())
+
 
 def with_feeder(config: Config, name: str, **changes: object) -> Config:
     """`config` with one feeder's settings changed."""
@@ -121,16 +135,8 @@ def test_network_cut_mid_stream(federation: Federation, sshd: SshServer, categor
     changed_on_feeder(federation)
     gate = Gate.around(federation.tmp, after_bytes=2000)
 
-    async def scenario() -> FeederRun:
-        task = asyncio.create_task(sync_feeder("hub1", with_feeder(config, "hub1", agent_command=[gate.command])))
-        await gate.reached()
-        sshd.kill() if cut == "killed" else sshd.freeze()
-        gate.open()
-        async with asyncio.timeout(30):
-            return await task
-
     started = time.monotonic()
-    run = asyncio.run(scenario())
+    run = gate.sync_with_fault(config, sshd.kill if cut == "killed" else sshd.freeze, timeout_s=30)
     assert time.monotonic() - started < 20
     assert_old_data_kept(federation, before, run, "connection", "sent nothing")
     assert federation.superhub_sql("SELECT outcome FROM fedload.runs ORDER BY id DESC LIMIT 1") == "failed"
@@ -157,15 +163,7 @@ def test_feeder_postgres_stopped_mid_dump(
     feeder_cluster.psql(GROWTH.format(rows=400_000), dbname="cfdb")  # more than every buffer on the way holds
     gate = Gate.around(federation.tmp)
 
-    async def scenario() -> FeederRun:
-        task = asyncio.create_task(sync_feeder("hub1", with_feeder(config, "hub1", agent_command=[gate.command])))
-        await gate.reached()
-        await asyncio.to_thread(feeder_cluster.halt, mode="immediate")
-        gate.open()
-        async with asyncio.timeout(60):
-            return await task
-
-    run = asyncio.run(scenario())
+    run = gate.sync_with_fault(config, lambda: feeder_cluster.halt(mode="immediate"))
     assert_old_data_kept(federation, before, run, "pg_dump failed on the feeder")
     feeder_cluster.resume()
     assert sync(config, "hub1")[0].outcome == "success"
@@ -195,17 +193,12 @@ def test_superhub_crash_mid_load(federation: Federation, own_superhub: LocalClus
     changed_on_feeder(federation)
     gate = Gate.around(federation.tmp, after_bytes=2000)
 
-    async def scenario() -> FeederRun:
-        task = asyncio.create_task(sync_feeder("hub1", with_feeder(config, "hub1", agent_command=[gate.command])))
-        await gate.reached()
-        await asyncio.sleep(0.5)  # the load's transaction is open and has rows
-        await asyncio.to_thread(own_superhub.halt, mode="immediate")
-        await asyncio.to_thread(own_superhub.resume)
-        gate.open()
-        async with asyncio.timeout(60):
-            return await task
+    def crash_and_recover() -> None:
+        time.sleep(0.5)  # the load's transaction is open and has rows
+        own_superhub.halt(mode="immediate")
+        own_superhub.resume()
 
-    run = asyncio.run(scenario())
+    run = gate.sync_with_fault(config, crash_and_recover)
     assert_old_data_kept(superhub, before, run, "the superhub")
     assert sync(config, "hub1")[0].outcome == "success"
     assert hub1_digest(superhub) == federation.digest(federation.feeders["hub1"], "hosts", HOST_COLS)

@@ -83,7 +83,7 @@ def test_both_transports_deliver_exact_bytes_and_status(sshd: SshServer, tmp_pat
 def test_slow_reader_throttles_the_remote_writer(sshd: SshServer, tmp_path: Path) -> None:
     """While the superhub does not read, the feeder's writer stays blocked: memory and buffers stay bounded."""
     counter = tmp_path / "count"
-    writer = f"i=0; while :; do head -c 65536 /dev/zero; i=$((i+1)); echo $i > {counter}; done"
+    writer = f"i=0; while head -c 65536 /dev/zero; do i=$((i+1)); echo $i > {counter}; done"  # ends with its reader
 
     async def scenario() -> tuple[int, int]:
         process = await SshTransport(sshd.ssh_config()).open(["sh", "-c", writer])
@@ -127,7 +127,7 @@ def test_sshd_killed_mid_stream_is_a_lost_connection(sshd: SshServer, category: 
 
     async def scenario() -> None:
         process = await SshTransport(sshd.ssh_config(keepalive_s=1)).open(
-            ["sh", "-c", "while :; do head -c 65536 /dev/urandom; sleep 0.05; done"]
+            ["sh", "-c", "while head -c 65536 /dev/urandom; do sleep 0.05; done"]
         )
         await process.read(1 << 16)
         sshd.kill()
