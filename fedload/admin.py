@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 
 from fedload.config import Config
 from fedload.errors import FeederError
 from fedload.log import get_logger
-from fedload.pipeline import connect_superhub
+from fedload.pipeline import connect_superhub, superhub_errors
 from fedload.runs import ensure_superhub, forget_rejects, try_feeder_lock, unlock_feeder
 from fedload.schema import read_parents
 from fedload.swap import drop_partitions
@@ -34,9 +35,14 @@ async def _remove(config: Config, name: str) -> list[str]:
         await conn.close(timeout=10)
 
 
+async def _translated(step: Awaitable[list[str]], config: Config) -> list[str]:
+    with superhub_errors(config):
+        return await step
+
+
 def remove_feeder(config: Config, name: str) -> int:
     """Detach and drop every partition of feeder `name`; works whether or not it is still configured."""
-    dropped = asyncio.run(_remove(config, name))
+    dropped = asyncio.run(_translated(_remove(config, name), config))
     log.info("feeder.removed", feeder=name, tables=dropped)
     tables = f": {', '.join(dropped)}" if dropped else ""
     print(f"feeder {name}: dropped its partitions of {len(dropped)} table(s){tables}")

@@ -6,10 +6,11 @@ A dry run does all of it but the swap and the record, inside a transaction that 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shlex
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -36,7 +37,16 @@ from fedload.swap import analyze_partitions, describe_swap, swap_in
 from fedload.transport import FeederProcess, Transport
 from transforms import Item
 
-__all__ = ["FeederRun", "Progress", "connect_superhub", "create_parents", "dump_command", "sync_feeder"]
+__all__ = [
+    "FeederRun",
+    "Progress",
+    "connect_superhub",
+    "create_parents",
+    "dump_command",
+    "server_message",
+    "superhub_errors",
+    "sync_feeder",
+]
 
 log = get_logger()
 
@@ -178,6 +188,12 @@ class _FeederSync:
         self.run_id: int | None = None
         self.stage_prefix = ""
         self.plan: list[str] = []
+        self._deadline = asyncio.timeout(config.superhub.run_timeout_s)
+
+    def _cancelled_why(self) -> str:
+        if self._deadline.expired():
+            return f"the run took longer than run_timeout_s = {self.config.superhub.run_timeout_s:g}"
+        return "the run was cancelled"
 
     def phase(self, phase: str) -> None:
         """Enter a phase and tell the progress display."""
@@ -188,10 +204,10 @@ class _FeederSync:
         """Every phase within the run timeout; failures end up in the returned FeederRun."""
         self.phase("connect")
         try:
-            async with asyncio.timeout(self.config.superhub.run_timeout_s):
+            async with self._deadline:
                 await self._locked()
-        except TimeoutError:
-            self.record.error = f"the run took longer than run_timeout_s = {self.config.superhub.run_timeout_s}"
+        except TimeoutError:  # only the run's deadline: _superhub_errors() translates the database's timeouts
+            self.record.error = self._cancelled_why()
         except FedloadError as exc:
             self.record.error = one_line(str(exc), limit=None)
         self.phase(self.record.outcome)
@@ -217,6 +233,10 @@ class _FeederSync:
         )
 
     async def _locked(self) -> None:
+        with superhub_errors(self.config):
+            await self._session()
+
+    async def _session(self) -> None:
         conn = await connect_superhub(self.config, self.name)
         try:
             if self.dry_run:
@@ -230,10 +250,8 @@ class _FeederSync:
                 await self._recorded(conn)
             finally:  # a lost connection has released the lock already
                 await asyncio.shield(_superhub_gone_is_fine(unlock_feeder(conn, self.name)))
-        except _CONNECTION_LOST as exc:
-            raise _lost(exc) from exc
         finally:
-            await asyncio.shield(conn.close(timeout=10))
+            await asyncio.shield(_close(conn))
 
     async def _rolled_back(self, conn: asyncpg.Connection) -> None:
         """The dry run: bootstrap (if needed), load and check inside a transaction that is always rolled back."""
@@ -260,7 +278,7 @@ class _FeederSync:
             self.record.error = one_line(str(exc), limit=None)
             raise
         except asyncio.CancelledError:
-            self.record.error = "the run was cancelled"
+            self.record.error = self._cancelled_why()
             raise
         finally:
             self.record.raw_bytes, self.record.dump_bytes = self.state.raw_bytes, self.state.dump_bytes
@@ -272,22 +290,20 @@ class _FeederSync:
             if self.run_id is not None:
                 await _superhub_gone_is_fine(finish_run(meta, self.run_id, self.record))
         finally:
-            await meta.close(timeout=10)
+            await _close(meta)
 
     async def _load_and_swap(self, conn: asyncpg.Connection) -> None:
-        superhub = self.config.superhub
-        parents = await read_parents(conn, superhub.tables, superhub.feeder_key)
-        if not parents:
-            raise SuperhubError("no partitioned parent table matches superhub.tables; create them or set schema_file")
-        process = await self._transport.open(dump_command(self.feeder, self.config))
-        try:
-            await self._import(conn, process, parents)
-        except asyncpg.PostgresError as exc:
-            raise _translate(exc) from exc
-        except _CONNECTION_LOST as exc:
-            raise _lost(exc) from exc
-        finally:
-            await asyncio.shield(process.cancel())
+        """Translated here as well, so that the run's history records the error."""
+        with superhub_errors(self.config):
+            superhub = self.config.superhub
+            parents = await read_parents(conn, superhub.tables, superhub.feeder_key)
+            if not parents:
+                raise SuperhubError("no partitioned parent matches superhub.tables; create them or set schema_file")
+            process = await self._transport.open(dump_command(self.feeder, self.config))
+            try:
+                await self._import(conn, process, parents)
+            finally:
+                await asyncio.shield(process.cancel())
 
     async def _import(self, conn: asyncpg.Connection, process: FeederProcess, parents: dict[str, ParentTable]) -> None:
         superhub = self.config.superhub
@@ -349,8 +365,27 @@ def _verify_counts(loaded: dict[str, int], rejected: dict[str, int], trailer: Tr
 _CONNECTION_LOST = (asyncpg.InterfaceError, ConnectionError)
 
 
-def _lost(exc: BaseException) -> SuperhubError:
-    return SuperhubError(f"the superhub connection was lost: {one_line(str(exc)) or type(exc).__name__}")
+@contextlib.contextmanager
+def superhub_errors(config: Config) -> Iterator[None]:
+    """Translate the database driver's failures into fedload's errors: a refused row is the dump's fault
+    (DumpError), anything else the superhub's (SuperhubError), a lost connection or a timed-out statement too."""
+    try:
+        yield
+    except asyncpg.PostgresError as exc:
+        raise _translate(exc) from exc
+    except _CONNECTION_LOST as exc:
+        raise SuperhubError(f"the superhub connection was lost: {one_line(str(exc)) or type(exc).__name__}") from exc
+    except TimeoutError as exc:  # asyncpg's command_timeout
+        limit = config.superhub.statement_timeout_s
+        raise SuperhubError(f"a superhub statement took longer than statement_timeout_s = {limit:g}") from exc
+
+
+async def _close(conn: asyncpg.Connection) -> None:
+    """Close a connection politely, or drop it if the server does not answer."""
+    try:
+        await conn.close(timeout=10)
+    except (*_CONNECTION_LOST, asyncpg.PostgresError, TimeoutError):
+        conn.terminate()
 
 
 async def _superhub_gone_is_fine(step: Awaitable[object]) -> None:
@@ -364,5 +399,17 @@ async def _superhub_gone_is_fine(step: Awaitable[object]) -> None:
 def _translate(exc: asyncpg.PostgresError) -> FedloadError:
     """Rows the superhub refuses (data or integrity errors) reject the dump; the rest is the superhub's failure."""
     if is_bad_row(exc):
-        return DumpError(f"the superhub rejected a row: {one_line(str(exc))}")
-    return SuperhubError(f"the superhub failed: {one_line(str(exc))}")
+        return DumpError(f"the superhub rejected a row: {server_message(exc)}")
+    return SuperhubError(f"the superhub failed: {server_message(exc)}")
+
+
+def server_message(exc: asyncpg.PostgresError) -> str:
+    """The server's message on one line, then its detail and hint shortened: a DETAIL can hold a whole row."""
+    head = getattr(exc, "message", None) or (exc.args[0] if exc.args else type(exc).__name__)
+    parts = [str(head)]
+    for label in ("detail", "hint"):
+        text = getattr(exc, label, None)
+        if text:
+            flat = one_line(str(text), limit=None)
+            parts.append(f"{label.upper()}: {flat[:300]}{'...' if len(flat) > 300 else ''}")
+    return one_line(" ".join(parts), limit=None)

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fedload.config import Config
-from fedload.pipeline import connect_superhub
+from fedload.pipeline import connect_superhub, superhub_errors
 from fedload.runs import ensure_superhub
 
 __all__ = ["FeederStatus", "read_status", "run_status"]
@@ -59,12 +59,13 @@ class FeederStatus:
 
 async def read_status(config: Config) -> list[FeederStatus]:
     """The status of every feeder that is configured or has history."""
-    conn = await connect_superhub(config)
-    try:
-        await ensure_superhub(conn)
-        records = await conn.fetch(_QUERY, list(config.feeders))
-    finally:
-        await conn.close(timeout=10)
+    with superhub_errors(config):
+        conn = await connect_superhub(config)
+        try:
+            await ensure_superhub(conn)
+            records = await conn.fetch(_QUERY, list(config.feeders))
+        finally:
+            await conn.close(timeout=10)
     stale_after = config.superhub.stale_after_s
     return [
         FeederStatus(

@@ -12,7 +12,14 @@ from rich.console import Console
 from fedload.config import Config
 from fedload.errors import ConfigError, UsageError
 from fedload.log import get_logger
-from fedload.pipeline import FeederRun, ProgressCallback, connect_superhub, create_parents, sync_feeder
+from fedload.pipeline import (
+    FeederRun,
+    ProgressCallback,
+    connect_superhub,
+    create_parents,
+    superhub_errors,
+    sync_feeder,
+)
 from fedload.progress import dry_run_table, live_progress, summary_table
 from fedload.runs import ensure_superhub
 
@@ -23,14 +30,15 @@ log = get_logger()
 
 async def prepare_superhub(config: Config) -> None:
     """fedload's own schemas, and the partitioned parents from the schema file when one is configured."""
-    conn = await connect_superhub(config)
-    try:
-        await ensure_superhub(conn)
-        created = await create_parents(conn, config)
-        if created:
-            log.info("superhub.parents_created", tables=created)
-    finally:
-        await conn.close(timeout=10)
+    with superhub_errors(config):
+        conn = await connect_superhub(config)
+        try:
+            await ensure_superhub(conn)
+            created = await create_parents(conn, config)
+            if created:
+                log.info("superhub.parents_created", tables=created)
+        finally:
+            await conn.close(timeout=10)
 
 
 async def sync_feeders(

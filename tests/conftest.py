@@ -1,8 +1,8 @@
 """Tally of the fault and adversarial tests: each test names its category; the summary prints tried / survived.
 
 A test asks for the `category` fixture and calls it with a name such as "fault:superhub-restart"; fuzz tests
-may also count the inputs they tried with `category.inputs(n)`. A test "survived" when its call phase passed
-(an expected failure of a known bug counts as tried, not survived).
+may also count the inputs they tried with `category.inputs(n)`. A test "survived" when none of its phases failed;
+a skipped test (say, a mount that is not allowed here) is not counted.
 """
 
 from __future__ import annotations
@@ -26,8 +26,16 @@ class _Registry:
     tallies: dict[str, Tally] = field(default_factory=dict)
     pending: dict[str, list[str]] = field(default_factory=dict)  # test id -> its categories
     inputs: dict[str, int] = field(default_factory=dict)  # test id -> inputs tried
+    failed: set[str] = field(default_factory=set)  # test ids with a failed phase
 
-    def settle(self, nodeid: str, *, passed: bool) -> None:
+    def skip(self, nodeid: str) -> None:
+        """A skipped test tried nothing."""
+        self.pending.pop(nodeid, None)
+        self.inputs.pop(nodeid, None)
+
+    def settle(self, nodeid: str) -> None:
+        passed = nodeid not in self.failed
+        self.failed.discard(nodeid)
         inputs = self.inputs.pop(nodeid, 0)
         for name in self.pending.pop(nodeid, []):
             tally = self.tallies.setdefault(name, Tally())
@@ -62,9 +70,13 @@ def category(request: pytest.FixtureRequest) -> Category:
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Settle a test's categories once its call phase (or a failed setup) has a result."""
-    if report.when == "call" or (report.when == "setup" and not report.passed):
-        _REGISTRY.settle(report.nodeid, passed=report.passed)
+    """Settle a test's categories after its teardown: survived if no phase failed; a skipped test is not counted."""
+    if report.skipped:
+        _REGISTRY.skip(report.nodeid)
+    elif report.failed:
+        _REGISTRY.failed.add(report.nodeid)
+    if report.when == "teardown":
+        _REGISTRY.settle(report.nodeid)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

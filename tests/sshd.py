@@ -90,7 +90,8 @@ class SshServer:
     def kill(self) -> None:
         """SIGKILL sshd and every per-connection child (its process group and any session children)."""
         for pid in self._session_pids():
-            os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # gone with its parent
+                os.kill(pid, signal.SIGKILL)
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=10)
@@ -99,13 +100,20 @@ class SshServer:
         """SIGSTOP sshd and its sessions: the link goes silent without closing, like a cable pulled mid-stream."""
         self._frozen = self._session_pids()
         for pid in self._frozen:
-            os.kill(pid, signal.SIGSTOP)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
 
     def _session_pids(self) -> list[int]:
-        found = subprocess.run(["pgrep", "-f", f"sshd.*{self.dir}"], capture_output=True, text=True, check=False)
-        children = subprocess.run(["pgrep", "-f", "sshd: root"], capture_output=True, text=True, check=False)
-        own = {os.getpid()}
-        return [int(p) for p in (found.stdout + children.stdout).split() if int(p) not in own]
+        """sshd's descendants: its per-connection processes and the commands they run (nothing else's)."""
+        found: list[int] = []
+        parents = [self.process.pid]
+        while parents:
+            children = subprocess.run(
+                ["pgrep", "-P", ",".join(map(str, parents))], capture_output=True, text=True, check=False, timeout=10
+            )
+            parents = [int(pid) for pid in children.stdout.split()]
+            found += parents
+        return found
 
     def stop(self) -> None:
         """Terminate sshd (and the sessions `freeze()` stopped) and close its log."""

@@ -87,9 +87,11 @@ class Gate:
         async def scenario() -> FeederRun:
             gated = with_feeder(config, "hub1", agent_command=[self.command])
             task = asyncio.create_task(sync_feeder("hub1", gated))
-            await self.reached()
-            await asyncio.to_thread(fault)
-            self.open()
+            try:
+                await self.reached()
+                await asyncio.to_thread(fault)
+            finally:
+                self.open()  # never leave the gated command polling
             async with asyncio.timeout(timeout_s):
                 return await task
 
@@ -146,10 +148,12 @@ def test_network_cut_mid_stream(federation: Federation, sshd: SshServer, categor
 def feeder_cluster(cluster: LocalCluster) -> Iterator[LocalCluster]:
     """A feeder on a PostgreSQL cluster of its own, so it can be stopped."""
     own = LocalCluster(cluster.install, name="feeder").start()
-    own.psql("CREATE DATABASE cfdb")
-    own.psql(SCHEMA + FEEDER_DATA.format(n=100, m=300), dbname="cfdb")
-    yield own
-    own.stop()
+    try:
+        own.psql("CREATE DATABASE cfdb")
+        own.psql(SCHEMA + FEEDER_DATA.format(n=100, m=300), dbname="cfdb")
+        yield own
+    finally:
+        own.stop()
 
 
 def test_feeder_postgres_stopped_mid_dump(
@@ -175,9 +179,11 @@ def test_feeder_postgres_stopped_mid_dump(
 def own_superhub(cluster: LocalCluster) -> Iterator[LocalCluster]:
     """A superhub on a PostgreSQL cluster of its own, so it can crash."""
     own = LocalCluster(cluster.install, name="superhub").start()
-    own.psql("CREATE DATABASE superhub")
-    yield own
-    own.stop()
+    try:
+        own.psql("CREATE DATABASE superhub")
+        yield own
+    finally:
+        own.stop()
 
 
 def test_superhub_crash_mid_load(federation: Federation, own_superhub: LocalCluster, category: Category) -> None:
@@ -269,7 +275,10 @@ def test_daemon_killed_mid_swap_then_restarted(
         daemon.process.wait(timeout=10)
         assert superhub_digests(federation) == before
     finally:
-        reader.communicate("COMMIT;\n", timeout=30)
+        try:
+            reader.communicate("COMMIT;\n", timeout=30)
+        finally:
+            reader.kill()
     deadline = time.monotonic() + 30
     while staging_leftovers(federation) != "0" and time.monotonic() < deadline:
         time.sleep(0.2)  # the killed daemon's sessions end when the server notices
@@ -308,6 +317,7 @@ def tiny_tablespace(fed: Federation, size: str = "4m") -> Iterator[str]:
         check=False,
     )
     if result.returncode != 0:
+        mount.rmdir()
         pytest.skip(f"cannot mount a tmpfs here (needs root): {result.stderr.strip()}")
     try:
         fed.superhub_sql(f"CREATE TABLESPACE tiny_{fed.superhub} LOCATION '{mount}'")

@@ -130,3 +130,40 @@ def test_statement_without_trailing_newline_at_end_is_complete() -> None:
     """The last statement needs no newline after its semicolon; a trailing comment needs none either."""
     items = split(b"SELECT 1;\n-- end", 4)
     assert statements(items) == [b"SELECT 1;"]
+
+
+HUGE = 32 * 1024 * 1024
+HUGE_ITEMS = {
+    "copy row": b"COPY public.t (a) FROM stdin;\n" + b"x" * HUGE + b"\n\\.\n",
+    "statement": b"INSERT INTO public.t (a) VALUES ('" + b"x" * HUGE + b"');\n",
+    "comment line": b"-- " + b"x" * HUGE + b"\nSELECT 1;\n",
+}
+
+
+@pytest.mark.parametrize("kind", list(HUGE_ITEMS))
+def test_a_huge_item_is_rescanned_only_when_the_buffer_doubles(monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    """Waiting for the end of a 32 MiB item fed in 64 KiB chunks costs a handful of rescans, not one per chunk
+    (which made a 100 MiB value take minutes: linear work per chunk, quadratic in all)."""
+    scans = 0
+    real_drain = DumpSplitter._drain
+
+    def counting_drain(self: DumpSplitter, *, eof: bool) -> list[Item]:
+        nonlocal scans
+        scans += 1
+        return real_drain(self, eof=eof)
+
+    monkeypatch.setattr(DumpSplitter, "_drain", counting_drain)
+    dump = HUGE_ITEMS[kind]
+    splitter = DumpSplitter()
+    items = [item for i in range(0, len(dump), 1 << 16) for item in splitter.feed(dump[i : i + (1 << 16)])]
+    items += splitter.close()
+    assert len(dump) >> 16 > 500
+    assert scans < 40, scans
+    assert max(len(content(item)) for item in items) >= HUGE  # the item arrived whole
+
+
+def content(item: Item) -> bytes:
+    """An item's payload: its tuples, rows or text."""
+    if isinstance(item, InsertRows):
+        return b",".join(item.insert.tuples)
+    return item.data if isinstance(item, CopyRows) else item.text

@@ -251,7 +251,7 @@ class DumpSplitter:
         pending = len(self._buf) - pos
         if pending > MAX_STATEMENT_BYTES_IN:
             raise self._error(f"{what} is larger than {MAX_STATEMENT_BYTES_IN} bytes", pos)
-        self._wanted_bytes = pending
+        self._wanted_bytes = min(pending, MAX_STATEMENT_BYTES_IN + 1 - pending)  # rescan by the time it is too big
 
     def _copy_step(self, pos: int, eof: bool) -> tuple[Item, int] | None:
         buf = self._buf
