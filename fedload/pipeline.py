@@ -206,7 +206,7 @@ class _FeederSync:
         try:
             async with self._deadline:
                 await self._locked()
-        except TimeoutError:  # only the run's deadline: _superhub_errors() translates the database's timeouts
+        except TimeoutError:  # only the run's deadline: superhub_errors() translates the database's timeouts
             self.record.error = self._cancelled_why()
         except FedloadError as exc:
             self.record.error = one_line(str(exc), limit=None)
@@ -267,9 +267,8 @@ class _FeederSync:
             await asyncio.shield(transaction.rollback())
 
     async def _recorded(self, conn: asyncpg.Connection) -> None:
-        meta = await connect_superhub(
-            self.config, f"{self.name} history"
-        )  # history is written outside the load's transaction
+        # the run's history is written on a connection of its own, outside the load's transaction
+        meta = await connect_superhub(self.config, f"{self.name} history")
         try:
             self.run_id = await start_run(meta, self.name)
             self.stage_prefix = f"r{self.run_id}"
@@ -392,7 +391,7 @@ async def _superhub_gone_is_fine(step: Awaitable[object]) -> None:
     """Run a bookkeeping step whose failure must not hide the run's own error: a dead superhub is only logged."""
     try:
         await step
-    except (*_CONNECTION_LOST, asyncpg.PostgresError) as exc:
+    except (*_CONNECTION_LOST, asyncpg.PostgresError, TimeoutError) as exc:
         log.warning("sync.bookkeeping_failed", error=str(exc) or type(exc).__name__)
 
 
