@@ -21,7 +21,7 @@ from fedload import systemd
 from fedload.config import Config, load_config
 from fedload.errors import ConfigError, FedloadError
 from fedload.log import get_logger
-from fedload.pipeline import FeederRun, connect_superhub, sync_feeder
+from fedload.pipeline import FeederRun, close_superhub, connect_superhub, superhub_errors, sync_feeder
 from fedload.schedule import FeederSchedule, after_failure, after_success, first_run
 from fedload.sync import prepare_superhub
 
@@ -157,20 +157,24 @@ class Daemon:
         if schedule is None:
             return
         try:
-            conn = await connect_superhub(self.config)
-            try:
-                await conn.execute(
-                    "INSERT INTO fedload.schedule (feeder, next_run_at, failures) "
-                    "VALUES ($1, now() + make_interval(secs => $2), $3) ON CONFLICT (feeder) DO UPDATE "
-                    "SET next_run_at = excluded.next_run_at, failures = excluded.failures, updated_at = now()",
-                    name,
-                    max(0.0, schedule.next_at - time.monotonic()),
-                    schedule.failures,
-                )
-            finally:
-                await conn.close(timeout=10)
+            with superhub_errors(self.config):
+                await self._store_schedule(name, schedule)
         except (FedloadError, OSError) as exc:
             log.warning("daemon.schedule_not_recorded", feeder=name, error=str(exc))
+
+    async def _store_schedule(self, name: str, schedule: FeederSchedule) -> None:
+        conn = await connect_superhub(self.config)
+        try:
+            await conn.execute(
+                "INSERT INTO fedload.schedule (feeder, next_run_at, failures) "
+                "VALUES ($1, now() + make_interval(secs => $2), $3) ON CONFLICT (feeder) DO UPDATE "
+                "SET next_run_at = excluded.next_run_at, failures = excluded.failures, updated_at = now()",
+                name,
+                max(0.0, schedule.next_at - time.monotonic()),
+                schedule.failures,
+            )
+        finally:
+            await close_superhub(conn)
 
     async def _sleep_until_next(self) -> None:
         waiting = [s.next_at for name, s in self._schedules.items() if name not in self._running]

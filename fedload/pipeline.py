@@ -40,6 +40,7 @@ from transforms import Item
 __all__ = [
     "FeederRun",
     "Progress",
+    "close_superhub",
     "connect_superhub",
     "create_parents",
     "dump_command",
@@ -251,7 +252,7 @@ class _FeederSync:
             finally:  # a lost connection has released the lock already
                 await asyncio.shield(_superhub_gone_is_fine(unlock_feeder(conn, self.name)))
         finally:
-            await asyncio.shield(_close(conn))
+            await asyncio.shield(close_superhub(conn))
 
     async def _rolled_back(self, conn: asyncpg.Connection) -> None:
         """The dry run: bootstrap (if needed), load and check inside a transaction that is always rolled back."""
@@ -289,7 +290,7 @@ class _FeederSync:
             if self.run_id is not None:
                 await _superhub_gone_is_fine(finish_run(meta, self.run_id, self.record))
         finally:
-            await _close(meta)
+            await close_superhub(meta)
 
     async def _load_and_swap(self, conn: asyncpg.Connection) -> None:
         """Translated here as well, so that the run's history records the error."""
@@ -379,7 +380,7 @@ def superhub_errors(config: Config) -> Iterator[None]:
         raise SuperhubError(f"a superhub statement took longer than statement_timeout_s = {limit:g}") from exc
 
 
-async def _close(conn: asyncpg.Connection) -> None:
+async def close_superhub(conn: asyncpg.Connection) -> None:
     """Close a connection politely, or drop it if the server does not answer."""
     try:
         await conn.close(timeout=10)

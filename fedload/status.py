@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fedload.config import Config
-from fedload.pipeline import connect_superhub, superhub_errors
+from fedload.pipeline import close_superhub, connect_superhub, superhub_errors
 from fedload.runs import ensure_superhub
 
 __all__ = ["FeederStatus", "read_status", "run_status"]
@@ -65,7 +65,7 @@ async def read_status(config: Config) -> list[FeederStatus]:
             await ensure_superhub(conn)
             records = await conn.fetch(_QUERY, list(config.feeders))
         finally:
-            await conn.close(timeout=10)
+            await close_superhub(conn)
     stale_after = config.superhub.stale_after_s
     return [
         FeederStatus(

@@ -15,6 +15,7 @@ from fedload.log import get_logger
 from fedload.pipeline import (
     FeederRun,
     ProgressCallback,
+    close_superhub,
     connect_superhub,
     create_parents,
     superhub_errors,
@@ -38,7 +39,7 @@ async def prepare_superhub(config: Config) -> None:
             if created:
                 log.info("superhub.parents_created", tables=created)
         finally:
-            await conn.close(timeout=10)
+            await close_superhub(conn)
 
 
 async def sync_feeders(
