@@ -29,6 +29,7 @@ import common
 from fedload.config import Config, parse_config
 from fedload.localpg import LocalCluster
 from fedload.log import configure_logging
+from fedload.names import TableName
 from fedload.pipeline import dump_command
 from fedload.receive import DumpReceiver
 from fedload.transport.ssh import SshTransport
@@ -71,7 +72,9 @@ async def receive(config: Config) -> tuple[float, DumpReceiver, int]:
     assert feeder.ssh is not None
     items = 0
     with common.timed() as elapsed:
-        process = await SshTransport(feeder.ssh).open(dump_command(feeder, config))
+        process = await SshTransport(feeder.ssh).open(
+            dump_command(feeder, config, [TableName.from_dump(TABLE.encode())])
+        )
         try:
             receiver = DumpReceiver(process, framed=True)
             async for _ in receiver.items():

@@ -144,6 +144,7 @@ def _stream(process: subprocess.Popen[bytes], transformer: Transformer, encoder:
     trailer = encoder.finish(
         pg_dump_exit_status=status,
         rows=dict(transformer.stats.rows),
+        tables=sorted(transformer.stats.tables),
         server_version=server_version,
         error=error,
         stderr_tail=stderr.text(),

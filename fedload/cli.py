@@ -12,6 +12,7 @@ from fedload import __version__
 from fedload.config import Config, find_config_path, load_config
 from fedload.errors import ConfigError, FedloadError, UsageError, one_line
 from fedload.log import configure_logging
+from fedload.names import TablePattern
 from transforms.cli import positive_int
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "main"]
@@ -106,12 +107,19 @@ def _run_status(args: argparse.Namespace) -> int:
     return run_status(config, as_json=args.json)
 
 
+def _table_pattern(text: str) -> TablePattern:
+    try:
+        return TablePattern(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _run_feeder_remove(args: argparse.Namespace) -> int:
     from fedload.admin import remove_feeder  # noqa: PLC0415
 
     config = _config(args)
     configure_logging(level=config.log_level)
-    return remove_feeder(config, args.name)
+    return remove_feeder(config, args.name, args.table)
 
 
 def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
@@ -139,6 +147,14 @@ def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None
     feeder_commands = feeder.add_subparsers(title="feeder commands", metavar="COMMAND", required=True)
     remove = feeder_commands.add_parser("remove", help="detach and drop a feeder's partitions on the superhub")
     remove.add_argument("name", metavar="NAME", help="the feeder's name")
+    remove.add_argument(
+        "--table",
+        action="append",
+        default=[],
+        type=_table_pattern,
+        metavar="PATTERN",
+        help="drop only the feeder's partitions of these tables (schema.table, as in superhub.tables); repeatable",
+    )
     _add_config_option(remove)
     remove.set_defaults(run=_run_feeder_remove)
 

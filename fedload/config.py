@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from fedload.errors import ConfigError
+from fedload.names import TablePattern
 
 __all__ = [
     "DEFAULT_CONFIG_PATHS",
@@ -46,9 +47,6 @@ def _matching(pattern: str, what: str) -> AfterValidator:
 
 Name = Annotated[str, _matching(r"[a-z0-9][a-z0-9_-]{0,39}", "a feeder name (1-40 of a-z 0-9 _ -)")]
 ColumnName = Annotated[str, _matching(r"[a-z_][a-z0-9_]{0,62}", "a lower-case column name")]
-TablePattern = Annotated[
-    str, _matching(r"[A-Za-z_][A-Za-z0-9_$]*\.[A-Za-z0-9_$*?\[\]]+", "schema.table (globs * ? [] in the table part)")
-]
 Seconds = Annotated[float, Field(gt=0)]
 
 
@@ -123,7 +121,8 @@ class FeederConfig(_Model):
     database: str = "cfdb"
     pg_dump: str = "pg_dump"
     pg_dump_args: list[str] = []
-    remap: Path | None = None
+    remap: Path | None = None  # applied by the superhub, whatever the feeder runs
+    exclude_tables: list[TablePattern] = []  # configured tables this feeder does not send (see README)
 
     @model_validator(mode="after")
     def _ssh_needs_host(self) -> FeederConfig:

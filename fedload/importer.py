@@ -9,16 +9,17 @@ rejects the dump. The caller runs the load inside one transaction, so a rejected
 
 from __future__ import annotations
 
-import fnmatch
+import contextlib
 import functools
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
 import asyncpg
 
 from fedload.errors import DumpError
 from fedload.log import get_logger
+from fedload.names import TableName, TablePattern
 from fedload.rejects import RejectWriter
 from fedload.schema import STAGE_SCHEMA, ParentTable, ident, key_literal, qualified
 from transforms import (
@@ -29,10 +30,12 @@ from transforms import (
     InsertRows,
     Item,
     MetaCommand,
+    Remap,
+    RemapError,
     Statement,
     TableRemap,
     Verbatim,
-    qualified_name,
+    announced_tables,
     split_tuple,
 )
 from transforms.lexical import split_identifiers, unquote_identifier
@@ -71,7 +74,7 @@ class ImportPolicy:
     """What the importer accepts from feeders."""
 
     feeder_key: str
-    table_patterns: tuple[str, ...]
+    table_patterns: tuple[TablePattern, ...]
     extra_columns: str = "warn"
     bad_rows: str = "fail"
 
@@ -82,11 +85,13 @@ class StagedTable:
 
     parent: ParentTable
     stage_name: str
+    key_constraint: str = "fedload_feeder_key"
     columns: list[str] = field(default_factory=list)
     dropped_columns: list[str] = field(default_factory=list)
     rows: int = 0
     rejected: int = 0
-    loaded: bool = False
+    present: bool = False  # the dump announced or carried the table: present and empty is fine, absent is not
+    loaded: bool = False  # its data arrived (a second time rejects the dump)
 
     @property
     def stage_sql(self) -> str:
@@ -104,26 +109,34 @@ class Importer:
         feeder: str,
         key: int | str,
         stage_prefix: str,
-        parents: dict[str, ParentTable],
+        parents: dict[TableName, ParentTable],
         policy: ImportPolicy,
         run_id: int | None = None,
+        remap: Remap | None = None,
     ) -> None:
         self._conn = conn
         self._feeder = feeder
         self._key = key
         self._policy = policy
-        self._parents = parents
+        self._remap = remap
         self.staged = {
-            name: StagedTable(parent, f"{stage_prefix}_{i}") for i, (name, parent) in enumerate(sorted(parents.items()))
+            name: StagedTable(parent, f"{stage_prefix}_{i}", _free_name("fedload_feeder_key", parent.constraint_names))
+            for i, (name, parent) in enumerate(sorted(parents.items()))
         }
+        self._key_constraints = frozenset(s.key_constraint for s in self.staged.values())
+        self._announced: set[TableName] = set()
         self._log = log.bind(feeder=feeder, stage_prefix=stage_prefix)
-        self._rejects = RejectWriter(conn, feeder=feeder, run_id=run_id) if policy.bad_rows == "reject" else None
+        self._rejects = (
+            RejectWriter(conn, feeder=feeder, run_id=run_id, fatal=self._is_key_violation)
+            if policy.bad_rows == "reject"
+            else None
+        )
         self._run_key: object = None  # the INSERT target being loaded; consecutive INSERTs continue it
         self._run_target: StagedTable | None = None
         self._run_plan: ColumnPlan | None = None
 
     async def load(self, items: AsyncIterator[Item]) -> None:
-        """Consume the dump; DumpError for anything not allowed. Creates every staging table, empty or not."""
+        """Consume the dump; DumpError for anything not allowed, or for a staging table the dump does not fill."""
         for staged in self.staged.values():
             await self._create_stage(staged)
         async for item in items:
@@ -137,59 +150,136 @@ class Importer:
                 _check_statement(item)
             elif isinstance(item, MetaCommand):
                 _check_meta(item)
-            elif not isinstance(item, Verbatim):
+            elif isinstance(item, Verbatim):
+                self._note_announced(item.text)
+            else:
                 raise DumpError(f"unexpected {type(item).__name__} outside a COPY block")
+        self._check_complete()
+
+    def _note_announced(self, text: bytes) -> None:
+        """pg_dump's "-- Data for Name: t; Type: TABLE DATA" line: the table is in the dump, maybe empty."""
+        for schema, name in announced_tables(text):
+            table = TableName(schema, name)
+            self._announced.add(table)
+            if (staged := self.staged.get(table)) is not None:
+                staged.present = True
+
+    def _check_complete(self) -> None:
+        """Every staging table must have been filled by the dump, and every remapped table must be in it."""
+        missing = [str(t) for t, s in self.staged.items() if not s.present]
+        if missing:
+            raise DumpError(
+                f"the dump of feeder {self._feeder} lacks table(s) {', '.join(missing)}: fedload will not replace "
+                f"their data with nothing (if the feeder no longer has them, list them in "
+                f"feeders.{self._feeder}.exclude_tables)"
+            )
+        seen = {str(t) for t in self._announced | {t for t, s in self.staged.items() if s.loaded}}
+        if self._remap is not None and (unknown := sorted(set(self._remap.tables) - seen)):
+            raise DumpError(f"the remap of feeder {self._feeder} names table(s) not in its dump: {', '.join(unknown)}")
 
     async def finish(self) -> None:
-        """Build the parent's indexes on each staging table, after the load (faster than maintaining them)."""
+        """Build the parent's indexes on each staging table, after the load (faster than maintaining them).
+
+        An index that backs the parent's primary key or unique constraint is built as such a constraint: ATTACH
+        matches a constraint only with a constraint, and would otherwise build the index again."""
         for staged in self.staged.values():
-            for unique, body in staged.parent.index_bodies:
-                await self._conn.execute(f"CREATE {'UNIQUE ' if unique else ''}INDEX ON {staged.stage_sql} {body}")
+            for index in staged.parent.indexes:
+                if index.constraint_sql is not None:
+                    await self._conn.execute(f"ALTER TABLE {staged.stage_sql} ADD {index.constraint_sql}")
+                else:
+                    unique = "UNIQUE " if index.unique else ""
+                    await self._conn.execute(f"CREATE {unique}INDEX ON {staged.stage_sql} {index.body}")
 
     async def _create_stage(self, staged: StagedTable) -> None:
-        """The staging table: the parent's columns, the key as default, and the partition constraint, so that
-        ATTACH needs no validating scan and the load checks it row by row on the way in."""
+        """The staging table: the parent's columns with their types, collations, NOT NULLs, defaults and generated
+        expressions, the parent's CHECKs under their names (ATTACH requires all that), the key as default, and the
+        partition constraint, so that ATTACH needs no validating scan and the load checks it row by row on the way
+        in. Built from the catalog, not with LIKE, which would hold a lock on the parent until the swap and block
+        other feeders' swaps. Identity is left out: values come from the feeder, and PostgreSQL 17+ refuses to
+        attach a partition with an identity column."""
         key, key_default = ident(self._policy.feeder_key), key_literal(self._key)
-        definitions = [
-            c.definition(key_default if c.name == self._policy.feeder_key else None) for c in staged.parent.columns
-        ]
-        definitions.append(f"CONSTRAINT fedload_key CHECK ({key} IS NOT NULL AND {key} = {key_default})")
+        parent = staged.parent
+        definitions = [c.definition(key_default if c.name == self._policy.feeder_key else None) for c in parent.columns]
+        definitions += [f"CONSTRAINT {ident(name)} {check}" for name, check in parent.checks]
+        definitions.append(
+            f"CONSTRAINT {ident(staged.key_constraint)} CHECK ({key} IS NOT NULL AND {key} = {key_default})"
+        )
         await self._conn.execute(f"CREATE TABLE {staged.stage_sql} ({', '.join(definitions)})")
 
     def _target(self, written_table: bytes, where: Item) -> StagedTable | None:
         """The staging table for a dump table; None to skip it; DumpError if the feeder must not send it."""
-        name = qualified_name(written_table)
-        name = name if "." in name else f"public.{name}"
+        try:
+            name = TableName.from_dump(written_table)
+        except ValueError as exc:
+            raise DumpError(f"{_where(where)}: {exc}") from None
         staged = self.staged.get(name)
         if staged is not None:
             if staged.loaded:
                 raise DumpError(f"{_where(where)}: table {name} appears twice in the dump")
-            staged.loaded = True
+            staged.loaded = staged.present = True
             return staged
-        if not any(fnmatch.fnmatchcase(name, p) for p in self._policy.table_patterns):
+        if not any(p.matches(name) for p in self._policy.table_patterns):
             raise DumpError(f"{_where(where)}: the dump contains table {name}, which is not configured")
         if self._policy.extra_columns == "error":
             raise DumpError(f"{_where(where)}: table {name} has no partitioned parent on the superhub")
-        self._log.warning("import.table_skipped", table=name, reason="no partitioned parent on the superhub")
+        self._log.warning(
+            "import.table_skipped", table=str(name), reason="no partitioned parent, or excluded for this feeder"
+        )
         return None
 
     def _plan(self, staged: StagedTable, written: tuple[bytes, ...], where: Item) -> ColumnPlan:
-        """Which dump columns go where: extra ones (and the feeder key) are dropped or rejected."""
+        """Which dump columns go where: the feeder's remap first, then columns the parent lacks (dropped or
+        rejected) and generated ones (computed on the superhub) are left out."""
         names = [unquote_identifier(c) for c in written]
+        parent = staged.parent
         if len(set(names)) != len(names):
-            raise DumpError(f"{_where(where)}: a column of {staged.parent.qualified_name} is listed twice")
-        extra = [n for n in names if staged.parent.column(n) is None or n == self._policy.feeder_key]
+            raise DumpError(f"{_where(where)}: a column of {parent.qualified_name} is listed twice")
+        rules = self._remap.for_table(parent.qualified_name) if self._remap else None
+        rename, add = dict(rules.rename) if rules else {}, dict(rules.add) if rules else {}
+        drop = set(rules.drop) if rules else set()
+        targets = {n: rename.get(n, n) for n in names if n not in drop}
+        extra = [t for t in (*targets.values(), *add) if parent.column(t) is None]
+        computed = [t for t in (*targets.values(), *add) if (c := parent.column(t)) and c.generated_sql is not None]
         if extra and self._policy.extra_columns == "error":
             raise DumpError(
-                f"{_where(where)}: table {staged.parent.qualified_name} has columns the superhub lacks: "
-                f"{', '.join(extra)}"
+                f"{_where(where)}: table {parent.qualified_name} has columns the superhub lacks: {', '.join(extra)}"
             )
         if extra:
-            self._log.warning("import.columns_dropped", table=staged.parent.qualified_name, columns=extra)
-        plan = TableRemap(staged.parent.qualified_name, {}, frozenset(extra), {}, None).plan(names, written)
-        staged.columns = [n for n in names if n not in extra]
+            self._log.warning("import.columns_dropped", table=parent.qualified_name, columns=extra)
+        left_out = {*extra, *computed}
+        drop |= {n for n, t in targets.items() if t in left_out}
+        add = {n: v for n, v in add.items() if n not in left_out}
+        rename = {n: t for n, t in rename.items() if n not in drop}
+        try:
+            plan = TableRemap(parent.qualified_name, rename, frozenset(drop), add, None).plan(names, written)
+        except RemapError as exc:
+            raise DumpError(
+                f"{_where(where)}: the remap of feeder {self._feeder} does not fit the dump: {exc}"
+            ) from None
+        staged.columns = [t for n, t in targets.items() if n not in drop] + list(add)
         staged.dropped_columns = extra
         return plan
+
+    def _is_key_violation(self, exc: asyncpg.PostgresError) -> bool:
+        """The dump carries the feeder key column with a value other than this feeder's key."""
+        name = getattr(exc, "constraint_name", None)
+        if isinstance(exc, asyncpg.CheckViolationError) and name in self._key_constraints:
+            return True
+        column = getattr(exc, "column_name", None)
+        return isinstance(exc, asyncpg.NotNullViolationError) and column == self._policy.feeder_key
+
+    @contextlib.contextmanager
+    def _key_checked(self, staged: StagedTable) -> Iterator[None]:
+        """A row whose feeder key is not this feeder's condemns the dump (a misconfigured or lying feeder)."""
+        try:
+            yield
+        except asyncpg.PostgresError as exc:
+            if not self._is_key_violation(exc):
+                raise
+            raise DumpError(
+                f"table {staged.parent.qualified_name}: the dump of feeder {self._feeder} carries the feeder key "
+                f"column {self._policy.feeder_key} with a value other than its key {self._key!r}"
+            ) from None
 
     async def _copy(self, start: CopyStart, items: AsyncIterator[Item]) -> None:
         staged = self._target(start.table, start)
@@ -201,14 +291,15 @@ class Importer:
         plan = self._plan(staged, tuple(_identifiers(start.columns)), start)
         rewrite = plan.columns != tuple(_identifiers(start.columns))
         source = _copy_data(items, plan if rewrite else None, start)
-        if self._rejects is not None:
-            loaded, rejected = await self._rejects.copy(staged.parent, staged.stage_sql, staged.columns, source)
-            staged.rows, staged.rejected = staged.rows + loaded, staged.rejected + rejected
-        else:
-            status = await self._conn.copy_to_table(
-                staged.stage_name, schema_name=STAGE_SCHEMA, columns=staged.columns, source=source, freeze=True
-            )
-            staged.rows += int(status.rsplit(" ", 1)[1])
+        with self._key_checked(staged):
+            if self._rejects is not None:
+                loaded, rejected = await self._rejects.copy(staged.parent, staged.stage_sql, staged.columns, source)
+                staged.rows, staged.rejected = staged.rows + loaded, staged.rejected + rejected
+            else:
+                status = await self._conn.copy_to_table(
+                    staged.stage_name, schema_name=STAGE_SCHEMA, columns=staged.columns, source=source, freeze=True
+                )
+                staged.rows += int(status.rsplit(" ", 1)[1])
         self._log.info("import.table_loaded", table=staged.parent.qualified_name, rows=staged.rows, mode="copy")
 
     async def _insert(self, item: InsertRows) -> None:
@@ -226,15 +317,27 @@ class Importer:
         tuples = _checked_tuples(insert, plan, item)
         columns = ", ".join(ident(c) for c in staged.columns)
         head = f"INSERT INTO {staged.stage_sql} ({columns}) VALUES "  # noqa: S608 - quoted names, checked literals
-        for start in range(0, len(tuples), _ROWS_PER_INSERT):
-            batch = tuples[start : start + _ROWS_PER_INSERT]
-            if self._rejects is not None:
-                rows = [_text(row, item) for row in batch]
-                loaded, rejected = await self._rejects.insert(staged.parent, head, rows)
-                staged.rows, staged.rejected = staged.rows + loaded, staged.rejected + rejected
-            else:
-                await self._conn.execute(head + _text(b",".join(batch), item))
-                staged.rows += len(batch)
+        with self._key_checked(staged):
+            for start in range(0, len(tuples), _ROWS_PER_INSERT):
+                await self._insert_batch(staged, head, tuples[start : start + _ROWS_PER_INSERT], item)
+
+    async def _insert_batch(self, staged: StagedTable, head: str, batch: list[bytes], item: InsertRows) -> None:
+        if self._rejects is not None:
+            rows = [_text(row, item) for row in batch]
+            loaded, rejected = await self._rejects.insert(staged.parent, head, rows)
+            staged.rows, staged.rejected = staged.rows + loaded, staged.rejected + rejected
+        else:
+            await self._conn.execute(head + _text(b",".join(batch), item))
+            staged.rows += len(batch)
+
+
+def _free_name(name: str, taken: frozenset[str]) -> str:
+    """`name`, or `name_2`, `name_3`...: the first that is not taken."""
+    candidate, n = name, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{name}_{n}"
+    return candidate
 
 
 def _text(sql: bytes, item: InsertRows) -> str:

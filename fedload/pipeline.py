@@ -10,16 +10,17 @@ import contextlib
 import shlex
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import asyncpg
 
 from fedload.agent import AgentOptions, pg_dump_argv
 from fedload.config import Config, FeederConfig
-from fedload.errors import DumpError, FedloadError, SuperhubError, one_line
+from fedload.errors import ConfigError, DumpError, FedloadError, SuperhubError, one_line
 from fedload.importer import Importer, ImportPolicy
 from fedload.log import get_logger
+from fedload.names import TableName
 from fedload.receive import DumpReceiver
 from fedload.rejects import is_bad_row
 from fedload.runs import (
@@ -31,11 +32,11 @@ from fedload.runs import (
     try_feeder_lock,
     unlock_feeder,
 )
-from fedload.schema import ParentTable, create_parents_from_file, read_parents
+from fedload.schema import ParentTable, create_parents_from_file, read_parents, unmatched_patterns
 from fedload.stream import Trailer
 from fedload.swap import analyze_partitions, describe_swap, swap_in
 from fedload.transport import FeederProcess, Transport
-from transforms import Item
+from transforms import Item, Remap, RemapError, load_remap
 
 __all__ = [
     "FeederRun",
@@ -107,14 +108,18 @@ async def create_parents(conn: asyncpg.Connection, config: Config) -> list[str]:
     if superhub.schema_file is None:
         return []
     key_type = "integer" if all(isinstance(f.key, int) for f in config.feeders.values()) else "text"
-    return await create_parents_from_file(conn, superhub.schema_file, superhub.feeder_key, key_type, superhub.tables)
+    patterns = [str(p) for p in superhub.tables]
+    return await create_parents_from_file(conn, superhub.schema_file, superhub.feeder_key, key_type, patterns)
 
 
-def dump_command(feeder: FeederConfig, config: Config) -> list[str]:
-    """The command the transport runs on the feeder: the agent, or pg_dump piped into gzip without it."""
+def dump_command(feeder: FeederConfig, config: Config, tables: Iterable[TableName]) -> list[str]:
+    """The command the transport runs on the feeder: the agent, or pg_dump piped into gzip without it.
+
+    pg_dump gets the exact, quoted names of the tables the superhub expects, never the configured patterns:
+    the superhub has already matched those by PostgreSQL's rules, so pg_dump cannot read them another way."""
     options = AgentOptions(
         database=feeder.database,
-        tables=config.superhub.tables,
+        tables=[table.sql for table in sorted(tables)],
         dump_mode=feeder.dump_mode.value,
         compression=feeder.compression.value,
         pg_dump=feeder.pg_dump,
@@ -123,8 +128,7 @@ def dump_command(feeder: FeederConfig, config: Config) -> list[str]:
     if not feeder.agent:
         return ["bash", "-o", "pipefail", "-c", f"{shlex.join(pg_dump_argv(options))} | gzip -1"]
     head = feeder.agent_command or ([sys.executable, "-m", "fedload"] if feeder.transport == "local" else ["fedload"])
-    tables = [arg for table in options.tables for arg in ("--table", table)]
-    remap = ["--remap", str(feeder.remap)] if feeder.remap else []
+    table_args = [arg for table in options.tables for arg in ("--table", table)]
     return [
         *head,
         "agent",
@@ -132,14 +136,13 @@ def dump_command(feeder: FeederConfig, config: Config) -> list[str]:
         "--quiet",
         "--database",
         options.database,
-        *tables,
+        *table_args,
         "--mode",
         options.dump_mode,
         "--compression",
         options.compression,
         "--pg-dump",
         options.pg_dump,
-        *remap,
         "--rows-per-statement",
         str(config.transform.rows_per_statement),
         "--max-statement-bytes",
@@ -295,17 +298,33 @@ class _FeederSync:
     async def _load_and_swap(self, conn: asyncpg.Connection) -> None:
         """Translated here as well, so that the run's history records the error."""
         with superhub_errors(self.config):
-            superhub = self.config.superhub
-            parents = await read_parents(conn, superhub.tables, superhub.feeder_key)
-            if not parents:
-                raise SuperhubError("no partitioned parent matches superhub.tables; create them or set schema_file")
-            process = await self._transport.open(dump_command(self.feeder, self.config))
+            parents = await self._expected_parents(conn)
+            remap = await asyncio.to_thread(_read_remap, self.feeder)
+            process = await self._transport.open(dump_command(self.feeder, self.config, parents))
             try:
-                await self._import(conn, process, parents)
+                await self._import(conn, process, parents, remap)
             finally:
                 await asyncio.shield(process.cancel())
 
-    async def _import(self, conn: asyncpg.Connection, process: FeederProcess, parents: dict[str, ParentTable]) -> None:
+    async def _expected_parents(self, conn: asyncpg.Connection) -> dict[TableName, ParentTable]:
+        """The parents this feeder's dump must fill: every configured pattern matches one, exclusions aside."""
+        superhub = self.config.superhub
+        parents = await read_parents(conn, superhub.tables, superhub.feeder_key)
+        if unmatched := unmatched_patterns(superhub.tables, parents):
+            raise ConfigError(
+                f"superhub.tables: {', '.join(repr(str(p)) for p in unmatched)} match(es) no partitioned table on "
+                "the superhub; create the parent, set superhub.schema_file, or correct the pattern"
+            )
+        excluded = self.feeder.exclude_tables
+        return {t: p for t, p in parents.items() if not any(x.matches(t) for x in excluded)}
+
+    async def _import(
+        self,
+        conn: asyncpg.Connection,
+        process: FeederProcess,
+        parents: dict[TableName, ParentTable],
+        remap: Remap | None,
+    ) -> None:
         superhub = self.config.superhub
         receiver = DumpReceiver(process, framed=self.feeder.agent)
         policy = ImportPolicy(superhub.feeder_key, tuple(superhub.tables), superhub.extra_columns, superhub.bad_rows)
@@ -319,6 +338,7 @@ class _FeederSync:
                 parents=parents,
                 policy=policy,
                 run_id=self.run_id,
+                remap=remap,
             )
             await importer.load(self._tracked(receiver, importer))
             rows = {staged.parent.qualified_name: staged.rows for staged in importer.staged.values()}
@@ -328,7 +348,7 @@ class _FeederSync:
             self.phase("swap")
             swap_started = time.monotonic()
             if self.dry_run:
-                self.plan = await describe_swap(conn, importer.staged.values(), feeder=self.name)
+                self.plan = await describe_swap(conn, importer.staged.values(), feeder=self.name, key=self.feeder.key)
                 self.record = RunRecord("success", rows=rows, rejected=rejected)
                 return
             await swap_in(
@@ -343,7 +363,7 @@ class _FeederSync:
         lock_ms = round((time.monotonic() - swap_started) * 1000, 1)
         self.record = RunRecord("success", rows=rows, swap_lock_ms=lock_ms, rejected=rejected)
         self.phase("analyze")
-        await analyze_partitions(conn, rows, self.name)
+        await analyze_partitions(conn, parents, self.name, self.feeder.key)
 
     async def _tracked(self, receiver: DumpReceiver, importer: Importer) -> AsyncIterator[Item]:
         async for item in receiver.items():
@@ -353,10 +373,23 @@ class _FeederSync:
             yield item
 
 
+def _read_remap(feeder: FeederConfig) -> Remap | None:
+    """The feeder's remap file, read on the superhub for each run; ConfigError if it is not valid."""
+    if feeder.remap is None:
+        return None
+    try:
+        return load_remap(feeder.remap)
+    except RemapError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
 def _verify_counts(loaded: dict[str, int], rejected: dict[str, int], trailer: Trailer | None) -> None:
-    """The agent's row counts must match what was loaded (or rejected), table by table."""
+    """The agent's row counts must match what was loaded (or rejected), table by table, and the agent must have
+    seen every table that was loaded (agents before 0.2 do not say which tables they saw)."""
     if trailer is None:
         return
+    if trailer.tables is not None and (unseen := sorted(set(loaded) - set(trailer.tables))):
+        raise DumpError(f"the feeder's agent does not list table(s) {', '.join(unseen)} as dumped")
     for table, rows in trailer.rows.items():
         if table in loaded and loaded[table] + rejected.get(table, 0) != rows:
             raise DumpError(f"table {table}: the feeder sent {rows} rows but {loaded[table]} were loaded")

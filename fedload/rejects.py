@@ -8,7 +8,7 @@ whole under a savepoint and, when refused, row by row. Either way the fast path 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Callable
 from dataclasses import dataclass
 
 import asyncpg
@@ -46,23 +46,34 @@ class _Move:
 class RejectWriter:
     """Loads rows while setting aside the ones the superhub refuses, for one feeder's run."""
 
-    def __init__(self, conn: asyncpg.Connection, *, feeder: str, run_id: int | None) -> None:
+    def __init__(
+        self,
+        conn: asyncpg.Connection,
+        *,
+        feeder: str,
+        run_id: int | None,
+        fatal: Callable[[asyncpg.PostgresError], bool] = lambda _: False,
+    ) -> None:
         self._conn = conn
         self._feeder = feeder
         self._run_id = run_id
+        self._fatal = fatal  # refusals that condemn the whole dump, not one row
         self._raw_tables = 0
 
     async def copy(
         self, parent: ParentTable, stage_sql: str, columns: list[str], source: AsyncIterable[bytes]
     ) -> tuple[int, int]:
-        """COPY `source` via a raw text table into `stage_sql`; (rows loaded, rows rejected)."""
+        """COPY `source` via a raw text table into `stage_sql`; (rows loaded, rows rejected).
+
+        The raw table's columns are named by position (c1, c2, ...), so no user column can clash with `n`."""
         self._raw_tables += 1
         raw = f"fedload_raw_{self._raw_tables}"
-        text_columns = ", ".join(f"{ident(c)} text" for c in columns)
+        raw_columns = _raw_columns(columns)
+        text_columns = ", ".join(f"{c} text" for c in raw_columns)
         await self._conn.execute(
             f"CREATE TEMP TABLE {_temp(raw)} (n bigint GENERATED ALWAYS AS IDENTITY, {text_columns}) ON COMMIT DROP"
         )
-        status = await self._conn.copy_to_table(raw, schema_name="pg_temp", columns=columns, source=source)
+        status = await self._conn.copy_to_table(raw, schema_name="pg_temp", columns=raw_columns, source=source)
         total = int(status.rsplit(" ", 1)[1])
         rejected = await self._move(parent, _move_sql(parent, stage_sql, raw, columns), 1, total + 1)
         await self._conn.execute(f"DROP TABLE {_temp(raw)}")
@@ -86,7 +97,7 @@ class RejectWriter:
             async with self._conn.transaction():
                 await self._conn.execute(sql, *args)
         except asyncpg.PostgresError as exc:
-            if not is_bad_row(exc):
+            if not is_bad_row(exc) or self._fatal(exc):
                 raise
             return exc
         return None
@@ -113,17 +124,22 @@ class RejectWriter:
         log.warning("import.row_rejected", feeder=self._feeder, table=parent.qualified_name, sqlstate=state)
 
 
+def _raw_columns(columns: list[str]) -> list[str]:
+    return [f"c{i}" for i in range(1, len(columns) + 1)]
+
+
 def _move_sql(parent: ParentTable, stage_sql: str, raw: str, columns: list[str]) -> _Move:
     casts = []
-    for name in columns:
+    for name, raw_name in zip(columns, _raw_columns(columns), strict=True):
         column = parent.column(name)
         assert column is not None  # the importer's column plan keeps only the parent's columns
-        casts.append(f"CAST({ident(name)} AS {column.base_type_sql})")
+        casts.append(f"CAST({raw_name} AS {column.base_type_sql})")
     names = ", ".join(ident(c) for c in columns)
+    raw_names = ", ".join(_raw_columns(columns))
     return _Move(
         insert=f"INSERT INTO {stage_sql} ({names}) SELECT {', '.join(casts)} "  # noqa: S608 - quoted names
         f"FROM {_temp(raw)} WHERE n >= $1 AND n < $2",
-        row_text=f"SELECT ROW({names})::text FROM {_temp(raw)} WHERE n = $1",  # noqa: S608 - quoted names
+        row_text=f"SELECT ROW({raw_names})::text FROM {_temp(raw)} WHERE n = $1",  # noqa: S608 - fedload's names
         create_index=f"CREATE INDEX ON {_temp(raw)} (n)",
     )
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,15 +17,18 @@ import sqlglot
 from sqlglot import exp
 
 from fedload.errors import ConfigError, SuperhubError
+from fedload.names import TableName, TablePattern
 
 __all__ = [
     "Column",
+    "ParentIndex",
     "ParentTable",
     "create_parents_from_file",
     "ident",
     "key_literal",
     "qualified",
     "read_parents",
+    "unmatched_patterns",
 ]
 
 STAGE_SCHEMA = "fedload_stage"
@@ -57,10 +60,13 @@ class Column:
     default_sql: str | None
     generated_sql: str | None
     base_type_sql: str  # the type without modifiers (varchar, not varchar(10)): casts to it never truncate
+    collation_sql: str | None = None  # a collation other than the type's default, qualified and quoted
 
     def definition(self, default_sql: str | None = None) -> str:
         """The column's definition for a CREATE TABLE, optionally with another default."""
         parts = [ident(self.name), self.type_sql]
+        if self.collation_sql is not None:
+            parts.append(f"COLLATE {self.collation_sql}")
         if self.generated_sql is not None:
             parts.append(f"GENERATED ALWAYS AS ({self.generated_sql}) STORED")
         elif (default := default_sql or self.default_sql) is not None:
@@ -71,23 +77,33 @@ class Column:
 
 
 @dataclass(frozen=True, slots=True)
+class ParentIndex:
+    """One index of a partitioned parent: its definition after `ON ONLY parent`, and the constraint it backs."""
+
+    unique: bool
+    body: str  # "USING btree (a, lower(b)) WHERE ..."
+    constraint_sql: str | None  # "PRIMARY KEY (a, b)", "UNIQUE NULLS NOT DISTINCT (a)": ATTACH wants a constraint
+
+
+@dataclass(frozen=True, slots=True)
 class ParentTable:
     """A partitioned parent table on the superhub."""
 
-    schema: str
-    name: str
+    table: TableName
     columns: tuple[Column, ...]
-    index_bodies: tuple[tuple[bool, str], ...]  # (unique, "USING btree (a, b) WHERE ...") per partitioned index
+    indexes: tuple[ParentIndex, ...]
+    checks: tuple[tuple[str, str], ...] = ()  # (name, "CHECK (...)"): ATTACH wants each, under its name
+    constraint_names: frozenset[str] = frozenset()
 
     @property
     def qualified_name(self) -> str:
-        """`schema.name` unquoted, as dumps name tables after unquoting."""
-        return f"{self.schema}.{self.name}"
+        """`schema.name` unquoted, for messages and run history."""
+        return str(self.table)
 
     @property
     def sql_name(self) -> str:
         """The quoted name for SQL."""
-        return qualified(self.schema, self.name)
+        return self.table.sql
 
     def column(self, name: str) -> Column | None:
         """The column called `name`, if any."""
@@ -103,14 +119,22 @@ _COLUMNS = """
 SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
        CASE WHEN a.attgenerated = '' THEN pg_get_expr(d.adbin, d.adrelid) END,
        CASE WHEN a.attgenerated <> '' THEN pg_get_expr(d.adbin, d.adrelid) END,
-       format_type(a.atttypid, NULL)
-FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+       format_type(a.atttypid, NULL),
+       CASE WHEN a.attcollation <> t.typcollation THEN
+            quote_ident(cn.nspname) || '.' || quote_ident(co.collname) END
+FROM pg_attribute a
+JOIN pg_type t ON t.oid = a.atttypid
+LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+LEFT JOIN pg_collation co ON co.oid = a.attcollation
+LEFT JOIN pg_namespace cn ON cn.oid = co.collnamespace
 WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum
 """
 _INDEXES = """
 SELECT i.indisunique, pg_get_indexdef(i.indexrelid),
-       'INDEX ' || quote_ident(ic.relname) || ' ON ONLY ' || quote_ident(n.nspname) || '.' || quote_ident(c.relname)
+       'INDEX ' || quote_ident(ic.relname) || ' ON ONLY ' || quote_ident(n.nspname) || '.' || quote_ident(c.relname),
+       (SELECT pg_get_constraintdef(k.oid) FROM pg_constraint k
+        WHERE k.conindid = i.indexrelid AND k.conrelid = i.indrelid AND k.contype IN ('p', 'u', 'x'))
 FROM pg_index i
 JOIN pg_class ic ON ic.oid = i.indexrelid
 JOIN pg_class c ON c.oid = i.indrelid
@@ -118,31 +142,42 @@ JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE i.indrelid = $1
 ORDER BY ic.relname
 """
+_CONSTRAINTS = "SELECT conname, contype, pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = $1"
 
 
-async def read_parents(conn: asyncpg.Connection, patterns: Iterable[str], feeder_key: str) -> dict[str, ParentTable]:
-    """The partitioned tables matching the configured patterns, keyed by `schema.name`; each has the key column."""
+async def read_parents(
+    conn: asyncpg.Connection, patterns: Sequence[TablePattern], feeder_key: str
+) -> dict[TableName, ParentTable]:
+    """The partitioned tables matching the configured patterns; each has the key column."""
     await conn.execute("SET search_path = ''")  # catalog functions then qualify every name they print
-    parents: dict[str, ParentTable] = {}
-    patterns = list(patterns)
+    parents: dict[TableName, ParentTable] = {}
     for schema, name, oid in await conn.fetch(_PARENTS):
-        if any(fnmatch.fnmatchcase(f"{schema}.{name}", p) for p in patterns):
-            parent = await _read_parent(conn, schema, name, oid)
+        table = TableName(schema, name)
+        if any(p.matches(table) for p in patterns):
+            parent = await _read_parent(conn, table, oid)
             if parent.column(feeder_key) is None:
-                raise SuperhubError(f"table {parent.qualified_name} has no feeder key column {feeder_key!r}")
-            parents[parent.qualified_name] = parent
+                raise SuperhubError(f"table {table} has no feeder key column {feeder_key!r}")
+            parents[table] = parent
     return parents
 
 
-async def _read_parent(conn: asyncpg.Connection, schema: str, name: str, oid: int) -> ParentTable:
+def unmatched_patterns(patterns: Iterable[TablePattern], tables: Iterable[TableName]) -> list[TablePattern]:
+    """The patterns that match none of `tables`."""
+    tables = list(tables)
+    return [p for p in patterns if not any(p.matches(t) for t in tables)]
+
+
+async def _read_parent(conn: asyncpg.Connection, table: TableName, oid: int) -> ParentTable:
     columns = tuple(Column(*row) for row in await conn.fetch(_COLUMNS, oid))
-    bodies = []
-    for unique, definition, head in await conn.fetch(_INDEXES, oid):
+    indexes = []
+    for unique, definition, head, constraint_sql in await conn.fetch(_INDEXES, oid):
         marker = f"{head} "
         if marker not in definition:
-            raise SuperhubError(f"cannot read the definition of an index on {schema}.{name}: {definition}")
-        bodies.append((bool(unique), definition.split(marker, 1)[1]))
-    return ParentTable(schema, name, columns, tuple(bodies))
+            raise SuperhubError(f"cannot read the definition of an index on {table}: {definition}")
+        indexes.append(ParentIndex(bool(unique), definition.split(marker, 1)[1], constraint_sql))
+    constraints = await conn.fetch(_CONSTRAINTS, oid)
+    checks = tuple((name, sql) for name, kind, sql in constraints if kind == "c")
+    return ParentTable(table, columns, tuple(indexes), checks, frozenset(row[0] for row in constraints))
 
 
 async def create_parents_from_file(

@@ -64,6 +64,7 @@ class Trailer:
     payload_bytes: int
     payload_sha256: str
     rows: dict[str, int] = field(default_factory=dict)
+    tables: list[str] | None = None  # every table pg_dump wrote, empty ones too (None: an agent before 0.2)
     server_version: str = ""
     error: str = ""
     stderr_tail: str = ""

@@ -137,7 +137,7 @@ def test_row_counts_must_match_the_trailer(federation: Federation, category: Cat
     """A stream whose trailer states other row counts than arrived is rejected."""
     category("adversarial:lying trailer")
     evil = federation.tmp / "liar.bin"
-    dump = b"COPY public.hosts (hostkey) FROM stdin;\nk1\nk2\n\\.\n"
+    dump = b"COPY public.hosts (hostkey) FROM stdin;\nk1\nk2\n\\.\nCOPY public.contexts (hostkey) FROM stdin;\n\\.\n"
     evil.write_bytes(crafted_stream(dump, rows={"public.hosts": 3}))
     run = failing_after_first_sync(federation, f"cat {evil}\n")
     assert "the feeder sent 3 rows but 2 were loaded" in (run.error or "")

@@ -19,7 +19,7 @@ from transforms.split import (
     Statement,
     Verbatim,
 )
-from transforms.transform import Transformer, TransformOptions, TransformStats, transform_stream
+from transforms.transform import Transformer, TransformOptions, TransformStats, announced_tables, transform_stream
 
 __all__ = [
     "DEFAULT_MAX_STATEMENT_BYTES",
@@ -43,6 +43,7 @@ __all__ = [
     "TransformStats",
     "Transformer",
     "Verbatim",
+    "announced_tables",
     "format_insert",
     "load_remap",
     "parse_insert",

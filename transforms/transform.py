@@ -24,11 +24,24 @@ from transforms.split import (
     Verbatim,
 )
 
-__all__ = ["CHUNK_BYTES", "TransformOptions", "TransformStats", "Transformer", "transform_stream"]
+__all__ = [
+    "CHUNK_BYTES",
+    "TransformOptions",
+    "TransformStats",
+    "Transformer",
+    "announced_tables",
+    "transform_stream",
+]
 
 CHUNK_BYTES = 1 << 20
 # pg_dump writes names unquoted here, so they may hold "; ": the fixed words around them delimit them.
 _DATA_COMMENT = re.compile(rb"^-- Data for Name: (.+?); Type: TABLE DATA; Schema: (.+?); Owner: ", re.MULTILINE)
+
+
+def announced_tables(text: bytes) -> list[tuple[str, str]]:
+    """(schema, name) of each table whose data pg_dump announces in `text` ("-- Data for Name: ..."): pg_dump
+    writes that line for every table it dumps, also an empty one, whose inserts-mode dump has no statement."""
+    return [(s.decode(errors="replace"), n.decode(errors="replace")) for n, s in _DATA_COMMENT.findall(text)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +58,7 @@ class TransformStats:
     """Counts of one transform run."""
 
     rows: Counter[str] = field(default_factory=Counter)
+    tables: set[str] = field(default_factory=set)  # `schema.name` of every table the dump carries, empty or not
     bytes_in: int = 0
     bytes_out: int = 0
 
@@ -60,7 +74,6 @@ class Transformer:
         self._plans: dict[tuple[str, tuple[bytes, ...] | None], ColumnPlan | None] = {}
         self._copy_table = ""
         self._copy_plan: ColumnPlan | None = None
-        self._seen_tables: set[str] = set()
         self.stats = TransformStats()
 
     def feed(self, data: bytes) -> list[bytes]:
@@ -101,8 +114,8 @@ class Transformer:
     def _verbatim(self, text: bytes) -> list[bytes]:
         if not text.strip():
             return [text] if self._batcher.is_empty else []  # line breaks between merged INSERTs go
-        for name, schema in _DATA_COMMENT.findall(text):
-            self._seen_tables.add(f"{schema.decode(errors='replace')}.{name.decode(errors='replace')}")
+        for schema, name in announced_tables(text):
+            self.stats.tables.add(f"{schema}.{name}")
         return [*self._batcher.flush(), text]
 
     def _table_name(self, written: bytes) -> str:
@@ -111,7 +124,7 @@ class Transformer:
             name = self._names[written] = qualified_name(written)
             if "." not in name:
                 name = self._names[written] = f"public.{name}"
-            self._seen_tables.add(name)
+            self.stats.tables.add(name)
         return name
 
     def _plan(self, table: str, columns: tuple[bytes, ...] | None) -> ColumnPlan | None:
@@ -170,7 +183,7 @@ class Transformer:
 
     def _check_remap_tables_seen(self) -> None:
         remap = self._options.remap
-        missing = sorted(set(remap.tables) - self._seen_tables) if remap else []
+        missing = sorted(set(remap.tables) - self.stats.tables) if remap else []
         if missing:
             raise RemapError(f"the remap names table(s) not in the dump: {', '.join(missing)}")
 

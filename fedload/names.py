@@ -1,0 +1,156 @@
+"""Table names and table patterns by PostgreSQL's identifier rules, in one place.
+
+A `TableName` is a schema and a name exactly as PostgreSQL stores them (case kept, no quotes). A `TablePattern` is
+what an operator writes in `superhub.tables` or `feeders.NAME.exclude_tables`, read as psql and pg_dump read
+`\\d` and `--table` patterns: `schema.table`, unquoted letters fold to lower case, double quotes keep case and make
+every character literal (`""` is a quote), `*` and `?` are wildcards and `[...]` a character class outside quotes.
+The superhub matches its parents with these patterns and sends pg_dump only exact, quoted names, so the two can
+never disagree about which tables a pattern means.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import GetCoreSchemaHandler
+from pydantic_core import core_schema
+
+from transforms.lexical import split_identifiers, unquote_identifier
+
+__all__ = ["DEFAULT_SCHEMA", "TableName", "TablePattern"]
+
+DEFAULT_SCHEMA = "public"
+_PLAIN = re.compile(r"[a-z0-9_$]")
+
+
+def quote_ident(name: str) -> str:
+    """`name` as an always-quoted SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TableName:
+    """A table's schema and name as PostgreSQL stores them."""
+
+    schema: str
+    name: str
+
+    @classmethod
+    def from_dump(cls, written: bytes) -> TableName:
+        """The table a dump names (`public."Hosts"`, `hosts`); a name without schema is in `public`."""
+        parts = [unquote_identifier(part) for part in split_identifiers(written)]
+        if len(parts) == 1:
+            return cls(DEFAULT_SCHEMA, parts[0])
+        if len(parts) != 2:
+            raise ValueError(f"{written.decode(errors='replace')!r} is not a table name")
+        return cls(parts[0], parts[1])
+
+    @property
+    def sql(self) -> str:
+        """The quoted `"schema"."name"` for SQL; also a pg_dump `--table` pattern that matches only this table."""
+        return f"{quote_ident(self.schema)}.{quote_ident(self.name)}"
+
+    def __str__(self) -> str:
+        """`schema.name` unquoted, as messages, run history and the agent's trailer name tables."""
+        return f"{self.schema}.{self.name}"
+
+
+class TablePattern:
+    """A psql-style `schema.table` pattern; see the module docstring. `str()` gives it back as written."""
+
+    __slots__ = ("_name", "_schema", "text")
+
+    def __init__(self, text: str) -> None:
+        parts = _translate(text)
+        if len(parts) != 2:
+            raise ValueError(f"{text!r} is not schema.table (write the schema, e.g. public.{text})")
+        if not all(parts):
+            raise ValueError(f"{text!r} has an empty schema or table part")
+        self.text = text
+        self._schema, self._name = (re.compile(part, re.DOTALL) for part in parts)
+
+    def matches(self, table: TableName) -> bool:
+        """Whether the pattern matches the table (names as stored, case kept)."""
+        return self._schema.fullmatch(table.schema) is not None and self._name.fullmatch(table.name) is not None
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return f"TablePattern({self.text!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TablePattern) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        """Configuration files hold patterns as strings; the model holds TablePatterns."""
+        return core_schema.no_info_after_validator_function(
+            cls,
+            core_schema.str_schema(),
+            serialization=core_schema.plain_serializer_function_ser_schema(str),
+        )
+
+
+def _translate(text: str) -> list[str]:
+    """The pattern's dot-separated parts as regular expressions; ValueError for what cannot match as written."""
+    parts, current, quoted, i = [], [], False, 0
+    while i < len(text):
+        char = text[i]
+        if char == '"':
+            if quoted and text[i + 1 : i + 2] == '"':
+                current.append('"')
+                i += 1
+            else:
+                quoted = not quoted
+        elif quoted:
+            current.append(re.escape(char))
+        elif char == ".":
+            parts.append("".join(current))
+            current = []
+        elif char in "*?":
+            current.append(".*" if char == "*" else ".")
+        elif char == "[":
+            end = text.find("]", i + 1)
+            if end < 0:
+                raise ValueError(f"{text!r} has a '[' without its ']'")
+            current.append("[" + _class_body(text, text[i + 1 : end]) + "]")
+            i = end
+        else:
+            current.append(_plain(text, char))
+        i += 1
+    if quoted:
+        raise ValueError(f"{text!r} has an unclosed double quote")
+    parts.append("".join(current))
+    return parts
+
+
+def _class_body(text: str, body: str) -> str:
+    if not body or not all(_PLAIN.fullmatch(c) or c in "-^" for c in body):
+        raise ValueError(f"{text!r}: a [...] class may hold only lower-case letters, digits, _, $, - and ^")
+    return body.replace("$", "\\$")
+
+
+def _plain(text: str, char: str) -> str:
+    if char.isupper():
+        lower = text.lower()
+        raise ValueError(
+            f"{text!r} has upper-case letters outside double quotes, which PostgreSQL folds to lower case: "
+            f"write {lower!r} for the lower-case table, or quote the name to keep its case "
+            f"(e.g. {_quoted_suggestion(text)!r})"
+        )
+    if not _PLAIN.fullmatch(char):
+        raise ValueError(
+            f"{text!r}: {char!r} may appear only inside double quotes (unquoted: letters, digits, _, $, * ? [...])"
+        )
+    return re.escape(char)
+
+
+def _quoted_suggestion(text: str) -> str:
+    schema, _, table = text.partition(".")
+    return f'{schema}."{table}"' if table else f'"{text}"'
