@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fnmatch
 import shlex
 import sys
 import time
@@ -31,7 +32,8 @@ from fedload.runs import (
     try_feeder_lock,
     unlock_feeder,
 )
-from fedload.schema import ParentTable, create_parents_from_file, read_parents
+from fedload.schema import ParentTable, read_parents
+from fedload.schema_file import create_parents_from_file
 from fedload.stream import Trailer
 from fedload.swap import analyze_partitions, describe_swap, swap_in
 from fedload.transport import FeederProcess, Transport
@@ -107,7 +109,11 @@ async def create_parents(conn: asyncpg.Connection, config: Config) -> list[str]:
     if superhub.schema_file is None:
         return []
     key_type = "integer" if all(isinstance(f.key, int) for f in config.feeders.values()) else "text"
-    return await create_parents_from_file(conn, superhub.schema_file, superhub.feeder_key, key_type, superhub.tables)
+
+    def wanted(schema: str, name: str) -> bool:  # temporary: pattern objects replace this at merge
+        return any(fnmatch.fnmatchcase(f"{schema}.{name}", p) for p in superhub.tables)
+
+    return await create_parents_from_file(conn, superhub.schema_file, superhub.feeder_key, key_type, wanted)
 
 
 def dump_command(feeder: FeederConfig, config: Config) -> list[str]:
