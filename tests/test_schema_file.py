@@ -187,7 +187,8 @@ def test_pg_dump_schema_creates_working_parents(cluster: LocalCluster, feeder: s
     for name in ("film_rate_positive", "film_title_not_blank", "qty_positive", "Invoice_Total_check", "year_check"):
         assert name in checks
     assert q(
-        "SELECT string_agg(typname, ',' ORDER BY typname) FROM pg_type WHERE typtype IN ('e', 'd') AND typnamespace::regnamespace::text IN ('public', 'sales')"
+        "SELECT string_agg(typname, ',' ORDER BY typname) FROM pg_type "
+        "WHERE typtype IN ('e', 'd') AND typnamespace::regnamespace::text IN ('public', 'sales')"
     ) == ("Order Status,email,mpaa_rating,year")
     assert q("SELECT count(*) FROM pg_constraint WHERE contype = 'f'") == "0"
     assert q("SELECT count(*) FROM pg_trigger") == "0"
