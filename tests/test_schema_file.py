@@ -170,7 +170,10 @@ def test_pg_dump_schema_creates_working_parents(cluster: LocalCluster, feeder: s
     assert len(created) == 11
     assert {"public.Customer", "sales.orders", "sales.order_details"} <= set(created)
     assert "public.not_wanted" not in created
-    q = lambda sql: cluster.psql(sql, dbname=hub).strip()  # noqa: E731
+
+    def q(sql: str) -> str:
+        return cluster.psql(sql, dbname=hub).strip()
+
     strategy = "SELECT partstrat, partattrs::text FROM pg_partitioned_table WHERE partrelid = '\"Invoice\"'::regclass"
     assert q(strategy) == "l|1"
     assert q("SELECT attname FROM pg_attribute WHERE attrelid = '\"Invoice\"'::regclass AND attnum = 1") == "hub_id"
