@@ -169,6 +169,11 @@ def _run_demo(args: argparse.Namespace) -> int:
 def _run_check_config(args: argparse.Namespace) -> int:
     path = find_config_path(args.config)
     config = load_config(path)
+    if config.superhub.schema_file is not None:
+        from fedload.schema_file import check_schema_file  # noqa: PLC0415
+
+        if problems := check_schema_file(config.superhub.schema_file, config.superhub.feeder_key):
+            raise ConfigError(problems)
     print(f"{path}: OK ({len(config.feeders)} feeders, {len(config.superhub.tables)} table patterns)")
     return EXIT_OK
 

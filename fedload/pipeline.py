@@ -32,7 +32,8 @@ from fedload.runs import (
     try_feeder_lock,
     unlock_feeder,
 )
-from fedload.schema import ParentTable, create_parents_from_file, read_parents, unmatched_patterns
+from fedload.schema import ParentTable, read_parents, unmatched_patterns
+from fedload.schema_file import create_parents_from_file
 from fedload.stream import Trailer
 from fedload.swap import analyze_partitions, describe_swap, swap_in
 from fedload.transport import FeederProcess, Transport
@@ -108,8 +109,11 @@ async def create_parents(conn: asyncpg.Connection, config: Config) -> list[str]:
     if superhub.schema_file is None:
         return []
     key_type = "integer" if all(isinstance(f.key, int) for f in config.feeders.values()) else "text"
-    patterns = [str(p) for p in superhub.tables]
-    return await create_parents_from_file(conn, superhub.schema_file, superhub.feeder_key, key_type, patterns)
+
+    def wanted(schema: str, name: str) -> bool:
+        return any(p.matches(TableName(schema, name)) for p in superhub.tables)
+
+    return await create_parents_from_file(conn, superhub.schema_file, superhub.feeder_key, key_type, wanted)
 
 
 def dump_command(feeder: FeederConfig, config: Config, tables: Iterable[TableName]) -> list[str]:

@@ -6,24 +6,19 @@ and index definitions come from the superhub's own catalog or the operator's sch
 
 from __future__ import annotations
 
-import asyncio
-import fnmatch
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import asyncpg
-import sqlglot
 from sqlglot import exp
 
-from fedload.errors import ConfigError, SuperhubError
+from fedload.errors import SuperhubError
 from fedload.names import TableName, TablePattern
 
 __all__ = [
     "Column",
     "ParentIndex",
     "ParentTable",
-    "create_parents_from_file",
     "ident",
     "key_literal",
     "qualified",
@@ -178,64 +173,3 @@ async def _read_parent(conn: asyncpg.Connection, table: TableName, oid: int) -> 
     constraints = await conn.fetch(_CONSTRAINTS, oid)
     checks = tuple((name, sql) for name, kind, sql in constraints if kind == "c")
     return ParentTable(table, columns, tuple(indexes), checks, frozenset(row[0] for row in constraints))
-
-
-async def create_parents_from_file(
-    conn: asyncpg.Connection, schema_file: Path, feeder_key: str, key_type: str, wanted: Iterable[str]
-) -> list[str]:
-    """Create missing parents for the tables in `schema_file` that match `wanted` patterns; their names."""
-    text = await asyncio.to_thread(schema_file.read_text, encoding="utf-8")
-    statements = parents_ddl(text, feeder_key, key_type, list(wanted))
-    existing = {f"{s}.{n}" for s, n, _ in await conn.fetch(_PARENTS)}
-    created = []
-    async with conn.transaction():
-        for table, ddl in statements:
-            if table not in existing:
-                for statement in ddl:
-                    await conn.execute(statement)
-                created.append(table)
-    return created
-
-
-def parents_ddl(schema_sql: str, feeder_key: str, key_type: str, wanted: list[str]) -> list[tuple[str, list[str]]]:
-    """For each CREATE TABLE in `schema_sql` matching `wanted`: its name and the DDL of its partitioned parent."""
-    try:
-        parsed = [s for s in sqlglot.parse(schema_sql, read="postgres") if s is not None]
-    except sqlglot.errors.ParseError as exc:
-        raise ConfigError(f"the schema file does not parse: {str(exc).splitlines()[0]}") from exc
-    result = []
-    for statement in parsed:
-        if isinstance(statement, exp.Create) and statement.kind == "TABLE" and isinstance(statement.this, exp.Schema):
-            table = statement.this.this
-            name = f"{table.db or 'public'}.{table.name}"
-            if any(fnmatch.fnmatchcase(name, p) for p in wanted):
-                result.append((name, _parent_ddl(statement.this, name, feeder_key, key_type)))
-    return result
-
-
-_KEY_CONSTRAINTS = (exp.PrimaryKeyColumnConstraint, exp.UniqueColumnConstraint, exp.Reference)
-
-
-def _parent_ddl(schema: exp.Schema, name: str, feeder_key: str, key_type: str) -> list[str]:
-    """Columns as in the file plus the feeder key; a primary key gains the feeder key (partitioning demands it).
-
-    Column-level unique and foreign keys are left out: unique ones cannot hold across partitions without the
-    key, and foreign keys into partitions make every swap check for orphans.
-    """
-    columns = [c.copy() for c in schema.expressions if isinstance(c, exp.ColumnDef) and c.name != feeder_key]
-    for column in columns:
-        for constraint in list(column.constraints):
-            if isinstance(constraint.kind, _KEY_CONSTRAINTS):
-                constraint.pop()
-    definitions = [f"{ident(feeder_key)} {key_type} NOT NULL", *(c.sql("postgres") for c in columns)]
-    for constraint in schema.expressions:
-        primary = constraint.find(exp.PrimaryKey) if isinstance(constraint, exp.Constraint) else None
-        if primary is not None:
-            keys = [ident(feeder_key), *(ident(e.name) for e in primary.expressions if e.name != feeder_key)]
-            definitions.append(f"PRIMARY KEY ({', '.join(keys)})")
-    table_sql = qualified(*name.split(".", 1))
-    schema_name = name.split(".", 1)[0]
-    return [
-        f"CREATE SCHEMA IF NOT EXISTS {ident(schema_name)}",
-        f"CREATE TABLE {table_sql} ({', '.join(definitions)}) PARTITION BY LIST ({ident(feeder_key)})",
-    ]
