@@ -8,6 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from fedload.errors import DumpError
+from fedload.localpg import find_installs
+from fedload.stream import StreamDecoder
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -122,3 +126,29 @@ def test_missing_config_says_where_it_looked(tmp_path: Path) -> None:
         pytest.skip("this machine has /etc/fedload/fedload.toml")
     assert result.returncode == 2
     assert b"no configuration file" in result.stderr
+
+
+def _pg_dump() -> str:
+    installs = find_installs()
+    if not installs:
+        pytest.fail("no PostgreSQL binaries found")
+    return installs[min(installs)].tool("pg_dump")
+
+
+def test_agent_dump_says_why_pg_dump_failed(tmp_path: Path) -> None:
+    """An unreachable feeder database: exit 1, one stderr line with pg_dump's status and message; same in the stream."""
+    socket_dir = tmp_path / "no-server"
+    socket_dir.mkdir()
+    result = fedload(
+        "agent", "dump", "--database", f"host={socket_dir} dbname=x", "--table", "public.t", "--pg-dump", _pg_dump()
+    )
+    assert result.returncode == 1
+    lines = result.stderr.decode().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("fedload: error: pg_dump failed on the feeder with exit status 1: pg_dump: error:")
+    assert str(socket_dir) in lines[0]
+    decoder = StreamDecoder()
+    decoder.feed(result.stdout)
+    with pytest.raises(DumpError) as failed:
+        decoder.close()
+    assert f"fedload: error: {failed.value}" == lines[0]
