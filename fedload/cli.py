@@ -11,7 +11,7 @@ import transforms.cli
 from fedload import __version__
 from fedload.config import Config, find_config_path, load_config
 from fedload.errors import ConfigError, FedloadError, UsageError, one_line
-from fedload.log import configure_logging
+from fedload.log import LOG_FORMATS, configure_logging, pick_level
 from transforms.cli import positive_int
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "main"]
@@ -32,6 +32,10 @@ def _config(args: argparse.Namespace) -> Config:
     return load_config(find_config_path(args.config))
 
 
+def _logging(args: argparse.Namespace, configured: str) -> None:
+    configure_logging(level=pick_level(verbose=args.verbose, configured=configured), log_format=args.log_format)
+
+
 def _run_transform(args: argparse.Namespace) -> int:
     return transforms.cli.run(args)
 
@@ -39,7 +43,7 @@ def _run_transform(args: argparse.Namespace) -> int:
 def _run_agent_dump(args: argparse.Namespace) -> int:
     from fedload.agent import AgentOptions, run_agent  # noqa: PLC0415 - keep other commands' start-up light
 
-    configure_logging(level="warning" if args.quiet else "info", json=True)
+    _logging(args, "warning" if args.quiet else "info")
     options = AgentOptions(
         database=args.database,
         tables=args.table,
@@ -65,6 +69,7 @@ def _add_agent_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
     agent_commands = agent.add_subparsers(title="agent commands", metavar="COMMAND", required=True)
     dump = agent_commands.add_parser(
         "dump",
+        parents=[_WITHOUT_CONFIG],
         help="pg_dump the feeder's tables as a compressed, self-verifying fedload stream on stdout",
         description="Extra pg_dump arguments (connection options such as --host) may follow a '--'.",
     )
@@ -85,7 +90,7 @@ def _run_sync(args: argparse.Namespace) -> int:
     from fedload.sync import run_sync  # noqa: PLC0415 - asyncpg only where the superhub is used
 
     config = _config(args)
-    configure_logging(level=config.log_level, json=args.json or None)
+    _logging(args, config.log_level)
     return run_sync(config, args.feeders, as_json=args.json, dry_run=args.dry_run)
 
 
@@ -94,7 +99,7 @@ def _run_daemon(args: argparse.Namespace) -> int:
 
     path = find_config_path(args.config)
     config = load_config(path)
-    configure_logging(level=config.log_level, json=True)
+    _logging(args, config.log_level)
     return run_daemon(config, path)
 
 
@@ -102,7 +107,7 @@ def _run_status(args: argparse.Namespace) -> int:
     from fedload.status import run_status  # noqa: PLC0415
 
     config = _config(args)
-    configure_logging(level="warning")
+    _logging(args, "warning")
     return run_status(config, as_json=args.json)
 
 
@@ -110,12 +115,14 @@ def _run_feeder_remove(args: argparse.Namespace) -> int:
     from fedload.admin import remove_feeder  # noqa: PLC0415
 
     config = _config(args)
-    configure_logging(level=config.log_level)
+    _logging(args, config.log_level)
     return remove_feeder(config, args.name)
 
 
 def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
-    sync = commands.add_parser("sync", help="sync some or all feeders once, in parallel, and print a summary")
+    sync = commands.add_parser(
+        "sync", parents=[_WITH_CONFIG], help="sync some or all feeders once, in parallel, and print a summary"
+    )
     sync.add_argument("feeders", nargs="*", metavar="FEEDER", help="feeder names (default: all configured)")
     sync.add_argument("--json", action="store_true", help="print the summary as JSON")
     sync.add_argument(
@@ -123,30 +130,32 @@ def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None
         action="store_true",
         help="read and check every dump, load it into staging tables and roll back: report, change nothing",
     )
-    _add_config_option(sync)
     sync.set_defaults(run=_run_sync)
 
-    daemon = commands.add_parser("daemon", help="sync every feeder on its schedule until SIGTERM (systemd service)")
-    _add_config_option(daemon)
+    daemon = commands.add_parser(
+        "daemon", parents=[_WITH_CONFIG], help="sync every feeder on its schedule until SIGTERM (systemd service)"
+    )
     daemon.set_defaults(run=_run_daemon)
 
-    status = commands.add_parser("status", help="per feeder: last success, data age, rows, last error, next run")
+    status = commands.add_parser(
+        "status", parents=[_WITH_CONFIG], help="per feeder: last success, data age, rows, last error, next run"
+    )
     status.add_argument("--json", action="store_true", help="print JSON for machines")
-    _add_config_option(status)
     status.set_defaults(run=_run_status)
 
     feeder = commands.add_parser("feeder", help="manage feeders on the superhub")
     feeder_commands = feeder.add_subparsers(title="feeder commands", metavar="COMMAND", required=True)
-    remove = feeder_commands.add_parser("remove", help="detach and drop a feeder's partitions on the superhub")
+    remove = feeder_commands.add_parser(
+        "remove", parents=[_WITH_CONFIG], help="detach and drop a feeder's partitions on the superhub"
+    )
     remove.add_argument("name", metavar="NAME", help="the feeder's name")
-    _add_config_option(remove)
     remove.set_defaults(run=_run_feeder_remove)
 
 
 def _run_demo(args: argparse.Namespace) -> int:
     from fedload.demo import run_demo  # noqa: PLC0415
 
-    configure_logging(level="warning")
+    _logging(args, "warning")
     return run_demo(keep=args.keep, hosts=args.hosts)
 
 
@@ -157,37 +166,59 @@ def _run_check_config(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _add_config_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--config",
-        type=Path,
-        metavar="PATH",
-        help="configuration file (default: $FEDLOAD_CONFIG, ./fedload.toml, /etc/fedload/fedload.toml)",
+_CONFIG_HELP = "configuration file (default: $FEDLOAD_CONFIG, ./fedload.toml, /etc/fedload/fedload.toml)"
+
+
+def _global_options(*, config: bool, top: bool = False) -> _Parser:
+    """Options accepted before and after the command; after it, they only override what was given before."""
+    default: object = None if top else argparse.SUPPRESS
+    options = _Parser(add_help=False)
+    group = options.add_argument_group("global options")
+    if config:
+        group.add_argument("--config", type=Path, metavar="PATH", default=default, help=_CONFIG_HELP)
+    group.add_argument(
+        "-v", "--verbose", action="count", default=0 if top else argparse.SUPPRESS, help="log info too (-vv: debug)"
     )
+    group.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="auto" if top else argparse.SUPPRESS,
+        help="json: JSON lines for machines; human: rendered lines; auto (default): JSON under systemd, else human",
+    )
+    return options
+
+
+_WITH_CONFIG = _global_options(config=True)
+_WITHOUT_CONFIG = _global_options(config=False)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
-    parser = _Parser(prog="fedload", description=__doc__)
+    parser = _Parser(prog="fedload", description=__doc__, parents=[_global_options(config=True, top=True)])
     parser.add_argument("--version", action="version", version=f"fedload {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True, parser_class=_Parser)
 
-    transform = commands.add_parser("transform", help="merge and remap a pg_dump plain-SQL stream, stdin to stdout")
+    transform = commands.add_parser(
+        "transform", parents=[_WITHOUT_CONFIG], help="merge and remap a pg_dump plain-SQL stream, stdin to stdout"
+    )
     transforms.cli.add_arguments(transform)
     transform.set_defaults(run=_run_transform)
 
     _add_agent_parser(commands)
     _add_superhub_parsers(commands)
 
-    demo = commands.add_parser("demo", help="run a local superhub and three feeders, sync them, show the result")
+    demo = commands.add_parser(
+        "demo", parents=[_WITHOUT_CONFIG], help="run a local superhub and three feeders, sync them, show the result"
+    )
     demo.add_argument("--keep", action="store_true", help="leave the clusters running afterwards")
     demo.add_argument(
         "--hosts", type=positive_int, default=500, metavar="N", help="hosts on the first feeder (default 500)"
     )
     demo.set_defaults(run=_run_demo)
 
-    check = commands.add_parser("check-config", help="validate the configuration file and print every problem")
-    _add_config_option(check)
+    check = commands.add_parser(
+        "check-config", parents=[_WITH_CONFIG], help="validate the configuration file and print every problem"
+    )
     check.set_defaults(run=_run_check_config)
     return parser
 

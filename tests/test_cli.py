@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import pty
 import subprocess
 import sys
 from pathlib import Path
@@ -152,3 +156,58 @@ def test_agent_dump_says_why_pg_dump_failed(tmp_path: Path) -> None:
     with pytest.raises(DumpError) as failed:
         decoder.close()
     assert f"fedload: error: {failed.value}" == lines[0]
+
+
+def _unreachable_dump(tmp_path: Path, *options: str, env: dict[str, str] | None = None) -> list[str]:
+    """stderr lines of `fedload OPTIONS agent dump` from a database with no server."""
+    args = ["agent", "dump", "--database", f"host={tmp_path} dbname=x", "--table", "t", "--pg-dump", _pg_dump()]
+    return fedload(*options, *args, env=env).stderr.decode().splitlines()
+
+
+@pytest.mark.parametrize(
+    ("options", "journal", "json_lines"),
+    [
+        ([], False, False),
+        (["--log-format", "json"], False, True),
+        ([], True, True),
+        (["--log-format", "human"], True, False),
+    ],
+)
+def test_logs_are_rendered_for_people_and_json_for_machines(
+    tmp_path: Path, options: list[str], journal: bool, json_lines: bool
+) -> None:
+    """To a pipe: rendered lines; under systemd (JOURNAL_STREAM) or with --log-format json: JSON lines."""
+    env = {"PATH": os.environ["PATH"], **({"JOURNAL_STREAM": "8:1234"} if journal else {})}
+    event, error = _unreachable_dump(tmp_path, *options, "-vv", env=env)
+    assert "agent.dump_started" in event
+    assert event.startswith("{") == json_lines
+    if json_lines:
+        assert json.loads(event)["level"] == "debug"
+    assert error.startswith("fedload: error: pg_dump failed")
+
+
+def test_terminal_shows_warnings_unless_verbose(tmp_path: Path) -> None:
+    """With stderr on a terminal, info and debug events show only with -v / -vv (global or after the command)."""
+    assert _on_terminal(tmp_path, []) == []
+    assert _on_terminal(tmp_path, ["-vv"]) == ["agent.dump_started"]
+    assert _on_terminal(tmp_path, ["--verbose", "--verbose"], after=True) == ["agent.dump_started"]
+
+
+def _on_terminal(tmp_path: Path, options: list[str], *, after: bool = False) -> list[str]:
+    """Events `fedload agent dump` logs when its stderr is a pseudo-terminal."""
+    args = ["agent", "dump", "--database", f"host={tmp_path} dbname=x", "--table", "t", "--pg-dump", _pg_dump()]
+    args = [*args, *options] if after else [*options, *args]
+    primary, secondary = pty.openpty()
+    with subprocess.Popen(
+        [sys.executable, "-m", "fedload", *args], stdout=subprocess.DEVNULL, stderr=secondary
+    ) as child:
+        os.close(secondary)
+        output = b""
+        with contextlib.suppress(OSError):  # EIO once the child has closed the terminal
+            while chunk := os.read(primary, 4096):
+                output += chunk
+        assert child.wait(timeout=60) == 1
+    os.close(primary)
+    text = output.decode()
+    assert "fedload: error: pg_dump failed" in text
+    return [word for word in ("agent.dump_started", "agent.dump_finished") if word in text]
