@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import pty
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,9 @@ import pytest
 from fedload.errors import DumpError
 from fedload.localpg import find_installs
 from fedload.stream import StreamDecoder
+from tests.federation import Federation, cluster, config_toml, federation
+
+__all__ = ["cluster", "federation"]  # fixtures used by the tests below
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -211,3 +215,28 @@ def _on_terminal(tmp_path: Path, options: list[str], *, after: bool = False) -> 
     text = output.decode()
     assert "fedload: error: pg_dump failed" in text
     return [word for word in ("agent.dump_started", "agent.dump_finished") if word in text]
+
+
+def test_piped_sync_summary_and_status_keep_whole_values(federation: Federation) -> None:
+    """Piped, the sync summary and status are tab-separated lines with whole timestamps and whole errors."""
+    config = federation.tmp / "fedload.toml"
+    config.write_text(config_toml(federation))
+    gone = federation.feeders["hub2"]
+    federation.cluster.psql(f"ALTER DATABASE {gone} RENAME TO gone_{gone}")
+    synced = fedload("sync", "--config", str(config))
+    assert synced.returncode == 1, synced.stderr
+    summary = synced.stdout.decode().splitlines()
+    assert summary[:2] == ["# fedload sync summary", "feeder\toutcome\trows\tMB received\tseconds\tswap lock ms\terror"]
+    hub2 = next(line.split("\t") for line in summary if line.startswith("hub2\t"))
+    assert hub2[1] == "failed"
+    assert hub2[-1].startswith("pg_dump failed on the feeder with exit status 1: pg_dump: error: connection to server")
+    assert hub2[-1].endswith(f'database "{gone}" does not exist')
+
+    status = fedload("--config", str(config), "status")
+    lines = status.stdout.decode().splitlines()
+    assert lines[1].split("\t")[:3] == ["feeder", "last success", "data age"]
+    rows = {line.split("\t")[0]: line.split("\t") for line in lines[2:]}
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", rows["hub1"][1])
+    assert rows["hub2"][1:3] == ["-", "never STALE"]
+    assert rows["hub2"][-1] == hub2[-1]
+    assert status.returncode == 1
