@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -230,13 +231,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(args)
     except (ConfigError, UsageError) as exc:
-        problems = exc.problems if isinstance(exc, ConfigError) else [str(exc)]
-        for problem in problems:
-            print(f"fedload: {problem}", file=sys.stderr)
+        _report(args, exc.problems if isinstance(exc, ConfigError) else [str(exc)])
         return EXIT_USAGE
     except FedloadError as exc:
-        print(f"fedload: error: {one_line(str(exc), limit=None)}", file=sys.stderr)
+        _report(args, [one_line(str(exc), limit=None)], prefix="error: ")
         return EXIT_FAILED
     except KeyboardInterrupt:
         print("fedload: interrupted", file=sys.stderr)
         return 130
+
+
+def _report(args: argparse.Namespace, problems: list[str], prefix: str = "") -> None:
+    """Each problem as one line on stderr; with --json, also `{"error": ...}` on stdout, so JSON readers get JSON."""
+    for problem in problems:
+        print(f"fedload: {prefix}{problem}", file=sys.stderr)
+    if getattr(args, "json", False):
+        print(json.dumps({"error": "; ".join(problems)}))

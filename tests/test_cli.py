@@ -240,3 +240,30 @@ def test_piped_sync_summary_and_status_keep_whole_values(federation: Federation)
     assert rows["hub2"][1:3] == ["-", "never STALE"]
     assert rows["hub2"][-1] == hub2[-1]
     assert status.returncode == 1
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["sync", "--json", "--config", "{config}"], ["--config", "{config}", "status", "--json"]],
+)
+def test_json_answers_json_when_the_superhub_is_down(tmp_path: Path, args: list[str]) -> None:
+    """With the superhub unreachable, sync --json and status --json print {"error": ...} on stdout and exit 1."""
+    config = tmp_path / "fedload.toml"
+    config.write_text(
+        '[superhub]\ndsn = "postgresql://fedload@127.0.0.1:1/superhub"\ntables = ["public.t"]\n'
+        '[feeders.hub1]\nkey = 1\ntransport = "local"\ndatabase = "hub1"\n'
+    )
+    result = fedload(*(arg.format(config=config) for arg in args))
+    assert result.returncode == 1
+    answer = json.loads(result.stdout)
+    assert "superhub" in answer["error"]
+    assert result.stderr.decode() == f"fedload: error: {answer['error']}\n"
+
+
+def test_json_answers_json_for_a_configuration_error(tmp_path: Path) -> None:
+    """A configuration problem under --json: exit 2, the problem on stderr and as {"error": ...} on stdout."""
+    config = tmp_path / "broken.toml"
+    config.write_text("[superhub\n")
+    result = fedload("--config", str(config), "sync", "--json")
+    assert result.returncode == 2
+    assert "not valid TOML" in json.loads(result.stdout)["error"]
