@@ -267,3 +267,13 @@ def test_json_answers_json_for_a_configuration_error(tmp_path: Path) -> None:
     result = fedload("--config", str(config), "sync", "--json")
     assert result.returncode == 2
     assert "not valid TOML" in json.loads(result.stdout)["error"]
+
+
+def test_transform_of_binary_input_shows_an_escaped_snippet() -> None:
+    """Binary input: the error quotes the start of it escaped (\\x7f, \\xff, \\x1b), never raw bytes."""
+    result = fedload("transform", stdin=b"\x7fELF\x02\x01\xff\xfe\x1b[2J\x9b\x00 rest\n" + bytes(range(256)))
+    assert result.returncode == 1
+    line = result.stderr.decode("ascii")  # fails on any byte that is not ASCII
+    assert line.endswith("\n")
+    assert line[:-1].isprintable()
+    assert r"unexpected text '\x7fELF\x02\x01\xff\xfe\x1b[2J\x9b\x00 rest'" in line
