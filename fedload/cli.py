@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import transforms.cli
 from fedload import __version__
 from fedload.config import Config, find_config_path, load_config
 from fedload.errors import ConfigError, FedloadError, UsageError, one_line
+from fedload.helptext import COMMANDS, PROGRAM, PROGRAM_EPILOG
 from fedload.log import LOG_FORMATS, configure_logging, pick_level
 from transforms.cli import positive_int
 
@@ -66,14 +68,9 @@ def _run_agent_dump(args: argparse.Namespace) -> int:
 
 
 def _add_agent_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
-    agent = commands.add_parser("agent", help="feeder-side commands (run by the superhub over SSH)")
+    agent = _command(commands, "agent")
     agent_commands = agent.add_subparsers(title="agent commands", metavar="COMMAND", required=True)
-    dump = agent_commands.add_parser(
-        "dump",
-        parents=[_WITHOUT_CONFIG],
-        help="pg_dump the feeder's tables as a compressed, self-verifying fedload stream on stdout",
-        description="Extra pg_dump arguments (connection options such as --host) may follow a '--'.",
-    )
+    dump = _command(agent_commands, "agent dump", _WITHOUT_CONFIG)
     dump.add_argument("--database", required=True, metavar="DBNAME", help="database name or libpq connection string")
     dump.add_argument(
         "--table", action="append", required=True, metavar="PATTERN", help="table or pg_dump pattern; repeatable"
@@ -121,9 +118,7 @@ def _run_feeder_remove(args: argparse.Namespace) -> int:
 
 
 def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
-    sync = commands.add_parser(
-        "sync", parents=[_WITH_CONFIG], help="sync some or all feeders once, in parallel, and print a summary"
-    )
+    sync = _command(commands, "sync", _WITH_CONFIG)
     sync.add_argument("feeders", nargs="*", metavar="FEEDER", help="feeder names (default: all configured)")
     sync.add_argument("--json", action="store_true", help="print the summary as JSON")
     sync.add_argument(
@@ -133,22 +128,16 @@ def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None
     )
     sync.set_defaults(run=_run_sync)
 
-    daemon = commands.add_parser(
-        "daemon", parents=[_WITH_CONFIG], help="sync every feeder on its schedule until SIGTERM (systemd service)"
-    )
+    daemon = _command(commands, "daemon", _WITH_CONFIG)
     daemon.set_defaults(run=_run_daemon)
 
-    status = commands.add_parser(
-        "status", parents=[_WITH_CONFIG], help="per feeder: last success, data age, rows, last error, next run"
-    )
+    status = _command(commands, "status", _WITH_CONFIG)
     status.add_argument("--json", action="store_true", help="print JSON for machines")
     status.set_defaults(run=_run_status)
 
-    feeder = commands.add_parser("feeder", help="manage feeders on the superhub")
+    feeder = _command(commands, "feeder")
     feeder_commands = feeder.add_subparsers(title="feeder commands", metavar="COMMAND", required=True)
-    remove = feeder_commands.add_parser(
-        "remove", parents=[_WITH_CONFIG], help="detach and drop a feeder's partitions on the superhub"
-    )
+    remove = _command(feeder_commands, "feeder remove", _WITH_CONFIG)
     remove.add_argument("name", metavar="NAME", help="the feeder's name")
     remove.set_defaults(run=_run_feeder_remove)
 
@@ -193,33 +182,46 @@ _WITH_CONFIG = _global_options(config=True)
 _WITHOUT_CONFIG = _global_options(config=False)
 
 
+def _command(commands: argparse._SubParsersAction[_Parser], name: str, *parents: _Parser) -> _Parser:
+    """The parser of command `name` ("feeder remove"), with its summary, description and examples from helptext."""
+    text = COMMANDS[name]
+    return commands.add_parser(
+        name.rsplit(" ", 1)[-1],
+        parents=list(parents),
+        help=text.summary,
+        description=textwrap.fill(text.description),
+        epilog=text.examples or None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
-    parser = _Parser(prog="fedload", description=__doc__, parents=[_global_options(config=True, top=True)])
+    parser = _Parser(
+        prog="fedload",
+        description=textwrap.fill(PROGRAM),
+        epilog=PROGRAM_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[_global_options(config=True, top=True)],
+    )
     parser.add_argument("--version", action="version", version=f"fedload {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True, parser_class=_Parser)
 
-    transform = commands.add_parser(
-        "transform", parents=[_WITHOUT_CONFIG], help="merge and remap a pg_dump plain-SQL stream, stdin to stdout"
-    )
+    transform = _command(commands, "transform", _WITHOUT_CONFIG)
     transforms.cli.add_arguments(transform)
     transform.set_defaults(run=_run_transform)
 
     _add_agent_parser(commands)
     _add_superhub_parsers(commands)
 
-    demo = commands.add_parser(
-        "demo", parents=[_WITHOUT_CONFIG], help="run a local superhub and three feeders, sync them, show the result"
-    )
+    demo = _command(commands, "demo", _WITHOUT_CONFIG)
     demo.add_argument("--keep", action="store_true", help="leave the clusters running afterwards")
     demo.add_argument(
         "--hosts", type=positive_int, default=500, metavar="N", help="hosts on the first feeder (default 500)"
     )
     demo.set_defaults(run=_run_demo)
 
-    check = commands.add_parser(
-        "check-config", parents=[_WITH_CONFIG], help="validate the configuration file and print every problem"
-    )
+    check = _command(commands, "check-config", _WITH_CONFIG)
     check.set_defaults(run=_run_check_config)
     return parser
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from fedload.errors import DumpError
+from fedload.helptext import COMMANDS
 from fedload.localpg import find_installs
 from fedload.stream import StreamDecoder
 from tests.federation import Federation, cluster, config_toml, federation
@@ -31,11 +32,26 @@ def fedload(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -
 
 
 def test_help_lists_the_commands() -> None:
-    """`fedload --help` names every implemented command."""
+    """`fedload --help` says what fedload is for and names every command with its summary."""
     result = fedload("--help")
     assert result.returncode == 0
-    assert b"transform" in result.stdout
-    assert b"check-config" in result.stdout
+    text = " ".join(result.stdout.decode().split())
+    assert "gathers the PostgreSQL data of many feeder databases into one superhub database" in text
+    for name, help_text in COMMANDS.items():
+        if " " not in name:
+            assert f"{name} {help_text.summary}" in text
+    assert "Exit status: 0 success" in text
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_command_explains_itself(command: str) -> None:
+    """`fedload COMMAND --help` exits 0 and says what the command does; sync, transform and agent dump show examples."""
+    result = fedload(*command.split(), "--help")
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.decode().split())
+    assert " ".join(COMMANDS[command].description.split()) in text
+    if command in ("sync", "transform", "agent dump"):
+        assert f"fedload {command} " in text.partition("examples:")[2]
 
 
 def test_transform_merges_stdin_to_stdout() -> None:
