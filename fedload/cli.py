@@ -8,14 +8,17 @@ import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import transforms.cli
 from fedload import __version__
-from fedload.config import Config, find_config_path, load_config
 from fedload.errors import ConfigError, FedloadError, UsageError, one_line
 from fedload.helptext import COMMANDS, PROGRAM, PROGRAM_EPILOG
 from fedload.log import LOG_FORMATS, configure_logging, pick_level
 from transforms.cli import positive_int
+
+if TYPE_CHECKING:
+    from fedload.config import Config
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "main"]
 
@@ -32,6 +35,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _config(args: argparse.Namespace) -> Config:
+    from fedload.config import find_config_path, load_config  # noqa: PLC0415 - pydantic only where a config is read
+
     return load_config(find_config_path(args.config))
 
 
@@ -93,6 +98,7 @@ def _run_sync(args: argparse.Namespace) -> int:
 
 
 def _run_daemon(args: argparse.Namespace) -> int:
+    from fedload.config import find_config_path, load_config  # noqa: PLC0415
     from fedload.daemon import run_daemon  # noqa: PLC0415
 
     path = find_config_path(args.config)
@@ -150,6 +156,8 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def _run_check_config(args: argparse.Namespace) -> int:
+    from fedload.config import find_config_path, load_config  # noqa: PLC0415
+
     path = find_config_path(args.config)
     config = load_config(path)
     print(f"{path}: OK ({len(config.feeders)} feeders, {len(config.superhub.tables)} table patterns)")

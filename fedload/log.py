@@ -13,8 +13,6 @@ import os
 import sys
 from typing import Any
 
-import structlog
-
 __all__ = ["LOG_FORMATS", "configure_logging", "get_logger", "pick_level"]
 
 LOG_FORMATS = ("auto", "human", "json")
@@ -49,6 +47,8 @@ class _StderrLogger:
 
 def configure_logging(*, level: str = "warning", log_format: str = "auto") -> None:
     """Send structlog events at `level` and above to stderr, as JSON lines or rendered (see the module docstring)."""
+    import structlog  # noqa: PLC0415 - imported by the commands that log, not by --help or check-config
+
     renderer: Any = (
         structlog.processors.JSONRenderer()
         if _use_json(log_format)
@@ -70,4 +70,6 @@ def configure_logging(*, level: str = "warning", log_format: str = "auto") -> No
 
 def get_logger(**bound: Any) -> Any:
     """A structlog logger with `bound` fields on every event."""
+    import structlog  # noqa: PLC0415
+
     return structlog.get_logger(**bound)

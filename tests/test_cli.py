@@ -293,3 +293,20 @@ def test_transform_of_binary_input_shows_an_escaped_snippet() -> None:
     assert line.endswith("\n")
     assert line[:-1].isprintable()
     assert r"unexpected text '\x7fELF\x02\x01\xff\xfe\x1b[2J\x9b\x00 rest'" in line
+
+
+def _imported(*args: str) -> set[str]:
+    """Top-level packages `python -m fedload ARGS` imports (from -X importtime)."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "fedload", *args], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in result.stderr.splitlines() if "|" in line}
+
+
+def test_quick_commands_import_only_what_they_use() -> None:
+    """--help loads no heavy library; check-config only pydantic, for the configuration (no driver, no SQL parser)."""
+    heavy = {"sqlglot", "asyncssh", "asyncpg", "pydantic", "structlog", "rich", "zstandard"}
+    assert _imported("--help") & heavy == set()
+    assert _imported("sync", "--help") & heavy == set()
+    assert _imported("check-config", "--config", str(REPO / "fedload.toml")) & heavy <= {"pydantic", "structlog"}
