@@ -19,7 +19,7 @@ from typing import IO, BinaryIO
 from fedload import __version__
 from fedload.errors import ConfigError, FeederError
 from fedload.log import get_logger
-from fedload.stream import Header, StreamEncoder
+from fedload.stream import Header, StreamEncoder, dump_failure
 from transforms import Transformer, TransformError, TransformOptions, load_remap
 from transforms.batch import DEFAULT_MAX_STATEMENT_BYTES, DEFAULT_ROWS_PER_STATEMENT
 
@@ -29,6 +29,7 @@ _READ_BYTES = 1 << 20
 _STDERR_TAIL_BYTES = 4096
 _VERSION_TIMEOUT_S = 30.0
 _EXIT_TIMEOUT_S = 60.0
+_PG_DUMP_VERSION = re.compile(r"\(PostgreSQL\) (\S+)")  # "pg_dump (PostgreSQL) 15.20 (Debian 15.20-0+deb12u1)"
 _SERVER_VERSION = re.compile(rb"^-- Dumped from database version (\S+)", re.MULTILINE)
 
 log = get_logger()
@@ -72,7 +73,8 @@ def _pg_dump_version(pg_dump: str) -> str:
         )
     except (OSError, subprocess.SubprocessError) as exc:
         raise FeederError(f"cannot run {pg_dump} --version on the feeder: {exc}") from exc
-    return result.stdout.strip().rsplit(" ", 1)[-1]
+    found = _PG_DUMP_VERSION.search(result.stdout)
+    return found[1] if found else result.stdout.strip().rsplit(" ", 1)[-1]
 
 
 class _StderrTail:
@@ -96,24 +98,30 @@ class _StderrTail:
 
 
 def run_agent(options: AgentOptions, out: BinaryIO) -> int:
-    """Write the fedload stream of one dump to `out`; exit status 0 only when the dump is complete."""
+    """Write the fedload stream of one dump to `out`: 0 when the dump is complete, else FeederError saying why.
+
+    The stream's trailer says the same, so the superhub reports the same line.
+    """
     transform = _transform_options(options)
     header = Header(
         options.compression, options.dump_mode, __version__, _pg_dump_version(options.pg_dump), list(options.tables)
     )
     encoder = StreamEncoder(header)
     argv = pg_dump_argv(options)
-    log.info("agent.dump_started", argv=argv)
+    log.debug("agent.dump_started", argv=argv)
     try:
         process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
     except OSError as exc:
         raise FeederError(f"cannot start {options.pg_dump}: {exc}") from exc
     try:
-        return _stream(process, Transformer(transform), encoder, out)
+        failure = _stream(process, Transformer(transform), encoder, out)
     finally:
         if process.poll() is None:
             process.kill()
         process.wait(timeout=_EXIT_TIMEOUT_S)
+    if failure:
+        raise FeederError(failure)
+    return 0
 
 
 def _transform_options(options: AgentOptions) -> TransformOptions:
@@ -124,7 +132,8 @@ def _transform_options(options: AgentOptions) -> TransformOptions:
     return TransformOptions(options.rows_per_statement, options.max_statement_bytes, remap)
 
 
-def _stream(process: subprocess.Popen[bytes], transformer: Transformer, encoder: StreamEncoder, out: BinaryIO) -> int:
+def _stream(process: subprocess.Popen[bytes], transformer: Transformer, encoder: StreamEncoder, out: BinaryIO) -> str:
+    """Send the dump and its trailer; why it failed as one line, or "" if it is complete."""
     assert process.stdout is not None
     assert process.stderr is not None
     stderr = _StderrTail(process.stderr)
@@ -141,23 +150,21 @@ def _stream(process: subprocess.Popen[bytes], transformer: Transformer, encoder:
         error = f"the dump could not be transformed: {exc}"
         process.kill()
     status = process.wait(timeout=_EXIT_TIMEOUT_S)
+    tail = stderr.text()
+    rows = dict(transformer.stats.rows)
     trailer = encoder.finish(
         pg_dump_exit_status=status,
-        rows=dict(transformer.stats.rows),
+        rows=rows,
         tables=sorted(transformer.stats.tables),
         server_version=server_version,
         error=error,
-        stderr_tail=stderr.text(),
+        stderr_tail=tail,
     )
     _write(out, trailer)
-    log.info(
-        "agent.dump_finished",
-        status=status,
-        error=error or None,
-        bytes=encoder.payload_bytes,
-        rows=sum(transformer.stats.rows.values()),
-    )
-    return 0 if status == 0 and not error else 1
+    failure = dump_failure(status, error, tail)
+    if not failure:
+        log.info("agent.dump_finished", bytes=encoder.payload_bytes, rows=sum(rows.values()))
+    return failure
 
 
 def _write(out: BinaryIO, frames: bytes) -> None:

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import transforms.cli
 from fedload import __version__
-from fedload.config import Config, find_config_path, load_config
 from fedload.errors import ConfigError, FedloadError, UsageError, one_line
-from fedload.log import configure_logging
-from fedload.names import TablePattern
+from fedload.helptext import COMMANDS, PROGRAM, PROGRAM_EPILOG
+from fedload.log import LOG_FORMATS, configure_logging, pick_level
 from transforms.cli import positive_int
+
+if TYPE_CHECKING:
+    from fedload.config import Config
+    from fedload.names import TablePattern
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "main"]
 
@@ -30,7 +36,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _config(args: argparse.Namespace) -> Config:
+    from fedload.config import find_config_path, load_config  # noqa: PLC0415 - pydantic only where a config is read
+
     return load_config(find_config_path(args.config))
+
+
+def _logging(args: argparse.Namespace, configured: str) -> None:
+    configure_logging(level=pick_level(verbose=args.verbose, configured=configured), log_format=args.log_format)
 
 
 def _run_transform(args: argparse.Namespace) -> int:
@@ -40,7 +52,7 @@ def _run_transform(args: argparse.Namespace) -> int:
 def _run_agent_dump(args: argparse.Namespace) -> int:
     from fedload.agent import AgentOptions, run_agent  # noqa: PLC0415 - keep other commands' start-up light
 
-    configure_logging(level="warning" if args.quiet else "info", json=True)
+    _logging(args, "warning" if args.quiet else "info")
     options = AgentOptions(
         database=args.database,
         tables=args.table,
@@ -62,13 +74,9 @@ def _run_agent_dump(args: argparse.Namespace) -> int:
 
 
 def _add_agent_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
-    agent = commands.add_parser("agent", help="feeder-side commands (run by the superhub over SSH)")
+    agent = _command(commands, "agent")
     agent_commands = agent.add_subparsers(title="agent commands", metavar="COMMAND", required=True)
-    dump = agent_commands.add_parser(
-        "dump",
-        help="pg_dump the feeder's tables as a compressed, self-verifying fedload stream on stdout",
-        description="Extra pg_dump arguments (connection options such as --host) may follow a '--'.",
-    )
+    dump = _command(agent_commands, "agent dump", _WITHOUT_CONFIG)
     dump.add_argument("--database", required=True, metavar="DBNAME", help="database name or libpq connection string")
     dump.add_argument(
         "--table", action="append", required=True, metavar="PATTERN", help="table or pg_dump pattern; repeatable"
@@ -86,16 +94,17 @@ def _run_sync(args: argparse.Namespace) -> int:
     from fedload.sync import run_sync  # noqa: PLC0415 - asyncpg only where the superhub is used
 
     config = _config(args)
-    configure_logging(level=config.log_level, json=args.json or None)
+    _logging(args, config.log_level)
     return run_sync(config, args.feeders, as_json=args.json, dry_run=args.dry_run)
 
 
 def _run_daemon(args: argparse.Namespace) -> int:
+    from fedload.config import find_config_path, load_config  # noqa: PLC0415
     from fedload.daemon import run_daemon  # noqa: PLC0415
 
     path = find_config_path(args.config)
     config = load_config(path)
-    configure_logging(level=config.log_level, json=True)
+    _logging(args, config.log_level)
     return run_daemon(config, path)
 
 
@@ -103,11 +112,13 @@ def _run_status(args: argparse.Namespace) -> int:
     from fedload.status import run_status  # noqa: PLC0415
 
     config = _config(args)
-    configure_logging(level="warning")
+    _logging(args, "warning")
     return run_status(config, as_json=args.json)
 
 
 def _table_pattern(text: str) -> TablePattern:
+    from fedload.names import TablePattern  # noqa: PLC0415 - keep --help light
+
     try:
         return TablePattern(text)
     except ValueError as exc:
@@ -118,12 +129,12 @@ def _run_feeder_remove(args: argparse.Namespace) -> int:
     from fedload.admin import remove_feeder  # noqa: PLC0415
 
     config = _config(args)
-    configure_logging(level=config.log_level)
+    _logging(args, config.log_level)
     return remove_feeder(config, args.name, args.table)
 
 
 def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
-    sync = commands.add_parser("sync", help="sync some or all feeders once, in parallel, and print a summary")
+    sync = _command(commands, "sync", _WITH_CONFIG)
     sync.add_argument("feeders", nargs="*", metavar="FEEDER", help="feeder names (default: all configured)")
     sync.add_argument("--json", action="store_true", help="print the summary as JSON")
     sync.add_argument(
@@ -131,21 +142,18 @@ def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None
         action="store_true",
         help="read and check every dump, load it into staging tables and roll back: report, change nothing",
     )
-    _add_config_option(sync)
     sync.set_defaults(run=_run_sync)
 
-    daemon = commands.add_parser("daemon", help="sync every feeder on its schedule until SIGTERM (systemd service)")
-    _add_config_option(daemon)
+    daemon = _command(commands, "daemon", _WITH_CONFIG)
     daemon.set_defaults(run=_run_daemon)
 
-    status = commands.add_parser("status", help="per feeder: last success, data age, rows, last error, next run")
+    status = _command(commands, "status", _WITH_CONFIG)
     status.add_argument("--json", action="store_true", help="print JSON for machines")
-    _add_config_option(status)
     status.set_defaults(run=_run_status)
 
-    feeder = commands.add_parser("feeder", help="manage feeders on the superhub")
+    feeder = _command(commands, "feeder")
     feeder_commands = feeder.add_subparsers(title="feeder commands", metavar="COMMAND", required=True)
-    remove = feeder_commands.add_parser("remove", help="detach and drop a feeder's partitions on the superhub")
+    remove = _command(feeder_commands, "feeder remove", _WITH_CONFIG)
     remove.add_argument("name", metavar="NAME", help="the feeder's name")
     remove.add_argument(
         "--table",
@@ -155,18 +163,19 @@ def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None
         metavar="PATTERN",
         help="drop only the feeder's partitions of these tables (schema.table, as in superhub.tables); repeatable",
     )
-    _add_config_option(remove)
     remove.set_defaults(run=_run_feeder_remove)
 
 
 def _run_demo(args: argparse.Namespace) -> int:
     from fedload.demo import run_demo  # noqa: PLC0415
 
-    configure_logging(level="warning")
+    _logging(args, "warning")
     return run_demo(keep=args.keep, hosts=args.hosts)
 
 
 def _run_check_config(args: argparse.Namespace) -> int:
+    from fedload.config import find_config_path, load_config  # noqa: PLC0415
+
     path = find_config_path(args.config)
     config = load_config(path)
     if config.superhub.schema_file is not None:
@@ -178,37 +187,72 @@ def _run_check_config(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _add_config_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--config",
-        type=Path,
-        metavar="PATH",
-        help="configuration file (default: $FEDLOAD_CONFIG, ./fedload.toml, /etc/fedload/fedload.toml)",
+_CONFIG_HELP = "configuration file (default: $FEDLOAD_CONFIG, ./fedload.toml, /etc/fedload/fedload.toml)"
+
+
+def _global_options(*, config: bool, top: bool = False) -> _Parser:
+    """Options accepted before and after the command; after it, they only override what was given before."""
+    default: object = None if top else argparse.SUPPRESS
+    options = _Parser(add_help=False)
+    group = options.add_argument_group("global options")
+    if config:
+        group.add_argument("--config", type=Path, metavar="PATH", default=default, help=_CONFIG_HELP)
+    group.add_argument(
+        "-v", "--verbose", action="count", default=0 if top else argparse.SUPPRESS, help="log info too (-vv: debug)"
+    )
+    group.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="auto" if top else argparse.SUPPRESS,
+        help="json: JSON lines for machines; human: rendered lines; auto (default): JSON under systemd, else human",
+    )
+    return options
+
+
+_WITH_CONFIG = _global_options(config=True)
+_WITHOUT_CONFIG = _global_options(config=False)
+
+
+def _command(commands: argparse._SubParsersAction[_Parser], name: str, *parents: _Parser) -> _Parser:
+    """The parser of command `name` ("feeder remove"), with its summary, description and examples from helptext."""
+    text = COMMANDS[name]
+    return commands.add_parser(
+        name.rsplit(" ", 1)[-1],
+        parents=list(parents),
+        help=text.summary,
+        description=textwrap.fill(text.description),
+        epilog=text.examples or None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
-    parser = _Parser(prog="fedload", description=__doc__)
+    parser = _Parser(
+        prog="fedload",
+        description=textwrap.fill(PROGRAM),
+        epilog=PROGRAM_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[_global_options(config=True, top=True)],
+    )
     parser.add_argument("--version", action="version", version=f"fedload {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True, parser_class=_Parser)
 
-    transform = commands.add_parser("transform", help="merge and remap a pg_dump plain-SQL stream, stdin to stdout")
+    transform = _command(commands, "transform", _WITHOUT_CONFIG)
     transforms.cli.add_arguments(transform)
     transform.set_defaults(run=_run_transform)
 
     _add_agent_parser(commands)
     _add_superhub_parsers(commands)
 
-    demo = commands.add_parser("demo", help="run a local superhub and three feeders, sync them, show the result")
+    demo = _command(commands, "demo", _WITHOUT_CONFIG)
     demo.add_argument("--keep", action="store_true", help="leave the clusters running afterwards")
     demo.add_argument(
         "--hosts", type=positive_int, default=500, metavar="N", help="hosts on the first feeder (default 500)"
     )
     demo.set_defaults(run=_run_demo)
 
-    check = commands.add_parser("check-config", help="validate the configuration file and print every problem")
-    _add_config_option(check)
+    check = _command(commands, "check-config", _WITH_CONFIG)
     check.set_defaults(run=_run_check_config)
     return parser
 
@@ -220,13 +264,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(args)
     except (ConfigError, UsageError) as exc:
-        problems = exc.problems if isinstance(exc, ConfigError) else [str(exc)]
-        for problem in problems:
-            print(f"fedload: {problem}", file=sys.stderr)
+        _report(args, exc.problems if isinstance(exc, ConfigError) else [str(exc)])
         return EXIT_USAGE
     except FedloadError as exc:
-        print(f"fedload: error: {one_line(str(exc), limit=None)}", file=sys.stderr)
+        _report(args, [one_line(str(exc), limit=None)], prefix="error: ")
         return EXIT_FAILED
     except KeyboardInterrupt:
         print("fedload: interrupted", file=sys.stderr)
         return 130
+
+
+def _report(args: argparse.Namespace, problems: list[str], prefix: str = "") -> None:
+    """Each problem as one line on stderr; with --json, also `{"error": ...}` on stdout, so JSON readers get JSON."""
+    for problem in problems:
+        print(f"fedload: {prefix}{problem}", file=sys.stderr)
+    if getattr(args, "json", False):
+        print(json.dumps({"error": "; ".join(problems)}))

@@ -10,6 +10,8 @@ Adapters translate library exceptions (asyncssh, asyncpg, OS errors) into these 
 
 from __future__ import annotations
 
+from transforms.errors import printable
+
 __all__ = [
     "ConfigError",
     "DumpError",
@@ -81,6 +83,6 @@ class SuperhubError(FedloadError):
 
 def one_line(text: str, limit: int | None = 500) -> str:
     """`text` (a command's stderr, say) as one line for an error message: whitespace collapsed, its last `limit`
-    characters kept, since a tail says what went wrong."""
-    flat = " ".join(text.split())
+    characters kept, since a tail says what went wrong; control characters escaped, never sent to a terminal."""
+    flat = printable(" ".join(text.split()))
     return flat if limit is None or len(flat) <= limit else "..." + flat[-limit:]

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from fedload.pipeline import FeederRun, Progress, ProgressCallback
 
@@ -55,14 +56,17 @@ def summary_table(runs: list[FeederRun]) -> Table:
         table.add_column(column, justify="right")
     table.add_column("error")
     for run in runs:
-        style = "green" if run.outcome == "success" else "red"
         lock = "" if run.swap_lock_ms is None else f"{run.swap_lock_ms:.1f}"
         rows, megabytes = f"{sum(run.rows.values()):,}", f"{run.raw_bytes / 1e6:.2f}"
-        outcome = f"[{style}]{run.outcome}[/]"
-        if run.rejected:
-            outcome += f" [yellow]({sum(run.rejected.values()):,} rows rejected, see fedload.rejects)[/]"
-        table.add_row(run.feeder, outcome, rows, megabytes, f"{run.seconds:.1f}", lock, run.error or "")
+        table.add_row(run.feeder, _outcome(run), rows, megabytes, f"{run.seconds:.1f}", lock, Text(run.error or ""))
     return table
+
+
+def _outcome(run: FeederRun) -> Text:
+    outcome = Text(run.outcome, style="green" if run.outcome == "success" else "red")
+    if run.rejected:
+        outcome.append(f" ({sum(run.rejected.values()):,} rows rejected, see fedload.rejects)", style="yellow")
+    return outcome
 
 
 def dry_run_table(runs: list[FeederRun]) -> Table:
@@ -72,5 +76,5 @@ def dry_run_table(runs: list[FeederRun]) -> Table:
     table.add_column("would")
     for run in runs:
         for line in run.plan or (f"nothing: {run.error}",):
-            table.add_row(run.feeder, line)
+            table.add_row(run.feeder, Text(line))
     return table

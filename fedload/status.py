@@ -9,8 +9,10 @@ from datetime import datetime
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from fedload.config import Config
+from fedload.output import print_table
 from fedload.pipeline import close_superhub, connect_superhub, superhub_errors
 from fedload.runs import ensure_superhub
 
@@ -95,16 +97,19 @@ def _table(statuses: list[FeederStatus]) -> Table:
         table.add_row(
             s.feeder + ("" if s.configured else " (not configured)"),
             s.last_success.strftime("%Y-%m-%d %H:%M:%S") if s.last_success else "-",
-            f"[red]{age} STALE[/]" if s.stale else age,
+            Text(f"{age} STALE", style="red") if s.stale else age,
             f"{s.rows:,}" if s.rows is not None else "-",
             f"{s.duration_s:.1f}" if s.duration_s is not None else "-",
-            (s.last_outcome or "-")
-            + (f" ({s.failures} failures)" if s.failures else "")
-            + (" [running]" if s.running else ""),
+            Text(_last_run(s)),
             s.next_run.strftime("%H:%M:%S") if s.next_run else "-",
-            (s.last_error or "")[:80],
+            Text(s.last_error or ""),
         )
     return table
+
+
+def _last_run(s: FeederStatus) -> str:
+    failures = f" ({s.failures} failures)" if s.failures else ""
+    return (s.last_outcome or "-") + failures + (" [running]" if s.running else "")
 
 
 def run_status(config: Config, *, as_json: bool) -> int:
@@ -113,5 +118,5 @@ def run_status(config: Config, *, as_json: bool) -> int:
     if as_json:
         print(json.dumps([asdict(s) for s in statuses], default=str))
     else:
-        Console().print(_table(statuses))
+        print_table(_table(statuses), Console())
     return 1 if any(s.stale and s.configured for s in statuses) else 0

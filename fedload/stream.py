@@ -32,6 +32,7 @@ __all__ = [
     "StreamDecoder",
     "StreamEncoder",
     "Trailer",
+    "dump_failure",
 ]
 
 MAGIC = b"FEDLOAD\x01"
@@ -73,6 +74,21 @@ class Trailer:
     def succeeded(self) -> bool:
         """pg_dump exited 0 and the agent found nothing wrong."""
         return self.pg_dump_exit_status == 0 and not self.error
+
+    @property
+    def failure(self) -> str:
+        """Why the dump failed on the feeder, as one sentence (empty if it succeeded); the agent prints it too."""
+        return dump_failure(self.pg_dump_exit_status, self.error, self.stderr_tail)
+
+
+def dump_failure(pg_dump_exit_status: int, error: str, stderr_tail: str) -> str:
+    """One line saying why a dump failed: pg_dump's exit status and its own message, or the agent's error."""
+    # pg_dump exiting non-zero on its own explains a cut-off dump; killed by a signal, it was most likely stopped by
+    # the agent because of `error`.
+    if pg_dump_exit_status > 0 or (pg_dump_exit_status < 0 and not error):
+        tail = f": {one_line(stderr_tail)}" if stderr_tail.strip() else " and printed nothing on stderr"
+        return f"pg_dump failed on the feeder with exit status {pg_dump_exit_status}{tail}"
+    return f"the feeder's agent failed: {error}" if error else ""
 
 
 def _frame(kind: bytes, payload: bytes) -> bytes:
@@ -237,11 +253,8 @@ class StreamDecoder:
         raise DumpError(f"unexpected stream frame {kind!r} at this point")
 
     def _verify(self, trailer: Trailer) -> None:
-        if trailer.pg_dump_exit_status != 0:
-            tail = f": {one_line(trailer.stderr_tail)}" if trailer.stderr_tail.strip() else ""
-            raise DumpError(f"pg_dump failed on the feeder with exit status {trailer.pg_dump_exit_status}{tail}")
-        if trailer.error:
-            raise DumpError(f"the feeder's agent failed: {trailer.error}")
+        if trailer.failure:
+            raise DumpError(trailer.failure)
         if trailer.payload_bytes != self.payload_bytes or trailer.payload_sha256 != self._sha256.hexdigest():
             raise DumpError(
                 f"the stream's checksum does not match: the trailer states {trailer.payload_bytes} bytes, "

@@ -12,6 +12,7 @@ from rich.console import Console
 from fedload.config import Config
 from fedload.errors import ConfigError, UsageError
 from fedload.log import get_logger
+from fedload.output import print_table
 from fedload.pipeline import (
     FeederRun,
     ProgressCallback,
@@ -92,7 +93,7 @@ async def sync_with_display(
             runs = await sync_feeders(config, names, progress, dry_run=dry_run)
     else:
         runs = await sync_feeders(config, names, dry_run=dry_run)
-    console.print(summary_table(runs))
+    print_table(summary_table(runs), console)
     if dry_run:
-        console.print(dry_run_table(runs))
+        print_table(dry_run_table(runs), console)
     return runs

@@ -199,13 +199,15 @@ def crafted_stream(dump: bytes, rows: dict[str, int] | None = None, mode: str = 
 
 
 class DaemonProcess:
-    """A running `fedload daemon` with its JSON log captured in a file."""
+    """A running `fedload daemon` with its JSON log (`--log-format json`) captured in a file."""
 
     def __init__(self, config: Path, log: Path) -> None:
         self.log_path = log
         self._log = log.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "fedload", "daemon", "--config", str(config)], stderr=self._log, stdout=self._log
+            [sys.executable, "-m", "fedload", "--log-format", "json", "daemon", "--config", str(config)],
+            stderr=self._log,
+            stdout=self._log,
         )
 
     def events(self) -> list[dict[str, object]]:

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import pty
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from fedload.errors import DumpError
+from fedload.helptext import COMMANDS
+from fedload.localpg import find_installs
+from fedload.stream import StreamDecoder
+from tests.federation import Federation, cluster, config_toml, federation
+
+__all__ = ["cluster", "federation"]  # fixtures used by the tests below
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -19,11 +32,26 @@ def fedload(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -
 
 
 def test_help_lists_the_commands() -> None:
-    """`fedload --help` names every implemented command."""
+    """`fedload --help` says what fedload is for and names every command with its summary."""
     result = fedload("--help")
     assert result.returncode == 0
-    assert b"transform" in result.stdout
-    assert b"check-config" in result.stdout
+    text = " ".join(result.stdout.decode().split())
+    assert "gathers the PostgreSQL data of many feeder databases into one superhub database" in text
+    for name, help_text in COMMANDS.items():
+        if " " not in name:
+            assert f"{name} {help_text.summary}" in text
+    assert "Exit status: 0 success" in text
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_command_explains_itself(command: str) -> None:
+    """`fedload COMMAND --help` exits 0 and says what the command does; sync, transform and agent dump show examples."""
+    result = fedload(*command.split(), "--help")
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.decode().split())
+    assert " ".join(COMMANDS[command].description.split()) in text
+    if command in ("sync", "transform", "agent dump"):
+        assert f"fedload {command} " in text.partition("examples:")[2]
 
 
 def test_transform_merges_stdin_to_stdout() -> None:
@@ -122,3 +150,163 @@ def test_missing_config_says_where_it_looked(tmp_path: Path) -> None:
         pytest.skip("this machine has /etc/fedload/fedload.toml")
     assert result.returncode == 2
     assert b"no configuration file" in result.stderr
+
+
+def _pg_dump() -> str:
+    installs = find_installs()
+    if not installs:
+        pytest.fail("no PostgreSQL binaries found")
+    return installs[min(installs)].tool("pg_dump")
+
+
+def test_agent_dump_says_why_pg_dump_failed(tmp_path: Path) -> None:
+    """An unreachable feeder database: exit 1, one stderr line with pg_dump's status and message; same in the stream."""
+    socket_dir = tmp_path / "no-server"
+    socket_dir.mkdir()
+    result = fedload(
+        "agent", "dump", "--database", f"host={socket_dir} dbname=x", "--table", "public.t", "--pg-dump", _pg_dump()
+    )
+    assert result.returncode == 1
+    lines = result.stderr.decode().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("fedload: error: pg_dump failed on the feeder with exit status 1: pg_dump: error:")
+    assert str(socket_dir) in lines[0]
+    decoder = StreamDecoder()
+    decoder.feed(result.stdout)
+    with pytest.raises(DumpError) as failed:
+        decoder.close()
+    assert f"fedload: error: {failed.value}" == lines[0]
+
+
+def _unreachable_dump(tmp_path: Path, *options: str, env: dict[str, str] | None = None) -> list[str]:
+    """stderr lines of `fedload OPTIONS agent dump` from a database with no server."""
+    args = ["agent", "dump", "--database", f"host={tmp_path} dbname=x", "--table", "t", "--pg-dump", _pg_dump()]
+    return fedload(*options, *args, env=env).stderr.decode().splitlines()
+
+
+@pytest.mark.parametrize(
+    ("options", "journal", "json_lines"),
+    [
+        ([], False, False),
+        (["--log-format", "json"], False, True),
+        ([], True, True),
+        (["--log-format", "human"], True, False),
+    ],
+)
+def test_logs_are_rendered_for_people_and_json_for_machines(
+    tmp_path: Path, options: list[str], journal: bool, json_lines: bool
+) -> None:
+    """To a pipe: rendered lines; under systemd (JOURNAL_STREAM) or with --log-format json: JSON lines."""
+    env = {"PATH": os.environ["PATH"], **({"JOURNAL_STREAM": "8:1234"} if journal else {})}
+    event, error = _unreachable_dump(tmp_path, *options, "-vv", env=env)
+    assert "agent.dump_started" in event
+    assert event.startswith("{") == json_lines
+    if json_lines:
+        assert json.loads(event)["level"] == "debug"
+    assert error.startswith("fedload: error: pg_dump failed")
+
+
+def test_terminal_shows_warnings_unless_verbose(tmp_path: Path) -> None:
+    """With stderr on a terminal, info and debug events show only with -v / -vv (global or after the command)."""
+    assert _on_terminal(tmp_path, []) == []
+    assert _on_terminal(tmp_path, ["-vv"]) == ["agent.dump_started"]
+    assert _on_terminal(tmp_path, ["--verbose", "--verbose"], after=True) == ["agent.dump_started"]
+
+
+def _on_terminal(tmp_path: Path, options: list[str], *, after: bool = False) -> list[str]:
+    """Events `fedload agent dump` logs when its stderr is a pseudo-terminal."""
+    args = ["agent", "dump", "--database", f"host={tmp_path} dbname=x", "--table", "t", "--pg-dump", _pg_dump()]
+    args = [*args, *options] if after else [*options, *args]
+    primary, secondary = pty.openpty()
+    with subprocess.Popen(
+        [sys.executable, "-m", "fedload", *args], stdout=subprocess.DEVNULL, stderr=secondary
+    ) as child:
+        os.close(secondary)
+        output = b""
+        with contextlib.suppress(OSError):  # EIO once the child has closed the terminal
+            while chunk := os.read(primary, 4096):
+                output += chunk
+        assert child.wait(timeout=60) == 1
+    os.close(primary)
+    text = output.decode()
+    assert "fedload: error: pg_dump failed" in text
+    return [word for word in ("agent.dump_started", "agent.dump_finished") if word in text]
+
+
+def test_piped_sync_summary_and_status_keep_whole_values(federation: Federation) -> None:
+    """Piped, the sync summary and status are tab-separated lines with whole timestamps and whole errors."""
+    config = federation.tmp / "fedload.toml"
+    config.write_text(config_toml(federation))
+    gone = federation.feeders["hub2"]
+    federation.cluster.psql(f"ALTER DATABASE {gone} RENAME TO gone_{gone}")
+    synced = fedload("sync", "--config", str(config))
+    assert synced.returncode == 1, synced.stderr
+    summary = synced.stdout.decode().splitlines()
+    assert summary[:2] == ["# fedload sync summary", "feeder\toutcome\trows\tMB received\tseconds\tswap lock ms\terror"]
+    hub2 = next(line.split("\t") for line in summary if line.startswith("hub2\t"))
+    assert hub2[1] == "failed"
+    assert hub2[-1].startswith("pg_dump failed on the feeder with exit status 1: pg_dump: error: connection to server")
+    assert hub2[-1].endswith(f'database "{gone}" does not exist')
+
+    status = fedload("--config", str(config), "status")
+    lines = status.stdout.decode().splitlines()
+    assert lines[1].split("\t")[:3] == ["feeder", "last success", "data age"]
+    rows = {line.split("\t")[0]: line.split("\t") for line in lines[2:]}
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", rows["hub1"][1])
+    assert rows["hub2"][1:3] == ["-", "never STALE"]
+    assert rows["hub2"][-1] == hub2[-1]
+    assert status.returncode == 1
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["sync", "--json", "--config", "{config}"], ["--config", "{config}", "status", "--json"]],
+)
+def test_json_answers_json_when_the_superhub_is_down(tmp_path: Path, args: list[str]) -> None:
+    """With the superhub unreachable, sync --json and status --json print {"error": ...} on stdout and exit 1."""
+    config = tmp_path / "fedload.toml"
+    config.write_text(
+        '[superhub]\ndsn = "postgresql://fedload@127.0.0.1:1/superhub"\ntables = ["public.t"]\n'
+        '[feeders.hub1]\nkey = 1\ntransport = "local"\ndatabase = "hub1"\n'
+    )
+    result = fedload(*(arg.format(config=config) for arg in args))
+    assert result.returncode == 1
+    answer = json.loads(result.stdout)
+    assert "superhub" in answer["error"]
+    assert result.stderr.decode() == f"fedload: error: {answer['error']}\n"
+
+
+def test_json_answers_json_for_a_configuration_error(tmp_path: Path) -> None:
+    """A configuration problem under --json: exit 2, the problem on stderr and as {"error": ...} on stdout."""
+    config = tmp_path / "broken.toml"
+    config.write_text("[superhub\n")
+    result = fedload("--config", str(config), "sync", "--json")
+    assert result.returncode == 2
+    assert "not valid TOML" in json.loads(result.stdout)["error"]
+
+
+def test_transform_of_binary_input_shows_an_escaped_snippet() -> None:
+    """Binary input: the error quotes the start of it escaped (\\x7f, \\xff, \\x1b), never raw bytes."""
+    result = fedload("transform", stdin=b"\x7fELF\x02\x01\xff\xfe\x1b[2J\x9b\x00 rest\n" + bytes(range(256)))
+    assert result.returncode == 1
+    line = result.stderr.decode("ascii")  # fails on any byte that is not ASCII
+    assert line.endswith("\n")
+    assert line[:-1].isprintable()
+    assert r"unexpected text '\x7fELF\x02\x01\xff\xfe\x1b[2J\x9b\x00 rest'" in line
+
+
+def _imported(*args: str) -> set[str]:
+    """Top-level packages `python -m fedload ARGS` imports (from -X importtime)."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "fedload", *args], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in result.stderr.splitlines() if "|" in line}
+
+
+def test_quick_commands_import_only_what_they_use() -> None:
+    """--help loads no heavy library; check-config only pydantic, for the configuration (no driver, no SQL parser)."""
+    heavy = {"sqlglot", "asyncssh", "asyncpg", "pydantic", "structlog", "rich", "zstandard"}
+    assert _imported("--help") & heavy == set()
+    assert _imported("sync", "--help") & heavy == set()
+    assert _imported("check-config", "--config", str(REPO / "fedload.toml")) & heavy <= {"pydantic", "structlog"}

@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
-__all__ = ["DumpSyntaxError", "RemapError", "TransformError"]
+import contextlib
+
+__all__ = ["DumpSyntaxError", "RemapError", "TransformError", "printable"]
+
+
+def printable(text: str | bytes) -> str:
+    """`text` safe to print on a terminal: bytes that are not UTF-8 as `\\xff`, control and other unprintable
+    characters as `\\x1b`, `\\n`, `\\u202e`; printable text, including non-ASCII letters, as it is."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="backslashreplace")
+    else:
+        with contextlib.suppress(UnicodeEncodeError):  # names decoded with surrogateescape: their bytes as \\xff
+            text = text.encode("utf-8", errors="surrogateescape").decode("utf-8", errors="backslashreplace")
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 class TransformError(Exception):
-    """Base class: the input cannot be transformed as asked."""
+    """Base class: the input cannot be transformed as asked. The message is always printable (see `printable`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(printable(message))
 
 
 class DumpSyntaxError(TransformError):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from transforms.errors import DumpSyntaxError
+from transforms.errors import DumpSyntaxError, printable
 from transforms.inserts import Insert, InsertRunMatcher
 from transforms.lexical import COPY_FROM_STDIN, STATEMENT
 
@@ -237,8 +237,8 @@ class DumpSplitter:
         if not decided and word[2] in (b"", b"/"):
             return  # the word, or a comment before it, may continue in the next chunk
         if word[1].upper() not in _COMMAND_WORDS:
-            snippet = self._buf[pos : pos + 40].split(b"\n")[0].decode("utf-8", errors="replace")
-            raise self._error(f"unexpected text {snippet!r} where an SQL statement should start", pos)
+            snippet = printable(self._buf[pos : pos + 40].split(b"\n")[0])
+            raise self._error(f"unexpected text '{snippet}' where an SQL statement should start", pos)
 
     def _incomplete_statement(self, pos: int, eof: bool) -> None:
         if eof:

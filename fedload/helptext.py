@@ -1,0 +1,100 @@
+"""What `fedload --help` and each command's `--help` tell a user: a one-line summary, what it does, examples."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = ["COMMANDS", "PROGRAM", "PROGRAM_EPILOG", "CommandHelp"]
+
+
+class CommandHelp(NamedTuple):
+    """The summary in the command list, the description atop the command's help, and its examples."""
+
+    summary: str
+    description: str
+    examples: str = ""
+
+
+PROGRAM = (
+    "fedload gathers the PostgreSQL data of many feeder databases into one superhub database: each feeder's tables "
+    "become its partitions of the superhub's tables, replaced atomically at every sync; a failed dump keeps the old "
+    "data."
+)
+PROGRAM_EPILOG = """\
+Try it locally with `fedload demo`. `fedload COMMAND --help` explains a command.
+Global options (--config, -v, --log-format) go before or after the command.
+Exit status: 0 success, 1 the job failed (some feeder, a bad dump, the superhub), 2 usage or configuration error."""
+
+COMMANDS = {
+    "transform": CommandHelp(
+        "merge and remap a pg_dump plain-SQL dump, stdin to stdout",
+        "Read a pg_dump plain-SQL dump on stdin and write it to stdout with consecutive single-row INSERTs merged "
+        "into multi-row ones (much faster to load) and, with --remap, columns renamed, dropped or added per table. "
+        "Needs no database.",
+        """\
+examples:
+  pg_dump --data-only --column-inserts cfdb | fedload transform > merged.sql
+  pg_dump --data-only --column-inserts cfdb | fedload transform --remap remap.toml | psql superhub""",
+    ),
+    "agent": CommandHelp(
+        "commands that run on a feeder (the superhub starts them over SSH)",
+        "Commands that run on a feeder host. The superhub starts `fedload agent dump` over SSH; run it by hand to "
+        "check that a feeder can dump.",
+    ),
+    "agent dump": CommandHelp(
+        "dump the feeder's tables as a compressed, self-checking stream on stdout",
+        "Run pg_dump on this feeder for the given tables, pass its output through the transformer and a compressor, "
+        "and write a fedload stream on stdout. The stream ends with pg_dump's exit status and a checksum, so the "
+        "superhub tells a complete dump from a broken one; if pg_dump fails, its message is also printed on stderr "
+        "and the exit status is 1. Extra pg_dump arguments (connection options such as --host) may follow a '--'.",
+        """\
+examples:
+  fedload agent dump --database cfdb --table 'public.__*' > /dev/null && echo 'this feeder can dump'
+  fedload agent dump --database cfdb --table public.__hosts -- --host /run/postgresql | wc -c""",
+    ),
+    "sync": CommandHelp(
+        "sync some or all feeders once, now, and print a summary",
+        "Pull each named feeder's dump (default: every configured feeder), load it and swap it in as that feeder's "
+        "partitions on the superhub, several feeders in parallel. A feeder whose dump fails keeps its old data. "
+        "Live progress on a terminal, then a summary (tab-separated lines when piped, JSON with --json). "
+        "Exit status 0 if every feeder synced, 1 if some did not.",
+        """\
+examples:
+  fedload sync                        # every configured feeder
+  fedload sync hub1 hub2 --dry-run    # check two feeders' dumps, change nothing
+  fedload --config /etc/fedload/fedload.toml sync --json | jq '.[] | select(.outcome != "success")'""",
+    ),
+    "daemon": CommandHelp(
+        "keep every feeder in sync on its own schedule (the systemd service)",
+        "Sync each feeder every interval_s seconds (with jitter), back off from feeders that fail, reload the "
+        "configuration on SIGHUP and stop gracefully on SIGTERM. Meant to run under systemd "
+        "(deploy/fedload.service), where it logs JSON lines.",
+    ),
+    "status": CommandHelp(
+        "show each feeder's last sync, data age and last error",
+        "Read the superhub's run history: per feeder the last successful sync, the age of its data (STALE when "
+        "older than stale_after_s), rows, duration, the last run's outcome and error, and the next scheduled run. "
+        "Exit status 0 if no configured feeder is stale, 1 if one is (or the superhub cannot be read), "
+        "2 usage or configuration error.",
+    ),
+    "feeder": CommandHelp(
+        "manage the feeders the superhub holds",
+        "Commands that change which feeders' data the superhub holds.",
+    ),
+    "feeder remove": CommandHelp(
+        "drop a feeder's data (its partitions) from the superhub",
+        "Detach and drop every partition of the named feeder on the superhub. fedload never does this on its own: "
+        "a feeder taken out of the configuration keeps its data on the superhub until you run this.",
+    ),
+    "demo": CommandHelp(
+        "try fedload locally: a superhub and three feeders, synced and explained",
+        "Start throwaway PostgreSQL clusters (a superhub and three feeders with drifting schemas), sync them once "
+        "with the live display and show what the superhub holds. Needs no PostgreSQL of your own; everything is "
+        "removed afterwards unless --keep.",
+    ),
+    "check-config": CommandHelp(
+        "check the configuration file and print every problem",
+        "Read the configuration file and print every problem on a line of its own, naming the key; touches no "
+        "database. Exit status 0 if the file is valid, 2 if not.",
+    ),
+}
