@@ -119,11 +119,12 @@ class Importer:
         self._key = key
         self._policy = policy
         self._remap = remap
+        taken = frozenset().union(*(p.constraint_names for p in parents.values()))
+        self._key_constraint = _free_name("fedload_feeder_key", taken)  # one name that no parent uses
         self.staged = {
-            name: StagedTable(parent, f"{stage_prefix}_{i}", _free_name("fedload_feeder_key", parent.constraint_names))
+            name: StagedTable(parent, f"{stage_prefix}_{i}", self._key_constraint)
             for i, (name, parent) in enumerate(sorted(parents.items()))
         }
-        self._key_constraints = frozenset(s.key_constraint for s in self.staged.values())
         self._announced: set[TableName] = set()
         self._log = log.bind(feeder=feeder, stage_prefix=stage_prefix)
         self._rejects = (
@@ -263,7 +264,7 @@ class Importer:
     def _is_key_violation(self, exc: asyncpg.PostgresError) -> bool:
         """The dump carries the feeder key column with a value other than this feeder's key."""
         name = getattr(exc, "constraint_name", None)
-        if isinstance(exc, asyncpg.CheckViolationError) and name in self._key_constraints:
+        if isinstance(exc, asyncpg.CheckViolationError) and name == self._key_constraint:
             return True
         column = getattr(exc, "column_name", None)
         return isinstance(exc, asyncpg.NotNullViolationError) and column == self._policy.feeder_key

@@ -137,7 +137,7 @@ JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE i.indrelid = $1
 ORDER BY ic.relname
 """
-_CONSTRAINTS = "SELECT conname, contype, pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = $1"
+_CONSTRAINTS = "SELECT conname, contype::text, pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = $1"
 
 
 async def read_parents(
