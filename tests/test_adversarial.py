@@ -188,7 +188,8 @@ def synced(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> F
 
 
 def sync_crafted(fed: Federation, stream: bytes, name: str = "crafted", **overrides: object) -> FeederRun:
-    """Sync hub1 from a stream that its feeder sends as is."""
+    """Sync hub1 from a stream that its feeder sends as is; crafted dumps carry only hosts unless they say so."""
+    overrides.setdefault("exclude_tables", ["public.contexts"])
     path = fed.tmp / f"{name}.bin"
     path.write_bytes(stream)
     script = write_script(fed.tmp / f"{name}.sh", f"cat {path}\n")
@@ -265,9 +266,11 @@ INJECTIONS = {
         rejected=False,
     ),
     "quoted table with injection": Attack(
-        b"INSERT INTO public.\"hosts; DROP TABLE public.contexts; --\" (hostkey) VALUES ('a');\n", rejected=False
+        ROW + b"('a', 'b');\nINSERT INTO public.\"hosts; DROP TABLE public.contexts; --\" (hostkey) VALUES ('a');\n",
+        rejected=False,
     ),
-    "feeder key column": Attack(b"INSERT INTO public.hosts (hostkey, hub_id) VALUES ('a', 2);\n", rejected=False),
+    "feeder key column": Attack(b"INSERT INTO public.hosts (hostkey, hub_id) VALUES ('a', 2);\n", rejected=True),
+    "own feeder key column": Attack(b"INSERT INTO public.hosts (hostkey, hub_id) VALUES ('a', 1);\n", rejected=False),
     "other feeder's partition": Attack(
         b"INSERT INTO fedload_parts.hosts_hub2 (hostkey) VALUES ('a');\n", rejected=True
     ),
@@ -306,8 +309,9 @@ INJECTIONS = {
     ),
     "invalid utf-8 in a value": Attack(ROW + b"('k', 'bad \xff\xfe here');\n", rejected=True),
     "invalid utf-8 in a table name": Attack(
-        b"INSERT INTO public.\"ho\xffsts\" (hostkey) VALUES ('a');\n", rejected=False
+        ROW + b"('a', 'b');\nINSERT INTO public.\"ho\xffsts\" (hostkey) VALUES ('a');\n", rejected=False
     ),
+    "only another table": Attack(b"INSERT INTO public.\"hosts \" (hostkey) VALUES ('a');\n", rejected=True),
     "invalid utf-8 in a column name": Attack(
         b'COPY public.hosts (hostkey, "na\xffme") FROM stdin;\nk\tv\n\\.\n', rejected=False, mode="copy"
     ),

@@ -5,6 +5,7 @@ with less than the feeder has."""
 from __future__ import annotations
 
 import itertools
+import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from fedload.localpg import LocalCluster, find_installs
 from fedload.names import TableName, TablePattern
 from fedload.pipeline import FeederRun
 from tests.federation import cluster, require_major, sync, write_script
+from tests.sample_schema import FEEDER_SCHEMA, SAMPLE_DATA
 
 __all__ = ["cluster"]  # the PostgreSQL 15 cluster of the feeders
 
@@ -420,3 +422,41 @@ def test_the_feeder_key_inside_a_dump_must_be_the_feeders(lab: Lab, mode: str, b
     assert "carries the feeder key column hub_id with a value other than its key 1" in (run.error or "")
     assert lab.on_hub("SELECT count(*) FROM hosts WHERE hub_id = 1") == "10"
     assert lab.leftovers() == "0"
+
+
+# -- a sample database end to end: its pg_dump --schema-only creates the parents, its data round-trips ------------
+
+_ROLE_ONCE = "DO $$BEGIN CREATE ROLE reader_sf; EXCEPTION WHEN duplicate_object THEN NULL; END$$;"
+
+
+@pytest.mark.parametrize("mode", ["copy", "inserts"])
+def test_a_sample_database_round_trips_through_its_schema_file(
+    superhub_cluster: LocalCluster, cluster: LocalCluster, tmp_path: Path, mode: str
+) -> None:
+    """Eleven tables with enums, domains, mixed-case names and a second schema: parents from the feeder's own
+    schema-only dump, then every row of every table arrives as the feeder has it, sync after sync."""
+    lab = Lab(cluster, superhub_cluster, tmp_path)
+    lab.setup("", FEEDER_SCHEMA.replace("CREATE ROLE reader_sf;", _ROLE_ONCE) + SAMPLE_DATA)
+    schema_file = tmp_path / "schema.sql"
+    dump = [cluster.install.tool("pg_dump"), "--schema-only", f"--dbname={cluster.conninfo(lab.feeder)}"]
+    schema_file.write_text(subprocess.run(dump, capture_output=True, check=True, text=True).stdout)
+    lab.tables = ["public.*", "sales.*"]
+    tables = sorted(
+        lab.on_feeder(
+            "SELECT string_agg(format('%s.%s', table_schema, table_name), ',') FROM information_schema.tables "
+            "WHERE table_type = 'BASE TABLE' AND table_schema IN ('public', 'sales')"
+        ).split(",")
+    )
+    assert len(tables) == 12
+    for _ in range(2):
+        run = succeeded(lab.sync({"schema_file": str(schema_file)}, dump_mode=mode))
+        assert sorted(run.rows) == tables
+    for table in tables:
+        name = TableName(*table.split("."))
+        columns = lab.on_feeder(
+            f"SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) FROM pg_attribute "
+            f"WHERE attrelid = '{name.sql}'::regclass AND attnum > 0 AND NOT attisdropped"
+        )
+        digest = f"SELECT count(*) || ':' || md5(string_agg(ROW({columns})::text, '|' ORDER BY ROW({columns})::text))"
+        expected = lab.on_feeder(f"{digest} FROM {name.sql}")
+        assert lab.on_hub(f"{digest} FROM {name.sql} WHERE hub_id = 1") == expected, table
