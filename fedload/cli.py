@@ -130,7 +130,7 @@ def _run_feeder_remove(args: argparse.Namespace) -> int:
 
     config = _config(args)
     _logging(args, config.log_level)
-    return remove_feeder(config, args.name, args.table)
+    return remove_feeder(config, args.name, args.table, yes=args.yes)
 
 
 def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
@@ -162,6 +162,9 @@ def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None
         type=_table_pattern,
         metavar="PATTERN",
         help="drop only the feeder's partitions of these tables (schema.table, as in superhub.tables); repeatable",
+    )
+    remove.add_argument(
+        "--yes", "-y", action="store_true", help="do not ask for confirmation (needed without a terminal)"
     )
     remove.set_defaults(run=_run_feeder_remove)
 

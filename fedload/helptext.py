@@ -83,8 +83,15 @@ examples:
     ),
     "feeder remove": CommandHelp(
         "drop a feeder's data (its partitions) from the superhub",
-        "Detach and drop every partition of the named feeder on the superhub. fedload never does this on its own: "
-        "a feeder taken out of the configuration keeps its data on the superhub until you run this.",
+        "Detach and drop every partition of the named feeder on the superhub, and forget its run history, so "
+        "`fedload status` no longer shows its old runs (with --table: only those tables' partitions; the history "
+        "stays). On a terminal it shows the tables and rows it will drop and asks first; scripts pass --yes. "
+        "fedload never does this on its own: a feeder taken out of the configuration keeps its data until you run "
+        "this. Exit status 0 removed, 1 declined or failed, 2 a name neither configured nor known to the superhub.",
+        """\
+examples:
+  fedload feeder remove hub7                          # shows what it drops, asks
+  fedload feeder remove hub7 --table public.__software --yes""",
     ),
     "demo": CommandHelp(
         "try fedload locally: a superhub and three feeders, synced and explained",
