@@ -177,17 +177,22 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def _run_check_config(args: argparse.Namespace) -> int:
+    from fedload.checks import file_problems  # noqa: PLC0415
     from fedload.config import find_config_path, load_config  # noqa: PLC0415
+    from fedload.english import counted  # noqa: PLC0415
 
     path = find_config_path(args.config)
     config = load_config(path)
-    if config.superhub.schema_file is not None:
-        from fedload.schema_file import check_schema_file  # noqa: PLC0415
+    if problems := file_problems(config, path):
+        raise ConfigError(problems)
+    tables = counted(len(config.superhub.tables), "table pattern")
+    print(f"{path}: OK ({counted(len(config.feeders), 'feeder')}, {tables})", flush=True)
+    if not args.connect:
+        return EXIT_OK
+    from fedload.probe import run_probes  # noqa: PLC0415 - the network only with --connect
 
-        if problems := check_schema_file(config.superhub.schema_file, config.superhub.feeder_key):
-            raise ConfigError(problems)
-    print(f"{path}: OK ({len(config.feeders)} feeders, {len(config.superhub.tables)} table patterns)")
-    return EXIT_OK
+    _logging(args, "warning")
+    return run_probes(config)
 
 
 _CONFIG_HELP = "configuration file (default: $FEDLOAD_CONFIG, ./fedload.toml, /etc/fedload/fedload.toml)"
@@ -256,6 +261,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(run=_run_demo)
 
     check = _command(commands, "check-config", _WITH_CONFIG)
+    check.add_argument(
+        "--connect",
+        action="store_true",
+        help="also connect: to the superhub (version, tables) and each feeder (SSH, agent and pg_dump versions)",
+    )
     check.set_defaults(run=_run_check_config)
     return parser
 

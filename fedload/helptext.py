@@ -101,7 +101,13 @@ examples:
     ),
     "check-config": CommandHelp(
         "check the configuration file and print every problem",
-        "Read the configuration file and print every problem on a line of its own, naming the key; touches no "
-        "database. Exit status 0 if the file is valid, 2 if not.",
+        "Read the configuration file and the files it names (ssh identity and known_hosts, remap files, the "
+        "schema file) and print every problem on a line of its own, naming the key; touches no network. With "
+        "--connect, also try the superhub and every feeder (SSH, agent and pg_dump versions), one OK or FAILED "
+        "line each. Exit status 0 if all is well, 1 if --connect found a failure, 2 if the configuration is invalid.",
+        """\
+examples:
+  fedload check-config --config /etc/fedload/fedload.toml
+  sudo -u fedload fedload check-config --connect""",
     ),
 }
