@@ -170,9 +170,11 @@ def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from fedload.demo import run_demo  # noqa: PLC0415
+    from fedload.demo import run_demo, stop_demo  # noqa: PLC0415
 
     _logging(args, "warning")
+    if args.stop is not None:
+        return stop_demo(args.stop)
     return run_demo(keep=args.keep, hosts=args.hosts)
 
 
@@ -254,7 +256,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_superhub_parsers(commands)
 
     demo = _command(commands, "demo", _WITHOUT_CONFIG)
-    demo.add_argument("--keep", action="store_true", help="leave the clusters running afterwards")
+    keep_or_stop = demo.add_mutually_exclusive_group()
+    keep_or_stop.add_argument(
+        "--keep", action="store_true", help="leave the clusters running, with a fedload.toml for them"
+    )
+    keep_or_stop.add_argument(
+        "--stop", type=Path, metavar="DIR", help="stop the clusters a `demo --keep` left in DIR and remove it"
+    )
     demo.add_argument(
         "--hosts", type=positive_int, default=500, metavar="N", help="hosts on the first feeder (default 500)"
     )

@@ -97,7 +97,8 @@ examples:
         "try fedload locally: a superhub and three feeders, synced and explained",
         "Start throwaway PostgreSQL clusters (a superhub and three feeders with drifting schemas), sync them once "
         "with the live display and show what the superhub holds. Needs no PostgreSQL of your own; everything is "
-        "removed afterwards unless --keep.",
+        "removed afterwards unless --keep, which leaves the clusters running with a fedload.toml for them and prints "
+        "the commands to try next; `fedload demo --stop DIR` stops them.",
     ),
     "check-config": CommandHelp(
         "check the configuration file and print every problem",
