@@ -1,58 +1,155 @@
-"""Administrative commands on the superhub: `fedload feeder remove`."""
+"""Administrative commands on the superhub: `fedload feeder remove`.
+
+A removal is planned first (which partitions, how many rows, how much run history), shown and confirmed, then
+done under the feeder's run lock. Removing a whole feeder also forgets its run history, schedule and rejected
+rows, so `fedload status` no longer shows data the superhub does not hold; `--table` drops only some tables'
+partitions and keeps the history.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import asyncpg
 
 from fedload.config import Config
-from fedload.errors import FeederError
+from fedload.english import counted
+from fedload.errors import FeederError, UsageError
 from fedload.log import get_logger
 from fedload.names import TableName, TablePattern
 from fedload.pipeline import close_superhub, connect_superhub, superhub_errors
-from fedload.runs import ensure_superhub, forget_rejects, try_feeder_lock, unlock_feeder
+from fedload.runs import ensure_superhub, forget_feeder, forget_rejects, try_feeder_lock, unlock_feeder
 from fedload.schema import read_parents
-from fedload.swap import drop_partitions
+from fedload.swap import drop_partitions, feeder_partition
 
-__all__ = ["remove_feeder"]
+__all__ = ["RemovalPlan", "remove_feeder"]
 
 log = get_logger()
+_KNOWN = "SELECT feeder FROM fedload.runs UNION SELECT feeder FROM fedload.schedule ORDER BY 1"
 
 
-async def _remove(config: Config, name: str, only: Sequence[TablePattern]) -> dict[TableName, int]:
+@dataclass(frozen=True, slots=True)
+class RemovalPlan:
+    """What `feeder remove` would drop: the feeder's partitions (rows per table) and its recorded runs."""
+
+    feeder: str
+    partitions: dict[TableName, int]
+    runs: int
+    whole: bool  # no --table: the history goes too
+    known: list[str]
+
+    def lines(self) -> list[str]:
+        """The plan for a person, one line per table, then the history."""
+        lines = [f"  {table}: {counted(rows, 'row')}" for table, rows in self.partitions.items()]
+        if self.whole:
+            lines.append(f"  run history: {counted(self.runs, 'recorded run')}")
+        return lines
+
+
+async def _tables(conn: asyncpg.Connection, config: Config, only: Sequence[TablePattern]) -> list[TableName]:
+    parents = await read_parents(conn, config.superhub.tables, config.superhub.feeder_key)
+    if unmatched := [p for p in only if not any(p.matches(t) for t in parents)]:
+        names = ", ".join(map(str, unmatched))
+        raise UsageError(f"--table {names} matches none of the superhub's tables (superhub.tables)")
+    return sorted(t for t in parents if not only or any(p.matches(t) for p in only))
+
+
+async def _plan(config: Config, name: str, only: Sequence[TablePattern]) -> RemovalPlan:
+    feeder = config.feeders.get(name)
+    key = feeder.key if feeder else None
     with superhub_errors(config):
         conn = await connect_superhub(config)
         try:
             await ensure_superhub(conn)
+            partitions = {}
+            for table in await _tables(conn, config, only):
+                if (partition := await feeder_partition(conn, table, name, key)) is not None:
+                    partitions[table] = await conn.fetchval(f"SELECT count(*) FROM {partition}")  # noqa: S608
+            runs = await conn.fetchval("SELECT count(*) FROM fedload.runs WHERE feeder = $1", name)
+            known = sorted({*config.feeders, *(r[0] for r in await conn.fetch(_KNOWN))})
+        finally:
+            await close_superhub(conn)
+    return RemovalPlan(name, partitions, runs, not only, known)
+
+
+async def _remove(config: Config, name: str, only: Sequence[TablePattern]) -> tuple[dict[TableName, int], int]:
+    feeder = config.feeders.get(name)
+    with superhub_errors(config):
+        conn = await connect_superhub(config)
+        try:
             if not await try_feeder_lock(conn, name):
                 raise FeederError(f"feeder {name} is being synced right now; try again when the run has finished")
             try:
-                parents = await read_parents(conn, config.superhub.tables, config.superhub.feeder_key)
-                chosen = [t for t in parents if not only or any(p.matches(t) for p in only)]
-                feeder = config.feeders.get(name)
-                dropped = await drop_partitions(conn, chosen, name, feeder.key if feeder else None)
-                if not only:
-                    await forget_rejects(conn, name)
-                return dropped
+                tables = await _tables(conn, config, only)
+                dropped = await drop_partitions(conn, tables, name, feeder.key if feeder else None)
+                if only:
+                    return dropped, 0
+                await forget_rejects(conn, name)
+                return dropped, await forget_feeder(conn, name)
             finally:
                 await unlock_feeder(conn, name)
         finally:
             await close_superhub(conn)
 
 
-def remove_feeder(config: Config, name: str, only: Sequence[TablePattern] = ()) -> int:
-    """Detach and drop every partition of feeder `name` (or those of the `only` tables); works whether or not
-    the feeder is still configured."""
-    dropped = asyncio.run(_remove(config, name, only))
-    log.info("feeder.removed", feeder=name, tables=[str(t) for t in dropped])
-    tables = ", ".join(f"{t} ({rows:,} rows)" for t, rows in dropped.items())
-    print(f"feeder {name}: dropped its partitions of {len(dropped)} table(s){': ' + tables if tables else ''}")
+def _check_known(plan: RemovalPlan, config: Config) -> None:
+    if plan.feeder in config.feeders or plan.partitions or plan.runs or plan.feeder in plan.known:
+        return
+    known = ", ".join(plan.known) or "none"
+    raise UsageError(
+        f"feeder {plan.feeder} is not configured and the superhub holds no partitions or run history of it; "
+        f"known feeders: {known}"
+    )
+
+
+def _confirmed(plan: RemovalPlan, ask: Callable[[str], str]) -> bool:
+    print(f"feeder {plan.feeder}: this drops its partitions and cannot be undone:")
+    print("\n".join(plan.lines()) if plan.lines() else "  (no partitions)")
+    try:
+        answer = ask(f"Remove feeder {plan.feeder}? [y/N] ")
+    except EOFError:
+        answer = ""
+    return answer.strip().lower() in ("y", "yes")
+
+
+def remove_feeder(
+    config: Config,
+    name: str,
+    only: Sequence[TablePattern] = (),
+    *,
+    yes: bool = False,
+    ask: Callable[[str], str] = input,
+) -> int:
+    """Detach and drop every partition of feeder `name` (or those of the `only` tables), after confirmation on a
+    terminal unless `yes`; 0 when done, 1 when the person declined. Works whether or not the feeder is still
+    configured; UsageError for a feeder nobody knows, or for no terminal and no `yes`."""
+    plan = asyncio.run(_plan(config, name, only))
+    _check_known(plan, config)
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UsageError(f"feeder remove {name} asks for confirmation on a terminal; pass --yes to remove it")
+        if not _confirmed(plan, ask):
+            print(f"feeder {name}: nothing removed")
+            return 1
+    dropped, runs = asyncio.run(_remove(config, name, only))
+    log.info("feeder.removed", feeder=name, tables=[str(t) for t in dropped], runs_forgotten=runs)
+    _report(config, name, only, dropped, runs)
+    return 0
+
+
+def _report(config: Config, name: str, only: Sequence[TablePattern], dropped: dict[TableName, int], runs: int) -> None:
+    tables = "".join(f"\n  {t}: {counted(rows, 'row')}" for t, rows in dropped.items())
+    print(f"feeder {name}: dropped {counted(len(dropped), 'partition')}{tables}")
+    if not only:
+        print(f"feeder {name}: forgot its run history ({counted(runs, 'run')})")
     feeder = config.feeders.get(name)
     if feeder is None:
-        return 0
+        return
     if not only:
         print(f"feeder {name} is still configured: remove [feeders.{name}], or the next sync brings its data back")
     elif back := [t for t in dropped if not any(x.matches(t) for x in feeder.exclude_tables)]:
         names = ", ".join(map(str, back))
         print(f"{names} not in feeders.{name}.exclude_tables: the next sync of {name} brings their data back")
-    return 0

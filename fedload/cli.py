@@ -130,7 +130,7 @@ def _run_feeder_remove(args: argparse.Namespace) -> int:
 
     config = _config(args)
     _logging(args, config.log_level)
-    return remove_feeder(config, args.name, args.table)
+    return remove_feeder(config, args.name, args.table, yes=args.yes)
 
 
 def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
@@ -163,28 +163,38 @@ def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None
         metavar="PATTERN",
         help="drop only the feeder's partitions of these tables (schema.table, as in superhub.tables); repeatable",
     )
+    remove.add_argument(
+        "--yes", "-y", action="store_true", help="do not ask for confirmation (needed without a terminal)"
+    )
     remove.set_defaults(run=_run_feeder_remove)
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from fedload.demo import run_demo  # noqa: PLC0415
+    from fedload.demo import run_demo, stop_demo  # noqa: PLC0415
 
     _logging(args, "warning")
+    if args.stop is not None:
+        return stop_demo(args.stop)
     return run_demo(keep=args.keep, hosts=args.hosts)
 
 
 def _run_check_config(args: argparse.Namespace) -> int:
+    from fedload.checks import file_problems  # noqa: PLC0415
     from fedload.config import find_config_path, load_config  # noqa: PLC0415
+    from fedload.english import counted  # noqa: PLC0415
 
     path = find_config_path(args.config)
     config = load_config(path)
-    if config.superhub.schema_file is not None:
-        from fedload.schema_file import check_schema_file  # noqa: PLC0415
+    if problems := file_problems(config, path):
+        raise ConfigError(problems)
+    tables = counted(len(config.superhub.tables), "table pattern")
+    print(f"{path}: OK ({counted(len(config.feeders), 'feeder')}, {tables})", flush=True)
+    if not args.connect:
+        return EXIT_OK
+    from fedload.probe import run_probes  # noqa: PLC0415 - the network only with --connect
 
-        if problems := check_schema_file(config.superhub.schema_file, config.superhub.feeder_key):
-            raise ConfigError(problems)
-    print(f"{path}: OK ({len(config.feeders)} feeders, {len(config.superhub.tables)} table patterns)")
-    return EXIT_OK
+    _logging(args, "warning")
+    return run_probes(config)
 
 
 _CONFIG_HELP = "configuration file (default: $FEDLOAD_CONFIG, ./fedload.toml, /etc/fedload/fedload.toml)"
@@ -246,13 +256,24 @@ def build_parser() -> argparse.ArgumentParser:
     _add_superhub_parsers(commands)
 
     demo = _command(commands, "demo", _WITHOUT_CONFIG)
-    demo.add_argument("--keep", action="store_true", help="leave the clusters running afterwards")
+    keep_or_stop = demo.add_mutually_exclusive_group()
+    keep_or_stop.add_argument(
+        "--keep", action="store_true", help="leave the clusters running, with a fedload.toml for them"
+    )
+    keep_or_stop.add_argument(
+        "--stop", type=Path, metavar="DIR", help="stop the clusters a `demo --keep` left in DIR and remove it"
+    )
     demo.add_argument(
         "--hosts", type=positive_int, default=500, metavar="N", help="hosts on the first feeder (default 500)"
     )
     demo.set_defaults(run=_run_demo)
 
     check = _command(commands, "check-config", _WITH_CONFIG)
+    check.add_argument(
+        "--connect",
+        action="store_true",
+        help="also connect: to the superhub (version, tables) and each feeder (SSH, agent and pg_dump versions)",
+    )
     check.set_defaults(run=_run_check_config)
     return parser
 

@@ -148,10 +148,18 @@ class Config(_Model):
 
     @model_validator(mode="after")
     def _keys_unique(self) -> Config:
-        keys = [feeder.key for feeder in self.feeders.values()]
-        if duplicates := sorted({str(k) for k in keys if keys.count(k) > 1}):
-            raise ValueError(f"feeder keys must be unique; repeated: {', '.join(duplicates)}")
+        by_key: dict[str, list[str]] = {}
+        for name, feeder in self.feeders.items():
+            by_key.setdefault(_key_value(feeder.key), []).append(name)
+        if repeated := [f"{' and '.join(names)} share key {key}" for key, names in by_key.items() if len(names) > 1]:
+            raise ValueError(f"feeder keys must be unique: {'; '.join(repeated)}")
         return self
+
+
+def _key_value(key: int | str) -> str:
+    """The key as the superhub's partition bound sees it: 1, "1" and "01" are the same integer key."""
+    text = str(key)
+    return str(int(text)) if text.lstrip("-").isdigit() else text
 
 
 def find_config_path(explicit: Path | None, environ: Mapping[str, str] = os.environ) -> Path:

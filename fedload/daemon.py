@@ -5,13 +5,16 @@
 - SIGTERM/SIGINT: two-phase shutdown. Start nothing new, let running syncs finish for `shutdown_grace_s`, then
   cancel them (their transactions roll back: old data intact, no staging left).
 - SIGHUP: reload the configuration file; an invalid one is logged and the running configuration kept.
-- systemd: READY=1 once running, WATCHDOG=1 pings when WatchdogSec is set, RELOADING=1/STOPPING=1.
+- systemd: READY=1 as soon as the configuration is valid and signals are handled, even while the superhub is
+  unreachable (the daemon retries with backoff and says so in STATUS=, so a down superhub at boot is not a start
+  timeout); WATCHDOG=1 pings when WatchdogSec is set, from the start; RELOADING=1/STOPPING=1.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import random
 import signal
 import time
@@ -19,7 +22,8 @@ from pathlib import Path
 
 from fedload import systemd
 from fedload.config import Config, load_config
-from fedload.errors import ConfigError, FedloadError
+from fedload.english import counted
+from fedload.errors import ConfigError, FedloadError, one_line
 from fedload.log import get_logger
 from fedload.pipeline import FeederRun, close_superhub, connect_superhub, superhub_errors, sync_feeder
 from fedload.schedule import FeederSchedule, after_failure, after_success, first_run
@@ -29,7 +33,7 @@ __all__ = ["Daemon", "run_daemon"]
 
 log = get_logger()
 _BUSY_RETRY_S = 30.0
-_PREPARE_RETRY_S = 15.0
+_PREPARE_MAX_S = 60.0  # backoff while the superhub is unreachable: 1, 2, 4 ... 60 s
 
 
 class Daemon:
@@ -47,25 +51,32 @@ class Daemon:
         self._reload_requested = False
 
     async def run(self) -> int:
-        """Run until SIGTERM/SIGINT; 0 after a clean shutdown."""
+        """Run until SIGTERM/SIGINT; 0 after a clean shutdown. Ready for systemd at once, superhub or not."""
         self._install_signal_handlers()
-        await self._prepare()
-        now = time.monotonic()
-        self._schedules = {name: first_run(now, f.interval_s, self._rng) for name, f in self.config.feeders.items()}
-        systemd.notify("READY=1", f"STATUS=scheduling {len(self._schedules)} feeders")
-        log.info("daemon.started", feeders=sorted(self._schedules))
-        watchdog = asyncio.create_task(self._watchdog())
+        systemd.notify("READY=1", "STATUS=connecting to the superhub")
+        watchdog = asyncio.create_task(self._watchdog(), name="watchdog")
         try:
-            while not self._stopping:
-                if self._reload_requested:
-                    self._reload()
-                self._start_due()
-                await self._sleep_until_next()
+            if await self._prepare():
+                now = time.monotonic()
+                feeders = self.config.feeders.items()
+                self._schedules = {name: first_run(now, f.interval_s, self._rng) for name, f in feeders}
+                systemd.notify(f"STATUS=scheduling {counted(len(self._schedules), 'feeder')}")
+                log.info("daemon.started", feeders=sorted(self._schedules))
+                await self._loop()
             await self._shutdown()
         finally:
             watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watchdog
         log.info("daemon.stopped")
         return 0
+
+    async def _loop(self) -> None:
+        while not self._stopping:
+            if self._reload_requested:
+                self._reload()
+            self._start_due()
+            await self._sleep_until_next()
 
     def _install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()
@@ -82,18 +93,30 @@ class Daemon:
         self._reload_requested = True
         self._wake.set()
 
-    async def _prepare(self) -> None:
-        """Set up the superhub's schemas; keep trying while it is unreachable (stop still works)."""
-        while not self._stopping:
+    async def _prepare(self) -> bool:
+        """Set up the superhub's schemas, retrying with backoff while it is unreachable (saying so in systemd's
+        STATUS); SIGHUP reloads the configuration and retries at once. False if told to stop first."""
+        for attempt in itertools.count(1):
+            if self._stopping:
+                return False
+            if self._reload_requested:
+                self._reload()
             try:
                 await prepare_superhub(self.config)
             except FedloadError as exc:
-                log.error("daemon.superhub_unavailable", error=str(exc), retry_s=_PREPARE_RETRY_S)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), _PREPARE_RETRY_S)
-                self._wake.clear()
+                await self._wait_to_retry(attempt, exc)
             else:
-                return
+                return True
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _wait_to_retry(self, attempt: int, exc: FedloadError) -> None:
+        delay_s = min(_PREPARE_MAX_S, 2.0 ** (attempt - 1)) * self._rng.uniform(0.8, 1.0)
+        error = one_line(str(exc), limit=200)
+        log.error("daemon.superhub_unavailable", error=str(exc), attempt=attempt, retry_s=round(delay_s, 1))
+        systemd.notify(f"STATUS=superhub unavailable, retry {attempt} in {delay_s:.0f} s: {error}")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), delay_s)
+        self._wake.clear()
 
     def _reload(self) -> None:
         self._reload_requested = False

@@ -1,24 +1,36 @@
 """`fedload demo`: a local superhub and three feeders with drifting schemas, synced once, then explained.
 
-Everything runs in throwaway clusters under one temporary directory, removed at the end unless `--keep`.
+Everything runs in throwaway clusters under one temporary directory, removed at the end unless `--keep`; a kept
+directory holds a `fedload.toml` for its clusters, and `fedload demo --stop DIR` stops them and removes it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import shlex
 import shutil
+import signal
+import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
-from fedload.config import Config, parse_config
-from fedload.errors import ConfigError
+from fedload.config import parse_config
+from fedload.english import counted
+from fedload.errors import ConfigError, FedloadError, UsageError
 from fedload.localpg import LocalCluster, PgInstall, find_installs
 from fedload.sync import sync_with_display
 
-__all__ = ["run_demo"]
+__all__ = ["run_demo", "stop_demo"]
+
+_MARKER = ".fedload-demo"
+_STOP_TIMEOUT_S = 60.0
 
 TABLES = ["__hosts", "__agentstatus", "__contexts", "__variables", "__software", "__lastseenhosts"]
 
@@ -113,7 +125,7 @@ def _start_feeders(installs: list[PgInstall], base: Path, hosts: int, console: C
     return feeders
 
 
-def _config(superhub: LocalCluster, feeders: list[_Feeder], base: Path) -> Config:
+def _document(superhub: LocalCluster, feeders: list[_Feeder], base: Path) -> dict[str, Any]:
     schema_file = base / "schema.sql"
     schema_file.write_text(SCHEMA_SQL, encoding="utf-8")
     tables = [f"public.{t}" for t in TABLES]
@@ -128,7 +140,16 @@ def _config(superhub: LocalCluster, feeders: list[_Feeder], base: Path) -> Confi
         for f in feeders
     }
     superhub_section = {"dsn": superhub.dsn("superhub"), "tables": tables, "schema_file": str(schema_file)}
-    return parse_config({"superhub": superhub_section, "feeders": feeder_sections}, source="demo")
+    return {"superhub": superhub_section, "feeders": feeder_sections}
+
+
+def _toml(document: dict[str, Any]) -> str:
+    """The demo's configuration as a file (strings, integers and lists of strings: JSON spells them as TOML)."""
+    lines = ["# fedload demo: the kept clusters. Stop them with: fedload demo --stop DIR", "[superhub]"]
+    lines += [f"{key} = {json.dumps(value)}" for key, value in document["superhub"].items()]
+    for name, section in document["feeders"].items():
+        lines += ["", f"[feeders.{name}]", *(f"{key} = {json.dumps(value)}" for key, value in section.items())]
+    return "\n".join(lines) + "\n"
 
 
 _COUNTS = " UNION ALL ".join(
@@ -137,16 +158,41 @@ _COUNTS = " UNION ALL ".join(
 )
 
 
-def _explain(superhub: LocalCluster, console: Console, keep: bool) -> None:
+def _explain(superhub: LocalCluster, console: Console) -> None:
     console.print("\n[bold]On the superhub, each table holds every feeder's rows, partitioned by hub_id:[/]")
     console.print(superhub.psql(f"{_COUNTS} ORDER BY 1, 2", dbname="superhub").replace("|", "  "))
     console.print("Drift handled: hub1 lacks hosts.site -> superhub default; hub2's extra hosts.uptime_s dropped:")
     console.print(
         superhub.psql("SELECT hub_id, site, count(*) FROM __hosts GROUP BY 1, 2 ORDER BY 1", dbname="superhub")
     )
-    console.print("Run history: SELECT feeder, outcome, rows, swap_lock_ms FROM fedload.runs;")
-    if keep:
-        console.print(f'\nKept running. Query it with:  psql "{superhub.conninfo("superhub")}"')
+    console.print("Run history (fedload.runs): feeder, outcome, rows, seconds")
+    history = (
+        "SELECT feeder, outcome, (SELECT sum(value::bigint) FROM jsonb_each_text(rows)), "
+        "round(extract(epoch FROM finished_at - started_at), 1) FROM fedload.runs ORDER BY feeder"
+    )
+    console.print(superhub.psql(history, dbname="superhub").replace("|", "  "), markup=False)
+
+
+def _fedload_command() -> str:
+    """How to run this fedload from a shell: `fedload` when it is on PATH, else through this Python."""
+    return "fedload" if shutil.which("fedload") else f"{shlex.quote(sys.executable)} -m fedload"
+
+
+def _next_steps(superhub: LocalCluster, base: Path, console: Console, *, keep: bool) -> None:
+    fedload = _fedload_command()
+    if not keep:
+        console.print(f"The clusters are removed. To keep them and look around: {fedload} demo --keep", soft_wrap=True)
+        return
+    config = shlex.quote(str(base / "fedload.toml"))
+    psql = shlex.join([superhub.install.tool("psql"), superhub.conninfo("superhub")])
+    console.print(f"\n[bold]Kept running in {base}.[/] Next steps:", highlight=False)
+    for command, what in (
+        (f"{fedload} status --config {config}", "each feeder's last sync"),
+        (f"{fedload} sync --config {config}", "sync again"),
+        (psql, "query the superhub"),
+        (f"{fedload} demo --stop {shlex.quote(str(base))}", "stop the clusters and remove the directory"),
+    ):
+        console.print(f"  {command}    # {what}", markup=False, highlight=False, soft_wrap=True)
 
 
 def run_demo(*, keep: bool = False, hosts: int = 500) -> int:
@@ -155,6 +201,7 @@ def run_demo(*, keep: bool = False, hosts: int = 500) -> int:
     superhub_install, feeder_installs = _installs()
     base = Path(tempfile.mkdtemp(prefix="fedload-demo-"))
     base.chmod(0o755)  # the servers may run as another user and must reach their directories
+    (base / _MARKER).write_text("clusters of `fedload demo --keep`; stop them with `fedload demo --stop DIR`\n")
     clusters: list[LocalCluster] = []
     try:
         console.print("[bold]fedload demo[/]: starting a superhub and three feeders (throwaway clusters)")
@@ -164,12 +211,41 @@ def run_demo(*, keep: bool = False, hosts: int = 500) -> int:
         console.print(f"  superhub: PostgreSQL {superhub_install.major}")
         feeders = _start_feeders(feeder_installs, base, hosts, console)
         clusters += [f.cluster for f in feeders]
-        config = _config(superhub, feeders, base)
+        document = _document(superhub, feeders, base)
+        (base / "fedload.toml").write_text(_toml(document), encoding="utf-8")
+        config = parse_config(document, source="demo")
         runs = asyncio.run(sync_with_display(config, [f.name for f in feeders], console))
-        _explain(superhub, console, keep)
+        _explain(superhub, console)
+        _next_steps(superhub, base, console, keep=keep)
         return 0 if all(r.outcome == "success" for r in runs) else 1
     finally:
         if not keep:
             for cluster in clusters:
                 cluster.stop()
             shutil.rmtree(base, ignore_errors=True)
+
+
+def stop_demo(base: Path) -> int:
+    """Stop the clusters a `fedload demo --keep` left in `base` and remove the directory; 0 when done."""
+    if not (base / _MARKER).is_file():
+        raise UsageError(f"{base} is not a directory kept by `fedload demo --keep`; nothing was stopped")
+    pid_files = sorted(base.glob("fedload-*/data/postmaster.pid"))
+    for pid_file in pid_files:
+        _stop_server(pid_file)
+    shutil.rmtree(base)
+    print(f"stopped {counted(len(pid_files), 'cluster')} and removed {base}")
+    return 0
+
+
+def _stop_server(pid_file: Path) -> None:
+    """Ask the server of `pid_file` for a fast shutdown (SIGINT, as pg_ctl -m fast) and wait until it is gone."""
+    try:
+        pid = int(pid_file.read_text().split()[0])
+        os.kill(pid, signal.SIGINT)
+    except (OSError, ValueError, IndexError):
+        return  # already gone, or not a server's file: nothing to stop
+    deadline = time.monotonic() + _STOP_TIMEOUT_S
+    while pid_file.exists():
+        if time.monotonic() > deadline:
+            raise FedloadError(f"the server of {pid_file.parent} (pid {pid}) did not stop within {_STOP_TIMEOUT_S:g} s")
+        time.sleep(0.1)

@@ -83,18 +83,32 @@ examples:
     ),
     "feeder remove": CommandHelp(
         "drop a feeder's data (its partitions) from the superhub",
-        "Detach and drop every partition of the named feeder on the superhub. fedload never does this on its own: "
-        "a feeder taken out of the configuration keeps its data on the superhub until you run this.",
+        "Detach and drop every partition of the named feeder on the superhub, and forget its run history, so "
+        "`fedload status` no longer shows its old runs (with --table: only those tables' partitions; the history "
+        "stays). On a terminal it shows the tables and rows it will drop and asks first; scripts pass --yes. "
+        "fedload never does this on its own: a feeder taken out of the configuration keeps its data until you run "
+        "this. Exit status 0 removed, 1 declined or failed, 2 a name neither configured nor known to the superhub.",
+        """\
+examples:
+  fedload feeder remove hub7                          # shows what it drops, asks
+  fedload feeder remove hub7 --table public.__software --yes""",
     ),
     "demo": CommandHelp(
         "try fedload locally: a superhub and three feeders, synced and explained",
         "Start throwaway PostgreSQL clusters (a superhub and three feeders with drifting schemas), sync them once "
         "with the live display and show what the superhub holds. Needs no PostgreSQL of your own; everything is "
-        "removed afterwards unless --keep.",
+        "removed afterwards unless --keep, which leaves the clusters running with a fedload.toml for them and prints "
+        "the commands to try next; `fedload demo --stop DIR` stops them.",
     ),
     "check-config": CommandHelp(
         "check the configuration file and print every problem",
-        "Read the configuration file and print every problem on a line of its own, naming the key; touches no "
-        "database. Exit status 0 if the file is valid, 2 if not.",
+        "Read the configuration file and the files it names (ssh identity and known_hosts, remap files, the "
+        "schema file) and print every problem on a line of its own, naming the key; touches no network. With "
+        "--connect, also try the superhub and every feeder (SSH, agent and pg_dump versions), one OK or FAILED "
+        "line each. Exit status 0 if all is well, 1 if --connect found a failure, 2 if the configuration is invalid.",
+        """\
+examples:
+  fedload check-config --config /etc/fedload/fedload.toml
+  sudo -u fedload fedload check-config --connect""",
     ),
 }

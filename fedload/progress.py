@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from rich.console import Console
@@ -13,36 +13,60 @@ from rich.text import Text
 
 from fedload.pipeline import FeederRun, Progress, ProgressCallback
 
-__all__ = ["dry_run_table", "live_progress", "summary_table"]
+__all__ = ["dry_run_table", "live_progress", "progress_row", "summary_table"]
 
 
-def _progress_table(states: dict[str, Progress]) -> Table:
+_COLUMNS = ("feeder", "phase", "received MB", "MB/s", "rows", "rows/s", "seconds", "ETA")
+
+
+def progress_row(state: Progress, expected_bytes: int | None, now: float) -> list[str]:
+    """One feeder's line: phase, MB received (of the expected size, when its last successful run gives one),
+    rate, rows, rows/s, seconds so far and, while loading, the time left at the current rate."""
+    seconds = max(now - state.started, 1e-6)
+    rate = state.raw_bytes / seconds
+    received = f"{state.raw_bytes / 1e6:.1f}"
+    if expected_bytes:
+        received += f" of ~{expected_bytes / 1e6:.1f}"
+    return [
+        state.feeder,
+        state.phase,
+        received,
+        f"{rate / 1e6:.2f}",
+        f"{state.rows:,}",
+        f"{state.rows / seconds:,.0f}",
+        f"{seconds:.1f}",
+        _eta(state, expected_bytes, rate),
+    ]
+
+
+def _eta(state: Progress, expected_bytes: int | None, rate: float) -> str:
+    if state.phase != "load" or not expected_bytes or rate <= 0:
+        return "-"
+    left_s = max(expected_bytes - state.raw_bytes, 0) / rate
+    return "almost done" if left_s < 1 else f"~{left_s:.0f} s" if left_s < 120 else f"~{left_s / 60:.0f} min"
+
+
+def _progress_table(states: dict[str, Progress], expected: Mapping[str, int]) -> Table:
     table = Table(title="fedload sync", expand=False)
-    for column in ("feeder", "phase", "received MB", "dump MB", "rows", "rows/s", "seconds"):
+    for column in _COLUMNS:
         table.add_column(column, justify="left" if column in ("feeder", "phase") else "right")
+    now = time.monotonic()
     for state in states.values():
-        seconds = max(time.monotonic() - state.started, 1e-6)
-        table.add_row(
-            state.feeder,
-            state.phase,
-            f"{state.raw_bytes / 1e6:.1f}",
-            f"{state.dump_bytes / 1e6:.1f}",
-            f"{state.rows:,}",
-            f"{state.rows / seconds:,.0f}",
-            f"{seconds:.1f}",
-        )
+        table.add_row(*progress_row(state, expected.get(state.feeder), now))
     return table
 
 
 @contextmanager
-def live_progress(console: Console) -> Iterator[ProgressCallback]:
-    """A progress callback that redraws a per-feeder table at most a few times a second."""
+def live_progress(console: Console, expected: Mapping[str, int] | None = None) -> Iterator[ProgressCallback]:
+    """A progress callback that redraws a per-feeder table at most a few times a second; `expected` holds the
+    bytes each feeder sent in its last successful run, for the ETA."""
     states: dict[str, Progress] = {}
-    with Live(_progress_table(states), console=console, refresh_per_second=4, transient=True) as live:
+    sizes = expected or {}
+    with Live(_progress_table(states, sizes), console=console, refresh_per_second=4, transient=True) as live:
 
         def update(state: Progress) -> None:
             states[state.feeder] = state
-            live.update(_progress_table(states))
+            live.update(_progress_table(states, sizes))
 
         yield update
 

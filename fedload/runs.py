@@ -16,6 +16,7 @@ __all__ = [
     "RunRecord",
     "ensure_superhub",
     "finish_run",
+    "forget_feeder",
     "forget_rejects",
     "start_run",
     "try_feeder_lock",
@@ -98,6 +99,15 @@ async def forget_rejects(conn: asyncpg.Connection, feeder: str, *, except_run: i
     await conn.execute(
         "DELETE FROM fedload.rejects WHERE feeder = $1 AND run_id IS DISTINCT FROM $2", feeder, except_run
     )
+
+
+async def forget_feeder(conn: asyncpg.Connection, feeder: str) -> int:
+    """Delete the feeder's run history, schedule and rejected rows (after its removal); the runs deleted."""
+    async with conn.transaction():
+        await forget_rejects(conn, feeder)
+        await conn.execute("DELETE FROM fedload.schedule WHERE feeder = $1", feeder)
+        deleted: str = await conn.execute("DELETE FROM fedload.runs WHERE feeder = $1", feeder)
+    return int(deleted.rsplit(maxsplit=1)[-1])
 
 
 async def start_run(conn: asyncpg.Connection, feeder: str) -> int:

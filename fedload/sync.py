@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from rich.console import Console
 
 from fedload.config import Config
-from fedload.errors import ConfigError, UsageError
+from fedload.errors import ConfigError, FedloadError, UsageError
 from fedload.log import get_logger
 from fedload.output import print_table
 from fedload.pipeline import (
@@ -25,7 +25,7 @@ from fedload.pipeline import (
 from fedload.progress import dry_run_table, live_progress, summary_table
 from fedload.runs import ensure_superhub
 
-__all__ = ["prepare_superhub", "run_sync", "sync_feeders", "sync_with_display"]
+__all__ = ["expected_sizes", "prepare_superhub", "run_sync", "sync_feeders", "sync_with_display"]
 
 log = get_logger()
 
@@ -64,6 +64,29 @@ async def sync_feeders(
     return [task.result() for task in tasks]
 
 
+_LAST_SIZES = """
+SELECT DISTINCT ON (feeder) feeder, raw_bytes FROM fedload.runs
+WHERE outcome = 'success' AND feeder = ANY($1::text[]) AND raw_bytes > 0 ORDER BY feeder, finished_at DESC
+"""
+
+
+async def expected_sizes(config: Config, names: Sequence[str]) -> dict[str, int]:
+    """The bytes each feeder sent in its last successful run (for the progress ETA); empty if the superhub
+    cannot tell, the sync itself then reports why."""
+    try:
+        with superhub_errors(config):
+            conn = await connect_superhub(config)
+            try:
+                if await conn.fetchval("SELECT to_regclass('fedload.runs')") is None:
+                    return {}
+                return {r[0]: r[1] for r in await conn.fetch(_LAST_SIZES, list(names))}
+            finally:
+                await close_superhub(conn)
+    except FedloadError as exc:
+        log.debug("sync.no_expected_sizes", error=str(exc))
+        return {}
+
+
 def _selected(config: Config, names: Sequence[str]) -> list[str]:
     if not config.feeders:
         raise ConfigError("the configuration has no [feeders.NAME] sections")
@@ -89,7 +112,7 @@ async def sync_with_display(
 ) -> list[FeederRun]:
     """Sync with a live table on a terminal (plain logs otherwise), then print the summary table."""
     if console.is_terminal:
-        with live_progress(console) as progress:
+        with live_progress(console, await expected_sizes(config, names)) as progress:
             runs = await sync_feeders(config, names, progress, dry_run=dry_run)
     else:
         runs = await sync_feeders(config, names, dry_run=dry_run)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from tests.conftest import Category
 from tests.federation import (
@@ -117,3 +120,38 @@ def test_sigterm_mid_load_exits_cleanly_with_old_data(
     assert federation.superhub_sql("SELECT error FROM fedload.runs WHERE feeder = 'hub1' ORDER BY id DESC LIMIT 1") == (
         "the run was cancelled"
     )
+
+
+def test_ready_at_once_while_the_superhub_is_down(tmp_path: Path) -> None:
+    """Under systemd with the superhub down: READY=1 and watchdog pings at once, STATUS says it retries; SIGTERM
+    then exits 0 without ever logging daemon.started."""
+    config = tmp_path / "fedload.toml"
+    config.write_text(
+        '[superhub]\ndsn = "postgresql://fedload@127.0.0.1:1/superhub"\ntables = ["public.t"]\n'
+        '[feeders.hub1]\nkey = 1\ntransport = "local"\n'
+    )
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
+        notify.bind(str(tmp_path / "notify"))
+        notify.settimeout(20)
+        env = {**os.environ, "NOTIFY_SOCKET": str(tmp_path / "notify"), "WATCHDOG_USEC": "1000000"}
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "fedload", "--log-format", "json", "daemon", "--config", str(config)],
+            env=env,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            messages = [notify.recv(4096).decode()]
+            while not any("retry 2 in" in m for m in messages):
+                messages.append(notify.recv(4096).decode())
+        finally:
+            daemon.send_signal(signal.SIGTERM)
+            _, stderr = daemon.communicate(timeout=30)
+    assert messages[0] == "READY=1\nSTATUS=connecting to the superhub"
+    assert "WATCHDOG=1" in messages
+    retry = next(m for m in messages if m.startswith("STATUS=superhub unavailable, retry 1 in "))
+    assert "cannot connect to the superhub" in retry
+    assert daemon.returncode == 0
+    events = [json.loads(line)["event"] for line in stderr.decode().splitlines()]
+    assert "daemon.superhub_unavailable" in events
+    assert "daemon.started" not in events
+    assert events[-2:] == ["daemon.stop_requested", "daemon.stopped"]

@@ -1,0 +1,143 @@
+"""`fedload check-config --connect`: try what a sync needs, one line per item, OK or FAILED with the reason.
+
+The superhub: connect, its server version, the partitioned parents `superhub.tables` names. Each feeder, in
+parallel: the transport (the SSH handshake), the agent's version (`fedload --version` there) and pg_dump's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import sys
+from dataclasses import dataclass
+
+import asyncpg
+
+from fedload import __version__
+from fedload.config import Config, FeederConfig
+from fedload.english import counted
+from fedload.errors import FedloadError, FeederCommandError, FeederError, FeederTimeoutError, one_line
+from fedload.pipeline import close_superhub, connect_superhub, superhub_errors
+from fedload.schema import read_parents, unmatched_patterns
+from fedload.transport.base import Transport
+
+__all__ = ["Probe", "probe_feeder", "probe_superhub", "run_probes"]
+
+_COMMAND_TIMEOUT_S = 30.0
+_MAX_OUTPUT_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """One item tried: what, whether it worked, and its detail or the reason it failed."""
+
+    item: str
+    ok: bool
+    detail: str
+
+    def line(self) -> str:
+        """`item: OK (detail)` or `item: FAILED: reason`."""
+        return f"{self.item}: OK ({self.detail})" if self.ok else f"{self.item}: FAILED: {self.detail}"
+
+
+async def probe_superhub(config: Config) -> list[Probe]:
+    """Connect to the superhub, read its version and the parents of the configured tables."""
+    try:
+        with superhub_errors(config):
+            conn = await connect_superhub(config, "check-config")
+    except FedloadError as exc:
+        return [Probe("superhub", False, str(exc))]
+    try:
+        with superhub_errors(config):
+            version = await conn.fetchval("SHOW server_version")
+            return [Probe("superhub", True, f"PostgreSQL {version}"), await _tables(conn, config)]
+    except FedloadError as exc:
+        return [Probe("superhub", False, str(exc))]
+    finally:
+        await close_superhub(conn)
+
+
+async def _tables(conn: asyncpg.Connection, config: Config) -> Probe:
+    item = "superhub tables"
+    try:
+        parents = await read_parents(conn, config.superhub.tables, config.superhub.feeder_key)
+    except FedloadError as exc:
+        return Probe(item, False, str(exc))
+    found = f"{counted(len(parents), 'partitioned table')} match superhub.tables"
+    unmatched = ", ".join(map(str, unmatched_patterns(config.superhub.tables, parents)))
+    if not unmatched:
+        return Probe(item, True, found)
+    if config.superhub.schema_file is not None:
+        return Probe(item, True, f"{found}; the first sync creates {unmatched} from the schema file")
+    return Probe(item, False, f"{unmatched} match no partitioned table on the superhub, and no schema_file is set")
+
+
+def _transport(feeder: FeederConfig) -> tuple[Transport, str]:
+    if feeder.transport == "local":
+        from fedload.transport.local import LocalTransport  # noqa: PLC0415 - import what is used
+
+        return LocalTransport(read_timeout_s=_COMMAND_TIMEOUT_S), "local commands, nothing to connect to"
+    from fedload.transport.ssh import SshTransport  # noqa: PLC0415 - asyncssh is heavy
+
+    assert feeder.ssh is not None
+    return SshTransport(feeder.ssh), f"ssh {feeder.ssh.user}@{feeder.ssh.host}:{feeder.ssh.port}"
+
+
+async def _first_line(transport: Transport, argv: list[str], timeout_s: float) -> str:
+    """Run `argv` on the feeder; the first line it prints, or a FeederError saying why not."""
+    process = await transport.open(argv)
+    try:
+        async with asyncio.timeout(timeout_s):
+            output = b""
+            while len(output) < _MAX_OUTPUT_BYTES and (chunk := await process.read(_MAX_OUTPUT_BYTES)):
+                output += chunk
+            status = await process.wait()
+    except TimeoutError:
+        raise FeederTimeoutError(f"`{shlex.join(argv)}` did not answer within {timeout_s:g} s") from None
+    finally:
+        await process.cancel()
+    if status != 0:
+        raise FeederCommandError(f"`{shlex.join(argv)}` exited with status {status}: {one_line(process.stderr_tail)}")
+    return one_line(output.decode(errors="replace").strip().partition("\n")[0]) or "(no output)"
+
+
+def _commands(feeder: FeederConfig) -> list[tuple[str, list[str]]]:
+    head = feeder.agent_command or ([sys.executable, "-m", "fedload"] if feeder.transport == "local" else ["fedload"])
+    agent = [("agent", [*head, "--version"])] if feeder.agent else []
+    return [*agent, ("pg_dump", [feeder.pg_dump, "--version"])]
+
+
+async def probe_feeder(name: str, feeder: FeederConfig) -> list[Probe]:
+    """The feeder's connection, then its agent's and pg_dump's versions; nothing more once the connection fails."""
+    transport, how = _transport(feeder)
+    timeout_s = _COMMAND_TIMEOUT_S + (feeder.ssh.connect_timeout_s if feeder.ssh else 0.0)
+    probes: list[Probe] = []
+    for label, argv in _commands(feeder):
+        try:
+            answer = await _first_line(transport, argv, timeout_s)
+        except FeederCommandError as exc:
+            probes.append(Probe(f"feeder {name} {label}", False, str(exc)))
+        except FeederError as exc:
+            return [*probes, Probe(f"feeder {name} connection", False, str(exc))]
+        else:
+            if label == "agent" and answer != f"fedload {__version__}":
+                answer += f"; this superhub runs fedload {__version__}"
+            probes.append(Probe(f"feeder {name} {label}", True, answer))
+        if len(probes) == 1:
+            probes.insert(0, Probe(f"feeder {name} connection", True, how))
+    return probes
+
+
+async def _all(config: Config) -> list[Probe]:
+    async with asyncio.TaskGroup() as group:
+        superhub = group.create_task(probe_superhub(config))
+        feeders = [group.create_task(probe_feeder(name, f)) for name, f in config.feeders.items()]
+    return [*superhub.result(), *(probe for task in feeders for probe in task.result())]
+
+
+def run_probes(config: Config) -> int:
+    """Try the superhub and every feeder, print one line per item; 0 if all worked, 1 if something failed."""
+    probes = asyncio.run(_all(config))
+    for probe in probes:
+        print(probe.line())
+    return 0 if all(probe.ok for probe in probes) else 1

@@ -1,0 +1,73 @@
+"""`fedload demo` ends with next steps that work: with --keep they run as printed, `demo --stop` ends them."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from fedload.localpg import find_installs
+
+
+def fedload(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the fedload command line in a child process."""
+    return subprocess.run(
+        [sys.executable, "-m", "fedload", *args], capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def _run(command: str) -> subprocess.CompletedProcess[str]:
+    """A printed command line, run as a shell would (psql given a query on stdin)."""
+    return subprocess.run(
+        shlex.split(command),
+        input="SELECT count(*) FROM __hosts",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_kept_demo_prints_commands_that_work_and_stops() -> None:
+    """With --keep: status, sync and psql run as printed; `demo --stop DIR` stops the clusters and removes DIR."""
+    assert find_installs(), "no PostgreSQL server binaries found"
+    demo = fedload("demo", "--keep", "--hosts", "5")
+    assert demo.returncode == 0, demo.stderr
+    base = Path(re.findall(r"Kept running in (\S+)\. Next steps:", demo.stdout)[0])
+    try:
+        found = re.findall(r"^  (.+?)    # (.+)$", demo.stdout, flags=re.MULTILINE)
+        steps = {what: command.strip() for command, what in found}
+        assert list(steps) == [
+            "each feeder's last sync",
+            "sync again",
+            "query the superhub",
+            "stop the clusters and remove the directory",
+        ]
+        status = _run(steps["each feeder's last sync"])
+        assert status.returncode == 0, status.stderr
+        assert [line.split("\t")[0] for line in status.stdout.splitlines()[2:]] == ["hub1", "hub2", "hub3"]
+        assert _run(steps["sync again"]).returncode == 0
+        psql = _run(steps["query the superhub"])
+        assert psql.returncode == 0, psql.stderr
+        assert psql.stdout.split() == ["count", "-------", "30", "(1", "row)"]  # 5 + 10 + 15 hosts
+        stop = _run(steps["stop the clusters and remove the directory"])
+    finally:
+        if base.exists():
+            fedload("demo", "--stop", str(base))
+    assert stop.returncode == 0, stop.stderr
+    assert stop.stdout == f"stopped 4 clusters and removed {base}\n"
+    assert not base.exists()
+    again = fedload("demo", "--stop", str(base))
+    assert again.returncode == 2
+    assert again.stderr == f"fedload: {base} is not a directory kept by `fedload demo --keep`; nothing was stopped\n"
+
+
+def test_demo_without_keep_prints_no_commands_that_cannot_work() -> None:
+    """Without --keep the clusters are gone, and the demo prints no command that needs them."""
+    demo = fedload("demo", "--hosts", "5")
+    assert demo.returncode == 0, demo.stderr
+    assert "psql" not in demo.stdout
+    assert "--config" not in demo.stdout
+    assert demo.stdout.rstrip().endswith("demo --keep")
