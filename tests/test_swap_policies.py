@@ -21,7 +21,7 @@ from tests.federation import Federation, cluster, federation, staging_leftovers,
 
 __all__ = ["cluster", "federation"]  # fixtures used by the tests below
 
-LONG_QUERY = "SELECT count(*), pg_sleep(2.4) FROM hosts"
+LONG_QUERY = "SELECT count(*), pg_sleep(2) FROM hosts"
 COUNTS = "SELECT hub_id || ':' || count(*) FROM hosts GROUP BY hub_id"
 BOUND_S = 30.0  # generous: a swap that waits 1-2 s and cancels for up to 5 s finishes well within it
 
@@ -35,13 +35,26 @@ class Sessions:
         self._user = user
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._processes: set[subprocess.Popen[str]] = set()
+        self._lock = threading.Lock()
         self.seen: set[str] = set()  # "hub_id:count" lines the counting reader saw
 
-    def _psql(self, sql: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    def _psql(self, sql: str, env: dict[str, str]) -> tuple[int, str]:
+        """Run one query with psql; its exit status and output (a stopped loop's query is killed, status < 0)."""
         cluster = self._fed.cluster
         argv = [cluster.install.tool("psql"), "-X", "-At", "-h", cluster.host, "-p", str(cluster.port)]
         argv += ["-U", self._user, "-d", self._fed.superhub, "-c", sql]
-        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+        with self._lock:
+            if self._stop.is_set():
+                return -1, ""
+            process = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            self._processes.add(process)
+        try:
+            out, _ = process.communicate(timeout=60)
+        finally:
+            with self._lock:
+                self._processes.discard(process)
+        return process.returncode, out
 
     def _report_loop(self) -> None:
         while not self._stop.is_set():
@@ -50,9 +63,9 @@ class Sessions:
     def _count_loop(self) -> None:
         env = {**os.environ, "PGAPPNAME": "counter"}
         while not self._stop.is_set():
-            result = self._psql(COUNTS, env)
-            if result.returncode == 0:
-                self.seen.update(result.stdout.split())
+            status, out = self._psql(COUNTS, env)
+            if status == 0:
+                self.seen.update(out.split())
             time.sleep(0.02)
 
     def _start(self, target: Any) -> None:
@@ -66,11 +79,14 @@ class Sessions:
         try:
             for _ in range(reports):
                 self._start(self._report_loop)
-                time.sleep(1.2)
+                time.sleep(1.0)
             self._start(self._count_loop)
             yield self
         finally:
-            self._stop.set()
+            with self._lock:
+                self._stop.set()
+                for process in self._processes:
+                    process.kill()
             for thread in self._threads:
                 thread.join(timeout=10)
 
@@ -78,7 +94,8 @@ class Sessions:
 def swap_config(fed: Federation, **superhub: Any) -> Config:
     """The federation's configuration with some `swap_*` settings of the superhub."""
     config = fed.config()
-    return config.model_copy(update={"superhub": SuperhubConfig.model_validate(config.superhub.model_dump() | superhub)})
+    checked = SuperhubConfig.model_validate(config.superhub.model_dump() | superhub)
+    return config.model_copy(update={"superhub": checked})
 
 
 def first_sync_then_change(fed: Federation, config: Config) -> tuple[str, str]:
@@ -105,20 +122,23 @@ def assert_only_whole_totals(seen: set[str], allowed: set[str]) -> None:
 
 def test_partition_swap_fails_in_bound_and_status_flags_it(federation: Federation) -> None:
     """swap_on_timeout = "fail": the swap gives up after swap_max_wait_s; old data stays; status flags the feeder."""
-    config = swap_config(federation, swap_max_wait_s=1.5, swap_lock_timeout_s=0.2)
+    config = swap_config(federation, swap_max_wait_s=1.0, swap_lock_timeout_s=0.2)
     old, new = first_sync_then_change(federation, config)
     with Sessions(federation).running() as sessions:
         runs = [timed_sync(config) for _ in range(2)]
     for run, seconds in runs:
-        assert run.outcome == "failed" and "could not lock the parent tables of feeder hub1" in (run.error or "")
+        assert run.outcome == "failed"
+        assert "could not lock the parent tables of feeder hub1" in (run.error or "")
         assert seconds < BOUND_S
         assert (run.swap_attempts or 0) > 1
     assert_only_whole_totals(sessions.seen, {old})
     assert federation.superhub_sql("SELECT count(*) FROM hosts WHERE hub_id = 1") == old.split(":")[1]
     assert staging_leftovers(federation) == "0"
     hub1 = next(s for s in asyncio.run(read_status(config)) if s.feeder == "hub1")
-    assert hub1.swaps_starved and hub1.swap_lock_failures == 2
-    assert (hub1.swap_attempts or 0) > 1 and (hub1.swap_wait_ms or 0) >= 1500
+    assert hub1.swaps_starved
+    assert hub1.swap_lock_failures == 2
+    assert (hub1.swap_attempts or 0) > 1
+    assert (hub1.swap_wait_ms or 0) >= 1000
     assert new != old
 
 
@@ -134,9 +154,13 @@ def test_partition_swap_cancels_blocking_reports(federation: Federation) -> None
     assert run.outcome == "success", run.error
     assert seconds < BOUND_S
     cancelled = [e for e in events if e["event"] == "swap.blocker_cancelled"]
-    assert cancelled and run.cancelled_backends == len(cancelled)
+    assert cancelled
+    assert run.cancelled_backends == len(cancelled)
     report = next(e for e in cancelled if e["application_name"] == "report")
-    assert report["query"] == LONG_QUERY and report["user"] == "postgres" and report["query_start"] and report["pid"]
+    assert report["query"] == LONG_QUERY
+    assert report["user"] == "postgres"
+    assert report["query_start"]
+    assert report["pid"]
     assert_only_whole_totals(sessions.seen, {old, new})
     assert new in sessions.seen
     recorded = federation.superhub_sql("SELECT cancelled_backends FROM fedload.runs ORDER BY id DESC LIMIT 1")
@@ -146,9 +170,7 @@ def test_partition_swap_cancels_blocking_reports(federation: Federation) -> None
 @pytest.fixture
 def reporter(federation: Federation) -> str:
     """A role that may read the superhub's tables, as report users do."""
-    federation.cluster.psql(
-        "DO $$ BEGIN CREATE ROLE reporter LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$"
-    )
+    federation.cluster.psql("DO $$ BEGIN CREATE ROLE reporter LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$")
     return "reporter"
 
 
@@ -169,7 +191,8 @@ def test_never_cancel_sessions_are_spared(federation: Federation, reporter: str,
     federation.superhub_sql(f"GRANT SELECT ON hosts TO {reporter}")
     with capture_logs() as events, Sessions(federation, user=reporter).running() as sessions:
         run, seconds = timed_sync(config)
-    assert run.outcome == "failed" and "swap_never_cancel" in (run.error or ""), run.error
+    assert run.outcome == "failed"
+    assert "swap_never_cancel" in (run.error or ""), run.error
     assert seconds < BOUND_S
     assert not [e for e in events if e["event"] == "swap.blocker_cancelled" and e["application_name"] == "report"]
     assert [e for e in events if e["event"] == "swap.blocker_spared"]
@@ -192,7 +215,8 @@ def test_mvcc_swap_never_waits_for_readers(federation: Federation, methods: dict
         time.sleep(0.3)
     assert run.outcome == "success", run.error
     assert seconds < BOUND_S
-    assert run.swap_attempts == 1 and run.cancelled_backends == 0
+    assert run.swap_attempts == 1
+    assert run.cancelled_backends == 0
     assert_only_whole_totals(sessions.seen, {old, new})
     assert new in sessions.seen
     assert federation.superhub_sql("SELECT tableoid::regclass FROM hosts WHERE hub_id = 1 LIMIT 1") == partition
