@@ -24,6 +24,8 @@ __all__ = [
     "FeederConfig",
     "SshConfig",
     "SuperhubConfig",
+    "SwapMethod",
+    "SwapOnTimeout",
     "TransformConfig",
     "find_config_path",
     "load_config",
@@ -64,6 +66,20 @@ class Compression(StrEnum):
     GZIP = "gzip"
 
 
+class SwapMethod(StrEnum):
+    """How a feeder's new data replaces its old data (see docs/swap.md)."""
+
+    PARTITION = "partition"  # DETACH old, ATTACH staging: ACCESS EXCLUSIVE on the parent for milliseconds
+    MVCC = "mvcc"  # DELETE old rows, INSERT new ones: readers never wait, the partition needs vacuum
+
+
+class SwapOnTimeout(StrEnum):
+    """What a swap does once `swap_max_wait_s` of polite tries have passed."""
+
+    FAIL = "fail"  # give up; the next run tries again
+    CANCEL = "cancel"  # wait for the locks and cancel the queries that hold them (never terminate)
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -90,6 +106,12 @@ class SuperhubConfig(_Model):
     statement_timeout_s: Seconds = 3600.0
     swap_lock_timeout_s: Seconds = Field(0.5, lt=1.0)  # below PostgreSQL's deadlock_timeout: the swap yields
     swap_max_wait_s: Seconds = 300.0
+    swap_method: SwapMethod = SwapMethod.PARTITION
+    swap_method_tables: dict[str, SwapMethod] = {}  # "schema.table" -> method, overriding swap_method
+    swap_on_timeout: SwapOnTimeout = SwapOnTimeout.FAIL
+    swap_cancel_wait_s: Seconds = 30.0  # swap_on_timeout = "cancel": the longest wait for locks while cancelling
+    swap_never_cancel_roles: list[str] = []
+    swap_never_cancel_applications: list[str] = []
     run_timeout_s: Seconds = 6 * 3600.0
 
 

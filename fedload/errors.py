@@ -24,6 +24,7 @@ __all__ = [
     "FeederTimeoutError",
     "FeederUnreachableError",
     "SuperhubError",
+    "SwapLockError",
     "UsageError",
     "one_line",
 ]
@@ -79,6 +80,10 @@ class DumpError(FedloadError):
 
 class SuperhubError(FedloadError):
     """The superhub database failed: retry later."""
+
+
+class SwapLockError(SuperhubError):
+    """The swap could not get its locks in time (other sessions held the tables); the old data stays."""
 
 
 def one_line(text: str, limit: int | None = 500) -> str:

@@ -35,7 +35,7 @@ from fedload.runs import (
 from fedload.schema import ParentTable, read_parents, unmatched_patterns
 from fedload.schema_file import create_parents_from_file
 from fedload.stream import Trailer
-from fedload.swap import analyze_partitions, describe_swap, swap_in
+from fedload.swap import SwapPolicy, SwapStats, analyze_partitions, describe_swap, swap_in
 from fedload.transport import FeederProcess, Transport
 from transforms import Item, Remap, RemapError, load_remap
 
@@ -80,6 +80,8 @@ class FeederRun:
     swap_lock_ms: float | None = None
     plan: tuple[str, ...] = ()  # a dry run's account of what the swap would do
     rejected: dict[str, int] = field(default_factory=dict)  # bad_rows = "reject": rows set aside, per table
+    swap_attempts: int | None = None
+    cancelled_backends: int | None = None  # queries the swap cancelled to get its locks
 
 
 ProgressCallback = Callable[[Progress], None]
@@ -238,6 +240,8 @@ class _FeederSync:
             self.record.swap_lock_ms,
             tuple(self.plan),
             self.record.rejected or {},
+            self.record.swap_attempts,
+            self.record.cancelled_backends,
         )
 
     async def _locked(self) -> None:
@@ -350,22 +354,25 @@ class _FeederSync:
             _verify_counts(rows, rejected, receiver.trailer)
             await importer.finish()
             self.phase("swap")
-            swap_started = time.monotonic()
             if self.dry_run:
                 self.plan = await describe_swap(conn, importer.staged.values(), feeder=self.name, key=self.feeder.key)
                 self.record = RunRecord("success", rows=rows, rejected=rejected)
                 return
-            await swap_in(
-                conn,
-                importer.staged.values(),
-                feeder=self.name,
-                key=self.feeder.key,
-                lock_timeout_s=superhub.swap_lock_timeout_s,
-                max_wait_s=superhub.swap_max_wait_s,
-            )
+            swap = SwapStats()
+            try:
+                await swap_in(
+                    conn,
+                    importer.staged.values(),
+                    feeder=self.name,
+                    key=self.feeder.key,
+                    policy=SwapPolicy.from_config(superhub),
+                    stats=swap,
+                    connect=lambda: connect_superhub(self.config, f"{self.name} swap watcher"),
+                )
+            finally:
+                _note_swap(self.record, swap)
             await forget_rejects(conn, self.name, except_run=self.run_id)  # they described the data swapped out
-        lock_ms = round((time.monotonic() - swap_started) * 1000, 1)
-        self.record = RunRecord("success", rows=rows, swap_lock_ms=lock_ms, rejected=rejected)
+        self.record = _note_swap(RunRecord("success", rows=rows, rejected=rejected), swap)
         self.phase("analyze")
         await analyze_partitions(conn, parents, self.name, self.feeder.key)
 
@@ -375,6 +382,13 @@ class _FeederSync:
             self.state.rows = sum(s.rows for s in importer.staged.values())
             self._report(self.state)
             yield item
+
+
+def _note_swap(record: RunRecord, swap: SwapStats) -> RunRecord:
+    """Copy how the swap went (its wait, attempts, cancelled queries, lock failure) into the run's record."""
+    record.swap_lock_ms, record.swap_attempts = swap.waited_ms, swap.attempts
+    record.cancelled_backends, record.swap_lock_failed = swap.cancelled, swap.lock_failed
+    return record
 
 
 def _read_remap(feeder: FeederConfig) -> Remap | None:

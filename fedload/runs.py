@@ -44,6 +44,9 @@ CREATE TABLE IF NOT EXISTS fedload.runs (
     host text,
     pid integer
 );
+ALTER TABLE fedload.runs ADD COLUMN IF NOT EXISTS swap_attempts integer,
+    ADD COLUMN IF NOT EXISTS cancelled_backends integer,
+    ADD COLUMN IF NOT EXISTS swap_lock_failed boolean NOT NULL DEFAULT false;
 CREATE INDEX IF NOT EXISTS runs_feeder_started ON fedload.runs (feeder, started_at DESC);
 CREATE TABLE IF NOT EXISTS fedload.rejects (
     id bigserial PRIMARY KEY,
@@ -76,6 +79,9 @@ class RunRecord:
     rows: dict[str, int] | None = None
     swap_lock_ms: float | None = None
     rejected: dict[str, int] | None = None
+    swap_attempts: int | None = None
+    cancelled_backends: int | None = None  # queries the swap cancelled (swap_on_timeout = "cancel")
+    swap_lock_failed: bool = False  # the run failed because the swap never got its locks
 
 
 async def ensure_superhub(conn: asyncpg.Connection) -> None:
@@ -136,10 +142,14 @@ async def finish_run(conn: asyncpg.Connection, run_id: int, record: RunRecord) -
         "rows": json.dumps(record.rows) if record.rows is not None else None,
         "swap_lock_ms": record.swap_lock_ms,
         "rejected": json.dumps(record.rejected) if record.rejected is not None else None,
+        "swap_attempts": record.swap_attempts,
+        "cancelled_backends": record.cancelled_backends,
+        "swap_lock_failed": record.swap_lock_failed,
     }
     await conn.execute(
         "UPDATE fedload.runs SET finished_at = now(), outcome = $2, error = $3, raw_bytes = $4, dump_bytes = $5, "
-        "rows = $6::jsonb, swap_lock_ms = $7, rejected = $8::jsonb WHERE id = $1",
+        "rows = $6::jsonb, swap_lock_ms = $7, rejected = $8::jsonb, swap_attempts = $9, cancelled_backends = $10, "
+        "swap_lock_failed = $11 WHERE id = $1",
         run_id,
         *fields.values(),
     )

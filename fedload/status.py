@@ -29,13 +29,20 @@ WITH feeders AS (
 ), last_run AS (
     SELECT DISTINCT ON (feeder) feeder, outcome, error FROM fedload.runs WHERE outcome <> 'running'
     ORDER BY feeder, started_at DESC
+), last_swap AS (
+    SELECT DISTINCT ON (feeder) feeder, swap_lock_ms, swap_attempts, cancelled_backends FROM fedload.runs
+    WHERE swap_attempts IS NOT NULL ORDER BY feeder, started_at DESC
 )
 SELECT f.feeder, s.finished_at, extract(epoch FROM now() - s.finished_at), s.rows, s.seconds,
        r.outcome, r.error, sc.next_run_at, coalesce(sc.failures, 0), f.feeder = ANY($1::text[]),
-       EXISTS (SELECT FROM fedload.runs x WHERE x.feeder = f.feeder AND x.outcome = 'running')
+       EXISTS (SELECT FROM fedload.runs x WHERE x.feeder = f.feeder AND x.outcome = 'running'),
+       w.swap_lock_ms, w.swap_attempts, w.cancelled_backends,
+       (SELECT count(*) FROM fedload.runs x WHERE x.feeder = f.feeder AND x.swap_lock_failed AND x.id > coalesce(
+           (SELECT max(y.id) FROM fedload.runs y WHERE y.feeder = f.feeder AND y.outcome = 'success'), 0))
 FROM feeders f
 LEFT JOIN last_success s USING (feeder)
 LEFT JOIN last_run r USING (feeder)
+LEFT JOIN last_swap w USING (feeder)
 LEFT JOIN fedload.schedule sc USING (feeder)
 ORDER BY f.feeder
 """
@@ -57,6 +64,18 @@ class FeederStatus:
     configured: bool
     running: bool
     stale: bool
+    swap_wait_ms: float | None = None  # the last swap's wait for its locks
+    swap_attempts: int | None = None  # and the tries it took
+    cancelled_backends: int | None = None  # and the queries it cancelled
+    swap_lock_failures: int = 0  # runs since the last success that failed for want of locks
+
+    @property
+    def swaps_starved(self) -> bool:
+        """Swaps keep failing for locks: at least two runs in a row since the last success."""
+        return self.swap_lock_failures >= _STARVED_AFTER
+
+
+_STARVED_AFTER = 2
 
 
 async def read_status(config: Config) -> list[FeederStatus]:
@@ -83,6 +102,10 @@ async def read_status(config: Config) -> list[FeederStatus]:
             configured=r[9],
             running=r[10],
             stale=r[2] is None or float(r[2]) > stale_after,
+            swap_wait_ms=r[11],
+            swap_attempts=r[12],
+            cancelled_backends=r[13],
+            swap_lock_failures=r[14],
         )
         for r in records
     ]
@@ -90,7 +113,10 @@ async def read_status(config: Config) -> list[FeederStatus]:
 
 def _table(statuses: list[FeederStatus]) -> Table:
     table = Table(title="fedload status")
-    for column in ("feeder", "last success", "data age", "rows", "seconds", "last run", "next run", "last error"):
+    for column in (
+        *("feeder", "last success", "data age", "rows", "seconds"),
+        *("last run", "next run", "last swap", "last error"),
+    ):
         table.add_column(column, justify="right" if column in ("data age", "rows", "seconds") else "left")
     for s in statuses:
         age = "never" if s.data_age_s is None else f"{s.data_age_s / 60:.1f} min"
@@ -102,9 +128,23 @@ def _table(statuses: list[FeederStatus]) -> Table:
             f"{s.duration_s:.1f}" if s.duration_s is not None else "-",
             Text(_last_run(s)),
             s.next_run.strftime("%H:%M:%S") if s.next_run else "-",
+            _last_swap(s),
             Text(s.last_error or ""),
         )
     return table
+
+
+def _last_swap(s: FeederStatus) -> Text:
+    """The last swap's wait and tries, and a red flag when swaps keep failing for locks."""
+    parts = []
+    if s.swap_attempts is not None:
+        parts.append(f"waited {(s.swap_wait_ms or 0) / 1000:.1f} s, {s.swap_attempts} tries")
+    if s.cancelled_backends:
+        parts.append(f"{s.cancelled_backends} queries cancelled")
+    if s.swaps_starved:
+        flag = f"FAILING FOR LOCKS ({s.swap_lock_failures} runs in a row)"
+        return Text(", ".join([*parts, flag]), style="red")
+    return Text(", ".join(parts) or "-")
 
 
 def _last_run(s: FeederStatus) -> str:

@@ -1,29 +1,44 @@
 """Swap a feeder's staging tables in as its partitions, all tables at once, inside the load's transaction.
 
-Per table: DETACH and DROP the old partition, ATTACH the staging table (its CHECK constraint and prebuilt indexes
-make ATTACH cheap), move it to `fedload_parts` under the partition's stable name. DETACH takes ACCESS EXCLUSIVE
-on the parent until COMMIT, so the swap runs last, under a short `lock_timeout` inside a savepoint, and is retried:
-a long report holding the parent delays the swap, never the other way round for long.
+Per table, method "partition": DETACH and DROP the old partition, ATTACH the staging table (its CHECK constraint
+and prebuilt indexes make ATTACH cheap), move it to `fedload_parts` under the partition's stable name. DETACH takes
+ACCESS EXCLUSIVE on the parent until COMMIT, so the swap runs last, under a short `lock_timeout` inside a
+savepoint, and is retried: a long report holding the parent delays the swap, never the other way round for long;
+after `swap_max_wait_s` the swap fails or cancels the blocking queries (`swap_on_timeout`, fedload/blockers.py).
+Method "mvcc": DELETE the partition's rows and INSERT the staging table's (the first sync still ATTACHes).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import itertools
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
 import asyncpg
 
-from fedload.errors import SuperhubError
+from fedload.blockers import BlockerWatch, CancelRules, watch_blockers
+from fedload.config import SuperhubConfig, SwapMethod, SwapOnTimeout
+from fedload.errors import SuperhubError, SwapLockError
 from fedload.importer import StagedTable
 from fedload.log import get_logger
 from fedload.names import TableName
-from fedload.schema import PARTS_SCHEMA, ident, key_literal, qualified
+from fedload.schema import PARTS_SCHEMA, ParentTable, ident, key_literal, qualified
 
-__all__ = ["analyze_partitions", "describe_swap", "drop_partitions", "feeder_partition", "partition_name", "swap_in"]
+__all__ = [
+    "SwapPolicy",
+    "SwapStats",
+    "analyze_partitions",
+    "describe_swap",
+    "drop_partitions",
+    "feeder_partition",
+    "partition_name",
+    "swap_in",
+]
 
 _MAX_IDENTIFIER_BYTES = 63
 _MAY_ALTER = "SELECT pg_has_role(relowner, 'USAGE') FROM pg_class WHERE oid = $1::regclass"
@@ -83,56 +98,207 @@ def _key_literals(key: int | str | None) -> set[str]:
     return literals
 
 
+@dataclass(frozen=True, slots=True)
+class SwapPolicy:
+    """How a swap replaces the data (per table), waits for its locks, and what it does when they do not come."""
+
+    method: SwapMethod = SwapMethod.PARTITION
+    method_tables: Mapping[str, SwapMethod] = field(default_factory=dict)  # "schema.table" -> method
+    lock_timeout_s: float = 0.5
+    max_wait_s: float = 300.0
+    on_timeout: SwapOnTimeout = SwapOnTimeout.FAIL
+    cancel_wait_s: float = 30.0
+    never_cancel: CancelRules = field(default_factory=CancelRules)
+
+    @classmethod
+    def from_config(cls, superhub: SuperhubConfig) -> SwapPolicy:
+        """The policy the configuration's `swap_*` keys describe."""
+        return cls(
+            method=superhub.swap_method,
+            method_tables=dict(superhub.swap_method_tables),
+            lock_timeout_s=superhub.swap_lock_timeout_s,
+            max_wait_s=superhub.swap_max_wait_s,
+            on_timeout=superhub.swap_on_timeout,
+            cancel_wait_s=superhub.swap_cancel_wait_s,
+            never_cancel=CancelRules(
+                frozenset(superhub.swap_never_cancel_roles), frozenset(superhub.swap_never_cancel_applications)
+            ),
+        )
+
+    def method_for(self, parent: ParentTable) -> SwapMethod:
+        """The swap method of one parent table."""
+        return self.method_tables.get(parent.qualified_name, self.method)
+
+
+@dataclass(slots=True)
+class SwapStats:
+    """How a swap went, filled in as it goes (so a failed swap reports too)."""
+
+    attempts: int = 0
+    waited_ms: float = 0.0  # from the start until the successful attempt held its locks (or until it gave up)
+    cancelled: int = 0  # queries cancelled by the escalation
+    lock_failed: bool = False  # gave up for want of locks
+
+
+Connect = Callable[[], Awaitable[asyncpg.Connection]]
+
+
 async def swap_in(
     conn: asyncpg.Connection,
     staged: Iterable[StagedTable],
     *,
     feeder: str,
     key: int | str,
-    lock_timeout_s: float = 0.5,
-    max_wait_s: float = 300.0,
-) -> None:
-    """Replace the feeder's partitions by the staging tables (caller commits); SuperhubError if locks never come.
+    policy: SwapPolicy | None = None,
+    stats: SwapStats | None = None,
+    connect: Connect | None = None,
+) -> SwapStats:
+    """Replace the feeder's data by the staging tables (caller commits); SwapLockError if locks never come.
 
-    All parents are locked first, in one statement and one order. A reader holding one parent while waiting for
-    another could still deadlock with the swap; `lock_timeout_s` below the server's deadlock_timeout (1 s by
-    default) makes the swap, not the reader, give up: it rolls back to its savepoint and tries again.
+    Polite tries first: all "partition" parents are locked in one statement and one order, under `lock_timeout_s`
+    (below the server's deadlock_timeout, 1 s by default, so the swap and not a reader gives up), in a savepoint
+    that a timeout rolls back before the next try. After `max_wait_s`, `on_timeout` says: fail, or "cancel": one
+    more try that waits up to `cancel_wait_s` while a watcher on a second connection (`connect`) cancels the
+    queries that block it. "mvcc" tables take no lock that readers wait for (see docs/swap.md).
     """
-    tables = sorted(staged, key=lambda s: s.parent.qualified_name)
-    parents = ", ".join(t.parent.sql_name for t in tables)
-    deadline = time.monotonic() + max_wait_s
+    policy = policy or SwapPolicy()
+    stats = stats if stats is not None else SwapStats()
+    plan = _SwapPlan(sorted(staged, key=lambda s: s.parent.qualified_name), feeder, key, policy, time.monotonic())
+    if await _polite(conn, plan, stats):
+        return stats
+    if policy.on_timeout is SwapOnTimeout.CANCEL and connect is not None:
+        await _escalated(conn, plan, stats, connect)
+        return stats
+    stats.lock_failed = True
+    raise SwapLockError(
+        f"could not lock the parent tables of feeder {feeder} for the swap within {policy.max_wait_s:g} s "
+        f"({stats.attempts} attempts; swap_on_timeout = {policy.on_timeout.value})"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _SwapPlan:
+    tables: list[StagedTable]
+    feeder: str
+    key: int | str
+    policy: SwapPolicy
+    started: float
+
+
+async def _polite(conn: asyncpg.Connection, plan: _SwapPlan, stats: SwapStats) -> bool:
+    """Short tries with jittered pauses until `max_wait_s`; True once one succeeded."""
+    deadline = plan.started + plan.policy.max_wait_s
     for attempt in itertools.count(1):
+        stats.attempts = attempt
         try:
-            async with conn.transaction():  # a savepoint: a lock timeout undoes the swap, not the load
-                await conn.execute(f"SET LOCAL lock_timeout = '{int(lock_timeout_s * 1000)}ms'")
-                await conn.execute(f"LOCK TABLE {parents} IN ACCESS EXCLUSIVE MODE")
-                for table in tables:
-                    await _swap_table(conn, table, feeder, key)
+            await _attempt(conn, plan, stats, plan.policy.lock_timeout_s)
         except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError):
-            log.info("swap.lock_busy", feeder=feeder, attempt=attempt)
+            log.info("swap.lock_busy", feeder=plan.feeder, attempt=attempt)
+            stats.waited_ms = _ms_since(plan.started)
             if time.monotonic() > deadline:
-                raise SuperhubError(
-                    f"could not lock the parent tables of feeder {feeder} for the swap within {max_wait_s:g} s"
-                ) from None
+                return False
             await asyncio.sleep(random.uniform(0.05, min(0.05 * attempt, 1.0)))  # noqa: S311 - jitter only
         else:
-            return
+            return True
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
-async def _swap_table(conn: asyncpg.Connection, table: StagedTable, feeder: str, key: int | str) -> None:
+async def _attempt(conn: asyncpg.Connection, plan: _SwapPlan, stats: SwapStats, lock_timeout_s: float) -> None:
+    """One try, in a savepoint: a lock timeout undoes the swap, not the load."""
+    exclusive = [t.parent.sql_name for t in plan.tables if plan.policy.method_for(t.parent) is SwapMethod.PARTITION]
+    async with conn.transaction():
+        await conn.execute(f"SET LOCAL lock_timeout = '{max(1, int(lock_timeout_s * 1000))}ms'")
+        if exclusive:
+            await conn.execute(f"LOCK TABLE {', '.join(exclusive)} IN ACCESS EXCLUSIVE MODE")
+        stats.waited_ms = _ms_since(plan.started)
+        for table in plan.tables:
+            await _swap_table(conn, table, plan.feeder, plan.key, plan.policy.method_for(table.parent))
+
+
+async def _escalated(conn: asyncpg.Connection, plan: _SwapPlan, stats: SwapStats, connect: Connect) -> None:
+    """The last try: wait up to `cancel_wait_s` for the locks while a watcher cancels the queries holding them."""
+    policy = plan.policy
+    log.warning("swap.escalating", feeder=plan.feeder, waited_s=round(stats.waited_ms / 1000, 1))
+    watch = BlockerWatch()
+    watcher = await connect()
+    task = asyncio.create_task(watch_blockers(watcher, conn.get_server_pid(), policy.never_cancel, watch))
+    stats.attempts += 1
+    try:
+        await _attempt(conn, plan, stats, policy.cancel_wait_s)
+    except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError, asyncpg.QueryCanceledError) as exc:
+        if isinstance(exc, asyncpg.QueryCanceledError) and watch.spared is None:
+            raise  # cancelled by someone else: not a lock failure
+        stats.lock_failed, stats.waited_ms = True, _ms_since(plan.started)
+        raise SwapLockError(_escalation_failure(plan, watch)) from None
+    finally:
+        stats.cancelled = watch.cancelled
+        task.cancel()
+        await asyncio.shield(_stopped(task, watcher))
+
+
+def _escalation_failure(plan: _SwapPlan, watch: BlockerWatch) -> str:
+    policy, spared = plan.policy, watch.spared
+    if spared is not None:
+        return (
+            f"the swap of feeder {plan.feeder} was blocked by session {spared.pid} (role {spared.user}, "
+            f"application {spared.application or '-'}), which the swap_never_cancel_* settings protect"
+        )
+    return (
+        f"could not lock the parent tables of feeder {plan.feeder} for the swap within {policy.max_wait_s:g} s of "
+        f"polite tries and {policy.cancel_wait_s:g} s of cancelling blockers ({watch.cancelled} queries cancelled)"
+    )
+
+
+async def _stopped(task: asyncio.Task[None], watcher: asyncpg.Connection) -> None:
+    """Wait for the cancelled watcher task, then close its connection (bounded)."""
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    try:
+        await watcher.close(timeout=5)
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError):
+        watcher.terminate()
+
+
+def _ms_since(started: float) -> float:
+    return round((time.monotonic() - started) * 1000, 1)
+
+
+async def _swap_table(
+    conn: asyncpg.Connection, table: StagedTable, feeder: str, key: int | str, method: SwapMethod
+) -> None:
     started = time.monotonic()
     parent = table.parent
     old = await feeder_partition(conn, parent.table, feeder, key)
-    if old is not None:
-        await conn.execute(f"ALTER TABLE {parent.sql_name} DETACH PARTITION {old}")
-        await conn.execute(f"DROP TABLE {old}")
+    if old is not None and method is SwapMethod.MVCC:
+        await _replace_rows(conn, table, old)
+    else:
+        if old is not None:
+            await conn.execute(f"ALTER TABLE {parent.sql_name} DETACH PARTITION {old}")
+            await conn.execute(f"DROP TABLE {old}")
+        await _attach(conn, table, feeder, key)
+    log.debug("swap.table", table=parent.qualified_name, method=method.value, ms=_ms_since(started))
+
+
+async def _attach(conn: asyncpg.Connection, table: StagedTable, feeder: str, key: int | str) -> None:
+    """ATTACH the staging table as the feeder's partition and give it the partition's stable name."""
+    parent = table.parent
     await conn.execute(
         f"ALTER TABLE {parent.sql_name} ATTACH PARTITION {table.stage_sql} FOR VALUES IN ({key_literal(key)})"
     )
     await conn.execute(f"ALTER TABLE {table.stage_sql} SET SCHEMA {ident(PARTS_SCHEMA)}")
     name = await _free_partition_name(conn, parent.table, feeder)
     await conn.execute(f"ALTER TABLE {qualified(PARTS_SCHEMA, table.stage_name)} RENAME TO {ident(name)}")
-    log.debug("swap.table", table=parent.qualified_name, ms=round((time.monotonic() - started) * 1000, 1))
+
+
+async def _replace_rows(conn: asyncpg.Connection, table: StagedTable, partition: str) -> None:
+    """The MVCC swap: delete the partition's rows and insert the staging table's, then drop the staging table.
+
+    Row locks only (ROW EXCLUSIVE on the partition): readers see the old rows until COMMIT, then the new ones.
+    Not TRUNCATE: it takes ACCESS EXCLUSIVE on the partition, which every reader of the parent waits for."""
+    columns = ", ".join(ident(c.name) for c in table.parent.columns if c.generated_sql is None)
+    await conn.execute(f"DELETE FROM {partition}")  # noqa: S608 - catalog name
+    await conn.execute(f"INSERT INTO {partition} ({columns}) SELECT {columns} FROM {table.stage_sql}")  # noqa: S608
+    await conn.execute(f"DROP TABLE {table.stage_sql}")
 
 
 async def _free_partition_name(conn: asyncpg.Connection, parent: TableName, feeder: str) -> str:
