@@ -236,6 +236,7 @@ class Round:
     cpu_s: float
     seen: Observed
     load: float
+    swap_lock_ms: list[float]
 
 
 def run_round(config: Path, dsn: str, feeders: int, number: int, expected: tuple[Counts, Counts] | None) -> Round:
@@ -256,10 +257,22 @@ def run_round(config: Path, dsn: str, feeders: int, number: int, expected: tuple
     failures = [f"{r['feeder']}: {r['outcome']}: {r['error']}" for r in runs if r["outcome"] != "success"]
     if len(runs) != feeders:
         failures.append(f"{feeders - len(runs)} feeders without a result (exit status {process.returncode})")
+    config.with_suffix(f".round{number}.json").write_bytes(out)
     outcomes = Counter(r["outcome"] for r in runs)
     cpu = usage.ru_utime + usage.ru_stime
+    swap_ms = [float(r["swap_lock_ms"]) for r in runs if r.get("swap_lock_ms") is not None]
     return Round(
-        feeders, number, elapsed(), process.returncode, outcomes, failures, usage.ru_maxrss, cpu, monitor.seen, load
+        feeders,
+        number,
+        elapsed(),
+        process.returncode,
+        outcomes,
+        failures,
+        usage.ru_maxrss,
+        cpu,
+        monitor.seen,
+        load,
+        swap_ms,
     )
 
 
@@ -338,6 +351,7 @@ def report(rounds: Sequence[Round], rows: int, parallel: int, tables_in_flight: 
                 f"{r.seen.peak_hwm_kib / 1024:.0f}",
                 f"{r.maxrss_kib / 1024:.0f}",
                 f"{r.cpu_s:.1f}",
+                f"{percentile(r.swap_lock_ms, 50):.0f} / {max(r.swap_lock_ms, default=0):.0f}",
                 f"{r.load:.2f}",
             ]
         )
@@ -354,6 +368,7 @@ def report(rounds: Sequence[Round], rows: int, parallel: int, tables_in_flight: 
             "sync VmHWM MiB",
             "wait4 maxrss MiB",
             "CPU s (sync+agents)",
+            "swap lock ms p50 / max",
             "load",
         ],
         lines,
