@@ -368,7 +368,7 @@ def report(rounds: Sequence[Round], rows: int, parallel: int, tables_in_flight: 
             "sync VmHWM MiB",
             "wait4 maxrss MiB",
             "CPU s (sync+agents)",
-            "swap lock ms p50 / max",
+            "swap ms p50 / max",
             "load",
         ],
         lines,
