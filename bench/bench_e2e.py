@@ -28,7 +28,7 @@ import shlex
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 
 HERE = Path(__file__).resolve().parent
 AWK = HERE / "merge_inserts.awk"
+TIME = "/usr/bin/time"  # GNU time: the CPU seconds of one command, from its wait4
+FEEDER_CPU, SUPERHUB_CPU = "0", "1"
+ARRANGEMENTS = ("shared", "pinned")
 TABLES = [f"public.{t}" for t in common.DATASET_TABLES]
 SHORT_LABELS = {
     "naive": "(a) naive\nper-row INSERTs",
@@ -61,6 +64,8 @@ class Result:
     label: str
     seconds: float
     rows: int
+    superhub_cpu_s: float = 0.0
+    arrangement: str = "shared"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +82,8 @@ class FedloadRun:
     cpu_s: float
     agent_rss_kib: int
     agent_cpu_s: float
+    superhub_cpu_s: float = 0.0
+    arrangement: str = "shared"
 
 
 @dataclass
@@ -89,6 +96,36 @@ class Bench:
     sshd: common.SshServer
     count: int
     parallel: int
+    arrangement: str = "shared"
+    runs: list[FedloadRun] = field(default_factory=list)
+
+    @property
+    def pinned(self) -> bool:
+        """Feeder side on CPU 0, superhub side on CPU 1."""
+        return self.arrangement == "pinned"
+
+    def arrange(self, arrangement: str) -> None:
+        """Pin (or unpin) the running servers: the feeder cluster and sshd (with the sessions it will fork: the
+        agents, pg_dump) on CPU 0, the superhub cluster on CPU 1; shared: every CPU for all."""
+        self.arrangement = arrangement
+        every = f"0-{(os.cpu_count() or 1) - 1}"
+        feeder_cpus, superhub_cpus = (FEEDER_CPU, SUPERHUB_CPU) if self.pinned else (every, every)
+        common.pin_tree(common.postmaster_pid(self.feeders), feeder_cpus)
+        common.pin_tree(self.sshd.process.pid, feeder_cpus)
+        common.pin_tree(common.postmaster_pid(self.superhub), superhub_cpus)
+
+    def feeder_side(self, command: str) -> str:
+        """A shell command run on the feeder's CPU when pinned."""
+        return f"taskset -c {FEEDER_CPU} {command}" if self.pinned else command
+
+    def superhub_side(self, command: str, record: Path) -> str:
+        """A shell command run on the superhub's CPU when pinned; its CPU seconds appended to `record`."""
+        timed = f"{TIME} -a -o {shlex.quote(str(record))} -f '%U %S' {command}"
+        return f"taskset -c {SUPERHUB_CPU} {timed}" if self.pinned else timed
+
+    def superhub_cpu(self) -> float:
+        """CPU seconds of the superhub cluster so far (postmaster, its children, reaped backends)."""
+        return common.tree_cpu_seconds(common.postmaster_pid(self.superhub))
 
     def populate(self, prefix: str, rows: int) -> int:
         """One database per feeder, `<prefix><i>`, with about `rows` rows; the exact rows per feeder."""
@@ -109,44 +146,75 @@ class Bench:
         """psql loading into a superhub database in one transaction."""
         return shlex.join(common.psql_argv(self.superhub, db, "--single-transaction"))
 
-    def shell_way(self, key: str, label: str, pipeline: Callable[[str, str], str]) -> Result:
-        """Load every feeder `f<i>` into its own plain-table database `<key><i>` with a shell pipeline."""
-        scripts = []
+    def shell_way(self, key: str, label: str, pipeline: Callable[[str, str, Path], str]) -> Result:
+        """Load every feeder `f<i>` into its own plain-table database `<arrangement>_<key><i>` with a shell
+        pipeline; superhub-side CPU: the pipeline's superhub-side commands (recorded by /usr/bin/time) plus the
+        superhub cluster's."""
+        scripts, targets, records = [], [], []
         for i in range(1, self.count + 1):
-            target = f"{key}{i}"
+            target = f"{self.arrangement}_{key}{i}"
             self.superhub.psql(f"CREATE DATABASE {target}")
             self.superhub.psql(common.SCHEMA_SQL, target)
-            scripts.append(pipeline(f"f{i}", target))
-        print(f"  {label} ...", flush=True)
+            records.append(record := self.work.dir / f"cpu-{target}")
+            scripts.append(pipeline(f"f{i}", target, record))
+            targets.append(target)
+        print(f"  {label} ({self.arrangement}; load {os.getloadavg()[0]:.2f}) ...", flush=True)
+        cpu_before = self.superhub_cpu()
         with common.timed() as elapsed, ThreadPoolExecutor(self.parallel) as pool:
             list(pool.map(common.run_shell, scripts))
-        rows = sum(int(self.superhub.psql(f"SELECT {_COUNT_ALL}", f"{key}{i}")) for i in range(1, self.count + 1))
-        return Result(key, label, elapsed(), rows)
+        cpu = self.superhub_cpu() - cpu_before + sum(_recorded_cpu(r) for r in records)
+        rows = sum(int(self.superhub.psql(f"SELECT {_COUNT_ALL}", target)) for target in targets)
+        return Result(key, label, elapsed(), rows, cpu, self.arrangement)
 
-    def naive(self, source: str, target: str) -> str:
+    def naive(self, source: str, target: str, record: Path) -> str:
         """(a): per-row INSERTs, gzip, ssh, gunzip, psql."""
         remote = self.sshd.remote(f"{self.pg_dump(source, inserts=True)} | gzip")
-        return f"{remote} | gunzip | {self.psql(target)}"
+        return self.receive(remote, target, record)
 
-    def merged(self, source: str, target: str) -> str:
+    def merged(self, source: str, target: str, record: Path) -> str:
         """(b): (a) with the line-based awk merge before gzip, on the feeder."""
         remote = self.sshd.remote(f"{self.pg_dump(source, inserts=True)} | awk -f {shlex.quote(str(AWK))} | gzip")
-        return f"{remote} | gunzip | {self.psql(target)}"
+        return self.receive(remote, target, record)
 
-    def limit(self, source: str, target: str) -> str:
+    def receive(self, remote: str, target: str, record: Path) -> str:
+        """The superhub side of (a) and (b): the ssh client, gunzip and psql (the remote side runs under sshd)."""
+        hub = self.superhub_side
+        return f"{hub(remote, record)} | {hub('gunzip', record)} | {hub(self.psql(target), record)}"
+
+    def limit(self, source: str, target: str, record: Path) -> str:
         """(c): COPY output straight into psql, on one machine."""
-        return f"{self.pg_dump(source, inserts=False)} | {self.psql(target)}"
+        return (
+            f"{self.feeder_side(self.pg_dump(source, inserts=False))} | {self.superhub_side(self.psql(target), record)}"
+        )
+
+    def all_ways(self, per_feeder: int) -> list[Result]:
+        """(a)-(e) in the current arrangement."""
+        results = [
+            self.shell_way("naive", "(a) naive: --column-inserts|gzip|ssh|psql", self.naive),
+            self.shell_way("merged", "(b) awk-merged INSERTs|gzip|ssh|psql", self.merged),
+            self.shell_way("limit", "(c) limit: pg_dump COPY|psql, local", self.limit),
+        ]
+        for mode, letter in (("inserts", "d"), ("copy", "e")):
+            r = self.fedload(mode, "f", per_feeder)
+            label = f"({letter}) fedload {mode} mode over ssh"
+            results.append(Result(mode, label, r.seconds, r.rows, r.superhub_cpu_s, self.arrangement))
+        return results
 
     def fedload(self, mode: str, prefix: str, rows_per_feeder: int) -> FedloadRun:
         """`python -m fedload sync` of every feeder `<prefix><i>` into a fresh superhub database."""
-        name = f"{prefix}_{mode}"
+        name = f"{self.arrangement}_{prefix}_{mode}"
         self.superhub.psql(f"CREATE DATABASE {name}")
         agent_rss = self.work.dir / f"agent-rss-{name}"
         config = self.work.dir / f"{name}.toml"
         config.write_text(self.config_toml(mode, prefix, name, agent_rss))
-        print(f"  fedload {mode} mode ({rows_per_feeder} rows per feeder) ...", flush=True)
+        load = os.getloadavg()[0]
+        print(f"  fedload {mode} mode ({rows_per_feeder} rows per feeder; {self.arrangement}; load {load:.2f}) ...")
         argv = [sys.executable, "-m", "fedload", "sync", "--json", "--config", str(config)]
+        if self.pinned:
+            argv = ["taskset", "-c", SUPERHUB_CPU, *argv]  # taskset execs: wait4 still measures fedload
+        cpu_before = self.superhub_cpu()
         measured = common.run_measured(argv, stderr=self.work.dir / f"{name}.log")
+        server_cpu = self.superhub_cpu() - cpu_before
         runs = json.loads(measured.stdout or b"[]")
         failed = [r for r in runs if r["outcome"] != "success"]
         if measured.status != 0 or failed or len(runs) != self.count:
@@ -154,7 +222,7 @@ class Bench:
         loaded = sum(sum(r["rows"].values()) for r in runs)
         if loaded != rows_per_feeder * self.count:
             sys.exit(f"fedload {mode} mode loaded {loaded} rows, not {rows_per_feeder * self.count}")
-        return FedloadRun(
+        run = FedloadRun(
             mode,
             rows_per_feeder,
             measured.seconds,
@@ -164,7 +232,11 @@ class Bench:
             measured.max_rss_kib,
             measured.cpu_s,
             *common.recorded_usage(agent_rss),
+            measured.cpu_s + server_cpu,
+            self.arrangement,
         )
+        self.runs.append(run)
+        return run
 
     def config_toml(self, mode: str, prefix: str, superhub_db: str, agent_rss: Path) -> str:
         """fedload.toml for the run: the feeders over the loopback sshd, the agent under the RSS wrapper."""
@@ -199,29 +271,54 @@ class Bench:
         return "\n".join(lines) + "\n"
 
 
+def _recorded_cpu(record: Path) -> float:
+    """The CPU seconds /usr/bin/time appended to a file ("user system" per line); 0 if none."""
+    if not record.exists():
+        return 0.0
+    lines = [line.split() for line in record.read_text().splitlines()]
+    return sum(float(f[0]) + float(f[1]) for f in lines if len(f) == 2 and f[0][:1].isdigit())
+
+
 def report(results: Sequence[Result], expected_rows: int) -> None:
-    """The main table: wall seconds, rows/s, ratios to the limit and to naive, targets."""
-    speed = {r.key: r.rows / r.seconds for r in results}
-    rows = []
-    for r in results:
-        to_limit, to_naive = speed[r.key] / speed["limit"], speed[r.key] / speed["naive"]
-        target = ""
-        if r.key == "copy":
-            target = f">= 0.9x limit: {common.verdict(to_limit >= 0.9)}; >= 15x naive: {common.verdict(to_naive >= 15)}"
-        check = "" if r.rows == expected_rows else f"  ROWS {r.rows} != {expected_rows}"
-        rows.append(
-            [
-                r.label,
-                f"{r.seconds:.2f}",
-                f"{speed[r.key]:,.0f}",
-                common.fmt_ratio(to_limit),
-                common.fmt_ratio(to_naive),
-                target + check,
+    """Wall seconds, rows/s, ratios to that arrangement's limit and naive, superhub-side CPU; the arrangements
+    side by side; targets on (e)."""
+    arrangements = [a for a in ARRANGEMENTS if any(r.arrangement == a for r in results)]
+    by = {(r.arrangement, r.key): r for r in results}
+    speed = {k: r.rows / r.seconds for k, r in by.items()}
+    headers, lines, targets = ["way"], [], []
+    for a in arrangements:
+        headers += [f"{a}: wall s", "rows/s", "/ limit", "/ naive", "hub CPU s"]
+    for key in SHORT_LABELS:
+        if not any((a, key) in by for a in arrangements):
+            continue
+        line = [next(by[a, key].label for a in arrangements if (a, key) in by)]
+        for a in arrangements:
+            if (a, key) not in by:
+                line += ["-"] * 5
+                continue
+            r, limit, naive = by[a, key], speed.get((a, "limit"), 0.0), speed.get((a, "naive"), 0.0)
+            line += [
+                f"{r.seconds:.2f}" + ("" if r.rows == expected_rows else f" ROWS {r.rows} != {expected_rows}"),
+                f"{speed[a, key]:,.0f}",
+                common.fmt_ratio(speed[a, key] / limit) if limit else "-",
+                common.fmt_ratio(speed[a, key] / naive) if naive else "-",
+                f"{r.superhub_cpu_s:.1f}",
             ]
-        )
+            if key == "copy" and limit and naive:
+                to_limit, to_naive = speed[a, key] / limit, speed[a, key] / naive
+                targets.append(
+                    f"(e) {a}: >= 0.9x limit: {common.verdict(to_limit >= 0.9)} ({common.fmt_ratio(to_limit)}); "
+                    f">= 15x naive: {common.verdict(to_naive >= 15)} ({common.fmt_ratio(to_naive)})"
+                )
+        lines.append(line)
     common.print_table(
-        f"End to end, {expected_rows:,} rows in all", ["way", "wall s", "rows/s", "/ limit", "/ naive", "target"], rows
+        f"End to end, {expected_rows:,} rows in all (shared: all processes on every CPU; pinned: feeder side on "
+        f"CPU {FEEDER_CPU}, superhub side on CPU {SUPERHUB_CPU}; hub CPU: superhub cluster + superhub-side commands)",
+        headers,
+        lines,
     )
+    for target in targets:
+        print(f"target {target}")
 
 
 def report_rss(runs: Sequence[FedloadRun]) -> None:
@@ -337,6 +434,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--parallel", type=positive_int, default=os.cpu_count() or 1, help="feeders at a time (CPU count)"
     )
+    parser.add_argument(
+        "--arrangement",
+        choices=[*ARRANGEMENTS, "both"],
+        default="both",
+        help="shared: every process on every CPU; pinned: feeder side on CPU 0, superhub side on CPU 1 (both)",
+    )
     parser.add_argument("--png", type=Path, default=HERE / "out" / "e2e.png", help="chart (default bench/out/e2e.png)")
     common.add_common_arguments(parser)
     return parser.parse_args()
@@ -346,6 +449,9 @@ def main() -> int:
     """Set up, run the five ways and the second fedload size, report; 1 if any way lost rows."""
     args = parse_args()
     rss_rows = args.rss_rows or 4 * args.rows
+    arrangements = list(ARRANGEMENTS) if args.arrangement == "both" else [args.arrangement]
+    if "pinned" in arrangements and (os.cpu_count() or 1) < 2:
+        sys.exit("the pinned arrangement needs two CPUs")
     print(common.machine_line())
     with common.Workspace(common.pick_install(args.pg_major), keep=args.keep) as work:
         feeders, superhub = work.cluster("feeders"), work.cluster("superhub")
@@ -353,28 +459,24 @@ def main() -> int:
         print(f"generating {args.feeders} feeders x ~{args.rows} rows ...", flush=True)
         per_feeder = bench.populate("f", args.rows)
         expected = per_feeder * args.feeders
-        print("loading:", flush=True)
-        results = [
-            bench.shell_way("naive", "(a) naive: --column-inserts|gzip|ssh|psql", bench.naive),
-            bench.shell_way("merged", "(b) awk-merged INSERTs|gzip|ssh|psql", bench.merged),
-            bench.shell_way("limit", "(c) limit: pg_dump COPY|psql, local", bench.limit),
-        ]
-        runs = [bench.fedload(mode, "f", per_feeder) for mode in ("inserts", "copy")]
-        results += [
-            Result(r.mode, f"({'d' if r.mode == 'inserts' else 'e'}) fedload {r.mode} mode over ssh", r.seconds, r.rows)
-            for r in runs
-        ]
-        print(f"second size for peak RSS: {args.feeders} feeders x ~{rss_rows} rows ...", flush=True)
+        results: list[Result] = []
+        for arrangement in arrangements:
+            bench.arrange(arrangement)
+            print(f"loading, {arrangement}:", flush=True)
+            results += bench.all_ways(per_feeder)
+        print(f"second size for peak RSS ({arrangements[-1]}): {args.feeders} feeders x ~{rss_rows} rows ...")
         rss_per_feeder = bench.populate("r", rss_rows)
+        runs = [r for r in bench.runs if r.rows_per_feeder == per_feeder and r.arrangement == arrangements[-1]]
         runs += [bench.fedload(mode, "r", rss_per_feeder) for mode in ("inserts", "copy")]
     report(results, expected)
     report_rss(runs)
-    report_marginal(runs, next(r for r in results if r.key == "limit"))
+    last = [r for r in results if r.arrangement == arrangements[-1]]
+    report_marginal(runs, next(r for r in last if r.key == "limit"))
     title = (
         f"{args.feeders} feeders x {per_feeder:,} rows, CFEngine-like tables, "
-        f"{os.cpu_count()} CPUs, parallel {args.parallel}"
+        f"{os.cpu_count()} CPUs, parallel {args.parallel}, {arrangements[-1]}"
     )
-    plot(results, runs, title, args.png)
+    plot(last, runs, title, args.png)
     print(f"\n{common.BUSY_NOTE}")
     return 0 if all(r.rows == expected for r in results) else 1
 

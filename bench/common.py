@@ -50,7 +50,10 @@ __all__ = [
     "mb",
     "pg_dump_argv",
     "pick_install",
+    "pin_tree",
+    "postmaster_pid",
     "print_table",
+    "process_tree",
     "promiselog_sql",
     "psql_argv",
     "recorded_usage",
@@ -59,6 +62,7 @@ __all__ = [
     "run_shell",
     "shell_output",
     "timed",
+    "tree_cpu_seconds",
     "verdict",
 ]
 
@@ -426,6 +430,58 @@ def cpu_seconds() -> float:
     """User + system CPU seconds of this process so far."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Processes: trees, CPU accounting from /proc, CPU affinity
+# ---------------------------------------------------------------------------------------------------------------
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat from field 3 (state) on; None if the process is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rfind(")") + 2 :].split()
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its living descendants."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := _stat_fields(int(entry.name))) is not None:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    tree, todo = [], [pid]
+    while todo:
+        tree.append(current := todo.pop())
+        todo += children.get(current, [])
+    return tree
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of a process tree so far: utime+stime+cutime+cstime (fields 14-17 of /proc/PID/stat) of `pid`
+    and of each living descendant. cutime/cstime hold the CPU of children already reaped (a server's exited
+    backends), so the difference of two readings is the tree's CPU in between, exited processes included."""
+    total = 0
+    for member in process_tree(pid):
+        if (fields := _stat_fields(member)) is not None:
+            total += sum(int(f) for f in fields[11:15])
+    return total / _CLK_TCK
+
+
+def pin_tree(pid: int, cpus: str) -> None:
+    """Set the CPU affinity of a running process tree (every thread: `taskset -a -p`); children forked later
+    inherit it (a postmaster's new backends, an sshd's new sessions)."""
+    for member in process_tree(pid):
+        subprocess.run(["taskset", "-a", "-p", "-c", cpus, str(member)], capture_output=True, check=False)
+
+
+def postmaster_pid(cluster: LocalCluster) -> int:
+    """The pid of a running cluster's postmaster (first line of postmaster.pid)."""
+    return int((cluster.data / "postmaster.pid").read_text().split()[0])
 
 
 # ---------------------------------------------------------------------------------------------------------------
