@@ -11,17 +11,14 @@ import re
 import subprocess
 import threading
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import IO, BinaryIO
 
 from fedload import __version__
+from fedload.agent_options import AgentOptions
 from fedload.errors import ConfigError, FeederError
 from fedload.log import get_logger
 from fedload.stream import Header, StreamEncoder, dump_failure
 from transforms import Transformer, TransformError, TransformOptions, load_remap
-from transforms.batch import DEFAULT_MAX_STATEMENT_BYTES, DEFAULT_ROWS_PER_STATEMENT
 
 __all__ = ["AgentOptions", "pg_dump_argv", "run_agent"]
 
@@ -33,21 +30,6 @@ _PG_DUMP_VERSION = re.compile(r"\(PostgreSQL\) (\S+)")  # "pg_dump (PostgreSQL) 
 _SERVER_VERSION = re.compile(rb"^-- Dumped from database version (\S+)", re.MULTILINE)
 
 log = get_logger()
-
-
-@dataclass(frozen=True, slots=True)
-class AgentOptions:
-    """What to dump and how to send it."""
-
-    database: str
-    tables: Sequence[str]
-    dump_mode: str = "copy"
-    compression: str = "zstd"
-    pg_dump: str = "pg_dump"
-    pg_dump_args: Sequence[str] = field(default_factory=tuple)
-    remap: Path | None = None
-    rows_per_statement: int = DEFAULT_ROWS_PER_STATEMENT
-    max_statement_bytes: int = DEFAULT_MAX_STATEMENT_BYTES
 
 
 def pg_dump_argv(options: AgentOptions) -> list[str]:
