@@ -10,10 +10,10 @@ import contextlib
 import re
 import subprocess
 import threading
-from collections import deque
 from typing import IO, BinaryIO
 
 from fedload import __version__
+from fedload._tail import Tail
 from fedload.agent_options import AgentOptions
 from fedload.errors import ConfigError, FeederError
 from fedload.log import get_logger
@@ -23,7 +23,6 @@ from transforms import Transformer, TransformError, TransformOptions, load_remap
 __all__ = ["AgentOptions", "pg_dump_argv", "run_agent"]
 
 _READ_BYTES = 1 << 20
-_STDERR_TAIL_BYTES = 4096
 _VERSION_TIMEOUT_S = 30.0
 _EXIT_TIMEOUT_S = 60.0
 _PG_DUMP_VERSION = re.compile(r"\(PostgreSQL\) (\S+)")  # "pg_dump (PostgreSQL) 15.20 (Debian 15.20-0+deb12u1)"
@@ -63,20 +62,18 @@ class _StderrTail:
     """Keeps the last few KB of a pipe, read by a daemon thread so the child never blocks on it."""
 
     def __init__(self, pipe: IO[bytes]) -> None:
-        self._chunks: deque[bytes] = deque()
+        self._tail = Tail()
         self._thread = threading.Thread(target=self._drain, args=(pipe,), daemon=True)
         self._thread.start()
 
     def _drain(self, pipe: IO[bytes]) -> None:
         for line in pipe:
-            self._chunks.append(line)
-            while sum(map(len, self._chunks)) > _STDERR_TAIL_BYTES and len(self._chunks) > 1:
-                self._chunks.popleft()
+            self._tail.append(line)
 
     def text(self) -> str:
         """The tail, once the pipe has closed (waits briefly for it)."""
         self._thread.join(timeout=5.0)
-        return b"".join(self._chunks)[-_STDERR_TAIL_BYTES:].decode("utf-8", errors="replace")
+        return self._tail.text()
 
 
 def run_agent(options: AgentOptions, out: BinaryIO) -> int:
