@@ -280,7 +280,7 @@ def _check_versions(header: bytes, feeder: str) -> None:
         return
     version = stated.get("agent_version")
     agent = f"fedload agent {version}" if isinstance(version, str) else "a fedload agent of unknown version"
-    stream_format, protocol = stated.get("format"), stated.get("protocol", 1)
+    stream_format, protocol = stated.get("format", FORMAT_VERSION), stated.get("protocol", 1)
     superhub = f"this superhub (fedload {__version__})"
     if stream_format != FORMAT_VERSION:
         newer = isinstance(stream_format, int) and stream_format > FORMAT_VERSION

@@ -26,17 +26,13 @@ from tests.federation import (
     HOST_COLS,
     SCHEMA,
     Federation,
-    cluster,
     crafted_stream,
-    federation,
     make_federation,
     staging_leftovers,
     sync,
     write_script,
 )
 from transforms import Transformer, TransformError, TransformOptions
-
-__all__ = ["cluster", "federation"]  # fixtures used below
 
 DUMP_OPTIONS = {"copy": [], "inserts": ["--column-inserts"], "rows-per-insert": ["--rows-per-insert=7"]}
 PWNED = Path("/tmp/fedload-pwned")

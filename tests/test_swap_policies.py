@@ -17,9 +17,7 @@ from structlog.testing import capture_logs
 from fedload.config import Config, SuperhubConfig
 from fedload.pipeline import FeederRun
 from fedload.status import read_status
-from tests.federation import Federation, cluster, federation, staging_leftovers, sync
-
-__all__ = ["cluster", "federation"]  # fixtures used by the tests below
+from tests.federation import Federation, staging_leftovers, sync
 
 LONG_QUERY = "SELECT count(*), pg_sleep(2) FROM hosts"
 COUNTS = "SELECT hub_id || ':' || count(*) FROM hosts GROUP BY hub_id"
