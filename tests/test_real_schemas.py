@@ -155,7 +155,7 @@ def test_an_excluded_table_keeps_its_partition_until_removed(lab: Lab) -> None:
     assert run.rows == {"public.contexts": 20}
     assert lab.on_hub('SELECT count(*) FROM "Hosts"') == "50"
     config = lab.config(exclude_tables=['public."Hosts"'])
-    assert remove_feeder(config, "hub1", [TablePattern('public."Hosts"')]) == 0
+    assert remove_feeder(config, "hub1", [TablePattern('public."Hosts"')], yes=True) == 0
     assert lab.on_hub('SELECT count(*) FROM "Hosts"') == "0"
     assert lab.on_hub("SELECT count(*) FROM contexts") == "20"
 
