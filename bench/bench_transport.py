@@ -26,11 +26,11 @@ from pathlib import Path
 
 import common
 
+from fedload.command import dump_command
 from fedload.config import Config, parse_config
 from fedload.localpg import LocalCluster
 from fedload.log import configure_logging
 from fedload.names import TableName
-from fedload.pipeline import dump_command
 from fedload.receive import DumpReceiver
 from fedload.transport.ssh import SshTransport
 

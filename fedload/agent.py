@@ -10,44 +10,25 @@ import contextlib
 import re
 import subprocess
 import threading
-from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import IO, BinaryIO
 
 from fedload import __version__
+from fedload._tail import Tail
+from fedload.agent_options import AgentOptions
 from fedload.errors import ConfigError, FeederError
 from fedload.log import get_logger
 from fedload.stream import Header, StreamEncoder, dump_failure
 from transforms import Transformer, TransformError, TransformOptions, load_remap
-from transforms.batch import DEFAULT_MAX_STATEMENT_BYTES, DEFAULT_ROWS_PER_STATEMENT
 
 __all__ = ["AgentOptions", "pg_dump_argv", "run_agent"]
 
 _READ_BYTES = 1 << 20
-_STDERR_TAIL_BYTES = 4096
 _VERSION_TIMEOUT_S = 30.0
 _EXIT_TIMEOUT_S = 60.0
 _PG_DUMP_VERSION = re.compile(r"\(PostgreSQL\) (\S+)")  # "pg_dump (PostgreSQL) 15.20 (Debian 15.20-0+deb12u1)"
 _SERVER_VERSION = re.compile(rb"^-- Dumped from database version (\S+)", re.MULTILINE)
 
 log = get_logger()
-
-
-@dataclass(frozen=True, slots=True)
-class AgentOptions:
-    """What to dump and how to send it."""
-
-    database: str
-    tables: Sequence[str]
-    dump_mode: str = "copy"
-    compression: str = "zstd"
-    pg_dump: str = "pg_dump"
-    pg_dump_args: Sequence[str] = field(default_factory=tuple)
-    remap: Path | None = None
-    rows_per_statement: int = DEFAULT_ROWS_PER_STATEMENT
-    max_statement_bytes: int = DEFAULT_MAX_STATEMENT_BYTES
 
 
 def pg_dump_argv(options: AgentOptions) -> list[str]:
@@ -81,20 +62,18 @@ class _StderrTail:
     """Keeps the last few KB of a pipe, read by a daemon thread so the child never blocks on it."""
 
     def __init__(self, pipe: IO[bytes]) -> None:
-        self._chunks: deque[bytes] = deque()
+        self._tail = Tail()
         self._thread = threading.Thread(target=self._drain, args=(pipe,), daemon=True)
         self._thread.start()
 
     def _drain(self, pipe: IO[bytes]) -> None:
         for line in pipe:
-            self._chunks.append(line)
-            while sum(map(len, self._chunks)) > _STDERR_TAIL_BYTES and len(self._chunks) > 1:
-                self._chunks.popleft()
+            self._tail.append(line)
 
     def text(self) -> str:
         """The tail, once the pipe has closed (waits briefly for it)."""
         self._thread.join(timeout=5.0)
-        return b"".join(self._chunks)[-_STDERR_TAIL_BYTES:].decode("utf-8", errors="replace")
+        return self._tail.text()
 
 
 def run_agent(options: AgentOptions, out: BinaryIO) -> int:

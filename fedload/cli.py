@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import transforms.cli
 from fedload import __version__
+from fedload.agent_options import AgentOptions
+from fedload.agent_options import add_arguments as add_agent_arguments
 from fedload.errors import ConfigError, FedloadError, UsageError, one_line
 from fedload.helptext import COMMANDS, PROGRAM, PROGRAM_EPILOG
 from fedload.log import LOG_FORMATS, configure_logging, pick_level
@@ -50,20 +52,10 @@ def _run_transform(args: argparse.Namespace) -> int:
 
 
 def _run_agent_dump(args: argparse.Namespace) -> int:
-    from fedload.agent import AgentOptions, run_agent  # noqa: PLC0415 - keep other commands' start-up light
+    from fedload.agent import run_agent  # noqa: PLC0415 - keep other commands' start-up light
 
     _logging(args, "warning" if args.quiet else "info")
-    options = AgentOptions(
-        database=args.database,
-        tables=args.table,
-        dump_mode=args.mode,
-        compression=args.compression,
-        pg_dump=args.pg_dump,
-        pg_dump_args=args.pg_dump_args,
-        remap=args.remap,
-        rows_per_statement=args.rows_per_statement,
-        max_statement_bytes=args.max_statement_bytes,
-    )
+    options = AgentOptions.from_args(args)
     if sys.stdout.isatty():
         raise UsageError("fedload agent dump writes a binary stream; redirect its output or run it over SSH")
     try:
@@ -77,16 +69,7 @@ def _add_agent_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
     agent = _command(commands, "agent")
     agent_commands = agent.add_subparsers(title="agent commands", metavar="COMMAND", required=True)
     dump = _command(agent_commands, "agent dump", _WITHOUT_CONFIG)
-    dump.add_argument("--database", required=True, metavar="DBNAME", help="database name or libpq connection string")
-    dump.add_argument(
-        "--table", action="append", required=True, metavar="PATTERN", help="table or pg_dump pattern; repeatable"
-    )
-    dump.add_argument("--mode", choices=["copy", "inserts"], default="copy", help="COPY blocks (default) or INSERTs")
-    dump.add_argument("--compression", choices=["zstd", "gzip"], default="zstd", help="default zstd")
-    dump.add_argument("--pg-dump", default="pg_dump", metavar="PATH", help="pg_dump to run (default: from PATH)")
-    dump.add_argument("--quiet", action="store_true", help="log warnings and errors only")
-    transforms.cli.add_arguments(dump)
-    dump.add_argument("pg_dump_args", nargs="*", metavar="-- PG_DUMP_ARG", help=argparse.SUPPRESS)
+    add_agent_arguments(dump)
     dump.set_defaults(run=_run_agent_dump)
 
 

@@ -17,11 +17,10 @@ from typing import Any
 from pydantic import GetCoreSchemaHandler
 from pydantic_core import core_schema
 
-from transforms.lexical import split_identifiers, unquote_identifier
+from transforms.lexical import DEFAULT_SCHEMA, split_identifiers, unquote_identifier
 
 __all__ = ["DEFAULT_SCHEMA", "TableName", "TablePattern"]
 
-DEFAULT_SCHEMA = "public"
 _PLAIN = re.compile(r"[a-z0-9_$]")
 
 
@@ -39,7 +38,7 @@ class TableName:
 
     @classmethod
     def from_dump(cls, written: bytes) -> TableName:
-        """The table a dump names (`public."Hosts"`, `hosts`); a name without schema is in `public`."""
+        """The table a dump names (`public."Hosts"`, `hosts`); without schema, in DEFAULT_SCHEMA."""
         parts = [unquote_identifier(part) for part in split_identifiers(written)]
         if len(parts) == 1:
             return cls(DEFAULT_SCHEMA, parts[0])
@@ -65,7 +64,7 @@ class TablePattern:
     def __init__(self, text: str) -> None:
         parts = _translate(text)
         if len(parts) != 2:
-            raise ValueError(f"{text!r} is not schema.table (write the schema, e.g. public.{text})")
+            raise ValueError(f"{text!r} is not schema.table (write the schema, e.g. {DEFAULT_SCHEMA}.{text})")
         if not all(parts):
             raise ValueError(f"{text!r} has an empty schema or table part")
         self.text = text

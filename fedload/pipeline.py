@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shlex
-import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 
 import asyncpg
 
-from fedload.agent import AgentOptions, pg_dump_argv
+from fedload.command import dump_command, transport_for
 from fedload.config import Config, FeederConfig
 from fedload.errors import ConfigError, DumpError, FedloadError, SuperhubError, one_line
 from fedload.importer import Importer, ImportPolicy
@@ -45,7 +43,6 @@ __all__ = [
     "close_superhub",
     "connect_superhub",
     "create_parents",
-    "dump_command",
     "server_message",
     "superhub_errors",
     "sync_feeder",
@@ -118,57 +115,6 @@ async def create_parents(conn: asyncpg.Connection, config: Config) -> list[str]:
     return await create_parents_from_file(conn, superhub.schema_file, superhub.feeder_key, key_type, wanted)
 
 
-def dump_command(feeder: FeederConfig, config: Config, tables: Iterable[TableName]) -> list[str]:
-    """The command the transport runs on the feeder: the agent, or pg_dump piped into gzip without it.
-
-    pg_dump gets the exact, quoted names of the tables the superhub expects, never the configured patterns:
-    the superhub has already matched those by PostgreSQL's rules, so pg_dump cannot read them another way."""
-    options = AgentOptions(
-        database=feeder.database,
-        tables=[table.sql for table in sorted(tables)],
-        dump_mode=feeder.dump_mode.value,
-        compression=feeder.compression.value,
-        pg_dump=feeder.pg_dump,
-        pg_dump_args=feeder.pg_dump_args,
-    )
-    if not feeder.agent:
-        return ["bash", "-o", "pipefail", "-c", f"{shlex.join(pg_dump_argv(options))} | gzip -1"]
-    head = feeder.agent_command or ([sys.executable, "-m", "fedload"] if feeder.transport == "local" else ["fedload"])
-    table_args = [arg for table in options.tables for arg in ("--table", table)]
-    return [
-        *head,
-        "agent",
-        "dump",
-        "--quiet",
-        "--database",
-        options.database,
-        *table_args,
-        "--mode",
-        options.dump_mode,
-        "--compression",
-        options.compression,
-        "--pg-dump",
-        options.pg_dump,
-        "--rows-per-statement",
-        str(config.transform.rows_per_statement),
-        "--max-statement-bytes",
-        str(config.transform.max_statement_bytes),
-        "--",
-        *options.pg_dump_args,
-    ]
-
-
-def _transport(feeder: FeederConfig) -> Transport:
-    if feeder.transport == "local":
-        from fedload.transport.local import LocalTransport  # noqa: PLC0415 - import what is used
-
-        return LocalTransport(read_timeout_s=feeder.read_timeout_s)
-    from fedload.transport.ssh import SshTransport  # noqa: PLC0415 - asyncssh is heavy
-
-    assert feeder.ssh is not None
-    return SshTransport(feeder.ssh)
-
-
 async def sync_feeder(
     name: str,
     config: Config,
@@ -193,7 +139,7 @@ class _FeederSync:
         self.feeder = config.feeders[name]
         self.state = Progress(name)
         self._report = report
-        self._transport = transport or _transport(self.feeder)
+        self._transport = transport or transport_for(self.feeder)
         self.record = RunRecord("failed")
         self.run_id: int | None = None
         self.stage_prefix = ""
@@ -334,7 +280,7 @@ class _FeederSync:
         remap: Remap | None,
     ) -> None:
         superhub = self.config.superhub
-        receiver = DumpReceiver(process, framed=self.feeder.agent)
+        receiver = DumpReceiver(process, framed=self.feeder.agent, feeder=self.name)
         policy = ImportPolicy(superhub.feeder_key, tuple(superhub.tables), superhub.extra_columns, superhub.bad_rows)
         self.phase("load")
         async with conn.transaction():

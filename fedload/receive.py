@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from fedload.errors import DumpError, FeederCommandError, one_line
-from fedload.stream import GzipDecoder, StreamDecoder, Trailer
+from fedload.stream import GzipDecoder, Header, StreamDecoder, Trailer
 from fedload.transport import FeederProcess
 from transforms import DumpSplitter, DumpSyntaxError, Item
 
@@ -19,13 +19,21 @@ READ_BYTES = 1 << 18
 
 
 class DumpReceiver:
-    """Iterate `items()` once; afterwards `trailer` holds the agent's verified trailer (None without agent)."""
+    """Iterate `items()` once; afterwards `trailer` holds the agent's verified trailer (None without agent).
 
-    def __init__(self, process: FeederProcess, *, framed: bool = True) -> None:
+    `feeder` names the feeder in messages, such as the one refusing an agent of an incompatible version."""
+
+    def __init__(self, process: FeederProcess, *, framed: bool = True, feeder: str = "") -> None:
         self._process = process
-        self._decoder: StreamDecoder | GzipDecoder = StreamDecoder() if framed else GzipDecoder()
+        self._decoder: StreamDecoder | GzipDecoder = StreamDecoder(feeder) if framed else GzipDecoder()
         self._splitter = DumpSplitter()
         self.trailer: Trailer | None = None
+
+    @property
+    def header(self) -> Header | None:
+        """The agent's header (its versions, compression, tables) once the first frame has arrived; None before,
+        and without the agent."""
+        return self._decoder.header if isinstance(self._decoder, StreamDecoder) else None
 
     @property
     def raw_bytes(self) -> int:

@@ -21,6 +21,7 @@ import asyncpg
 
 from fedload.errors import ConfigError
 from fedload.log import get_logger
+from fedload.names import DEFAULT_SCHEMA
 from fedload.schema import ident, key_literal, qualified
 from transforms import DumpSplitter, DumpSyntaxError, MetaCommand, Statement
 
@@ -145,12 +146,12 @@ class _Cursor:
         return _name_of(self.next())
 
     def qualified(self) -> tuple[str, str]:
-        """`schema.name`, or `name` in public."""
+        """`schema.name`, or `name` in the default schema."""
         first = self.name()
         if (dot := self.peek()) is not None and dot.text == ".":
             self.pos += 1
             return first, self.name()
-        return "public", first
+        return DEFAULT_SCHEMA, first
 
     def group(self) -> list[_Tok]:
         """The tokens inside the parentheses that come next."""
@@ -938,8 +939,9 @@ def _check_table(sf: SchemaFile, table: Table, types: set[tuple[str, str]]) -> N
         if (problem := _type_problem(column.type, types)) is not None:
             message = f"column {column.name} of table {table.schema}.{table.name} {problem}"
             sf.problems.append(Problem(table.line, message, where))
-        elif column.type.schema is None and ("public", column.type.name) in types:
-            column.type = TypeRef("public", column.type.name, qualified("public", column.type.name), column.type.suffix)
+        elif column.type.schema is None and (DEFAULT_SCHEMA, column.type.name) in types:
+            name = column.type.name
+            column.type = TypeRef(DEFAULT_SCHEMA, name, qualified(DEFAULT_SCHEMA, name), column.type.suffix)
     for schema, name in _sequences_used(table):
         if (schema, name) not in sf.sequences:
             message = f"table {table.schema}.{table.name} uses sequence {schema}.{name}, which the file does not create"
@@ -950,7 +952,7 @@ def _type_problem(type_ref: TypeRef, types: set[tuple[str, str]]) -> str | None:
     schema, name = type_ref.schema, type_ref.name
     if schema == "pg_catalog" or (schema is None and name in BUILTIN_TYPES):
         return None
-    if (schema or "public", name) in types:
+    if (schema or DEFAULT_SCHEMA, name) in types:
         return None
     shown = f"{schema}.{name}" if schema else name
     return f"uses type {shown}, which the file does not define (as an enum or domain) and is not built in"

@@ -22,12 +22,15 @@ from typing import Any, TypeVar
 
 import zstandard
 
+from fedload import __version__
 from fedload.errors import DumpError, one_line
 
 __all__ = [
     "FORMAT_VERSION",
     "MAGIC",
     "MAX_BLOCK_BYTES",
+    "OLDEST_PROTOCOL",
+    "PROTOCOL_VERSION",
     "Header",
     "StreamDecoder",
     "StreamEncoder",
@@ -36,7 +39,10 @@ __all__ = [
 ]
 
 MAGIC = b"FEDLOAD\x01"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # the framing: magic, frame kinds and lengths
+# What the header and trailer hold. 1: agents 0.1, which stated no protocol; 2: the trailer lists `tables`.
+PROTOCOL_VERSION = 2
+OLDEST_PROTOCOL = 2  # the oldest agents' protocol this superhub reads
 MAX_BLOCK_BYTES = 1 << 20
 _MAX_ACCEPTED_BLOCK_BYTES = 4 * MAX_BLOCK_BYTES  # a receiver tolerates senders with larger blocks, to a bound
 _MAX_FRAME_BYTES = _MAX_ACCEPTED_BLOCK_BYTES + (1 << 16)
@@ -55,6 +61,7 @@ class Header:
     pg_dump_version: str
     tables: list[str]
     format: int = FORMAT_VERSION
+    protocol: int = PROTOCOL_VERSION  # absent from agents before 0.2: protocol 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +191,8 @@ class StreamDecoder:
     Raises DumpError for anything but a complete stream whose dump succeeded on the feeder.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, feeder: str = "") -> None:
+        self._feeder = feeder  # named in messages
         self._buf = bytearray()
         self._magic_seen = False
         self._decompress: _BlockDecompressor | None = None
@@ -242,9 +250,8 @@ class StreamDecoder:
             self.payload_bytes += len(text)
             return [text]
         if kind == b"H" and self.header is None:
+            _check_versions(payload, f"feeder {self._feeder}" if self._feeder else "the feeder")
             self.header = _parse(Header, payload, "header")
-            if self.header.format != FORMAT_VERSION:
-                raise DumpError(f"the stream has format {self.header.format}; this fedload reads {FORMAT_VERSION}")
             self._decompress = _BlockDecompressor(self.header.compression)
             return []
         if kind == b"T" and self.header is not None:
@@ -260,6 +267,34 @@ class StreamDecoder:
                 f"the stream's checksum does not match: the trailer states {trailer.payload_bytes} bytes, "
                 f"{self.payload_bytes} arrived"
             )
+
+
+def _check_versions(header: bytes, feeder: str) -> None:
+    """DumpError in one line if the header's format or protocol is not one this superhub reads, saying which
+    side to upgrade; read leniently before the strict parse, so a newer agent's header gets this message."""
+    try:
+        stated = json.loads(header) if len(header) <= _MAX_JSON_BYTES else None
+    except ValueError:
+        return  # the strict parse says what is wrong with it
+    if not isinstance(stated, dict):
+        return
+    version = stated.get("agent_version")
+    agent = f"fedload agent {version}" if isinstance(version, str) else "a fedload agent of unknown version"
+    stream_format, protocol = stated.get("format", FORMAT_VERSION), stated.get("protocol", 1)
+    superhub = f"this superhub (fedload {__version__})"
+    if stream_format != FORMAT_VERSION:
+        newer = isinstance(stream_format, int) and stream_format > FORMAT_VERSION
+        raise DumpError(
+            f"{feeder} runs {agent} (stream format {json.dumps(stream_format)}); {superhub} reads format "
+            f"{FORMAT_VERSION}: upgrade fedload on the {'superhub' if newer else 'feeder'}"
+        )
+    if not isinstance(protocol, int) or not OLDEST_PROTOCOL <= protocol <= PROTOCOL_VERSION:
+        newer = isinstance(protocol, int) and protocol > PROTOCOL_VERSION
+        wanted = f"{OLDEST_PROTOCOL}" + (f" to {PROTOCOL_VERSION}" if OLDEST_PROTOCOL < PROTOCOL_VERSION else "")
+        raise DumpError(
+            f"{feeder} runs {agent} (stream protocol {json.dumps(protocol)}); {superhub} needs protocol {wanted}: "
+            f"upgrade fedload on the {'superhub' if newer else 'feeder'}"
+        )
 
 
 def _parse(kind: type[_T], payload: bytes, what: str) -> _T:

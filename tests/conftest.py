@@ -1,4 +1,9 @@
-"""Tally of the fault and adversarial tests: each test names its category; the summary prints tried / survived.
+"""The tests' shared fixtures, and the tally of the fault and adversarial tests.
+
+Fixtures: `cluster` (a PostgreSQL cluster per module), `federation` (a superhub and three feeder databases on it),
+`start_daemon` (`fedload daemon` processes, killed at the end), `sshd` (a real OpenSSH server on loopback).
+
+Tally: each fault or adversarial test names its category; the summary prints tried / survived.
 
 A test asks for the `category` fixture and calls it with a name such as "fault:superhub-restart"; fuzz tests
 may also count the inputs they tried with `category.inputs(n)`. A test "survived" when none of its phases failed;
@@ -7,9 +12,66 @@ a skipped test (say, a mount that is not allowed here) is not counted.
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
+
+from fedload.localpg import LocalCluster, find_installs
+from tests.federation import DaemonProcess, Federation, make_federation
+from tests.sshd import SSHD, SshServer
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    """One PostgreSQL 15 (or the lowest available) cluster for the module."""
+    installs = find_installs()
+    if not installs:
+        pytest.fail("no PostgreSQL server binaries found")
+    install = installs.get(15) or installs[min(installs)]
+    running = LocalCluster(install, name="pipeline").start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def federation(cluster: LocalCluster, tmp_path: Path) -> Federation:
+    """A fresh superhub database and three feeder databases with 300, 200 and 100 hosts."""
+    return make_federation(cluster, tmp_path)
+
+
+@pytest.fixture
+def start_daemon(federation: Federation) -> Iterator[Callable[[str], DaemonProcess]]:
+    """Start daemons with a given config text; kill leftovers at the end."""
+    started: list[DaemonProcess] = []
+
+    def start(text: str) -> DaemonProcess:
+        path = federation.tmp / "fedload.toml"
+        path.write_text(text)
+        daemon = DaemonProcess(path, federation.tmp / f"daemon{len(started)}.log")
+        started.append(daemon)
+        return daemon
+
+    yield start
+    for daemon in started:
+        if daemon.process.poll() is None:
+            daemon.process.kill()
+            daemon.process.wait(timeout=30)
+        daemon.close_log()
+
+
+@pytest.fixture
+def sshd(tmp_path: Path) -> Iterator[SshServer]:
+    """A running sshd allowing any command for the test key."""
+    if shutil.which(SSHD) is None and not Path(SSHD).exists():
+        pytest.fail("OpenSSH server not installed (bash .ci/run installs openssh-server)")
+    directory = tmp_path / "sshd"
+    directory.mkdir()
+    server = SshServer(directory)
+    yield server
+    server.stop()
 
 
 @dataclass(slots=True)

@@ -1,4 +1,4 @@
-"""Shared fixtures: a PostgreSQL cluster, and a superhub with three feeder databases on it."""
+"""Helpers for the tests on a superhub with three feeder databases (the fixtures are in conftest.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,18 +39,6 @@ FROM generate_series(1, {m}) g;
 DIGEST = "SELECT count(*) || ':' || coalesce(md5(string_agg({cols}, '|' ORDER BY {cols})), '') FROM {table}"
 _names = itertools.count()
 AGENT = f"{sys.executable} -m fedload"
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
-    """One PostgreSQL 15 (or the lowest available) cluster for the module."""
-    installs = find_installs()
-    if not installs:
-        pytest.fail("no PostgreSQL server binaries found")
-    install = installs.get(15) or installs[min(installs)]
-    running = LocalCluster(install, name="pipeline").start()
-    yield running
-    running.stop()
 
 
 @dataclass
@@ -101,12 +89,6 @@ def make_federation(cluster: LocalCluster, tmp: Path) -> Federation:
         feeders[f"hub{i}"] = db
     tmp.chmod(0o755)
     return Federation(cluster, superhub, feeders, tmp)
-
-
-@pytest.fixture
-def federation(cluster: LocalCluster, tmp_path: Path) -> Federation:
-    """A fresh superhub database and three feeder databases with 300, 200 and 100 hosts."""
-    return make_federation(cluster, tmp_path)
 
 
 HOST_COLS = "hostkey || coalesce(name, '') || coalesce(seen::text, '') || coalesce(online::text, '')"
@@ -239,26 +221,6 @@ class DaemonProcess:
     def close_log(self) -> None:
         """Close the log file handle."""
         self._log.close()
-
-
-@pytest.fixture
-def start_daemon(federation: Federation) -> Iterator[Callable[[str], DaemonProcess]]:
-    """Start daemons with a given config text; kill leftovers at the end."""
-    started: list[DaemonProcess] = []
-
-    def start(text: str) -> DaemonProcess:
-        path = federation.tmp / "fedload.toml"
-        path.write_text(text)
-        daemon = DaemonProcess(path, federation.tmp / f"daemon{len(started)}.log")
-        started.append(daemon)
-        return daemon
-
-    yield start
-    for daemon in started:
-        if daemon.process.poll() is None:
-            daemon.process.kill()
-            daemon.process.wait(timeout=30)
-        daemon.close_log()
 
 
 def successes(fed: Federation, feeder: str) -> int:

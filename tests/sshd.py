@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -124,15 +122,3 @@ class SshServer:
             os.killpg(self.process.pid, signal.SIGTERM)
             self.process.wait(timeout=10)
         self._log.close()
-
-
-@pytest.fixture
-def sshd(tmp_path: Path) -> Iterator[SshServer]:
-    """A running sshd allowing any command for the test key."""
-    if shutil.which(SSHD) is None and not Path(SSHD).exists():
-        pytest.fail("OpenSSH server not installed (bash .ci/run installs openssh-server)")
-    directory = tmp_path / "sshd"
-    directory.mkdir()
-    server = SshServer(directory)
-    yield server
-    server.stop()

@@ -11,9 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.federation import Federation, cluster, config_toml, federation, sync
-
-__all__ = ["cluster", "federation"]  # fixtures used by the tests below
+from tests.federation import Federation, config_toml, sync
 
 
 def _synced(fed: Federation) -> Path:

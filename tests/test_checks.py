@@ -12,10 +12,8 @@ from fedload import __version__
 from fedload.config import FeederConfig
 from fedload.localpg import LocalCluster
 from fedload.probe import probe_feeder
-from tests.federation import Federation, cluster, config_toml, federation
-from tests.sshd import SshServer, keygen, sshd
-
-__all__ = ["cluster", "federation", "sshd"]  # fixtures used by the tests below
+from tests.federation import Federation, config_toml
+from tests.sshd import SshServer, keygen
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -17,9 +17,7 @@ from fedload.errors import DumpError
 from fedload.helptext import COMMANDS
 from fedload.localpg import find_installs
 from fedload.stream import StreamDecoder
-from tests.federation import Federation, cluster, config_toml, federation
-
-__all__ = ["cluster", "federation"]  # fixtures used by the tests below
+from tests.federation import Federation, config_toml
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -18,17 +18,12 @@ from tests.federation import (
     HOST_COLS,
     DaemonProcess,
     Federation,
-    cluster,
     config_toml,
-    federation,
     runs_exist,
     staging_leftovers,
-    start_daemon,
     successes,
     write_script,
 )
-
-__all__ = ["cluster", "federation", "start_daemon"]  # fixtures used by the tests below
 
 
 def test_daemon_syncs_repeatedly_backs_off_and_recovers(

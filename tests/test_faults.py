@@ -33,17 +33,12 @@ from tests.federation import (
     DaemonProcess,
     Federation,
     assert_feeders_equal_partitions,
-    cluster,
     config_toml,
-    federation,
     staging_leftovers,
-    start_daemon,
     sync,
     write_script,
 )
-from tests.sshd import SshServer, sshd
-
-__all__ = ["cluster", "federation", "sshd", "start_daemon"]  # fixtures used below
+from tests.sshd import SshServer
 
 GROWTH = (
     "INSERT INTO contexts (hostkey, contextname) SELECT 'SHA=' || g, md5(g::text) || md5(random()::text) "

@@ -19,17 +19,13 @@ from tests.federation import (
     HOST_COLS,
     Federation,
     assert_feeders_equal_partitions,
-    cluster,
     config_toml,
     crafted_stream,
     failing_after_first_sync,
-    federation,
     staging_leftovers,
     sync,
     write_script,
 )
-
-__all__ = ["cluster", "federation"]  # fixtures used by the tests below
 
 
 @pytest.mark.parametrize("mode", ["copy", "inserts"])

@@ -12,9 +12,7 @@ import sys
 from fedload.pipeline import Progress
 from fedload.progress import progress_row
 from fedload.sync import expected_sizes
-from tests.federation import Federation, cluster, config_toml, federation, sync
-
-__all__ = ["cluster", "federation"]  # fixtures used by the tests below
+from tests.federation import Federation, config_toml, sync
 
 
 def test_row_shows_rates_and_eta_from_the_expected_size() -> None:

@@ -20,10 +20,8 @@ from fedload.errors import ConfigError
 from fedload.localpg import LocalCluster, find_installs
 from fedload.names import TableName, TablePattern
 from fedload.pipeline import FeederRun
-from tests.federation import cluster, require_major, sync, write_script
+from tests.federation import require_major, sync, write_script
 from tests.sample_schema import FEEDER_SCHEMA, SAMPLE_DATA
-
-__all__ = ["cluster"]  # the PostgreSQL 15 cluster of the feeders
 
 _names = itertools.count()
 

@@ -26,10 +26,7 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from fedload.localpg import LocalCluster, PgInstall, find_installs
-from tests.federation import cluster
 from transforms import DEFAULT_MAX_STATEMENT_BYTES, Transformer, TransformOptions, load_remap
-
-__all__ = ["cluster"]  # the module's PostgreSQL 15 (or lowest available) cluster holds the source databases
 
 TIMEOUT_S = 60.0
 _names = itertools.count()

@@ -14,10 +14,8 @@ import structlog
 from fedload.errors import ConfigError
 from fedload.localpg import LocalCluster, find_installs
 from fedload.schema_file import check_schema_file, create_parents_from_file
-from tests.federation import cluster, require_major
+from tests.federation import require_major
 from tests.sample_schema import FEEDER_SCHEMA
-
-__all__ = ["cluster"]  # fixture used by the tests below
 
 WANTED_OUT = {("public", "not_wanted")}
 _names = itertools.count()

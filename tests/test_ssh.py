@@ -23,21 +23,8 @@ from fedload.transport import FeederProcess, Transport
 from fedload.transport.local import LocalTransport
 from fedload.transport.ssh import SshTransport
 from tests.conftest import Category
-from tests.federation import (
-    CONTEXT_COLS,
-    DIGEST,
-    FEEDER_DATA,
-    HOST_COLS,
-    SCHEMA,
-    Federation,
-    cluster,
-    federation,
-    require_major,
-    sync,
-)
-from tests.sshd import SshServer, keygen, sshd
-
-__all__ = ["cluster", "federation", "sshd"]  # fixtures used below
+from tests.federation import CONTEXT_COLS, DIGEST, FEEDER_DATA, HOST_COLS, SCHEMA, Federation, require_major, sync
+from tests.sshd import SshServer, keygen
 
 
 async def read_all(process: FeederProcess, chunk: int = 1 << 16) -> bytes:

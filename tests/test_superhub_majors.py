@@ -8,18 +8,7 @@ import pytest
 
 from fedload.config import Config
 from fedload.localpg import LocalCluster, find_installs
-from tests.federation import (
-    CONTEXT_COLS,
-    DIGEST,
-    HOST_COLS,
-    Federation,
-    cluster,
-    federation,
-    require_major,
-    sync,
-)
-
-__all__ = ["cluster", "federation"]  # fixtures used by the tests below
+from tests.federation import CONTEXT_COLS, DIGEST, HOST_COLS, Federation, require_major, sync
 
 
 @pytest.fixture(scope="module", params=[17, 18])

@@ -17,9 +17,7 @@ from structlog.testing import capture_logs
 from fedload.config import Config, SuperhubConfig
 from fedload.pipeline import FeederRun
 from fedload.status import read_status
-from tests.federation import Federation, cluster, federation, staging_leftovers, sync
-
-__all__ = ["cluster", "federation"]  # fixtures used by the tests below
+from tests.federation import Federation, staging_leftovers, sync
 
 LONG_QUERY = "SELECT count(*), pg_sleep(2) FROM hosts"
 COUNTS = "SELECT hub_id || ':' || count(*) FROM hosts GROUP BY hub_id"
@@ -220,4 +218,35 @@ def test_mvcc_swap_never_waits_for_readers(federation: Federation, methods: dict
     assert_only_whole_totals(sessions.seen, {old, new})
     assert new in sessions.seen
     assert federation.superhub_sql("SELECT tableoid::regclass FROM hosts WHERE hub_id = 1 LIMIT 1") == partition
+    assert staging_leftovers(federation) == "0"
+
+
+def test_partition_swap_retries_until_a_held_lock_is_released(federation: Federation) -> None:
+    """A session holding a lock on a parent for a while makes the swap's short tries time out; it retries, and
+    succeeds once the lock is released, within swap_max_wait_s."""
+    config = swap_config(federation, swap_max_wait_s=20.0, swap_lock_timeout_s=0.2)
+    _, new = first_sync_then_change(federation, config)
+    cluster = federation.cluster
+    argv = [cluster.install.tool("psql"), "-X", "-At", "-h", cluster.host, "-p", str(cluster.port), "-U", "postgres"]
+    sql = "BEGIN; LOCK TABLE hosts IN ACCESS SHARE MODE; SELECT pg_sleep(4); COMMIT;"
+    env = {**os.environ, "PGAPPNAME": "holder"}
+    holder = subprocess.Popen([*argv, "-d", federation.superhub, "-c", sql], env=env, stdout=subprocess.DEVNULL)
+    try:
+        held = "SELECT count(*) FROM pg_locks JOIN pg_stat_activity USING (pid) WHERE application_name = 'holder'"
+        deadline = time.monotonic() + 10
+        while federation.superhub_sql(held) == "0" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with capture_logs() as events:
+            run, seconds = timed_sync(config)
+        assert holder.poll() == 0  # the holder committed before the swap got its locks
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+    assert run.outcome == "success", run.error
+    busy = [e for e in events if e["event"] == "swap.lock_busy"]
+    assert len(busy) >= 2
+    assert run.swap_attempts == len(busy) + 1
+    assert (run.swap_lock_ms or 0) >= 1000
+    assert seconds < BOUND_S
+    assert f"1:{federation.superhub_sql('SELECT count(*) FROM hosts WHERE hub_id = 1')}" == new
     assert staging_leftovers(federation) == "0"

@@ -13,6 +13,7 @@ import re
 __all__ = [
     "COLUMN_LIST",
     "COPY_FROM_STDIN",
+    "DEFAULT_SCHEMA",
     "IDENTIFIER",
     "INSERT_STATEMENT",
     "STATEMENT",
@@ -21,6 +22,8 @@ __all__ = [
     "split_identifiers",
     "unquote_identifier",
 ]
+
+DEFAULT_SCHEMA = "public"  # where a name without schema is, for pg_dump and fedload
 
 _IDENT_START = rb"A-Za-z_\x80-\xff"
 _IDENT_CHAR = rb"A-Za-z0-9_$\x80-\xff"

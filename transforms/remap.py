@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from transforms.errors import RemapError
+from transforms.lexical import DEFAULT_SCHEMA
 
 __all__ = ["ColumnPlan", "Remap", "TableRemap", "load_remap", "parse_remap", "quote_identifier"]
 
@@ -145,7 +146,7 @@ def parse_remap(document: Mapping[str, object], source: str = "remap") -> Remap:
         raise RemapError(f'{source}: expected only a [tables."schema.name"] section per table')
     parsed = {}
     for key, rules in tables.items():
-        name = key if "." in key else f"public.{key}"
+        name = key if "." in key else f"{DEFAULT_SCHEMA}.{key}"
         parsed[name] = _parse_table(name, rules, f"{source}: tables.{key}")
     return Remap(parsed)
 

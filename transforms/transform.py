@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from transforms.batch import DEFAULT_MAX_STATEMENT_BYTES, DEFAULT_ROWS_PER_STATEMENT, InsertBatcher
 from transforms.errors import DumpSyntaxError, RemapError
 from transforms.inserts import Insert, qualified_name, split_tuple
-from transforms.lexical import split_identifiers, unquote_identifier
+from transforms.lexical import DEFAULT_SCHEMA, split_identifiers, unquote_identifier
 from transforms.remap import ColumnPlan, Remap
 from transforms.split import (
     CopyEnd,
@@ -123,7 +123,7 @@ class Transformer:
         if name is None:
             name = self._names[written] = qualified_name(written)
             if "." not in name:
-                name = self._names[written] = f"public.{name}"
+                name = self._names[written] = f"{DEFAULT_SCHEMA}.{name}"
             self.stats.tables.add(name)
         return name
 

@@ -6,15 +6,14 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections import deque
 from collections.abc import Mapping
 
+from fedload._tail import Tail
 from fedload.errors import FeederCommandError, FeederTimeoutError
 from fedload.log import get_logger
 
 __all__ = ["LocalProcess", "LocalTransport"]
 
-_STDERR_TAIL_BYTES = 4096
 _WAIT_TIMEOUT_S = 30.0
 log = get_logger()
 
@@ -25,15 +24,13 @@ class LocalProcess:
     def __init__(self, process: asyncio.subprocess.Process, read_timeout_s: float) -> None:
         self._process = process
         self._read_timeout_s = read_timeout_s
-        self._stderr: deque[bytes] = deque()
+        self._stderr = Tail()
         self._stderr_task = asyncio.create_task(self._drain_stderr())
 
     async def _drain_stderr(self) -> None:
         assert self._process.stderr is not None
         while line := await self._process.stderr.read(1024):
             self._stderr.append(line)
-            while sum(map(len, self._stderr)) > _STDERR_TAIL_BYTES and len(self._stderr) > 1:
-                self._stderr.popleft()
 
     async def read(self, max_bytes: int) -> bytes:
         """Up to `max_bytes` of stdout; FeederTimeoutError if silent for the read timeout."""
@@ -57,7 +54,7 @@ class LocalProcess:
     @property
     def stderr_tail(self) -> str:
         """The last few KB of stderr."""
-        return b"".join(self._stderr)[-_STDERR_TAIL_BYTES:].decode("utf-8", errors="replace")
+        return self._stderr.text()
 
     async def cancel(self) -> None:
         """Kill the process group and reap it; idempotent."""

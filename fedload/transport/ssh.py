@@ -10,12 +10,12 @@ import asyncio
 import contextlib
 import shlex
 import socket
-from collections import deque
 from pathlib import Path
 from typing import Any
 
 import asyncssh
 
+from fedload._tail import Tail
 from fedload.config import SshConfig
 from fedload.errors import (
     FeederAuthError,
@@ -31,7 +31,6 @@ from fedload.log import get_logger
 
 __all__ = ["SshProcess", "SshTransport"]
 
-_STDERR_TAIL_BYTES = 4096
 _WAIT_TIMEOUT_S = 30.0
 _CLOSE_TIMEOUT_S = 10.0
 _COMMAND_NOT_FOUND = 127
@@ -48,15 +47,13 @@ class SshProcess:
         self._process = process
         self._config = config
         self._where = where
-        self._stderr: deque[bytes] = deque()
+        self._stderr = Tail()
         self._stderr_task = asyncio.create_task(self._drain_stderr())
 
     async def _drain_stderr(self) -> None:
         with contextlib.suppress(asyncssh.Error, OSError):
             while chunk := await self._process.stderr.read(1024):
                 self._stderr.append(chunk)
-                while sum(map(len, self._stderr)) > _STDERR_TAIL_BYTES and len(self._stderr) > 1:
-                    self._stderr.popleft()
 
     async def read(self, max_bytes: int) -> bytes:
         """Up to `max_bytes` of the command's stdout; b"" at its end."""
@@ -106,7 +103,7 @@ class SshProcess:
     @property
     def stderr_tail(self) -> str:
         """The last few KB of the command's stderr."""
-        return b"".join(self._stderr)[-_STDERR_TAIL_BYTES:].decode("utf-8", errors="replace")
+        return self._stderr.text()
 
     async def cancel(self) -> None:
         """Close the channel and the connection; idempotent, never raises."""

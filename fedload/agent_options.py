@@ -1,0 +1,77 @@
+"""What `fedload agent dump` is told: its options as a value, as the argv the superhub sends, and as the parser.
+
+The flags are defined here once: `add_arguments` gives the parser of `fedload agent dump`, `AgentOptions.to_argv`
+the command line that parser reads back into the same options, `AgentOptions.from_args` the options it parsed.
+Light on purpose (no structlog, no compressor): the CLI builds this parser for every command.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import transforms.cli
+from transforms.batch import DEFAULT_MAX_STATEMENT_BYTES, DEFAULT_ROWS_PER_STATEMENT
+
+__all__ = ["COMPRESSIONS", "DUMP_MODES", "AgentOptions", "add_arguments"]
+
+DUMP_MODES = ("copy", "inserts")
+COMPRESSIONS = ("zstd", "gzip")
+
+
+@dataclass(frozen=True, slots=True)
+class AgentOptions:
+    """What to dump and how to send it."""
+
+    database: str
+    tables: Sequence[str]
+    dump_mode: str = "copy"
+    compression: str = "zstd"
+    pg_dump: str = "pg_dump"
+    pg_dump_args: Sequence[str] = field(default_factory=tuple)
+    remap: Path | None = None
+    rows_per_statement: int = DEFAULT_ROWS_PER_STATEMENT
+    max_statement_bytes: int = DEFAULT_MAX_STATEMENT_BYTES
+    quiet: bool = False  # log warnings and errors only
+
+    def __post_init__(self) -> None:
+        # Tuples, so options compare equal however the sequences were given.
+        object.__setattr__(self, "tables", tuple(self.tables))
+        object.__setattr__(self, "pg_dump_args", tuple(self.pg_dump_args))
+
+    def to_argv(self) -> list[str]:
+        """`agent dump` and its flags (after the program, e.g. `fedload`): the parser reads back these options."""
+        argv = ["agent", "dump", *(["--quiet"] if self.quiet else []), f"--database={self.database}"]
+        argv += [f"--table={table}" for table in self.tables]
+        argv += [f"--mode={self.dump_mode}", f"--compression={self.compression}", f"--pg-dump={self.pg_dump}"]
+        argv += [f"--rows-per-statement={self.rows_per_statement}", f"--max-statement-bytes={self.max_statement_bytes}"]
+        argv += [f"--remap={self.remap}"] if self.remap is not None else []
+        return [*argv, "--", *self.pg_dump_args]
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> AgentOptions:
+        """The options `add_arguments`' parser read."""
+        return cls(**{option.name: getattr(args, option.name) for option in fields(cls)})
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of `fedload agent dump`; `dest` is the AgentOptions field each one sets."""
+    parser.add_argument("--database", required=True, metavar="DBNAME", help="database name or libpq connection string")
+    parser.add_argument(
+        "--table",
+        dest="tables",
+        action="append",
+        required=True,
+        metavar="PATTERN",
+        help="table or pg_dump pattern; repeatable",
+    )
+    parser.add_argument(
+        "--mode", dest="dump_mode", choices=DUMP_MODES, default="copy", help="COPY blocks (default) or INSERTs"
+    )
+    parser.add_argument("--compression", choices=COMPRESSIONS, default="zstd", help="default zstd")
+    parser.add_argument("--pg-dump", default="pg_dump", metavar="PATH", help="pg_dump to run (default: from PATH)")
+    parser.add_argument("--quiet", action="store_true", help="log warnings and errors only")
+    transforms.cli.add_arguments(parser)  # --rows-per-statement, --max-statement-bytes, --remap
+    parser.add_argument("pg_dump_args", nargs="*", metavar="-- PG_DUMP_ARG", help=argparse.SUPPRESS)

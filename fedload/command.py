@@ -1,0 +1,49 @@
+"""The superhub's view of a feeder: the command it runs there, and the transport that runs it."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Iterable
+
+from fedload.agent import pg_dump_argv
+from fedload.agent_options import AgentOptions
+from fedload.config import Config, FeederConfig
+from fedload.names import TableName
+from fedload.transport import Transport
+
+__all__ = ["dump_command", "transport_for"]
+
+
+def dump_command(feeder: FeederConfig, config: Config, tables: Iterable[TableName]) -> list[str]:
+    """The command the transport runs on the feeder: the agent, or pg_dump piped into gzip without it.
+
+    pg_dump gets the exact, quoted names of the tables the superhub expects, never the configured patterns:
+    the superhub has already matched those by PostgreSQL's rules, so pg_dump cannot read them another way."""
+    options = AgentOptions(
+        database=feeder.database,
+        tables=[table.sql for table in sorted(tables)],
+        dump_mode=feeder.dump_mode.value,
+        compression=feeder.compression.value,
+        pg_dump=feeder.pg_dump,
+        pg_dump_args=feeder.pg_dump_args,
+        rows_per_statement=config.transform.rows_per_statement,
+        max_statement_bytes=config.transform.max_statement_bytes,
+        quiet=True,
+    )
+    if not feeder.agent:
+        return ["bash", "-o", "pipefail", "-c", f"{shlex.join(pg_dump_argv(options))} | gzip -1"]
+    head = feeder.agent_command or ([sys.executable, "-m", "fedload"] if feeder.transport == "local" else ["fedload"])
+    return [*head, *options.to_argv()]
+
+
+def transport_for(feeder: FeederConfig) -> Transport:
+    """How the superhub reaches `feeder`: a local subprocess or SSH, as configured."""
+    if feeder.transport == "local":
+        from fedload.transport.local import LocalTransport  # noqa: PLC0415 - import what is used
+
+        return LocalTransport(read_timeout_s=feeder.read_timeout_s)
+    from fedload.transport.ssh import SshTransport  # noqa: PLC0415 - asyncssh is heavy
+
+    assert feeder.ssh is not None
+    return SshTransport(feeder.ssh)
