@@ -25,9 +25,10 @@ from fedload.config import Config, load_config
 from fedload.english import counted
 from fedload.errors import ConfigError, FedloadError, one_line
 from fedload.log import get_logger
-from fedload.pipeline import FeederRun, close_superhub, connect_superhub, superhub_errors, sync_feeder
+from fedload.pipeline import sync_feeder
+from fedload.results import FeederRun, Outcome
 from fedload.schedule import FeederSchedule, after_failure, after_success, first_run
-from fedload.sync import prepare_superhub
+from fedload.superhub import close_superhub, connect_superhub, prepare_superhub, superhub_errors
 
 __all__ = ["Daemon", "run_daemon"]
 
@@ -159,9 +160,9 @@ class Daemon:
         exc = task.exception()
         run = None if exc is not None else task.result()
         previous = self._schedules[name]
-        if run is not None and run.outcome == "success":
+        if run is not None and run.outcome is Outcome.SUCCESS:
             self._schedules[name] = after_success(now, interval, self._rng)
-        elif run is not None and run.outcome == "busy":
+        elif run is not None and run.outcome is Outcome.BUSY:
             self._schedules[name] = FeederSchedule(now + _BUSY_RETRY_S, previous.failures)
         else:
             self._schedules[name] = after_failure(now, interval, previous, self._rng)
