@@ -20,9 +20,9 @@ from fedload.english import counted
 from fedload.errors import FeederError, UsageError
 from fedload.log import get_logger
 from fedload.names import TableName, TablePattern
-from fedload.pipeline import close_superhub, connect_superhub, superhub_errors
-from fedload.runs import ensure_superhub, forget_feeder, forget_rejects, try_feeder_lock, unlock_feeder
+from fedload.runs import ensure_superhub, forget_feeder, forget_rejects
 from fedload.schema import read_parents
+from fedload.superhub import feeder_lock, superhub_session
 from fedload.swap import drop_partitions, feeder_partition
 
 __all__ = ["RemovalPlan", "remove_feeder"]
@@ -60,39 +60,28 @@ async def _tables(conn: asyncpg.Connection, config: Config, only: Sequence[Table
 async def _plan(config: Config, name: str, only: Sequence[TablePattern]) -> RemovalPlan:
     feeder = config.feeders.get(name)
     key = feeder.key if feeder else None
-    with superhub_errors(config):
-        conn = await connect_superhub(config)
-        try:
-            await ensure_superhub(conn)
-            partitions = {}
-            for table in await _tables(conn, config, only):
-                if (partition := await feeder_partition(conn, table, name, key)) is not None:
-                    partitions[table] = await conn.fetchval(f"SELECT count(*) FROM {partition}")  # noqa: S608
-            runs = await conn.fetchval("SELECT count(*) FROM fedload.runs WHERE feeder = $1", name)
-            known = sorted({*config.feeders, *(r[0] for r in await conn.fetch(_KNOWN))})
-        finally:
-            await close_superhub(conn)
-    return RemovalPlan(name, partitions, runs, not only, known)
+    async with superhub_session(config) as conn:
+        await ensure_superhub(conn)
+        partitions = {}
+        for table in await _tables(conn, config, only):
+            if (partition := await feeder_partition(conn, table, name, key)) is not None:
+                partitions[table] = await conn.fetchval(f"SELECT count(*) FROM {partition}")  # noqa: S608
+        runs = await conn.fetchval("SELECT count(*) FROM fedload.runs WHERE feeder = $1", name)
+        known = sorted({*config.feeders, *(r["feeder"] for r in await conn.fetch(_KNOWN))})
+    return RemovalPlan(name, partitions, runs, whole=not only, known=known)
 
 
 async def _remove(config: Config, name: str, only: Sequence[TablePattern]) -> tuple[dict[TableName, int], int]:
     feeder = config.feeders.get(name)
-    with superhub_errors(config):
-        conn = await connect_superhub(config)
-        try:
-            if not await try_feeder_lock(conn, name):
-                raise FeederError(f"feeder {name} is being synced right now; try again when the run has finished")
-            try:
-                tables = await _tables(conn, config, only)
-                dropped = await drop_partitions(conn, tables, name, feeder.key if feeder else None)
-                if only:
-                    return dropped, 0
-                await forget_rejects(conn, name)
-                return dropped, await forget_feeder(conn, name)
-            finally:
-                await unlock_feeder(conn, name)
-        finally:
-            await close_superhub(conn)
+    async with superhub_session(config) as conn, feeder_lock(conn, name) as locked:
+        if not locked:
+            raise FeederError(f"feeder {name} is being synced right now; try again when the run has finished")
+        tables = await _tables(conn, config, only)
+        dropped = await drop_partitions(conn, tables, name, feeder.key if feeder else None)
+        if only:
+            return dropped, 0
+        await forget_rejects(conn, name)
+        return dropped, await forget_feeder(conn, name)
 
 
 def _check_known(plan: RemovalPlan, config: Config) -> None:

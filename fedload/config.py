@@ -17,10 +17,12 @@ from fedload.names import TablePattern
 
 __all__ = [
     "DEFAULT_CONFIG_PATHS",
+    "BadRows",
     "Compression",
     "Config",
     "DaemonConfig",
     "DumpMode",
+    "ExtraColumns",
     "FeederConfig",
     "SshConfig",
     "SuperhubConfig",
@@ -50,6 +52,8 @@ def _matching(pattern: str, what: str) -> AfterValidator:
 Name = Annotated[str, _matching(r"[a-z0-9][a-z0-9_-]{0,39}", "a feeder name (1-40 of a-z 0-9 _ -)")]
 ColumnName = Annotated[str, _matching(r"[a-z_][a-z0-9_]{0,62}", "a lower-case column name")]
 Seconds = Annotated[float, Field(gt=0)]
+ExtraColumns = Literal["warn", "error"]  # a dump's column the superhub lacks: dropped with a warning, or an error
+BadRows = Literal["fail", "reject"]  # a row the superhub refuses: fails the run, or goes to fedload.rejects
 
 
 class DumpMode(StrEnum):
@@ -99,8 +103,8 @@ class SuperhubConfig(_Model):
     tables: list[TablePattern] = Field(min_length=1)
     max_parallel_feeders: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
     schema_file: Path | None = None
-    extra_columns: Literal["warn", "error"] = "warn"
-    bad_rows: Literal["fail", "reject"] = "fail"
+    extra_columns: ExtraColumns = "warn"
+    bad_rows: BadRows = "fail"
     stale_after_s: Seconds = 1800.0
     connect_timeout_s: Seconds = 15.0
     statement_timeout_s: Seconds = 3600.0

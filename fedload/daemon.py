@@ -18,22 +18,74 @@ import itertools
 import random
 import signal
 import time
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
+
+import asyncpg
 
 from fedload import systemd
 from fedload.config import Config, load_config
 from fedload.english import counted
 from fedload.errors import ConfigError, FedloadError, one_line
 from fedload.log import get_logger
-from fedload.pipeline import FeederRun, close_superhub, connect_superhub, superhub_errors, sync_feeder
+from fedload.pipeline import sync_feeder
+from fedload.results import FeederRun, Outcome
 from fedload.schedule import FeederSchedule, after_failure, after_success, first_run
-from fedload.sync import prepare_superhub
+from fedload.superhub import close_superhub, connect_superhub, prepare_superhub, superhub_errors
 
 __all__ = ["Daemon", "run_daemon"]
 
 log = get_logger()
 _BUSY_RETRY_S = 30.0
 _PREPARE_MAX_S = 60.0  # backoff while the superhub is unreachable: 1, 2, 4 ... 60 s
+_BOOKKEEPING_DRAIN_S = 30.0  # at shutdown, the longest wait for the last schedule writes
+_STORE_SCHEDULE = (
+    "INSERT INTO fedload.schedule (feeder, next_run_at, failures) "
+    "VALUES ($1, now() + make_interval(secs => $2), $3) ON CONFLICT (feeder) DO UPDATE "
+    "SET next_run_at = excluded.next_run_at, failures = excluded.failures, updated_at = now()"
+)
+
+
+class ScheduleStore:
+    """Writes feeders' next runs into fedload.schedule for `fedload status`, one write at a time on one connection
+    kept between writes (opened again after a failure, or when a reload changes the superhub's dsn). Best effort:
+    a failure is logged and the daemon carries on."""
+
+    def __init__(self) -> None:
+        self._conn: asyncpg.Connection | None = None
+        self._dsn = ""
+        self._lock = asyncio.Lock()
+
+    async def store(self, config: Config, name: str, schedule: FeederSchedule) -> None:
+        """Record `schedule` as feeder `name`'s next run."""
+        async with self._lock:
+            try:
+                with superhub_errors(config):
+                    conn = await self._connection(config)
+                    next_in_s = max(0.0, schedule.next_at - time.monotonic())
+                    await conn.execute(_STORE_SCHEDULE, name, next_in_s, schedule.failures)
+            except (FedloadError, OSError) as exc:
+                log.warning("daemon.schedule_not_recorded", feeder=name, error=str(exc))
+                await self._drop()
+
+    async def close(self) -> None:
+        """Close the connection, if one is open."""
+        async with self._lock:
+            await self._drop()
+
+    async def _connection(self, config: Config) -> asyncpg.Connection:
+        if self._conn is not None and (self._conn.is_closed() or self._dsn != config.superhub.dsn):
+            await self._drop()
+        if self._conn is None:
+            self._conn = await connect_superhub(config, "daemon")
+            self._dsn = config.superhub.dsn
+        return self._conn
+
+    async def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await close_superhub(conn)
 
 
 class Daemon:
@@ -46,6 +98,8 @@ class Daemon:
         self._rng = random.Random()  # noqa: S311 - jitter, not secrets
         self._schedules: dict[str, FeederSchedule] = {}
         self._running: dict[str, asyncio.Task[FeederRun]] = {}
+        self._bookkeeping: set[asyncio.Task[None]] = set()  # schedule writes under way
+        self._store = ScheduleStore()
         self._wake = asyncio.Event()
         self._stopping = False
         self._reload_requested = False
@@ -68,6 +122,7 @@ class Daemon:
             watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watchdog
+            await asyncio.shield(self._store.close())
         log.info("daemon.stopped")
         return 0
 
@@ -157,11 +212,13 @@ class Daemon:
             return
         now, interval = time.monotonic(), self.config.feeders[name].interval_s
         exc = task.exception()
+        if exc is not None:  # sync_feeder reports the run's failures: this is a bug, logged once with its traceback
+            log.error("daemon.run_crashed", feeder=name, exc_info=exc)
         run = None if exc is not None else task.result()
         previous = self._schedules[name]
-        if run is not None and run.outcome == "success":
+        if run is not None and run.outcome is Outcome.SUCCESS:
             self._schedules[name] = after_success(now, interval, self._rng)
-        elif run is not None and run.outcome == "busy":
+        elif run is not None and run.outcome is Outcome.BUSY:
             self._schedules[name] = FeederSchedule(now + _BUSY_RETRY_S, previous.failures)
         else:
             self._schedules[name] = after_failure(now, interval, previous, self._rng)
@@ -172,32 +229,18 @@ class Daemon:
                 retry_in_s=round(self._schedules[name].next_at - now, 1),
                 error=str(exc) if exc else run.error if run else None,
             )
-        asyncio.get_running_loop().create_task(self._record_schedule(name))
+        self._spawn(self._store.store(self.config, name, self._schedules[name]), name=f"schedule-{name}")
 
-    async def _record_schedule(self, name: str) -> None:
-        """Store the feeder's next run for `fedload status` (best effort)."""
-        schedule = self._schedules.get(name)
-        if schedule is None:
-            return
-        try:
-            with superhub_errors(self.config):
-                await self._store_schedule(name, schedule)
-        except (FedloadError, OSError) as exc:
-            log.warning("daemon.schedule_not_recorded", feeder=name, error=str(exc))
+    def _spawn(self, step: Coroutine[Any, Any, None], *, name: str) -> None:
+        """Start a bookkeeping task, kept until it is done so that shutdown can wait for it."""
+        task = asyncio.get_running_loop().create_task(step, name=name)
+        self._bookkeeping.add(task)
+        task.add_done_callback(self._bookkeeping_done)
 
-    async def _store_schedule(self, name: str, schedule: FeederSchedule) -> None:
-        conn = await connect_superhub(self.config)
-        try:
-            await conn.execute(
-                "INSERT INTO fedload.schedule (feeder, next_run_at, failures) "
-                "VALUES ($1, now() + make_interval(secs => $2), $3) ON CONFLICT (feeder) DO UPDATE "
-                "SET next_run_at = excluded.next_run_at, failures = excluded.failures, updated_at = now()",
-                name,
-                max(0.0, schedule.next_at - time.monotonic()),
-                schedule.failures,
-            )
-        finally:
-            await close_superhub(conn)
+    def _bookkeeping_done(self, task: asyncio.Task[None]) -> None:
+        self._bookkeeping.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("daemon.bookkeeping_crashed", task=task.get_name(), exc_info=exc)
 
     async def _sleep_until_next(self) -> None:
         waiting = [s.next_at for name, s in self._schedules.items() if name not in self._running]
@@ -207,7 +250,13 @@ class Daemon:
         self._wake.clear()
 
     async def _shutdown(self) -> None:
+        """Let the runs finish within the grace period, cancel the rest, then wait for the last schedule writes."""
         systemd.notify("STOPPING=1")
+        await self._drain_runs()
+        await asyncio.sleep(0)  # the runs' done callbacks start their schedule writes
+        await self._drain(self._bookkeeping, _BOOKKEEPING_DRAIN_S)
+
+    async def _drain_runs(self) -> None:
         running = list(self._running.values())
         if not running:
             return
@@ -218,6 +267,17 @@ class Daemon:
         if pending:
             log.warning("daemon.cancelled_runs", feeders=sorted(t.get_name() for t in pending))
             await asyncio.wait(pending, timeout=60.0)
+
+    @staticmethod
+    async def _drain(tasks: set[asyncio.Task[Any]], timeout_s: float) -> None:
+        """Wait up to `timeout_s` for `tasks`, then cancel those left and give them as long again to end."""
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(set(tasks), timeout=timeout_s)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=timeout_s)
 
     async def _watchdog(self) -> None:
         interval = systemd.watchdog_interval_s()

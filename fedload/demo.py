@@ -217,7 +217,7 @@ def run_demo(*, keep: bool = False, hosts: int = 500) -> int:
         runs = asyncio.run(sync_with_display(config, [f.name for f in feeders], console))
         _explain(superhub, console)
         _next_steps(superhub, base, console, keep=keep)
-        return 0 if all(r.outcome == "success" for r in runs) else 1
+        return 0 if all(r.succeeded for r in runs) else 1
     finally:
         if not keep:
             for cluster in clusters:

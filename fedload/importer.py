@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
+from fedload.config import BadRows, ExtraColumns
 from fedload.errors import DumpError
 from fedload.log import get_logger
 from fedload.names import TableName, TablePattern
@@ -75,8 +76,8 @@ class ImportPolicy:
 
     feeder_key: str
     table_patterns: tuple[TablePattern, ...]
-    extra_columns: str = "warn"
-    bad_rows: str = "fail"
+    extra_columns: ExtraColumns = "warn"
+    bad_rows: BadRows = "fail"
 
 
 @dataclass(slots=True)

@@ -17,8 +17,8 @@ from fedload import __version__
 from fedload.config import Config, FeederConfig
 from fedload.english import counted
 from fedload.errors import FedloadError, FeederCommandError, FeederError, FeederTimeoutError, one_line
-from fedload.pipeline import close_superhub, connect_superhub, superhub_errors
 from fedload.schema import read_parents, unmatched_patterns
+from fedload.superhub import superhub_session
 from fedload.transport.base import Transport
 
 __all__ = ["Probe", "probe_feeder", "probe_superhub", "run_probes"]
@@ -43,18 +43,11 @@ class Probe:
 async def probe_superhub(config: Config) -> list[Probe]:
     """Connect to the superhub, read its version and the parents of the configured tables."""
     try:
-        with superhub_errors(config):
-            conn = await connect_superhub(config, "check-config")
-    except FedloadError as exc:
-        return [Probe("superhub", False, str(exc))]
-    try:
-        with superhub_errors(config):
+        async with superhub_session(config, "check-config") as conn:
             version = await conn.fetchval("SHOW server_version")
             return [Probe("superhub", True, f"PostgreSQL {version}"), await _tables(conn, config)]
     except FedloadError as exc:
         return [Probe("superhub", False, str(exc))]
-    finally:
-        await close_superhub(conn)
 
 
 async def _tables(conn: asyncpg.Connection, config: Config) -> Probe:

@@ -11,7 +11,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from fedload.pipeline import FeederRun, Progress, ProgressCallback
+from fedload.results import FeederRun, Phase, Progress, ProgressCallback
 
 __all__ = ["dry_run_table", "live_progress", "progress_row", "summary_table"]
 
@@ -40,7 +40,7 @@ def progress_row(state: Progress, expected_bytes: int | None, now: float) -> lis
 
 
 def _eta(state: Progress, expected_bytes: int | None, rate: float) -> str:
-    if state.phase != "load" or not expected_bytes or rate <= 0:
+    if state.phase != Phase.LOAD or not expected_bytes or rate <= 0:
         return "-"
     left_s = max(expected_bytes - state.raw_bytes, 0) / rate
     return "almost done" if left_s < 1 else f"~{left_s:.0f} s" if left_s < 120 else f"~{left_s / 60:.0f} min"
@@ -87,7 +87,7 @@ def summary_table(runs: list[FeederRun]) -> Table:
 
 
 def _outcome(run: FeederRun) -> Text:
-    outcome = Text(run.outcome, style="green" if run.outcome == "success" else "red")
+    outcome = Text(run.outcome, style="green" if run.succeeded else "red")
     if run.rejected:
         outcome.append(f" ({sum(run.rejected.values()):,} rows rejected, see fedload.rejects)", style="yellow")
     return outcome

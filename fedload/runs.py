@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import os
 import socket
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
 
 import asyncpg
 
+from fedload.results import RECORDED_OUTCOMES, Outcome
 from fedload.schema import PARTS_SCHEMA, STAGE_SCHEMA
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
 ]
 
 _LOCK_CLASS = 0x6665646C  # "fedl": the advisory-lock namespace of fedload; the object id is hashtext(feeder)
+_OUTCOMES_SQL = ", ".join(f"'{outcome}'" for outcome in RECORDED_OUTCOMES)
 _BOOTSTRAP = f"""
 SELECT pg_advisory_xact_lock({_LOCK_CLASS}, 0);
 CREATE SCHEMA IF NOT EXISTS fedload;
@@ -34,7 +35,7 @@ CREATE TABLE IF NOT EXISTS fedload.runs (
     feeder text NOT NULL,
     started_at timestamptz NOT NULL DEFAULT now(),
     finished_at timestamptz,
-    outcome text NOT NULL DEFAULT 'running' CHECK (outcome IN ('running', 'success', 'failed', 'abandoned')),
+    outcome text NOT NULL DEFAULT '{Outcome.RUNNING}' CHECK (outcome IN ({_OUTCOMES_SQL})),
     error text,
     raw_bytes bigint,
     dump_bytes bigint,
@@ -46,7 +47,8 @@ CREATE TABLE IF NOT EXISTS fedload.runs (
 );
 ALTER TABLE fedload.runs ADD COLUMN IF NOT EXISTS swap_attempts integer,
     ADD COLUMN IF NOT EXISTS cancelled_backends integer,
-    ADD COLUMN IF NOT EXISTS swap_lock_failed boolean NOT NULL DEFAULT false;
+    ADD COLUMN IF NOT EXISTS swap_lock_failed boolean NOT NULL DEFAULT false,
+    ADD COLUMN IF NOT EXISTS agent_version text;
 CREATE INDEX IF NOT EXISTS runs_feeder_started ON fedload.runs (feeder, started_at DESC);
 CREATE TABLE IF NOT EXISTS fedload.rejects (
     id bigserial PRIMARY KEY,
@@ -68,11 +70,11 @@ CREATE TABLE IF NOT EXISTS fedload.schedule (
 """
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class RunRecord:
-    """What a finished run reports."""
+    """What a finished run reports; each field is the `fedload.runs` column of its name."""
 
-    outcome: str
+    outcome: Outcome = Outcome.FAILED
     error: str | None = None
     raw_bytes: int = 0
     dump_bytes: int = 0
@@ -82,6 +84,7 @@ class RunRecord:
     swap_attempts: int | None = None
     cancelled_backends: int | None = None  # queries the swap cancelled (swap_on_timeout = "cancel")
     swap_lock_failed: bool = False  # the run failed because the swap never got its locks
+    agent_version: str | None = None  # the feeder's agent, as its stream's header says (None without the agent)
 
 
 async def ensure_superhub(conn: asyncpg.Connection) -> None:
@@ -119,9 +122,11 @@ async def forget_feeder(conn: asyncpg.Connection, feeder: str) -> int:
 async def start_run(conn: asyncpg.Connection, feeder: str) -> int:
     """Record a new run (marking runs of this feeder that never finished as abandoned); its id."""
     await conn.execute(
-        "UPDATE fedload.runs SET outcome = 'abandoned', finished_at = now(), error = 'the run never finished' "
-        "WHERE feeder = $1 AND outcome = 'running'",
+        "UPDATE fedload.runs SET outcome = $2, finished_at = now(), error = 'the run never finished' "
+        "WHERE feeder = $1 AND outcome = $3",
         feeder,
+        Outcome.ABANDONED,
+        Outcome.RUNNING,
     )
     run_id: int = await conn.fetchval(
         "INSERT INTO fedload.runs (feeder, host, pid) VALUES ($1, $2, $3) RETURNING id",
@@ -132,24 +137,22 @@ async def start_run(conn: asyncpg.Connection, feeder: str) -> int:
     return run_id
 
 
-async def finish_run(conn: asyncpg.Connection, run_id: int, record: RunRecord) -> None:
-    """Record how a run ended."""
-    fields: dict[str, Any] = {
-        "outcome": record.outcome,
-        "error": record.error,
-        "raw_bytes": record.raw_bytes,
-        "dump_bytes": record.dump_bytes,
-        "rows": json.dumps(record.rows) if record.rows is not None else None,
-        "swap_lock_ms": record.swap_lock_ms,
-        "rejected": json.dumps(record.rejected) if record.rejected is not None else None,
-        "swap_attempts": record.swap_attempts,
-        "cancelled_backends": record.cancelled_backends,
-        "swap_lock_failed": record.swap_lock_failed,
-    }
-    await conn.execute(
-        "UPDATE fedload.runs SET finished_at = now(), outcome = $2, error = $3, raw_bytes = $4, dump_bytes = $5, "
-        "rows = $6::jsonb, swap_lock_ms = $7, rejected = $8::jsonb, swap_attempts = $9, cancelled_backends = $10, "
-        "swap_lock_failed = $11 WHERE id = $1",
-        run_id,
-        *fields.values(),
+_JSON_COLUMNS = frozenset({"rows", "rejected"})
+_RECORD_COLUMNS = tuple(f.name for f in fields(RunRecord))
+_FINISH = "UPDATE fedload.runs SET finished_at = now(), {} WHERE id = $1".format(  # noqa: S608 - our column names
+    ", ".join(
+        f"{column} = ${i}{'::jsonb' if column in _JSON_COLUMNS else ''}"
+        for i, column in enumerate(_RECORD_COLUMNS, start=2)
     )
+)
+
+
+async def finish_run(conn: asyncpg.Connection, run_id: int, record: RunRecord) -> None:
+    """Record how a run ended: every field of the record into the column of its name."""
+    await conn.execute(_FINISH, run_id, *(_column_value(c, getattr(record, c)) for c in _RECORD_COLUMNS))
+
+
+def _column_value(column: str, value: object) -> object:
+    if column in _JSON_COLUMNS and value is not None:
+        return json.dumps(value)
+    return str(value) if isinstance(value, Outcome) else value

@@ -143,8 +143,22 @@ _CONSTRAINTS = "SELECT conname, contype::text, pg_get_constraintdef(oid) FROM pg
 async def read_parents(
     conn: asyncpg.Connection, patterns: Sequence[TablePattern], feeder_key: str
 ) -> dict[TableName, ParentTable]:
-    """The partitioned tables matching the configured patterns; each has the key column."""
-    await conn.execute("SET search_path = ''")  # catalog functions then qualify every name they print
+    """The partitioned tables matching the configured patterns; each has the key column.
+
+    The catalog is read with an empty search_path, so that the catalog functions qualify every name they print;
+    the session's search_path is the same afterwards (set locally in a transaction, or a savepoint of the
+    caller's, and restored before it ends)."""
+    async with conn.transaction():
+        previous = await conn.fetchval("SELECT current_setting('search_path')")
+        await conn.execute("SELECT set_config('search_path', '', true)")
+        parents = await _matching_parents(conn, patterns, feeder_key)
+        await conn.execute("SELECT set_config('search_path', $1, true)", previous)
+    return parents
+
+
+async def _matching_parents(
+    conn: asyncpg.Connection, patterns: Sequence[TablePattern], feeder_key: str
+) -> dict[TableName, ParentTable]:
     parents: dict[TableName, ParentTable] = {}
     for schema, name, oid in await conn.fetch(_PARENTS):
         table = TableName(schema, name)

@@ -7,17 +7,20 @@ import json
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
+import asyncpg
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from fedload.config import Config
 from fedload.output import print_table
-from fedload.pipeline import close_superhub, connect_superhub, superhub_errors
+from fedload.results import Outcome
 from fedload.runs import ensure_superhub
+from fedload.superhub import superhub_session
 
 __all__ = ["FeederStatus", "read_status", "run_status"]
 
+# $2 is success, $3 running
 _QUERY = """
 WITH feeders AS (
     SELECT unnest($1::text[]) AS feeder
@@ -25,20 +28,22 @@ WITH feeders AS (
     UNION SELECT feeder FROM fedload.schedule
 ), last_success AS (
     SELECT DISTINCT ON (feeder) feeder, finished_at, rows, extract(epoch FROM finished_at - started_at) AS seconds
-    FROM fedload.runs WHERE outcome = 'success' ORDER BY feeder, finished_at DESC
+    FROM fedload.runs WHERE outcome = $2 ORDER BY feeder, finished_at DESC
 ), last_run AS (
-    SELECT DISTINCT ON (feeder) feeder, outcome, error FROM fedload.runs WHERE outcome <> 'running'
+    SELECT DISTINCT ON (feeder) feeder, outcome, error FROM fedload.runs WHERE outcome <> $3
     ORDER BY feeder, started_at DESC
 ), last_swap AS (
     SELECT DISTINCT ON (feeder) feeder, swap_lock_ms, swap_attempts, cancelled_backends FROM fedload.runs
     WHERE swap_attempts IS NOT NULL ORDER BY feeder, started_at DESC
 )
-SELECT f.feeder, s.finished_at, extract(epoch FROM now() - s.finished_at), s.rows, s.seconds,
-       r.outcome, r.error, sc.next_run_at, coalesce(sc.failures, 0), f.feeder = ANY($1::text[]),
-       EXISTS (SELECT FROM fedload.runs x WHERE x.feeder = f.feeder AND x.outcome = 'running'),
-       w.swap_lock_ms, w.swap_attempts, w.cancelled_backends,
+SELECT f.feeder, s.finished_at AS last_success, extract(epoch FROM now() - s.finished_at) AS data_age_s,
+       s.rows, s.seconds AS duration_s, r.outcome AS last_outcome, r.error AS last_error,
+       sc.next_run_at AS next_run, coalesce(sc.failures, 0) AS failures, f.feeder = ANY($1::text[]) AS configured,
+       EXISTS (SELECT FROM fedload.runs x WHERE x.feeder = f.feeder AND x.outcome = $3) AS running,
+       w.swap_lock_ms AS swap_wait_ms, w.swap_attempts, w.cancelled_backends,
        (SELECT count(*) FROM fedload.runs x WHERE x.feeder = f.feeder AND x.swap_lock_failed AND x.id > coalesce(
-           (SELECT max(y.id) FROM fedload.runs y WHERE y.feeder = f.feeder AND y.outcome = 'success'), 0))
+           (SELECT max(y.id) FROM fedload.runs y WHERE y.feeder = f.feeder AND y.outcome = $2), 0)
+       ) AS swap_lock_failures
 FROM feeders f
 LEFT JOIN last_success s USING (feeder)
 LEFT JOIN last_run r USING (feeder)
@@ -57,7 +62,7 @@ class FeederStatus:
     data_age_s: float | None
     rows: int | None
     duration_s: float | None
-    last_outcome: str | None
+    last_outcome: Outcome | None
     last_error: str | None
     next_run: datetime | None
     failures: int
@@ -80,35 +85,32 @@ _STARVED_AFTER = 2
 
 async def read_status(config: Config) -> list[FeederStatus]:
     """The status of every feeder that is configured or has history."""
-    with superhub_errors(config):
-        conn = await connect_superhub(config)
-        try:
-            await ensure_superhub(conn)
-            records = await conn.fetch(_QUERY, list(config.feeders))
-        finally:
-            await close_superhub(conn)
-    stale_after = config.superhub.stale_after_s
-    return [
-        FeederStatus(
-            feeder=r[0],
-            last_success=r[1],
-            data_age_s=None if r[2] is None else float(r[2]),
-            rows=None if r[3] is None else sum(json.loads(r[3]).values()),
-            duration_s=None if r[4] is None else float(r[4]),
-            last_outcome=r[5],
-            last_error=r[6],
-            next_run=r[7],
-            failures=r[8],
-            configured=r[9],
-            running=r[10],
-            stale=r[2] is None or float(r[2]) > stale_after,
-            swap_wait_ms=r[11],
-            swap_attempts=r[12],
-            cancelled_backends=r[13],
-            swap_lock_failures=r[14],
-        )
-        for r in records
-    ]
+    async with superhub_session(config) as conn:
+        await ensure_superhub(conn)
+        records = await conn.fetch(_QUERY, list(config.feeders), Outcome.SUCCESS, Outcome.RUNNING)
+    return [_status(r, config.superhub.stale_after_s) for r in records]
+
+
+def _status(r: asyncpg.Record, stale_after_s: float) -> FeederStatus:
+    data_age_s = None if r["data_age_s"] is None else float(r["data_age_s"])
+    return FeederStatus(
+        feeder=r["feeder"],
+        last_success=r["last_success"],
+        data_age_s=data_age_s,
+        rows=None if r["rows"] is None else sum(json.loads(r["rows"]).values()),
+        duration_s=None if r["duration_s"] is None else float(r["duration_s"]),
+        last_outcome=None if r["last_outcome"] is None else Outcome(r["last_outcome"]),
+        last_error=r["last_error"],
+        next_run=r["next_run"],
+        failures=r["failures"],
+        configured=r["configured"],
+        running=r["running"],
+        stale=data_age_s is None or data_age_s > stale_after_s,
+        swap_wait_ms=r["swap_wait_ms"],
+        swap_attempts=r["swap_attempts"],
+        cancelled_backends=r["cancelled_backends"],
+        swap_lock_failures=r["swap_lock_failures"],
+    )
 
 
 def _table(statuses: list[FeederStatus]) -> Table:

@@ -13,34 +13,14 @@ from fedload.config import Config
 from fedload.errors import ConfigError, FedloadError, UsageError
 from fedload.log import get_logger
 from fedload.output import print_table
-from fedload.pipeline import (
-    FeederRun,
-    ProgressCallback,
-    close_superhub,
-    connect_superhub,
-    create_parents,
-    superhub_errors,
-    sync_feeder,
-)
+from fedload.pipeline import sync_feeder
 from fedload.progress import dry_run_table, live_progress, summary_table
-from fedload.runs import ensure_superhub
+from fedload.results import FeederRun, Outcome, ProgressCallback
+from fedload.superhub import prepare_superhub, superhub_session
 
 __all__ = ["expected_sizes", "prepare_superhub", "run_sync", "sync_feeders", "sync_with_display"]
 
 log = get_logger()
-
-
-async def prepare_superhub(config: Config) -> None:
-    """fedload's own schemas, and the partitioned parents from the schema file when one is configured."""
-    with superhub_errors(config):
-        conn = await connect_superhub(config)
-        try:
-            await ensure_superhub(conn)
-            created = await create_parents(conn, config)
-            if created:
-                log.info("superhub.parents_created", tables=created)
-        finally:
-            await close_superhub(conn)
 
 
 async def sync_feeders(
@@ -66,7 +46,7 @@ async def sync_feeders(
 
 _LAST_SIZES = """
 SELECT DISTINCT ON (feeder) feeder, raw_bytes FROM fedload.runs
-WHERE outcome = 'success' AND feeder = ANY($1::text[]) AND raw_bytes > 0 ORDER BY feeder, finished_at DESC
+WHERE outcome = $2 AND feeder = ANY($1::text[]) AND raw_bytes > 0 ORDER BY feeder, finished_at DESC
 """
 
 
@@ -74,14 +54,10 @@ async def expected_sizes(config: Config, names: Sequence[str]) -> dict[str, int]
     """The bytes each feeder sent in its last successful run (for the progress ETA); empty if the superhub
     cannot tell, the sync itself then reports why."""
     try:
-        with superhub_errors(config):
-            conn = await connect_superhub(config)
-            try:
-                if await conn.fetchval("SELECT to_regclass('fedload.runs')") is None:
-                    return {}
-                return {r[0]: r[1] for r in await conn.fetch(_LAST_SIZES, list(names))}
-            finally:
-                await close_superhub(conn)
+        async with superhub_session(config) as conn:
+            if await conn.fetchval("SELECT to_regclass('fedload.runs')") is None:
+                return {}
+            return {r["feeder"]: r["raw_bytes"] for r in await conn.fetch(_LAST_SIZES, list(names), Outcome.SUCCESS)}
     except FedloadError as exc:
         log.debug("sync.no_expected_sizes", error=str(exc))
         return {}
@@ -104,7 +80,7 @@ def run_sync(config: Config, names: Sequence[str], *, as_json: bool = False, dry
         print(json.dumps([dataclasses.asdict(run) for run in runs]))
     else:
         runs = asyncio.run(sync_with_display(config, selected, Console(), dry_run=dry_run))
-    return 0 if all(run.outcome == "success" for run in runs) else 1
+    return 0 if all(run.succeeded for run in runs) else 1
 
 
 async def sync_with_display(

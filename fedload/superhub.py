@@ -1,0 +1,173 @@
+"""The superhub connection: its settings and timeouts, the one translation of the driver's errors into fedload's,
+sessions that always close, the feeder's run lock, and the setup every command expects (schemas, run history,
+parents from the schema file).
+
+    async with superhub_session(config, "hub1") as conn:  # errors inside come out as DumpError/SuperhubError
+        ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Iterator
+
+import asyncpg
+
+from fedload.config import Config
+from fedload.errors import DumpError, FedloadError, SuperhubError, one_line
+from fedload.log import get_logger
+from fedload.names import TableName
+from fedload.rejects import is_bad_row
+from fedload.runs import ensure_superhub, try_feeder_lock, unlock_feeder
+from fedload.schema_file import create_parents_from_file
+
+__all__ = [
+    "best_effort",
+    "close_superhub",
+    "connect_superhub",
+    "create_parents",
+    "feeder_lock",
+    "prepare_superhub",
+    "server_message",
+    "setup_superhub",
+    "superhub_error",
+    "superhub_errors",
+    "superhub_session",
+]
+
+log = get_logger()
+
+# The importer's literal check reads strings as PostgreSQL does with standard_conforming_strings on: a database or
+# role set to off would read backslashes differently, so the session always sets it (startup options win).
+_SESSION_SETTINGS = {"standard_conforming_strings": "on"}
+_CLOSE_TIMEOUT_S = 10.0
+_CONNECTION_LOST = (asyncpg.InterfaceError, ConnectionError)
+_DRIVER_ERRORS = (*_CONNECTION_LOST, asyncpg.PostgresError, TimeoutError)
+
+
+async def connect_superhub(config: Config, purpose: str = "") -> asyncpg.Connection:
+    """A connection to the superhub, with fedload's settings and timeouts; SuperhubError if it cannot be made.
+
+    `purpose` (a feeder's name, say) shows in pg_stat_activity as the application name "fedload <purpose>"."""
+    superhub = config.superhub
+    settings = {**_SESSION_SETTINGS, "application_name": f"fedload {purpose}".strip()[:63]}
+    try:
+        async with asyncio.timeout(superhub.connect_timeout_s):
+            return await asyncpg.connect(
+                superhub.dsn, command_timeout=superhub.statement_timeout_s, server_settings=settings
+            )
+    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        raise SuperhubError(f"cannot connect to the superhub: {exc or type(exc).__name__}") from exc
+
+
+async def close_superhub(conn: asyncpg.Connection) -> None:
+    """Close a connection politely, or drop it if the server does not answer."""
+    try:
+        await conn.close(timeout=_CLOSE_TIMEOUT_S)
+    except _DRIVER_ERRORS:
+        conn.terminate()
+
+
+@contextlib.asynccontextmanager
+async def superhub_session(config: Config, purpose: str = "") -> AsyncIterator[asyncpg.Connection]:
+    """A superhub connection for the block, closed after it even when cancelled; the driver's errors in the block
+    come out as fedload's (see `superhub_error`)."""
+    with superhub_errors(config):
+        conn = await connect_superhub(config, purpose)
+        try:
+            yield conn
+        finally:
+            await asyncio.shield(close_superhub(conn))
+
+
+@contextlib.contextmanager
+def superhub_errors(config: Config) -> Iterator[None]:
+    """Raise the driver's failures in the block as fedload's errors (`superhub_error`), the rest unchanged."""
+    try:
+        yield
+    except Exception as exc:
+        if (translated := superhub_error(exc, config)) in (None, exc):
+            raise
+        raise translated from exc
+
+
+def superhub_error(exc: BaseException, config: Config) -> FedloadError | None:
+    """fedload's error for a failure of the superhub session, None for an exception that is not the driver's.
+
+    A refused row is the dump's fault (DumpError); anything else the superhub's (SuperhubError), a lost connection
+    or a statement past `statement_timeout_s` (asyncpg's command_timeout) too. fedload's own errors stay as
+    they are."""
+    if isinstance(exc, FedloadError):
+        return exc
+    if isinstance(exc, asyncpg.PostgresError):
+        if is_bad_row(exc):
+            return DumpError(f"the superhub rejected a row: {server_message(exc)}")
+        return SuperhubError(f"the superhub failed: {server_message(exc)}")
+    if isinstance(exc, _CONNECTION_LOST):
+        return SuperhubError(f"the superhub connection was lost: {one_line(str(exc)) or type(exc).__name__}")
+    if isinstance(exc, TimeoutError):
+        limit = config.superhub.statement_timeout_s
+        return SuperhubError(f"a superhub statement took longer than statement_timeout_s = {limit:g}")
+    return None
+
+
+def server_message(exc: asyncpg.PostgresError) -> str:
+    """The server's message on one line, then its detail and hint shortened: a DETAIL can hold a whole row."""
+    head = getattr(exc, "message", None) or (exc.args[0] if exc.args else type(exc).__name__)
+    parts = [str(head)]
+    for label in ("detail", "hint"):
+        text = getattr(exc, label, None)
+        if text:
+            flat = one_line(str(text), limit=None)
+            parts.append(f"{label.upper()}: {flat[:300]}{'...' if len(flat) > 300 else ''}")
+    return one_line(" ".join(parts), limit=None)
+
+
+async def best_effort(step: Awaitable[object]) -> None:
+    """Run a bookkeeping step whose failure must not hide the caller's own error: a dead superhub is only logged."""
+    try:
+        await step
+    except _DRIVER_ERRORS as exc:
+        log.warning("sync.bookkeeping_failed", error=str(exc) or type(exc).__name__)
+
+
+@contextlib.asynccontextmanager
+async def feeder_lock(conn: asyncpg.Connection, feeder: str) -> AsyncIterator[bool]:
+    """Try the feeder's run lock for the block: True if this session holds it, False if another one does.
+    Released after the block (shielded, best effort: a lost connection has released it already)."""
+    if not await try_feeder_lock(conn, feeder):
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        await asyncio.shield(best_effort(unlock_feeder(conn, feeder)))
+
+
+async def create_parents(conn: asyncpg.Connection, config: Config) -> list[str]:
+    """Create the missing partitioned parents from the schema file, if one is configured; their names."""
+    superhub = config.superhub
+    if superhub.schema_file is None:
+        return []
+    key_type = "integer" if all(isinstance(f.key, int) for f in config.feeders.values()) else "text"
+
+    def wanted(schema: str, name: str) -> bool:
+        return any(p.matches(TableName(schema, name)) for p in superhub.tables)
+
+    return await create_parents_from_file(conn, superhub.schema_file, superhub.feeder_key, key_type, wanted)
+
+
+async def setup_superhub(conn: asyncpg.Connection, config: Config, *, history: bool = True) -> list[str]:
+    """What every command expects of the superhub: fedload's schemas and run history (`history`; safe to race),
+    then the parents of the schema file the superhub lacks. The parents created."""
+    if history:
+        await ensure_superhub(conn)
+    return await create_parents(conn, config)
+
+
+async def prepare_superhub(config: Config) -> None:
+    """Set up the superhub on a session of its own (see `setup_superhub`), logging the parents it creates."""
+    async with superhub_session(config) as conn:
+        if created := await setup_superhub(conn, config):
+            log.info("superhub.parents_created", tables=created)
