@@ -41,6 +41,9 @@ _FILLER = re.compile(rb"(?:[ \t\r\n\f]++|--[^\n]*+\n)++")
 _FIRST_WORD = re.compile(rb"(?:/\*.*?\*/\s*+)*+([A-Za-z]*+)(.?)", re.DOTALL)
 _WORD_WINDOW = 4096
 _REST_OF_LINE = re.compile(rb"[ \t\r]*+\n")
+# A line starting with `\.` inside COPY data: the end marker, or an error. A regex, not bytes.find: sre's literal
+# search measured 1-2x faster than bytes.find(b"\n\\.") on COPY text, never slower (bench/bench_receive.py).
+_COPY_END_CANDIDATE = re.compile(rb"\n\\\.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,9 +260,9 @@ class DumpSplitter:
         buf = self._buf
         if buf.startswith(b"\\.", pos):
             return self._copy_end(pos, eof)
-        marker = buf.find(b"\n\\.", pos)
-        if marker >= 0:
-            return CopyRows(buf[pos : marker + 1]), marker + 1
+        marker = _COPY_END_CANDIDATE.search(buf, pos)
+        if marker is not None:
+            return CopyRows(buf[pos : marker.start() + 1]), marker.start() + 1
         last_newline = buf.rfind(b"\n", pos)
         if last_newline >= 0:
             return CopyRows(buf[pos : last_newline + 1]), last_newline + 1
