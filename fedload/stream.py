@@ -237,7 +237,8 @@ class StreamDecoder:
         end = _FRAME_HEAD.size + length
         if len(self._buf) < end:
             return None
-        payload = bytes(self._buf[_FRAME_HEAD.size : end])
+        with memoryview(self._buf) as view:  # one copy of the payload, not a bytearray slice and then bytes
+            payload = bytes(view[_FRAME_HEAD.size : end])
         del self._buf[:end]
         return kind, payload
 
