@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fedload.config import Config
+from fedload.english import counted
 from fedload.output import print_table
 from fedload.results import Outcome
 from fedload.runs import ensure_superhub
@@ -140,11 +141,11 @@ def _last_swap(s: FeederStatus) -> Text:
     """The last swap's wait and tries, and a red flag when swaps keep failing for locks."""
     parts = []
     if s.swap_attempts is not None:
-        parts.append(f"waited {(s.swap_wait_ms or 0) / 1000:.1f} s, {s.swap_attempts} tries")
+        parts.append(f"waited {(s.swap_wait_ms or 0) / 1000:.1f} s, {counted(s.swap_attempts, 'try', 'tries')}")
     if s.cancelled_backends:
-        parts.append(f"{s.cancelled_backends} queries cancelled")
+        parts.append(f"{counted(s.cancelled_backends, 'query', 'queries')} cancelled")
     if s.swaps_starved:
-        flag = f"FAILING FOR LOCKS ({s.swap_lock_failures} runs in a row)"
+        flag = f"FAILING FOR LOCKS ({counted(s.swap_lock_failures or 0, 'run')} in a row)"
         return Text(", ".join([*parts, flag]), style="red")
     return Text(", ".join(parts) or "-")
 
