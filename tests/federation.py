@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import os
+import pty
 import signal
 import stat
 import subprocess
@@ -231,3 +233,21 @@ def successes(fed: Federation, feeder: str) -> int:
 def runs_exist(fed: Federation) -> bool:
     """Whether the daemon has set up its history table yet."""
     return fed.superhub_sql("SELECT to_regclass('fedload.runs') IS NOT NULL") == "t"
+
+
+def on_terminal(args: list[str], *, stream: str = "stdout", env: dict[str, str] | None = None) -> tuple[int, str]:
+    """Run `python -m fedload ARGS` with its stdout (or stderr) on a pseudo-terminal, the other stream discarded;
+    its exit status and what the terminal showed."""
+    primary, secondary = pty.openpty()
+    stdout = secondary if stream == "stdout" else subprocess.DEVNULL
+    stderr = secondary if stream == "stderr" else subprocess.DEVNULL
+    argv = [sys.executable, "-m", "fedload", *args]
+    with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr, env=env) as child:
+        os.close(secondary)
+        output = b""
+        with contextlib.suppress(OSError):  # EIO once the child has closed the terminal
+            while chunk := os.read(primary, 4096):
+                output += chunk
+        status = child.wait(timeout=60)
+    os.close(primary)
+    return status, output.decode(errors="replace")

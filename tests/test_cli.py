@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import pty
 import re
 import subprocess
 import sys
@@ -17,7 +15,7 @@ from fedload.errors import DumpError
 from fedload.helptext import COMMANDS
 from fedload.localpg import find_installs
 from fedload.stream import StreamDecoder
-from tests.federation import Federation, config_toml
+from tests.federation import Federation, config_toml, on_terminal
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -216,18 +214,8 @@ def _on_terminal(tmp_path: Path, options: list[str], *, after: bool = False) -> 
     """Events `fedload agent dump` logs when its stderr is a pseudo-terminal."""
     args = ["agent", "dump", "--database", f"host={tmp_path} dbname=x", "--table", "t", "--pg-dump", _pg_dump()]
     args = [*args, *options] if after else [*options, *args]
-    primary, secondary = pty.openpty()
-    with subprocess.Popen(
-        [sys.executable, "-m", "fedload", *args], stdout=subprocess.DEVNULL, stderr=secondary
-    ) as child:
-        os.close(secondary)
-        output = b""
-        with contextlib.suppress(OSError):  # EIO once the child has closed the terminal
-            while chunk := os.read(primary, 4096):
-                output += chunk
-        assert child.wait(timeout=60) == 1
-    os.close(primary)
-    text = output.decode()
+    status, text = on_terminal(args, stream="stderr")
+    assert status == 1
     assert "fedload: error: pg_dump failed" in text
     return [word for word in ("agent.dump_started", "agent.dump_finished") if word in text]
 

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import pty
-import subprocess
-import sys
 
 from fedload.pipeline import Progress
 from fedload.progress import progress_row
 from fedload.sync import expected_sizes
-from tests.federation import Federation, config_toml, sync
+from tests.federation import Federation, config_toml, on_terminal, sync
 
 
 def test_row_shows_rates_and_eta_from_the_expected_size() -> None:
@@ -51,22 +47,8 @@ def test_sync_on_a_terminal_shows_the_live_table(federation: Federation) -> None
     config = federation.tmp / "fedload.toml"
     config.write_text(config_toml(federation))
     sync(federation.config())
-    primary, secondary = pty.openpty()
-    with subprocess.Popen(
-        [sys.executable, "-m", "fedload", "sync", "--config", str(config)],
-        stdin=subprocess.DEVNULL,
-        stdout=secondary,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "COLUMNS": "160"},
-    ) as child:
-        os.close(secondary)
-        output = b""
-        with contextlib.suppress(OSError):  # EIO once the child has closed the terminal
-            while chunk := os.read(primary, 4096):
-                output += chunk
-        assert child.wait(timeout=60) == 0
-    os.close(primary)
-    text = output.decode(errors="replace")
+    status, text = on_terminal(["sync", "--config", str(config)], env={**os.environ, "COLUMNS": "160"})
+    assert status == 0
     for header in ("phase", "received MB", "MB/s", "rows/s", "ETA"):
         assert header in text
     assert " of ~" in text
