@@ -47,20 +47,21 @@ log = get_logger()
 
 def partition_name(table: TableName, feeder: str) -> str:
     """The stable name of a feeder's partition of `table`: `<schema>.<table>__<feeder>`, hashed if long."""
-    return _shortened(f"{table.schema}.{table.name}__{feeder}")
+    return _shortened(f"{table.schema}.{table.name}", feeder)
 
 
 def _legacy_partition_name(table: str, feeder: str) -> str:
     """The name fedload 0.1 gave partitions (without the schema): still found, and renamed at the next swap."""
-    return _shortened(f"{table}__{feeder}", keep=40)
+    return _shortened(table, feeder, keep=40, feeder_keep=12)
 
 
-def _shortened(name: str, keep: int = 44) -> str:
+def _shortened(head: str, feeder: str, *, keep: int = 44, feeder_keep: int = 8) -> str:
+    """`<head>__<feeder>`, or, past PostgreSQL's 63 bytes, its beginning and a hash of the whole."""
+    name = f"{head}__{feeder}"
     if len(name.encode()) <= _MAX_IDENTIFIER_BYTES:
         return name
     digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-    head, _, feeder = name.rpartition("__")
-    return f"{head.encode()[:keep].decode(errors='ignore')}__{feeder[:8]}_{digest}"
+    return f"{head.encode()[:keep].decode(errors='ignore')}__{feeder[:feeder_keep]}_{digest}"
 
 
 _FEEDER_PARTITION = """
@@ -307,7 +308,7 @@ async def _free_partition_name(conn: asyncpg.Connection, parent: TableName, feed
     if await conn.fetchval("SELECT to_regclass($1)", qualified(PARTS_SCHEMA, name)) is None:
         return name
     digest = hashlib.sha256(f"{parent.schema}\0{parent.name}".encode()).hexdigest()[:8]
-    return _shortened(f"{parent.schema}.{parent.name}_{digest}__{feeder}")
+    return _shortened(f"{parent.schema}.{parent.name}_{digest}", feeder)
 
 
 async def analyze_partitions(

@@ -4,6 +4,7 @@ with less than the feeder has."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from fedload.errors import ConfigError
 from fedload.localpg import LocalCluster, find_installs
 from fedload.names import TableName, TablePattern
 from fedload.pipeline import FeederRun
+from fedload.swap import _legacy_partition_name, partition_name
 from tests.federation import require_major, sync, write_script
 from tests.sample_schema import FEEDER_SCHEMA, SAMPLE_DATA
 
@@ -345,6 +347,18 @@ def test_a_partition_named_by_an_older_fedload_is_replaced(lab: Lab) -> None:
     assert lab.on_hub("SELECT string_agg(relname, ',') FROM pg_class WHERE relname LIKE '%hosts__hub1'") == (
         "public.hosts__hub1"
     )
+
+
+def test_partition_names_fit_and_differ() -> None:
+    """Long names are shortened with a hash to PostgreSQL's 63 bytes; fedload 0.1's names are still recognised."""
+    long_a, long_b = TableName("public", "t" * 60 + "a"), TableName("public", "t" * 60 + "b")
+    names = {partition_name(t, "hub-with-a-long-name") for t in (long_a, long_b)}
+    assert len(names) == 2
+    assert all(len(n.encode()) <= 63 for n in names)
+    assert partition_name(TableName("alpha", "items"), "f1") != partition_name(TableName("beta", "items"), "f1")
+    table, feeder = "x" * 60, "feeder-name-long"  # fedload 0.1: table[:40] + "__" + feeder[:12] + "_" + hash
+    digest = hashlib.sha256(f"{table}__{feeder}".encode()).hexdigest()[:8]
+    assert _legacy_partition_name(table, feeder) == f"{'x' * 40}__feeder-name-_{digest}"
 
 
 # -- 5. the remap belongs to the superhub ---------------------------------------------------------------------------
