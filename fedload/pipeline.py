@@ -107,7 +107,8 @@ class _FeederSync:
                         await self._swap(conn, importer)
                     self._succeeded(importer)
                     self.phase(Phase.ANALYZE)
-                    await analyze_partitions(conn, parents, self.name, self.feeder.key)
+                    policy = SwapPolicy.from_config(self.config.superhub)
+                    await analyze_partitions(conn, parents.values(), self.name, self.feeder.key, policy)
 
     async def _dry_run(self) -> None:
         """The run's phases up to the swap, which only describes what it would do; then all is rolled back."""

@@ -312,17 +312,20 @@ async def _free_partition_name(conn: asyncpg.Connection, parent: TableName, feed
 
 
 async def analyze_partitions(
-    conn: asyncpg.Connection, parents: Iterable[TableName], feeder: str, key: int | str
+    conn: asyncpg.Connection, parents: Iterable[ParentTable], feeder: str, key: int | str, policy: SwapPolicy
 ) -> None:
     """ANALYZE the feeder's partitions of the parent tables, after their swap committed: readers are not
-    blocked by it, and a failure only costs planner statistics until autovacuum runs."""
-    for parent in sorted(parents):
+    blocked by it, and a failure only costs planner statistics until autovacuum runs. A partition swapped by
+    DELETE and INSERT (mvcc) is vacuumed in the same pass: its old rows are dead now, and nobody else frees them
+    before autovacuum comes by."""
+    for parent in sorted(parents, key=lambda p: p.table):
+        command = "VACUUM (ANALYZE)" if policy.method_for(parent) is SwapMethod.MVCC else "ANALYZE"
         try:
-            table = await feeder_partition(conn, parent, feeder, key)
+            table = await feeder_partition(conn, parent.table, feeder, key)
             if table is not None:
-                await conn.execute(f"ANALYZE {table}")
+                await conn.execute(f"{command} {table}")
         except asyncpg.PostgresError as exc:
-            log.warning("swap.analyze_failed", feeder=feeder, table=str(parent), error=str(exc))
+            log.warning("swap.analyze_failed", feeder=feeder, table=str(parent.table), error=str(exc))
 
 
 async def describe_swap(

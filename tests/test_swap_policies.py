@@ -219,6 +219,8 @@ def test_mvcc_swap_never_waits_for_readers(federation: Federation, methods: dict
     assert new in sessions.seen
     assert federation.superhub_sql("SELECT tableoid::regclass FROM hosts WHERE hub_id = 1 LIMIT 1") == partition
     assert staging_leftovers(federation) == "0"
+    vacuumed = f"SELECT vacuum_count > 0 FROM pg_stat_user_tables WHERE relid = '{partition}'::regclass"
+    assert federation.superhub_sql(vacuumed) == "t"  # the dead old rows are freed after the swap, not left
 
 
 def test_partition_swap_retries_until_a_held_lock_is_released(federation: Federation) -> None:
