@@ -10,7 +10,10 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from fedload import __version__
+from fedload.names import TablePattern
 from fedload.pipeline import sync_feeder
+from fedload.schema import read_parents
 from fedload.sync import prepare_superhub, sync_feeders
 from tests.conftest import Category
 from tests.federation import (
@@ -283,3 +286,29 @@ def test_rejected_rows_are_set_aside_with_their_error(federation: Federation, mo
     federation.cluster.psql("DELETE FROM contexts WHERE score !~ '^[0-9]{1,9}$'", dbname=db)
     assert sync(config, "hub1")[0].rejected == {}
     assert federation.superhub_sql("SELECT count(*) FROM fedload.rejects") == "0"
+
+
+def test_a_run_records_the_agents_version(federation: Federation) -> None:
+    """fedload.runs says which agent sent each dump (none without the agent)."""
+    sync(federation.config(), "hub1")
+    sync(federation.config(agent=False), "hub2")
+    versions = federation.superhub_sql(
+        "SELECT string_agg(feeder || '=' || coalesce(agent_version, '-'), ',' ORDER BY feeder) FROM fedload.runs"
+    )
+    assert versions == f"hub1={__version__},hub2=-"
+
+
+def test_reading_the_parents_leaves_the_search_path_alone(federation: Federation) -> None:
+    """read_parents() reads the catalog with an empty search_path but gives the session back as it was."""
+
+    async def read() -> tuple[str, str]:
+        conn = await asyncpg.connect(federation.cluster.dsn(federation.superhub))
+        try:
+            await conn.execute("SET search_path = public, pg_temp")
+            parents = await read_parents(conn, [TablePattern("public.*")], "hub_id")
+            return ",".join(sorted(map(str, parents))), await conn.fetchval("SHOW search_path")
+        finally:
+            await conn.close()
+
+    sync(federation.config(), "hub1")
+    assert asyncio.run(read()) == ("public.contexts,public.hosts", "public, pg_temp")
