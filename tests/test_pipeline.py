@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import asyncpg
@@ -312,3 +313,25 @@ def test_reading_the_parents_leaves_the_search_path_alone(federation: Federation
 
     sync(federation.config(), "hub1")
     assert asyncio.run(read()) == ("public.contexts,public.hosts", "public, pg_temp")
+
+
+def test_a_long_report_on_the_run_history_does_not_hold_up_runs(federation: Federation) -> None:
+    """Once fedload's tables are current, a run does not lock fedload.runs: a long report reading it (which
+    would make an ALTER TABLE wait) delays no sync."""
+    sync(federation.config(), "hub1")
+    cluster = federation.cluster
+    report = "BEGIN; SELECT count(*) FROM fedload.runs; SELECT pg_sleep(30); COMMIT;"
+    argv = [cluster.install.tool("psql"), "-X", "-h", cluster.host, "-p", str(cluster.port), "-U", "postgres"]
+    reader = subprocess.Popen([*argv, "-d", federation.superhub, "-c", report], stdout=subprocess.DEVNULL)
+    try:
+        holding = "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(30)%' AND pid <> pg_backend_pid()"
+        deadline = time.monotonic() + 10
+        while federation.superhub_sql(holding) == "0" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        started = time.monotonic()
+        assert [r.outcome for r in sync(federation.config(), "hub1", "hub2")] == ["success"] * 2
+        assert time.monotonic() - started < 20  # generous: the report runs for 30 s
+        assert reader.poll() is None  # the report was still running all along
+    finally:
+        reader.kill()
+        reader.wait(timeout=10)
