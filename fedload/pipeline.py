@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Iterable
 
 import asyncpg
 
+from fedload.bookkeeping import Bookkeeping
 from fedload.command import dump_command, transport_for
 from fedload.config import Config, FeederConfig
 from fedload.errors import ConfigError, DumpError, FedloadError, one_line
@@ -49,9 +50,20 @@ async def sync_feeder(
     progress: ProgressCallback | None = None,
     transport: Transport | None = None,
     dry_run: bool = False,
+    history: Bookkeeping | None = None,
 ) -> FeederRun:
-    """Run one feeder's sync; never raises for the feeder's or the dump's failures, only reports them."""
-    return await _FeederSync(name, config, progress or (lambda _: None), transport, dry_run=dry_run).run()
+    """Run one feeder's sync; never raises for the feeder's or the dump's failures, only reports them.
+
+    `history` is the connection that records the run in fedload.runs, shared by the feeders of a sync or daemon;
+    without it the run opens one of its own."""
+    feeder_sync = _FeederSync(name, config, progress or (lambda _: None), transport, dry_run=dry_run)
+    if history is not None:
+        return await feeder_sync.run(history)
+    history = Bookkeeping(f"{name} history")
+    try:
+        return await feeder_sync.run(history)
+    finally:
+        await asyncio.shield(history.close())
 
 
 class _FeederSync:
@@ -78,19 +90,20 @@ class _FeederSync:
         self.state.phase = phase
         self._report(self.state)
 
-    async def run(self) -> FeederRun:
-        """Every phase within the run timeout; failures end up in the returned FeederRun."""
+    async def run(self, history: Bookkeeping) -> FeederRun:
+        """Every phase within the run timeout, the run recorded through `history`; failures end up in the returned
+        FeederRun."""
         self.phase(Phase.CONNECT)
         try:
             async with self._deadline:
-                await (self._dry_run() if self.dry_run else self._sync())
+                await (self._dry_run() if self.dry_run else self._sync(history))
         except TimeoutError:  # only the run's deadline: superhub_session() translates the database's timeouts
             self.record.error = self._cancelled_why()
         except FedloadError as exc:
             self.record.error = one_line(str(exc), limit=None)
         return self._result()
 
-    async def _sync(self) -> None:
+    async def _sync(self, history: Bookkeeping) -> None:
         """The run's phases in order."""
         async with superhub_session(self.config, self.name) as conn:
             await ensure_superhub(conn)
@@ -99,7 +112,7 @@ class _FeederSync:
                     error = f"feeder {self.name} is being synced by another fedload process"
                     self.record = RunRecord(outcome=Outcome.BUSY, error=error)
                     return
-                async with self._recorded():
+                async with self._recorded(history):
                     parents = await self._expected_parents(conn)
                     remap = await asyncio.to_thread(_read_remap, self.feeder)
                     async with self._dump(parents) as receiver, conn.transaction():
@@ -135,21 +148,22 @@ class _FeederSync:
             await asyncio.shield(transaction.rollback())
 
     @contextlib.asynccontextmanager
-    async def _recorded(self) -> AsyncIterator[None]:
-        """The run's record in fedload.runs, on a session of its own (outside the load's transaction): started
+    async def _recorded(self, history: Bookkeeping) -> AsyncIterator[None]:
+        """The run's record in fedload.runs, written through `history` (outside the load's transaction): started
         before the block, finished after it with its outcome and error, even when cancelled. If the superhub is
         gone by then, the next run of the feeder marks this one abandoned."""
-        async with superhub_session(self.config, f"{self.name} history") as history:
-            run_id = self.run_id = await start_run(history, self.name)
-            self.stage_prefix = f"r{run_id}"
-            try:
-                yield
-            except BaseException as exc:
-                self._note_error(exc)
-                raise
-            finally:
-                self.record.raw_bytes, self.record.dump_bytes = self.state.raw_bytes, self.state.dump_bytes
-                await asyncio.shield(best_effort(finish_run(history, run_id, self.record)))
+        run_id = self.run_id = await history.write(self.config, lambda conn: start_run(conn, self.name))
+        self.stage_prefix = f"r{run_id}"
+        try:
+            yield
+        except BaseException as exc:
+            self._note_error(exc)
+            raise
+        finally:
+            self.record.raw_bytes, self.record.dump_bytes = self.state.raw_bytes, self.state.dump_bytes
+            record = self.record
+            finish = history.write(self.config, lambda conn: finish_run(conn, run_id, record))
+            await asyncio.shield(best_effort(finish))
 
     async def _expected_parents(self, conn: asyncpg.Connection) -> dict[TableName, ParentTable]:
         """The parents this feeder's dump must fill: every configured pattern matches one, exclusions aside."""

@@ -128,7 +128,7 @@ async def best_effort(step: Awaitable[object]) -> None:
     """Run a bookkeeping step whose failure must not hide the caller's own error: a dead superhub is only logged."""
     try:
         await step
-    except _DRIVER_ERRORS as exc:
+    except (*_DRIVER_ERRORS, SuperhubError) as exc:
         log.warning("sync.bookkeeping_failed", error=str(exc) or type(exc).__name__)
 
 

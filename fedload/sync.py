@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
+from fedload.bookkeeping import Bookkeeping
 from fedload.config import Config
 from fedload.errors import ConfigError, FedloadError, UsageError
 from fedload.log import get_logger
@@ -34,13 +35,17 @@ async def sync_feeders(
     if not dry_run:
         await prepare_superhub(config)
     slots = asyncio.Semaphore(config.superhub.max_parallel_feeders)
+    history = Bookkeeping()  # one connection records every feeder's runs
 
     async def one(name: str) -> FeederRun:
         async with slots:
-            return await sync_feeder(name, config, progress=progress, dry_run=dry_run)
+            return await sync_feeder(name, config, progress=progress, dry_run=dry_run, history=history)
 
-    async with asyncio.TaskGroup() as group:
-        tasks = [group.create_task(one(name)) for name in names]
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(one(name)) for name in names]
+    finally:
+        await asyncio.shield(history.close())
     return [task.result() for task in tasks]
 
 

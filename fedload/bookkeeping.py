@@ -1,0 +1,88 @@
+"""One superhub connection for a process's bookkeeping (the run history, the daemon's schedule), shared by all of
+its feeders' runs instead of one per running feeder.
+
+    history = Bookkeeping()
+    run_id = await history.write(config, lambda conn: start_run(conn, "hub1"))
+    ...
+    await history.close()
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import asyncpg
+
+from fedload.config import Config
+from fedload.superhub import close_superhub, connect_superhub, superhub_errors
+
+__all__ = ["Bookkeeping"]
+
+T = TypeVar("T")
+_WRITE_MAX_S = 60.0  # a bookkeeping statement is tiny: the longest it may take (statement_timeout_s if lower)
+_DRAIN_S = 30.0  # at close, the longest wait for writes whose callers were cancelled
+
+
+class Bookkeeping:
+    """One connection, opened on the first write (again after a failure, or when a reload changes the superhub's
+    dsn), and one write at a time on it. Each write is bounded (connect_timeout_s plus at most a minute) and runs
+    to its end even when its caller is cancelled, so the connection is never left mid-statement for the next
+    caller. Failures come out as fedload's errors (`superhub_errors`) and drop the connection."""
+
+    def __init__(self, purpose: str = "history") -> None:
+        self._purpose = purpose
+        self._conn: asyncpg.Connection | None = None
+        self._dsn = ""
+        self._lock = asyncio.Lock()
+        self._writes: set[asyncio.Task[object]] = set()  # writes under way, kept so that close() waits for them
+
+    async def write(self, config: Config, step: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        """Run `step` on the shared connection, after the writes queued before it; its result."""
+        task: asyncio.Task[T] = asyncio.get_running_loop().create_task(self._write(config, step))
+        self._writes.add(task)
+        task.add_done_callback(self._write_done)
+        return await asyncio.shield(task)
+
+    async def close(self) -> None:
+        """Wait for the writes under way (at most half a minute), then close the connection."""
+        if self._writes:
+            await asyncio.wait(set(self._writes), timeout=_DRAIN_S)
+        async with self._lock:
+            await self._drop()
+
+    async def _write(self, config: Config, step: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        budget_s = config.superhub.connect_timeout_s + min(config.superhub.statement_timeout_s, _WRITE_MAX_S)
+        async with self._lock:
+            try:
+                with superhub_errors(config):
+                    async with asyncio.timeout(budget_s):
+                        return await step(await self._connection(config))
+            except BaseException:
+                self._terminate()
+                raise
+
+    def _write_done(self, task: asyncio.Task[object]) -> None:
+        self._writes.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: a caller cancelled before the end no longer wants it
+
+    async def _connection(self, config: Config) -> asyncpg.Connection:
+        if self._conn is not None and (self._conn.is_closed() or self._dsn != config.superhub.dsn):
+            await self._drop()
+        if self._conn is None:
+            self._conn = await connect_superhub(config, self._purpose)
+            self._dsn = config.superhub.dsn
+        return self._conn
+
+    def _terminate(self) -> None:
+        """Drop the connection at once after a failure: it may be mid-statement or dead."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.terminate()
+
+    async def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await close_superhub(conn)
