@@ -25,6 +25,7 @@ from typing import Any
 import asyncpg
 
 from fedload import systemd
+from fedload.bookkeeping import Bookkeeping
 from fedload.config import Config, load_config
 from fedload.english import counted
 from fedload.errors import ConfigError, FedloadError, one_line
@@ -32,7 +33,7 @@ from fedload.log import get_logger
 from fedload.pipeline import sync_feeder
 from fedload.results import FeederRun, Outcome
 from fedload.schedule import FeederSchedule, after_failure, after_success, first_run
-from fedload.superhub import close_superhub, connect_superhub, prepare_superhub, superhub_errors
+from fedload.superhub import prepare_superhub
 
 __all__ = ["Daemon", "run_daemon"]
 
@@ -48,44 +49,24 @@ _STORE_SCHEDULE = (
 
 
 class ScheduleStore:
-    """Writes feeders' next runs into fedload.schedule for `fedload status`, one write at a time on one connection
-    kept between writes (opened again after a failure, or when a reload changes the superhub's dsn). Best effort:
-    a failure is logged and the daemon carries on."""
+    """Writes feeders' next runs into fedload.schedule for `fedload status`, through the daemon's one bookkeeping
+    connection (the one its runs record their history on). Best effort: a failure is logged and the daemon
+    carries on."""
 
-    def __init__(self) -> None:
-        self._conn: asyncpg.Connection | None = None
-        self._dsn = ""
-        self._lock = asyncio.Lock()
+    def __init__(self, bookkeeping: Bookkeeping) -> None:
+        self._bookkeeping = bookkeeping
 
     async def store(self, config: Config, name: str, schedule: FeederSchedule) -> None:
         """Record `schedule` as feeder `name`'s next run."""
-        async with self._lock:
-            try:
-                with superhub_errors(config):
-                    conn = await self._connection(config)
-                    next_in_s = max(0.0, schedule.next_at - time.monotonic())
-                    await conn.execute(_STORE_SCHEDULE, name, next_in_s, schedule.failures)
-            except (FedloadError, OSError) as exc:
-                log.warning("daemon.schedule_not_recorded", feeder=name, error=str(exc))
-                await self._drop()
 
-    async def close(self) -> None:
-        """Close the connection, if one is open."""
-        async with self._lock:
-            await self._drop()
+        async def write(conn: asyncpg.Connection) -> None:
+            next_in_s = max(0.0, schedule.next_at - time.monotonic())
+            await conn.execute(_STORE_SCHEDULE, name, next_in_s, schedule.failures)
 
-    async def _connection(self, config: Config) -> asyncpg.Connection:
-        if self._conn is not None and (self._conn.is_closed() or self._dsn != config.superhub.dsn):
-            await self._drop()
-        if self._conn is None:
-            self._conn = await connect_superhub(config, "daemon")
-            self._dsn = config.superhub.dsn
-        return self._conn
-
-    async def _drop(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await close_superhub(conn)
+        try:
+            await self._bookkeeping.write(config, write)
+        except (FedloadError, OSError) as exc:
+            log.warning("daemon.schedule_not_recorded", feeder=name, error=str(exc))
 
 
 class Daemon:
@@ -99,7 +80,8 @@ class Daemon:
         self._schedules: dict[str, FeederSchedule] = {}
         self._running: dict[str, asyncio.Task[FeederRun]] = {}
         self._bookkeeping: set[asyncio.Task[None]] = set()  # schedule writes under way
-        self._store = ScheduleStore()
+        self._history = Bookkeeping()  # the daemon's one bookkeeping connection: run history and schedule
+        self._store = ScheduleStore(self._history)
         self._wake = asyncio.Event()
         self._stopping = False
         self._reload_requested = False
@@ -122,7 +104,7 @@ class Daemon:
             watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watchdog
-            await asyncio.shield(self._store.close())
+            await asyncio.shield(self._history.close())
         log.info("daemon.stopped")
         return 0
 
@@ -200,7 +182,8 @@ class Daemon:
             if slots <= 0:
                 return
             if name not in self._running:
-                task = asyncio.create_task(sync_feeder(name, self.config), name=f"sync-{name}")
+                run = sync_feeder(name, self.config, history=self._history)
+                task = asyncio.create_task(run, name=f"sync-{name}")
                 task.add_done_callback(lambda t, n=name: self._finished(n, t))  # type: ignore[misc]
                 self._running[name] = task
                 slots -= 1

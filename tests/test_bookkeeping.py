@@ -1,0 +1,116 @@
+"""The run history of every feeder of a sync goes through one shared connection, which cancellation never spoils."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import asyncpg
+import pytest
+
+from fedload.bookkeeping import Bookkeeping
+from fedload.config import Config
+from fedload.pipeline import sync_feeder
+from fedload.results import FeederRun
+from fedload.sync import prepare_superhub, sync_feeders
+from tests.federation import AGENT, Federation, write_script
+
+_FEDLOAD_CONNECTIONS = (
+    "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'fedload%' AND datname = current_database()"
+)
+
+
+def _with_parallel(config: Config, feeders: int) -> Config:
+    return config.model_copy(update={"superhub": config.superhub.model_copy(update={"max_parallel_feeders": feeders})})
+
+
+async def _peak_connections(federation: Federation, work: asyncio.Task[list[FeederRun]]) -> int:
+    """The most fedload connections on the superhub at once while `work` runs (polled every 20 ms)."""
+    conn = await asyncpg.connect(federation.cluster.dsn(federation.superhub))
+    peak = 0
+    try:
+        while not work.done():
+            peak = max(peak, await conn.fetchval(_FEDLOAD_CONNECTIONS))
+            await asyncio.sleep(0.02)
+    finally:
+        await conn.close()
+    return peak
+
+
+def test_a_sync_holds_one_bookkeeping_connection(federation: Federation) -> None:
+    """Three feeders synced together hold 3 load sessions and 1 history session, not 6; each run is recorded."""
+    slow = write_script(federation.tmp / "slow.sh", f'sleep 2; exec {AGENT} "$@"\n')
+    config = _with_parallel(federation.config(agent_command=[slow]), 3)
+
+    async def scenario() -> tuple[list[FeederRun], int]:
+        work = asyncio.create_task(sync_feeders(config, list(config.feeders)))
+        peak = await _peak_connections(federation, work)
+        return await work, peak
+
+    runs, peak = asyncio.run(scenario())
+    assert [r.outcome for r in runs] == ["success"] * 3, [r.error for r in runs]
+    assert peak == 3 + 1
+    recorded = federation.superhub_sql(
+        "SELECT json_agg(json_build_object('feeder', feeder, 'outcome', outcome, 'error', error, 'rows', rows) "
+        "ORDER BY feeder) FROM fedload.runs"
+    )
+    assert json.loads(recorded) == [
+        {"feeder": r.feeder, "outcome": "success", "error": None, "rows": r.rows} for r in runs
+    ]
+
+
+def test_a_cancelled_run_leaves_the_shared_connection_usable(federation: Federation) -> None:
+    """A run cancelled mid-load records its outcome; the next feeder's run records through the same connection."""
+    slow = write_script(
+        federation.tmp / "slow.sh",
+        f'{AGENT} "$@" > {federation.tmp}/s.bin\nhead -c 4000 {federation.tmp}/s.bin; sleep 30\n',
+    )
+    config = federation.config()
+
+    async def scenario() -> FeederRun:
+        await prepare_superhub(config)
+        history = Bookkeeping()
+        try:
+            task = asyncio.create_task(sync_feeder("hub1", federation.config(agent_command=[slow]), history=history))
+            await asyncio.sleep(3)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return await sync_feeder("hub2", config, history=history)
+        finally:
+            await history.close()
+
+    run = asyncio.run(scenario())
+    assert run.outcome == "success", run.error
+    recorded = federation.superhub_sql(
+        "SELECT string_agg(feeder || ':' || outcome || ':' || error, ',') FROM fedload.runs"
+    )
+    assert recorded.startswith("hub1:failed:the run was cancelled")
+    assert federation.superhub_sql("SELECT outcome FROM fedload.runs WHERE feeder = 'hub2'") == "success"
+
+
+def test_a_write_cancelled_in_flight_ends_on_the_connection(federation: Federation) -> None:
+    """Cancelling the caller of a write under way lets the write finish; the next write uses the same session."""
+    config = federation.config()
+    finished: list[int] = []
+
+    async def slow(conn: asyncpg.Connection) -> int:
+        await conn.execute("SELECT pg_sleep(0.5)")
+        finished.append(conn.get_server_pid())
+        return conn.get_server_pid()
+
+    async def scenario() -> int:
+        history = Bookkeeping()
+        try:
+            first = asyncio.create_task(history.write(config, slow))
+            await asyncio.sleep(0.1)
+            first.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await first
+            pid: int = await history.write(config, lambda conn: conn.fetchval("SELECT pg_backend_pid()"))
+            return pid
+        finally:
+            await history.close()
+
+    pid = asyncio.run(scenario())
+    assert finished == [pid]  # the cancelled caller's write ran to its end, on the session the next write used
