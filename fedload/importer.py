@@ -86,7 +86,6 @@ class StagedTable:
 
     parent: ParentTable
     stage_name: str
-    key_constraint: str = "fedload_feeder_key"
     columns: list[str] = field(default_factory=list)
     dropped_columns: list[str] = field(default_factory=list)
     rows: int = 0
@@ -123,8 +122,7 @@ class Importer:
         taken = frozenset().union(*(p.constraint_names for p in parents.values()))
         self._key_constraint = _free_name("fedload_feeder_key", taken)  # one name that no parent uses
         self.staged = {
-            name: StagedTable(parent, f"{stage_prefix}_{i}", self._key_constraint)
-            for i, (name, parent) in enumerate(sorted(parents.items()))
+            name: StagedTable(parent, f"{stage_prefix}_{i}") for i, (name, parent) in enumerate(sorted(parents.items()))
         }
         self._announced: set[TableName] = set()
         self._log = log.bind(feeder=feeder, stage_prefix=stage_prefix)
@@ -204,7 +202,7 @@ class Importer:
         definitions = [c.definition(key_default if c.name == self._policy.feeder_key else None) for c in parent.columns]
         definitions += [f"CONSTRAINT {ident(name)} {check}" for name, check in parent.checks]
         definitions.append(
-            f"CONSTRAINT {ident(staged.key_constraint)} CHECK ({key} IS NOT NULL AND {key} = {key_default})"
+            f"CONSTRAINT {ident(self._key_constraint)} CHECK ({key} IS NOT NULL AND {key} = {key_default})"
         )
         await self._conn.execute(f"CREATE TABLE {staged.stage_sql} ({', '.join(definitions)})")
 

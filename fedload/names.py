@@ -19,7 +19,7 @@ from pydantic_core import core_schema
 
 from transforms.lexical import DEFAULT_SCHEMA, split_identifiers, unquote_identifier
 
-__all__ = ["DEFAULT_SCHEMA", "TableName", "TablePattern"]
+__all__ = ["DEFAULT_SCHEMA", "TableName", "TablePattern", "quote_ident"]
 
 _PLAIN = re.compile(r"[a-z0-9_$]")
 

@@ -13,7 +13,7 @@ import asyncpg
 from sqlglot import exp
 
 from fedload.errors import SuperhubError
-from fedload.names import TableName, TablePattern
+from fedload.names import TableName, TablePattern, quote_ident
 
 __all__ = [
     "Column",
@@ -32,7 +32,7 @@ PARTS_SCHEMA = "fedload_parts"
 
 def ident(name: str) -> str:
     """`name` as an always-quoted PostgreSQL identifier."""
-    return exp.to_identifier(name, quoted=True).sql("postgres")
+    return quote_ident(name)
 
 
 def qualified(schema: str, name: str) -> str:
