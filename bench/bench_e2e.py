@@ -96,6 +96,7 @@ class Bench:
     sshd: common.SshServer
     count: int
     parallel: int
+    analyze: str = "after_swap"
     arrangement: str = "shared"
     runs: list[FedloadRun] = field(default_factory=list)
 
@@ -251,6 +252,7 @@ class Bench:
             f"tables = {json.dumps(TABLES)}",
             f"schema_file = {json.dumps(str(schema))}",
             f"max_parallel_feeders = {self.parallel}",
+            f'analyze = "{self.analyze}"',
         ]
         for i in range(1, self.count + 1):
             lines += [
@@ -440,6 +442,12 @@ def parse_args() -> argparse.Namespace:
         default="both",
         help="shared: every process on every CPU; pinned: feeder side on CPU 0, superhub side on CPU 1 (both)",
     )
+    parser.add_argument(
+        "--analyze",
+        choices=["after_swap", "autovacuum"],
+        default="after_swap",
+        help="fedload's superhub.analyze: after_swap (default) or autovacuum (the limit's tables are not analyzed)",
+    )
     parser.add_argument("--png", type=Path, default=HERE / "out" / "e2e.png", help="chart (default bench/out/e2e.png)")
     common.add_common_arguments(parser)
     return parser.parse_args()
@@ -455,7 +463,7 @@ def main() -> int:
     print(common.machine_line())
     with common.Workspace(common.pick_install(args.pg_major), keep=args.keep) as work:
         feeders, superhub = work.cluster("feeders"), work.cluster("superhub")
-        bench = Bench(work, feeders, superhub, work.sshd(), args.feeders, args.parallel)
+        bench = Bench(work, feeders, superhub, work.sshd(), args.feeders, args.parallel, args.analyze)
         print(f"generating {args.feeders} feeders x ~{args.rows} rows ...", flush=True)
         per_feeder = bench.populate("f", args.rows)
         expected = per_feeder * args.feeders

@@ -54,6 +54,7 @@ ColumnName = Annotated[str, _matching(r"[a-z_][a-z0-9_]{0,62}", "a lower-case co
 Seconds = Annotated[float, Field(gt=0)]
 ExtraColumns = Literal["warn", "error"]  # a dump's column the superhub lacks: dropped with a warning, or an error
 BadRows = Literal["fail", "reject"]  # a row the superhub refuses: fails the run, or goes to fedload.rejects
+Analyze = Literal["after_swap", "autovacuum"]  # who gathers a new partition's statistics: the run, or autovacuum
 
 
 class DumpMode(StrEnum):
@@ -116,6 +117,7 @@ class SuperhubConfig(_Model):
     swap_cancel_wait_s: Seconds = 30.0  # swap_on_timeout = "cancel": the longest wait for locks while cancelling
     swap_never_cancel_roles: list[str] = []
     swap_never_cancel_applications: list[str] = []
+    analyze: Analyze = "after_swap"
     run_timeout_s: Seconds = 6 * 3600.0
 
 

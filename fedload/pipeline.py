@@ -119,9 +119,7 @@ class _FeederSync:
                         importer = await self._load(conn, receiver, parents, remap)
                         await self._swap(conn, importer)
                     self._succeeded(importer)
-                    self.phase(Phase.ANALYZE)
-                    policy = SwapPolicy.from_config(self.config.superhub)
-                    await analyze_partitions(conn, parents.values(), self.name, self.feeder.key, policy)
+                    await self._analyze(conn, parents.values())
 
     async def _dry_run(self) -> None:
         """The run's phases up to the swap, which only describes what it would do; then all is rolled back."""
@@ -245,6 +243,15 @@ class _FeederSync:
         finally:
             _note_swap(self.record, stats)
         await forget_rejects(conn, self.name, except_run=self.run_id)
+
+    async def _analyze(self, conn: asyncpg.Connection, parents: Iterable[ParentTable]) -> None:
+        """Gather the new partitions' statistics, after the commit; with `analyze = "autovacuum"` leave them to
+        autovacuum, which analyzes a table this fresh within autovacuum_naptime (the same CPU, later, throttled)."""
+        if self.config.superhub.analyze == "autovacuum":
+            return
+        self.phase(Phase.ANALYZE)
+        policy = SwapPolicy.from_config(self.config.superhub)
+        await analyze_partitions(conn, parents, self.name, self.feeder.key, policy)
 
     def _succeeded(self, importer: Importer) -> None:
         self.record.outcome = Outcome.SUCCESS

@@ -335,3 +335,27 @@ def test_a_long_report_on_the_run_history_does_not_hold_up_runs(federation: Fede
     finally:
         reader.kill()
         reader.wait(timeout=10)
+
+
+_ANALYZED = (
+    "SELECT string_agg(DISTINCT tablename, ',' ORDER BY tablename) FROM pg_stats WHERE schemaname = 'fedload_parts'"
+)
+
+
+@pytest.mark.parametrize("analyze", ["after_swap", "autovacuum"])
+def test_analyze_after_the_swap_or_leave_it_to_autovacuum(federation: Federation, analyze: str) -> None:
+    """By default a run gathers its new partitions' statistics after the swap; `analyze = "autovacuum"` skips the
+    phase and leaves them to autovacuum."""
+    config = federation.config()
+    config = config.model_copy(update={"superhub": config.superhub.model_copy(update={"analyze": analyze})})
+    phases: set[str] = set()
+    runs = asyncio.run(sync_feeders(config, ["hub1"], lambda progress: phases.add(progress.phase)))
+    assert [r.outcome for r in runs] == ["success"], [r.error for r in runs]
+    analyzed = federation.superhub_sql(_ANALYZED)
+    if analyze == "after_swap":
+        assert "analyze" in phases
+        assert analyzed == "public.contexts__hub1,public.hosts__hub1"
+    else:
+        assert "analyze" not in phases
+        counts = "SELECT sum(analyze_count) FROM pg_stat_user_tables WHERE schemaname = 'fedload_parts'"
+        assert federation.superhub_sql(counts) == "0"
