@@ -15,8 +15,9 @@ every 50 ms for client backends (fedload's, by application_name, and all others 
 sync process's VmHWM; during the second round a reader, on its own connection, counts every parent by hub_id in a
 loop (`SELECT hub_id, count(*) FROM t GROUP BY hub_id`), timing each query and checking each feeder's count is
 its old or its new count (anything else is a torn total). Printed per N and round: outcomes, wall time, peak
-connections, peak RSS (VmHWM of the sync process; wait4's ru_maxrss, which also covers its largest child, as a
-cross-check), reader p50/p99/max latency and torn totals, each next to its target.
+connections, peak RSS (VmHWM of the sync process; the superhub side's, the sum of the VmHWM of the sync and of
+each worker process it starts, an upper bound of their joint peak; wait4's ru_maxrss, which also covers its
+largest child, as a cross-check), reader p50/p99/max latency and torn totals, each next to its target.
 """
 
 from __future__ import annotations
@@ -138,6 +139,7 @@ class Observed:
     peak_fedload_conns: int = 0
     peak_other_conns: int = 0
     peak_hwm_kib: int = 0
+    hwm_by_pid: dict[int, int] = field(default_factory=dict)  # the sync and its superhub-side workers
     latencies_s: list[float] = field(default_factory=list)
     torn: list[str] = field(default_factory=list)
     reads: int = 0
@@ -188,6 +190,8 @@ class Monitor:
                 self.seen.peak_fedload_conns = max(self.seen.peak_fedload_conns, fedload)
                 self.seen.peak_other_conns = max(self.seen.peak_other_conns, other)
                 self.seen.peak_hwm_kib = max(self.seen.peak_hwm_kib, vm_hwm_kib(self.pid))
+                for pid in superhub_side(self.pid):
+                    self.seen.hwm_by_pid[pid] = max(self.seen.hwm_by_pid.get(pid, 0), vm_hwm_kib(pid))
                 await asyncio.sleep(MONITOR_INTERVAL_S)
         finally:
             await conn.close()
@@ -209,6 +213,32 @@ class Monitor:
                             self.seen.torn.append(f"{table} f{i}: {n} (old {old[table, i]}, new {new[table, i]})")
         finally:
             await conn.close()
+
+
+_FEEDER_SIDE = (b"agent", b"pg_dump", b"ssh", b"zstd")
+
+
+def superhub_side(pid: int) -> list[int]:
+    """`pid` and its descendants that work for the superhub (worker processes), not the feeders' agents and
+    pg_dumps that the local transport starts as children."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_bytes().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [pid], list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        try:
+            argv = Path(f"/proc/{child}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if not any(word in argv for word in _FEEDER_SIDE):
+            found.append(child)
+            todo.extend(children.get(child, []))
+    return found
 
 
 def vm_hwm_kib(pid: int) -> int:
@@ -330,7 +360,7 @@ def percentile(values: Sequence[float], q: float) -> float:
 def report(rounds: Sequence[Round], rows: int, parallel: int, tables_in_flight: int) -> bool:
     """The tables; True if every target is met."""
     conn_target = parallel * tables_in_flight + 2
-    hwm = [r.seen.peak_hwm_kib / 1024 for r in rounds]
+    hwm = [sum(r.seen.hwm_by_pid.values()) / 1024 for r in rounds]
     flat = max(hwm) <= 1.2 * min(hwm)
     ok = flat and max(hwm) <= 300
     lines = []
@@ -349,6 +379,7 @@ def report(rounds: Sequence[Round], rows: int, parallel: int, tables_in_flight: 
                 f"{r.seen.peak_fedload_conns} (<= {conn_target}: {common.verdict(conns_ok)})",
                 r.seen.peak_other_conns,
                 f"{r.seen.peak_hwm_kib / 1024:.0f}",
+                f"{len(r.seen.hwm_by_pid) - 1} / {sum(r.seen.hwm_by_pid.values()) / 1024:.0f}",
                 f"{r.maxrss_kib / 1024:.0f}",
                 f"{r.cpu_s:.1f}",
                 f"{percentile(r.swap_lock_ms, 50):.0f} / {max(r.swap_lock_ms, default=0):.0f}",
@@ -366,6 +397,7 @@ def report(rounds: Sequence[Round], rows: int, parallel: int, tables_in_flight: 
             "peak fedload conns",
             "other conns",
             "sync VmHWM MiB",
+            "workers / superhub-side VmHWM MiB",
             "wait4 maxrss MiB",
             "CPU s (sync+agents)",
             "swap ms p50 / max",
