@@ -11,18 +11,32 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import asyncpg
 
 from fedload.config import Config
+from fedload.runs import RunRecord, finish_run, start_run
 from fedload.superhub import close_superhub, connect_superhub, superhub_errors
 
-__all__ = ["Bookkeeping"]
+__all__ = ["Bookkeeping", "RunHistory"]
 
 T = TypeVar("T")
 _WRITE_MAX_S = 60.0  # a bookkeeping statement is tiny: the longest it may take (statement_timeout_s if lower)
 _DRAIN_S = 30.0  # at close, the longest wait for writes whose callers were cancelled
+
+
+class RunHistory(Protocol):
+    """Where a feeder's run records its start and end (fedload.runs): the process's `Bookkeeping`, or in a worker
+    process a proxy that asks its parent's."""
+
+    async def start_run(self, config: Config, feeder: str) -> int:
+        """Record a new run of `feeder`; its id."""
+        ...
+
+    async def finish_run(self, config: Config, run_id: int, record: RunRecord) -> None:
+        """Record how run `run_id` ended."""
+        ...
 
 
 class Bookkeeping:
@@ -44,6 +58,14 @@ class Bookkeeping:
         self._writes.add(task)
         task.add_done_callback(self._write_done)
         return await asyncio.shield(task)
+
+    async def start_run(self, config: Config, feeder: str) -> int:
+        """Record a new run of `feeder` in fedload.runs; its id."""
+        return await self.write(config, lambda conn: start_run(conn, feeder))
+
+    async def finish_run(self, config: Config, run_id: int, record: RunRecord) -> None:
+        """Record how run `run_id` ended."""
+        await self.write(config, lambda conn: finish_run(conn, run_id, record))
 
     async def close(self) -> None:
         """Wait for the writes under way (at most half a minute), then close the connection."""

@@ -119,6 +119,13 @@ class SuperhubConfig(_Model):
     swap_never_cancel_applications: list[str] = []
     analyze: Analyze = "after_swap"
     run_timeout_s: Seconds = 6 * 3600.0
+    worker_processes: int | None = Field(None, ge=0)  # None: max_parallel_feeders; 0: none
+
+    @property
+    def workers(self) -> int:
+        """How many worker processes run feeders (0: every run in the main process): by default one per feeder
+        that may run at once, so that runs waiting on their feeders still overlap."""
+        return self.max_parallel_feeders if self.worker_processes is None else self.worker_processes
 
 
 class SshConfig(_Model):

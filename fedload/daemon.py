@@ -34,6 +34,7 @@ from fedload.pipeline import sync_feeder
 from fedload.results import FeederRun, Outcome
 from fedload.schedule import FeederSchedule, after_failure, after_success, first_run
 from fedload.superhub import prepare_superhub
+from fedload.workers import WorkerPool
 
 __all__ = ["Daemon", "run_daemon"]
 
@@ -82,6 +83,8 @@ class Daemon:
         self._bookkeeping: set[asyncio.Task[None]] = set()  # schedule writes under way
         self._history = Bookkeeping()  # the daemon's one bookkeeping connection: run history and schedule
         self._store = ScheduleStore(self._history)
+        # Started once: a reload that changes superhub.worker_processes takes effect at the next start.
+        self._pool = WorkerPool(config.superhub.workers) if config.superhub.workers else None
         self._wake = asyncio.Event()
         self._stopping = False
         self._reload_requested = False
@@ -104,6 +107,8 @@ class Daemon:
             watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watchdog
+            if self._pool is not None:
+                await asyncio.shield(self._pool.close())
             await asyncio.shield(self._history.close())
         log.info("daemon.stopped")
         return 0
@@ -182,11 +187,16 @@ class Daemon:
             if slots <= 0:
                 return
             if name not in self._running:
-                run = sync_feeder(name, self.config, history=self._history)
-                task = asyncio.create_task(run, name=f"sync-{name}")
+                task = asyncio.create_task(self._sync(name), name=f"sync-{name}")
                 task.add_done_callback(lambda t, n=name: self._finished(n, t))  # type: ignore[misc]
                 self._running[name] = task
                 slots -= 1
+
+    async def _sync(self, name: str) -> FeederRun:
+        """One run of a feeder, in a worker process if the daemon has them."""
+        if self._pool is None:
+            return await sync_feeder(name, self.config, history=self._history)
+        return await self._pool.run(name, self.config, history=self._history)
 
     def _finished(self, name: str, task: asyncio.Task[FeederRun]) -> None:
         self._running.pop(name, None)

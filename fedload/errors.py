@@ -4,6 +4,7 @@
 - `FeederError`: the feeder could not be reached or its dump did not arrive; retry later.
 - `DumpError`: a dump arrived but is incomplete, malformed or not allowed; reject it, keep the old data.
 - `SuperhubError`: the superhub database failed; retry later.
+- `WorkerError`: the worker process running a feeder's run died or stopped answering; the run failed, retry later.
 
 Adapters translate library exceptions (asyncssh, asyncpg, OS errors) into these with `raise ... from exc`.
 """
@@ -26,6 +27,7 @@ __all__ = [
     "SuperhubError",
     "SwapLockError",
     "UsageError",
+    "WorkerError",
     "one_line",
 ]
 
@@ -84,6 +86,10 @@ class SuperhubError(FedloadError):
 
 class SwapLockError(SuperhubError):
     """The swap could not get its locks in time (other sessions held the tables); the old data stays."""
+
+
+class WorkerError(FedloadError):
+    """A worker process died or stopped answering during a feeder's run: that run failed, its old data stays."""
 
 
 def one_line(text: str, limit: int | None = 500) -> str:

@@ -13,10 +13,11 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["LOG_FORMATS", "configure_logging", "get_logger", "pick_level"]
+__all__ = ["LOG_FORMATS", "configure_logging", "configured", "get_logger", "pick_level"]
 
 LOG_FORMATS = ("auto", "human", "json")
 _LEVELS = logging.getLevelNamesMapping()
+_configured = {"level": "warning", "log_format": "auto"}
 
 
 def pick_level(*, verbose: int = 0, configured: str = "info") -> str:
@@ -49,6 +50,7 @@ def configure_logging(*, level: str = "warning", log_format: str = "auto") -> No
     """Send structlog events at `level` and above to stderr, as JSON lines or rendered (see the module docstring)."""
     import structlog  # noqa: PLC0415 - imported by the commands that log, not by --help or check-config
 
+    _configured.update(level=level, log_format=log_format)
     renderer: Any = (
         structlog.processors.JSONRenderer()
         if _use_json(log_format)
@@ -66,6 +68,11 @@ def configure_logging(*, level: str = "warning", log_format: str = "auto") -> No
         logger_factory=lambda *_: _StderrLogger(),
         cache_logger_on_first_use=False,
     )
+
+
+def configured() -> tuple[str, str]:
+    """The level and format `configure_logging` set last (for a worker process to log as its parent does)."""
+    return _configured["level"], _configured["log_format"]
 
 
 def get_logger(**bound: Any) -> Any:

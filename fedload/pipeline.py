@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Iterable
 
 import asyncpg
 
-from fedload.bookkeeping import Bookkeeping
+from fedload.bookkeeping import Bookkeeping, RunHistory
 from fedload.command import dump_command, transport_for
 from fedload.config import Config, FeederConfig
 from fedload.errors import ConfigError, DumpError, FedloadError, one_line
@@ -23,7 +23,7 @@ from fedload.log import get_logger
 from fedload.names import TableName
 from fedload.receive import DumpReceiver
 from fedload.results import FeederRun, Outcome, Phase, Progress, ProgressCallback
-from fedload.runs import RunRecord, ensure_superhub, finish_run, forget_rejects, start_run
+from fedload.runs import RunRecord, ensure_superhub, forget_rejects
 from fedload.schema import ParentTable, read_parents, unmatched_patterns
 from fedload.stream import Header, Trailer
 from fedload.superhub import (
@@ -50,7 +50,7 @@ async def sync_feeder(
     progress: ProgressCallback | None = None,
     transport: Transport | None = None,
     dry_run: bool = False,
-    history: Bookkeeping | None = None,
+    history: RunHistory | None = None,
 ) -> FeederRun:
     """Run one feeder's sync; never raises for the feeder's or the dump's failures, only reports them.
 
@@ -90,7 +90,7 @@ class _FeederSync:
         self.state.phase = phase
         self._report(self.state)
 
-    async def run(self, history: Bookkeeping) -> FeederRun:
+    async def run(self, history: RunHistory) -> FeederRun:
         """Every phase within the run timeout, the run recorded through `history`; failures end up in the returned
         FeederRun."""
         self.phase(Phase.CONNECT)
@@ -103,7 +103,7 @@ class _FeederSync:
             self.record.error = one_line(str(exc), limit=None)
         return self._result()
 
-    async def _sync(self, history: Bookkeeping) -> None:
+    async def _sync(self, history: RunHistory) -> None:
         """The run's phases in order."""
         async with superhub_session(self.config, self.name) as conn:
             await ensure_superhub(conn)
@@ -146,11 +146,11 @@ class _FeederSync:
             await asyncio.shield(transaction.rollback())
 
     @contextlib.asynccontextmanager
-    async def _recorded(self, history: Bookkeeping) -> AsyncIterator[None]:
+    async def _recorded(self, history: RunHistory) -> AsyncIterator[None]:
         """The run's record in fedload.runs, written through `history` (outside the load's transaction): started
         before the block, finished after it with its outcome and error, even when cancelled. If the superhub is
         gone by then, the next run of the feeder marks this one abandoned."""
-        run_id = self.run_id = await history.write(self.config, lambda conn: start_run(conn, self.name))
+        run_id = self.run_id = await history.start_run(self.config, self.name)
         self.stage_prefix = f"r{run_id}"
         try:
             yield
@@ -159,9 +159,7 @@ class _FeederSync:
             raise
         finally:
             self.record.raw_bytes, self.record.dump_bytes = self.state.raw_bytes, self.state.dump_bytes
-            record = self.record
-            finish = history.write(self.config, lambda conn: finish_run(conn, run_id, record))
-            await asyncio.shield(best_effort(finish))
+            await asyncio.shield(best_effort(history.finish_run(self.config, run_id, self.record)))
 
     async def _expected_parents(self, conn: asyncpg.Connection) -> dict[TableName, ParentTable]:
         """The parents this feeder's dump must fill: every configured pattern matches one, exclusions aside."""

@@ -18,6 +18,7 @@ from fedload.pipeline import sync_feeder
 from fedload.progress import dry_run_table, live_progress, summary_table
 from fedload.results import FeederRun, Outcome, ProgressCallback
 from fedload.superhub import prepare_superhub, superhub_session
+from fedload.workers import WorkerPool
 
 __all__ = ["expected_sizes", "prepare_superhub", "run_sync", "sync_feeders", "sync_with_display"]
 
@@ -36,15 +37,20 @@ async def sync_feeders(
         await prepare_superhub(config)
     slots = asyncio.Semaphore(config.superhub.max_parallel_feeders)
     history = Bookkeeping()  # one connection records every feeder's runs
+    pool = WorkerPool(config.superhub.workers) if config.superhub.workers else None
 
     async def one(name: str) -> FeederRun:
         async with slots:
-            return await sync_feeder(name, config, progress=progress, dry_run=dry_run, history=history)
+            if pool is None:
+                return await sync_feeder(name, config, progress=progress, dry_run=dry_run, history=history)
+            return await pool.run(name, config, history=history, progress=progress, dry_run=dry_run)
 
     try:
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(one(name)) for name in names]
     finally:
+        if pool is not None:
+            await asyncio.shield(pool.close())
         await asyncio.shield(history.close())
     return [task.result() for task in tasks]
 

@@ -90,9 +90,10 @@ class Sessions:
 
 
 def swap_config(fed: Federation, **superhub: Any) -> Config:
-    """The federation's configuration with some `swap_*` settings of the superhub."""
+    """The federation's configuration with some `swap_*` settings of the superhub; runs in this process, where
+    the tests read their log events."""
     config = fed.config()
-    checked = SuperhubConfig.model_validate(config.superhub.model_dump() | superhub)
+    checked = SuperhubConfig.model_validate(config.superhub.model_dump() | {"worker_processes": 0} | superhub)
     return config.model_copy(update={"superhub": checked})
 
 

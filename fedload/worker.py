@@ -1,0 +1,135 @@
+"""A worker process: runs feeder syncs that its parent (`fedload sync` or the daemon, fedload.workers) sends it,
+one at a time, on its own core. Started as `python -m fedload.worker FD LEVEL FORMAT` with FD one end of a Unix
+socket pair; the messages (fedload._pipe) are, from the parent:
+
+- `("run", feeder, config, dry_run)`: sync one feeder; answered by `("done", FeederRun)`;
+- `("history", request_id, result)` or `("history_error", request_id, message)`: the parent's answer to a
+  run-history request;
+- `("cancel",)`: cancel the run under way (its transaction rolls back, its record says so);
+
+and, to the parent: `("ready",)` once imported, `("progress", Progress)` (at most every 0.2 s, and at each phase),
+`("history", request_id, "start", feeder)` / `("history", request_id, "finish", run_id, record)`, `("done", ...)`.
+The run history stays in the parent's one bookkeeping connection. When the parent goes away, the worker cancels
+its run and exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import socket
+import sys
+import time
+from typing import Any
+
+from fedload._pipe import frame, receive
+from fedload.config import Config
+from fedload.errors import SuperhubError
+from fedload.log import configure_logging, get_logger
+from fedload.pipeline import sync_feeder
+from fedload.results import Progress
+from fedload.runs import RunRecord
+
+log = get_logger()
+
+HISTORY_TIMEOUT_S = 120.0  # the parent's bookkeeping write is bounded by about a minute and a half itself
+_PROGRESS_EVERY_S = 0.2
+
+
+class _ParentHistory:
+    """The RunHistory of a worker: each record is written by the parent, on its shared connection."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+        self._ids = itertools.count()
+        self.waiting: dict[int, asyncio.Future[Any]] = {}
+
+    async def start_run(self, config: Config, feeder: str) -> int:
+        del config  # the parent's own configuration says where the history is
+        run_id: int = await self._ask("start", feeder)
+        return run_id
+
+    async def finish_run(self, config: Config, run_id: int, record: RunRecord) -> None:
+        del config
+        await self._ask("finish", run_id, record)
+
+    def answer(self, request_id: int, result: Any = None, error: str | None = None) -> None:
+        """The parent's answer to a request."""
+        future = self.waiting.pop(request_id, None)
+        if future is None or future.done():
+            return
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(SuperhubError(error))
+
+    async def _ask(self, *request: Any) -> Any:
+        request_id = next(self._ids)
+        future = self.waiting[request_id] = asyncio.get_running_loop().create_future()
+        self._writer.write(frame(("history", request_id, *request)))
+        try:
+            async with asyncio.timeout(HISTORY_TIMEOUT_S):
+                return await future
+        finally:
+            self.waiting.pop(request_id, None)
+
+
+class _Progress:
+    """Progress to the parent: phase changes at once, byte and row counts at most every 0.2 s."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+        self._phase = ""
+        self._sent = 0.0
+
+    def __call__(self, state: Progress) -> None:
+        now = time.monotonic()
+        if state.phase != self._phase or now - self._sent >= _PROGRESS_EVERY_S:
+            self._phase, self._sent = state.phase, now
+            self._writer.write(frame(("progress", state)))
+
+
+async def serve(fd: int) -> None:
+    """Run what the parent sends until it closes its end."""
+    reader, writer = await asyncio.open_unix_connection(sock=socket.socket(fileno=fd))
+    history = _ParentHistory(writer)
+    run: asyncio.Task[None] | None = None
+    writer.write(frame(("ready",)))
+    try:
+        while True:
+            message = await receive(reader)
+            kind = message[0]
+            if kind == "run":
+                run = asyncio.create_task(_run(writer, history, *message[1:]))
+            elif kind == "history":
+                history.answer(message[1], result=message[2])
+            elif kind == "history_error":
+                history.answer(message[1], error=message[2])
+            elif kind == "cancel" and run is not None:
+                run.cancel()
+    except asyncio.IncompleteReadError:  # the parent has gone: nobody wants the run any more
+        if run is not None:
+            run.cancel()
+            await asyncio.wait({run}, timeout=30)
+
+
+async def _run(writer: asyncio.StreamWriter, history: _ParentHistory, feeder: str, config: Config, dry: bool) -> None:
+    try:
+        result = await sync_feeder(feeder, config, progress=_Progress(writer), dry_run=dry, history=history)
+    except asyncio.CancelledError:
+        writer.write(frame(("cancelled",)))
+        raise
+    writer.write(frame(("done", result)))
+    await writer.drain()
+
+
+def main(argv: list[str]) -> int:
+    """`python -m fedload.worker FD LEVEL FORMAT`."""
+    fd, level, log_format = int(argv[0]), argv[1], argv[2]
+    configure_logging(level=level, log_format=log_format)
+    asyncio.run(serve(fd))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

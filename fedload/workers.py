@@ -1,0 +1,256 @@
+"""Worker processes for feeder runs, so that a superhub's cores decode and check several feeders at once.
+
+    pool = WorkerPool(config.superhub.worker_processes)
+    run = await pool.run("hub1", config, progress=..., history=bookkeeping)
+    await pool.close()
+
+A worker (`python -m fedload.worker`, fedload/worker.py) is started once, when a run first needs it, and then runs
+one feeder at a time for the life of the pool, so a run pays no interpreter start or import. The parent keeps the
+one view of the runs: the run history is written through its bookkeeping connection at the worker's request,
+progress comes back to its display. A worker that dies fails only the run it had (its superhub session ends, so
+the run's transaction rolls back: old data kept, no staging left), the run's record is finished by the parent,
+and the next run starts a new worker. Cancelling `run()` cancels the worker's run and waits for it to end (at most
+`CANCEL_WAIT_S`), then kills the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+import sys
+import time
+from typing import Any
+
+from fedload._pipe import frame, receive
+from fedload.bookkeeping import RunHistory
+from fedload.config import Config
+from fedload.errors import WorkerError
+from fedload.log import configured, get_logger
+from fedload.results import FeederRun, Outcome, ProgressCallback
+from fedload.runs import RunRecord
+from fedload.superhub import best_effort
+
+__all__ = ["WorkerPool"]
+
+log = get_logger()
+
+START_TIMEOUT_S = 60.0  # imports on a loaded machine; a healthy start takes about half a second
+CANCEL_WAIT_S = 30.0
+_EXITED = ("exited",)
+
+
+class _Worker:
+    """One worker process and its end of the socket pair; messages arrive in `inbox` in order."""
+
+    def __init__(self, process: asyncio.subprocess.Process, reader: asyncio.StreamReader, writer: Any) -> None:
+        self.process, self._reader, self._writer = process, reader, writer
+        self.inbox: asyncio.Queue[Any] = asyncio.Queue()
+        self._reading = asyncio.create_task(self._read())
+
+    @classmethod
+    async def start(cls) -> _Worker:
+        ours, theirs = socket.socketpair()
+        level, log_format = configured()
+        with theirs:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "fedload.worker",
+                str(theirs.fileno()),
+                level,
+                log_format,
+                pass_fds=(theirs.fileno(),),
+                stdin=asyncio.subprocess.DEVNULL,
+            )
+        reader, writer = await asyncio.open_unix_connection(sock=ours)
+        worker = cls(process, reader, writer)
+        try:
+            async with asyncio.timeout(START_TIMEOUT_S):
+                ready = await worker.inbox.get()
+        except TimeoutError:
+            await worker.kill()
+            raise WorkerError(f"a worker process did not start within {START_TIMEOUT_S:g} s") from None
+        if ready != ("ready",):
+            raise WorkerError(f"a worker process failed to start ({await worker.exit_status()})")
+        log.debug("worker.started", pid=process.pid)
+        return worker
+
+    @property
+    def alive(self) -> bool:
+        return self.process.returncode is None and not self._reading.done()
+
+    def send(self, *message: Any) -> None:
+        self._writer.write(frame(message))
+
+    async def exit_status(self) -> str:
+        """How the process ended, in words (it is killed if it has not ended within 5 s)."""
+        try:
+            async with asyncio.timeout(5):
+                code = await self.process.wait()
+        except TimeoutError:
+            await self.kill()
+            return "stopped answering and was killed"
+        if code < 0:
+            return f"was killed by signal {signal.Signals(-code).name}"
+        return f"exited with status {code}"
+
+    async def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.process.kill()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(5):
+                await self.process.wait()
+        self._writer.close()
+
+    async def close(self) -> None:
+        """Close our end: the worker exits; killed if it has not within 5 s."""
+        self._writer.close()
+        with contextlib.suppress(ConnectionError):
+            await self._writer.wait_closed()
+        try:
+            async with asyncio.timeout(5):
+                await self.process.wait()
+        except TimeoutError:
+            await self.kill()
+        self._reading.cancel()
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                await self.inbox.put(await receive(self._reader))
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError):
+            await self.inbox.put(_EXITED)
+
+
+class WorkerPool:
+    """At most `size` worker processes, each running one feeder at a time."""
+
+    def __init__(self, size: int) -> None:
+        self._idle: list[_Worker] = []
+        self._slots = asyncio.Semaphore(size)
+        self._all: set[_Worker] = set()
+
+    async def run(
+        self,
+        feeder: str,
+        config: Config,
+        *,
+        history: RunHistory,
+        progress: ProgressCallback | None = None,
+        dry_run: bool = False,
+    ) -> FeederRun:
+        """Run `sync_feeder` for `feeder` in a worker; a dead worker fails this run only."""
+        started = time.monotonic()
+        async with self._slots:
+            worker = self._idle.pop() if self._idle else None
+            if worker is None or not worker.alive:
+                try:
+                    worker = await _Worker.start()
+                except WorkerError as exc:
+                    return _failed(feeder, str(exc), started)
+                self._all.add(worker)
+            try:
+                run = _WorkerRun(
+                    worker, feeder, config, history=history, progress=progress or (lambda _: None), started=started
+                )
+                return await run.result(dry_run)
+            finally:
+                if worker.alive:
+                    self._idle.append(worker)
+                else:
+                    self._all.discard(worker)
+                    await asyncio.shield(worker.close())
+
+    async def close(self) -> None:
+        """Stop every worker."""
+        workers, self._all, self._idle = self._all, set(), []
+        await asyncio.gather(*(w.close() for w in workers))
+
+
+class _WorkerRun:
+    """One feeder's run in a worker, seen from the parent: it answers the worker's history requests and relays
+    its progress until the run's result arrives."""
+
+    def __init__(
+        self,
+        worker: _Worker,
+        feeder: str,
+        config: Config,
+        *,
+        history: RunHistory,
+        progress: ProgressCallback,
+        started: float,
+    ) -> None:
+        self.worker, self.feeder, self.config = worker, feeder, config
+        self._history, self._progress, self._started = history, progress, started
+        self._run_id: int | None = None
+        self._finished = False
+
+    async def result(self, dry_run: bool) -> FeederRun:
+        self.worker.send("run", self.feeder, self.config, dry_run)
+        try:
+            return await self._serve()
+        except asyncio.CancelledError:
+            await asyncio.shield(self._cancel())
+            raise
+
+    async def _serve(self) -> FeederRun:
+        while True:
+            message = await self.worker.inbox.get()
+            kind = message[0]
+            if kind == "done":
+                return message[1]  # type: ignore[no-any-return]
+            if kind == "progress":
+                self._progress(message[1])
+            elif kind == "history":
+                await self._answer(message[1], message[2], *message[3:])
+            elif kind == "cancelled":
+                raise WorkerError(f"the worker process for feeder {self.feeder} cancelled the run by itself")
+            elif message == _EXITED:
+                return await self._died()
+
+    async def _answer(self, request_id: int, what: str, *args: Any) -> None:
+        """Write the worker's run record through the parent's history; the answer (or its failure) back."""
+        try:
+            if what == "start":
+                self._run_id = await self._history.start_run(self.config, args[0])
+                self.worker.send("history", request_id, self._run_id)
+                return
+            await self._history.finish_run(self.config, args[0], args[1])
+            self._finished = True
+            self.worker.send("history", request_id, None)
+        except Exception as exc:  # noqa: BLE001 - the worker's pipeline decides, as with its own history
+            self.worker.send("history_error", request_id, str(exc) or type(exc).__name__)
+
+    async def _died(self) -> FeederRun:
+        """The worker ended mid-run: the run failed; its record (if it was started) says why."""
+        error = f"the worker process (pid {self.worker.process.pid}) for feeder {self.feeder} "
+        error += await self.worker.exit_status()
+        log.error("worker.died", feeder=self.feeder, pid=self.worker.process.pid, error=error)
+        if self._run_id is not None and not self._finished:
+            record = RunRecord(outcome=Outcome.FAILED, error=error)
+            await best_effort(self._history.finish_run(self.config, self._run_id, record))
+        return _failed(self.feeder, error, self._started)
+
+    async def _cancel(self) -> None:
+        """Cancel the worker's run and wait for its end (its record written), at most CANCEL_WAIT_S; then kill."""
+        if not self.worker.alive:
+            return
+        self.worker.send("cancel")
+        try:
+            async with asyncio.timeout(CANCEL_WAIT_S):
+                while (message := await self.worker.inbox.get())[0] not in ("done", "cancelled", _EXITED[0]):
+                    if message[0] == "history":
+                        await self._answer(message[1], message[2], *message[3:])
+        except TimeoutError:
+            log.warning("worker.killed", feeder=self.feeder, pid=self.worker.process.pid, waited_s=CANCEL_WAIT_S)
+            await self.worker.kill()
+
+
+def _failed(feeder: str, error: str, started: float) -> FeederRun:
+    seconds = time.monotonic() - started
+    return FeederRun(
+        feeder=feeder, outcome=Outcome.FAILED, error=error, rows={}, raw_bytes=0, dump_bytes=0, seconds=seconds
+    )

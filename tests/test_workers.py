@@ -1,0 +1,179 @@
+"""Feeder runs in worker processes (fedload.workers): the same data as in-process, one process per core, reused;
+a worker that dies fails only its run; cancelling a run cancels it in its worker."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import MutableMapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+
+from fedload.bookkeeping import Bookkeeping
+from fedload.config import Config, parse_config
+from fedload.errors import ConfigError
+from fedload.results import FeederRun
+from fedload.sync import sync_feeders
+from fedload.workers import WorkerPool
+from tests.federation import (
+    AGENT,
+    HOST_COLS,
+    Federation,
+    assert_feeders_equal_partitions,
+    staging_leftovers,
+    sync,
+    write_script,
+)
+
+WAIT_S = 30.0
+
+
+def worker_pids() -> list[int]:
+    """This process's worker processes."""
+    pids = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            ppid = next(line for line in status.read_text().splitlines() if line.startswith("PPid:"))
+            argv = (status.parent / "cmdline").read_bytes()
+        except (OSError, StopIteration):
+            continue
+        if int(ppid.split()[1]) == os.getpid() and b"fedload.worker" in argv:
+            pids.append(int(status.parent.name))
+    return pids
+
+
+def started_workers(logs: list[MutableMapping[str, Any]]) -> list[object]:
+    return [e["pid"] for e in logs if e["event"] == "worker.started"]
+
+
+def with_workers(fed: Federation, count: int, **overrides: object) -> Config:
+    config = fed.config(**overrides)
+    superhub = config.superhub.model_copy(update={"worker_processes": count})
+    return config.model_copy(update={"superhub": superhub})
+
+
+def test_runs_in_workers_load_the_same_data_outside_the_main_process(federation: Federation) -> None:
+    """Two workers run three feeders: the data is exact, the loading happens in the workers, not in this process."""
+    with structlog.testing.capture_logs() as logs:
+        runs = asyncio.run(sync_feeders(with_workers(federation, 2), ["hub1", "hub2", "hub3"]))
+    assert [r.outcome for r in runs] == ["success"] * 3, [r.error for r in runs]
+    assert runs[0].rows == {"public.contexts": 3000, "public.hosts": 300}
+    assert_feeders_equal_partitions(federation)
+    pids = started_workers(logs)
+    assert len(set(pids)) == len(pids) == 2
+    assert os.getpid() not in pids
+    assert not [e for e in logs if e["event"] == "import.table_loaded"]  # logged by the workers, not here
+    assert federation.superhub_sql("SELECT count(*) FROM fedload.runs WHERE outcome = 'success'") == "3"
+    assert worker_pids() == []  # the pool is closed with the sync
+
+
+def test_one_worker_runs_every_feeder_in_turn(federation: Federation) -> None:
+    """A worker is started once and reused: no interpreter start per run."""
+    with structlog.testing.capture_logs() as logs:
+        runs = asyncio.run(sync_feeders(with_workers(federation, 1), ["hub1", "hub2", "hub3"]))
+    assert [r.outcome for r in runs] == ["success"] * 3, [r.error for r in runs]
+    assert len(started_workers(logs)) == 1
+
+
+def test_no_workers_runs_in_process(federation: Federation) -> None:
+    with structlog.testing.capture_logs() as logs:
+        runs = asyncio.run(sync_feeders(with_workers(federation, 0), ["hub1"]))
+    assert runs[0].outcome == "success", runs[0].error
+    assert started_workers(logs) == []
+    assert [e for e in logs if e["event"] == "import.table_loaded"]
+
+
+def slow_agent(fed: Federation) -> str:
+    """An agent that sends the start of its dump, then hangs: its run stays in the load phase."""
+    return write_script(
+        fed.tmp / "slow.sh", f'{AGENT} "$@" > {fed.tmp}/s.bin\nhead -c 4000 {fed.tmp}/s.bin; sleep 60\n'
+    )
+
+
+async def wait_for(fed: Federation, sql: str, want: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while await asyncio.to_thread(fed.superhub_sql, sql) != want:
+        assert time.monotonic() < deadline, f"{sql} never gave {want}"
+        await asyncio.sleep(0.1)
+
+
+LOADING = "SELECT count(*) FROM pg_tables WHERE schemaname = 'fedload_stage'"
+
+
+def test_a_worker_killed_mid_load_fails_only_its_run(federation: Federation) -> None:
+    """SIGKILL of the worker loading hub1: hub1's run fails saying so, its old data and record stay right, the
+    other feeder succeeds, and the next run of hub1 gets a new worker and succeeds."""
+    config = federation.config()
+    assert [r.outcome for r in sync(config)] == ["success"] * 3
+    before = federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1")
+    slow = with_workers(federation, 2)
+    slow.feeders["hub1"] = slow.feeders["hub1"].model_copy(update={"agent_command": [slow_agent(federation)]})
+
+    async def kill_mid_load() -> list[FeederRun]:
+        syncing = asyncio.create_task(sync_feeders(slow, ["hub1"]))
+        await wait_for(federation, "SELECT count(*) FROM fedload.runs WHERE outcome = 'running'", "1")
+        await asyncio.sleep(1.0)  # into the load: staging tables created in its transaction
+        (pid,) = worker_pids()
+        os.kill(pid, signal.SIGKILL)
+        return await asyncio.wait_for(syncing, WAIT_S)
+
+    (run,) = asyncio.run(kill_mid_load())
+    assert run.outcome == "failed"
+    assert "the worker process" in (run.error or ""), run.error
+    assert "killed by signal SIGKILL" in (run.error or ""), run.error
+    assert federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1") == before
+    assert staging_leftovers(federation) == "0"
+    last = federation.superhub_sql("SELECT outcome || ': ' || error FROM fedload.runs ORDER BY id DESC LIMIT 1")
+    assert last.startswith("failed: the worker process"), last
+    assert "SIGKILL" in last
+    runs = asyncio.run(sync_feeders(with_workers(federation, 2), ["hub1", "hub2"]))
+    assert [r.outcome for r in runs] == ["success"] * 2, [r.error for r in runs]
+
+
+def test_cancelling_a_run_cancels_it_in_its_worker(federation: Federation) -> None:
+    """The caller's cancellation reaches the worker: the run's transaction rolls back, its record says
+    cancelled, the worker survives for the next run."""
+    assert [r.outcome for r in sync(federation.config())] == ["success"] * 3
+    before = federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1")
+    slow = with_workers(federation, 1)
+    slow.feeders["hub1"] = slow.feeders["hub1"].model_copy(update={"agent_command": [slow_agent(federation)]})
+    fast = with_workers(federation, 1)
+
+    async def cancel_then_run() -> tuple[FeederRun, list[int], list[int]]:
+        pool, history = WorkerPool(1), Bookkeeping()
+        try:
+            task = asyncio.create_task(pool.run("hub1", slow, history=history))
+            await wait_for(federation, "SELECT count(*) FROM fedload.runs WHERE outcome = 'running'", "1")
+            first = worker_pids()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(task, WAIT_S)
+            run = await pool.run("hub2", fast, history=history)
+            return run, first, worker_pids()
+        finally:
+            await pool.close()
+            await history.close()
+
+    run, first, after = asyncio.run(cancel_then_run())
+    assert run.outcome == "success", run.error
+    assert len(first) == 1
+    assert first == after  # the same worker ran the next feeder
+    assert federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1") == before
+    assert staging_leftovers(federation) == "0"
+    outcome = federation.superhub_sql(
+        "SELECT outcome || ': ' || error FROM fedload.runs WHERE feeder = 'hub1' ORDER BY id DESC LIMIT 1"
+    )
+    assert outcome == "failed: the run was cancelled", outcome
+
+
+def test_worker_processes_default_and_validation(federation: Federation) -> None:
+    config = federation.config()
+    assert config.superhub.workers == config.superhub.max_parallel_feeders
+    raw = {"superhub": {"dsn": "postgresql://x/y", "tables": ["public.*"], "worker_processes": -1}, "feeders": {}}
+    with pytest.raises(ConfigError, match="worker_processes"):
+        parse_config(raw)
