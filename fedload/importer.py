@@ -19,6 +19,7 @@ import asyncpg
 
 from fedload.config import BadRows, ExtraColumns
 from fedload.errors import DumpError
+from fedload.literal_copy import CSV_NULL, CSV_QUOTE, copy_rows_pattern, csv_rows
 from fedload.log import get_logger
 from fedload.names import TableName, TablePattern
 from fedload.rejects import RejectWriter
@@ -89,6 +90,8 @@ class StagedTable:
     columns: list[str] = field(default_factory=list)
     dropped_columns: list[str] = field(default_factory=list)
     rows: int = 0
+    rows_by_copy: int = 0  # of `rows`, INSERT tuples loaded as COPY rows (fedload.literal_copy)
+    inserted: bool = False  # its data came as INSERTs
     rejected: int = 0
     present: bool = False  # the dump announced or carried the table: present and empty is fine, absent is not
     loaded: bool = False  # its data arrived (a second time rejects the dump)
@@ -134,6 +137,7 @@ class Importer:
         self._run_key: object = None  # the INSERT target being loaded; consecutive INSERTs continue it
         self._run_target: StagedTable | None = None
         self._run_plan: ColumnPlan | None = None
+        self._run_copy: re.Pattern[bytes] | None = None  # the run's tuples that may go by COPY
 
     async def load(self, items: AsyncIterator[Item]) -> None:
         """Consume the dump; DumpError for anything not allowed, or for a staging table the dump does not fill."""
@@ -155,6 +159,15 @@ class Importer:
             else:
                 raise DumpError(f"unexpected {type(item).__name__} outside a COPY block")
         self._check_complete()
+        for staged in self.staged.values():
+            if staged.inserted:
+                self._log.info(
+                    "import.table_loaded",
+                    table=staged.parent.qualified_name,
+                    rows=staged.rows,
+                    rows_by_copy=staged.rows_by_copy,
+                    mode="inserts",
+                )
 
     def _note_announced(self, text: bytes) -> None:
         """pg_dump's "-- Data for Name: t; Type: TABLE DATA" line: the table is in the dump, maybe empty."""
@@ -311,15 +324,49 @@ class Importer:
                 if insert.columns is None:
                     raise DumpError(f"{_where(item)}: INSERTs without column names cannot be mapped (--column-inserts)")
                 self._run_plan = self._plan(self._run_target, insert.columns, item)
+                self._run_copy = self._copy_pattern(self._run_target, self._run_plan, insert)
         staged, plan = self._run_target, self._run_plan
         if staged is None or plan is None:
             return
+        staged.inserted = True
+        if self._run_copy is not None:
+            joined = b",".join(insert.tuples)
+            if self._run_copy.fullmatch(joined) is not None:
+                await self._copy_literals(staged, joined, item)
+                return
         tuples = _checked_tuples(insert, plan, item)
         columns = ", ".join(ident(c) for c in staged.columns)
         head = f"INSERT INTO {staged.stage_sql} ({columns}) VALUES "  # noqa: S608 - quoted names, checked literals
         with self._key_checked(staged):
             for start in range(0, len(tuples), _ROWS_PER_INSERT):
                 await self._insert_batch(staged, head, tuples[start : start + _ROWS_PER_INSERT], item)
+
+    def _copy_pattern(self, staged: StagedTable, plan: ColumnPlan, insert: Insert) -> re.Pattern[bytes] | None:
+        """The tuples COPY may load for this INSERT target (see fedload.literal_copy); None: INSERTs only, because
+        bad rows are set aside one by one, or the remap rewrites the tuples."""
+        if self._rejects is not None or plan.columns != insert.columns or len(staged.columns) != plan.input_width:
+            return None
+        columns = [staged.parent.column(name) for name in staged.columns]
+        return copy_rows_pattern(tuple(c.base_type_sql if c else "" for c in columns))
+
+    async def _copy_literals(self, staged: StagedTable, tuples: bytes, item: InsertRows) -> None:
+        """Tuples proven by `_copy_pattern`, loaded by COPY as CSV rows."""
+        data = csv_rows(tuples)
+        _text(data, item)  # the same checks (NUL, UTF-8) and errors as on the INSERT path
+        with self._key_checked(staged):
+            status = await self._conn.copy_to_table(
+                staged.stage_name,
+                schema_name=STAGE_SCHEMA,
+                columns=staged.columns,
+                source=_once(data),
+                freeze=True,
+                format="csv",
+                quote=CSV_QUOTE,
+                escape=CSV_QUOTE,
+                null=CSV_NULL,
+            )
+        rows = int(status.rsplit(" ", 1)[1])
+        staged.rows, staged.rows_by_copy = staged.rows + rows, staged.rows_by_copy + rows
 
     async def _insert_batch(self, staged: StagedTable, head: str, batch: list[bytes], item: InsertRows) -> None:
         if self._rejects is not None:
@@ -392,6 +439,10 @@ async def _copy_data(items: AsyncIterator[Item], plan: ColumnPlan | None, start:
             raise DumpError(f"{_where(start)}: a COPY row has another number of fields than the column list")
         yield b"".join(b"\t".join(plan.apply_copy_fields(f)) + b"\n" for f in fields)
     raise DumpError(f"{_where(start)}: the COPY block has no end")
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
 
 
 async def _skip_copy(items: AsyncIterator[Item]) -> None:

@@ -287,6 +287,16 @@ INJECTIONS = {
         rejected=False,
         arrived=(("\\", ") ; DROP TABLE public.contexts; --"),),
     ),
+    "quoted CSV-significant text": Attack(
+        ROW + b"('a\"b,c', '\n\\.\n'), ('NULL', ''), (' x ', E'\\r'), ('\"', '\"'', NULL');\n",
+        rejected=False,  # E'' keeps the whole statement on the INSERT path
+        arrived=((" x ", "\r"), ('"', "\"', NULL"), ("NULL", ""), ('a"b,c', "\n\\.\n")),
+    ),
+    "quoted CSV-significant text, plain": Attack(  # the COPY path (CSV, quote ') keeps every byte of the strings
+        ROW + b"('a\"b,c', '\n\\.\n'), ('NULL', ''), (' x ', NULL), ('\"', '\"'', NULL');\n",
+        rejected=False,
+        arrived=((" x ", None), ('"', "\"', NULL"), ("NULL", ""), ('a"b,c', "\n\\.\n")),
+    ),
     "escape string": Attack(
         ROW + b"(E'a\\''); DROP TABLE public.contexts; --', 'b');\n",
         rejected=True,
