@@ -329,11 +329,9 @@ class Importer:
         if staged is None or plan is None:
             return
         staged.inserted = True
-        if self._run_copy is not None:
-            joined = b",".join(insert.tuples)
-            if self._run_copy.fullmatch(joined) is not None:
-                await self._copy_literals(staged, joined, item)
-                return
+        if self._run_copy is not None and self._run_copy.fullmatch(insert.values) is not None:
+            await self._copy_literals(staged, insert.values, item)
+            return
         tuples = _checked_tuples(insert, plan, item)
         columns = ", ".join(ident(c) for c in staged.columns)
         head = f"INSERT INTO {staged.stage_sql} ({columns}) VALUES "  # noqa: S608 - quoted names, checked literals

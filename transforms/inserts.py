@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import re
 from dataclasses import dataclass
 
@@ -10,15 +12,29 @@ from transforms.lexical import INSERT_STATEMENT, TUPLE, VALUE, split_identifiers
 __all__ = ["Insert", "InsertRunMatcher", "format_insert", "parse_insert", "qualified_name", "split_tuple"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Insert:
-    """A single- or multi-row INSERT; identifiers and tuples are kept exactly as written."""
+    """A single- or multi-row INSERT; identifiers and tuples are kept exactly as written.
+
+    `values` is the text of the tuples as the statement has it (`(1, 'a'),\n\t(2, 'b')`), already proven to be
+    tuples separated by commas; `tuples` splits it only when asked, as the superhub's COPY path never needs it."""
 
     table: bytes
     columns: tuple[bytes, ...] | None
     overriding: bytes
-    tuples: list[bytes]
+    values: bytes
     on_conflict_do_nothing: bool
+
+    @functools.cached_property
+    def tuples(self) -> list[bytes]:
+        """Each tuple's text, parentheses included."""
+        return TUPLE.findall(self.values)
+
+    def with_tuples(self, tuples: list[bytes], columns: tuple[bytes, ...] | None) -> Insert:
+        """This INSERT with other tuples and columns."""
+        changed = dataclasses.replace(self, columns=columns, values=b",".join(tuples))
+        changed.__dict__["tuples"] = tuples  # where cached_property keeps its value: they are split already
+        return changed
 
     @property
     def batch_key(self) -> tuple[bytes, tuple[bytes, ...] | None, bytes, bool]:
@@ -39,7 +55,7 @@ def _from_match(match: re.Match[bytes]) -> Insert:
         table=match["table"],
         columns=tuple(split_identifiers(columns)) if columns is not None else None,
         overriding=b" ".join(overriding.upper().split()) + b" " if overriding else b"",
-        tuples=TUPLE.findall(match.string, match.start("tuples"), match.end("tuples")),
+        values=match["tuples"],
         on_conflict_do_nothing=match["tail"] is not None,
     )
 
@@ -88,12 +104,15 @@ class InsertRunMatcher:
     def __init__(self) -> None:
         self._patterns: dict[tuple[bytes, bytes], tuple[re.Pattern[bytes], re.Pattern[bytes]]] = {}
 
-    def first(self, buf: bytes, pos: int, end: int) -> tuple[Insert, bytes, bytes] | None:
-        """The INSERT in buf[pos:end] with its text before and after the tuples; None if not an INSERT."""
+    def first(self, buf: bytes, pos: int, end: int) -> tuple[Insert, tuple[bytes, bytes] | None] | None:
+        """The INSERT in buf[pos:end] and, if it has a single tuple, the text before and after it, which a run of
+        like statements shares; None if not an INSERT."""
         match = INSERT_STATEMENT.fullmatch(buf, pos, end)
         if match is None:
             return None
-        return _from_match(match), buf[pos : match.start("tuples")], buf[match.end("tuples") : end]
+        single = match.start("more") == match.end("more")
+        run = (buf[pos : match.start("tuples")], buf[match.end("tuples") : end]) if single else None
+        return _from_match(match), run
 
     def extend(self, buf: bytes, pos: int, prefix: bytes, suffix: bytes) -> tuple[list[bytes], int]:
         """The tuples of the complete statements like prefix(tuple)suffix that follow at `pos`, and their end."""

@@ -92,7 +92,7 @@ INSERT_STATEMENT = re.compile(
     rb"INSERT\s++INTO\s++(?P<table>" + _QUALIFIED_NAME + rb")\s*+"
     rb"(?:\((?P<columns>\s*+" + IDENTIFIER + rb"(?:\s*+,\s*+" + IDENTIFIER + rb")*+\s*+)\)\s*+)?"
     rb"(?P<overriding>OVERRIDING\s++(?:SYSTEM|USER)\s++VALUE\s++)?"
-    rb"VALUES\s*+(?P<tuples>" + _TUPLE + rb"(?:\s*+,\s*+" + _TUPLE + rb")*+)"
+    rb"VALUES\s*+(?P<tuples>" + _TUPLE + rb"(?P<more>(?:\s*+,\s*+" + _TUPLE + rb")*+))"
     rb"\s*+(?P<tail>ON\s++CONFLICT\s++DO\s++NOTHING\s*+)?;",
     re.DOTALL | re.IGNORECASE,
 )

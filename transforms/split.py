@@ -222,10 +222,11 @@ class DumpSplitter:
         first = self._inserts.first(self._buf, pos, end)
         if first is None:
             return Statement(self._buf[pos:end], *self._where(pos)), end
-        insert, prefix, suffix = first
-        if len(insert.tuples) == 1:
-            more, end = self._inserts.extend(self._buf, end, prefix, suffix)
-            insert.tuples.extend(more)
+        insert, run = first
+        if run is not None:
+            more, end = self._inserts.extend(self._buf, end, *run)
+            if more:
+                insert = insert.with_tuples([*insert.tuples, *more], insert.columns)
         return InsertRows(insert, *self._where(pos)), end
 
     def _copy_header_without_newline(self, pos: int, end: int, eof: bool) -> None:

@@ -156,7 +156,7 @@ class Transformer:
                     offset=item.offset,
                 )
             tuples.append(b"(" + b", ".join(plan.apply_values(values)) + b")")
-        return Insert(insert.table, plan.columns, insert.overriding, tuples, insert.on_conflict_do_nothing)
+        return insert.with_tuples(tuples, plan.columns)
 
     def _copy_start(self, item: CopyStart) -> bytes:
         self._copy_table = self._table_name(item.table)
