@@ -14,8 +14,9 @@ most --parallel at a time (default: the CPU count, fedload's default max_paralle
       (agent, stream checks, load into staging, indexes, atomic swap into the partitioned parents)
 
 (a)-(c) load into plain tables (one database per feeder, as created by the schema); (d) and (e) into a fresh
-superhub. Then fedload runs again on feeders with --rss-rows rows, to show that its peak RSS (superhub process,
-read with wait4; agent and pg_dump, read by a wrapper on the feeder side) does not grow with the dump.
+superhub. Then fedload runs again on feeders with --rss-rows rows, to show that its peak RSS (the largest
+superhub-side process, the sync or one of its worker processes, read with wait4; agent and pg_dump, read by a
+wrapper on the feeder side) does not grow with the dump.
 Prints the tables and writes a PNG bar chart (--png).
 """
 
@@ -326,8 +327,9 @@ def report(results: Sequence[Result], expected_rows: int) -> None:
 def report_rss(runs: Sequence[FedloadRun]) -> None:
     """Peak RSS and CPU time by mode and size."""
     common.print_table(
-        "fedload's memory and CPU (superhub: the `fedload sync` process; agent: the largest agent + pg_dump; "
-        "CPU: all feeders' agents together)",
+        "fedload's memory and CPU (sync RSS: the largest of the sync and its worker processes, wait4's maxrss; "
+        "sync CPU: the sync and its workers together; agent: the largest agent + pg_dump; "
+        "agents CPU: all feeders' agents together)",
         [
             "mode",
             "rows/feeder",
@@ -395,7 +397,7 @@ def _plot_rss(ax: Axes, runs: Sequence[FedloadRun]) -> None:
     width = 0.38
     sync = [r.rss_kib / 1024 for r in runs]
     agent = [r.agent_rss_kib / 1024 for r in runs]
-    ax.bar([p - width / 2 for p in positions], sync, width, color="#55a868", label="fedload sync (superhub)")
+    ax.bar([p - width / 2 for p in positions], sync, width, color="#55a868", label="sync or a worker (superhub)")
     ax.bar([p + width / 2 for p in positions], agent, width, color="#dd8452", label="agent + pg_dump (feeder)")
     ax.set_xticks(positions)
     ax.set_xticklabels([f"{r.mode}\n{r.rows_per_feeder:,}/feeder\n{common.mb(r.dump_bytes):.0f} MB" for r in runs])

@@ -215,30 +215,22 @@ class Monitor:
             await conn.close()
 
 
-_FEEDER_SIDE = (b"agent", b"pg_dump", b"ssh", b"zstd")
+_WORKER = b"fedload.worker"
 
 
 def superhub_side(pid: int) -> list[int]:
-    """`pid` and its descendants that work for the superhub (worker processes), not the feeders' agents and
-    pg_dumps that the local transport starts as children."""
-    children: dict[int, list[int]] = {}
+    """`pid` and its worker processes: its children that run `python -m fedload.worker`. Not their descendants
+    (the agents and pg_dumps that the local transport starts), which, forked but not yet exec'd, still show the
+    worker's command line."""
+    workers = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_bytes().rsplit(b")", 1)[1].split()
+            parent = int(stat.read_bytes().rsplit(b")", 1)[1].split()[1])
+            if parent == pid and _WORKER in (stat.parent / "cmdline").read_bytes():
+                workers.append(int(stat.parent.name))
         except OSError:
             continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [pid], list(children.get(pid, []))
-    while todo:
-        child = todo.pop()
-        try:
-            argv = Path(f"/proc/{child}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if not any(word in argv for word in _FEEDER_SIDE):
-            found.append(child)
-            todo.extend(children.get(child, []))
-    return found
+    return [pid, *workers]
 
 
 def vm_hwm_kib(pid: int) -> int:
