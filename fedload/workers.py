@@ -64,7 +64,12 @@ class _Worker:
                 pass_fds=(theirs.fileno(),),
                 stdin=asyncio.subprocess.DEVNULL,
             )
-        reader, writer = await asyncio.open_unix_connection(sock=ours)
+        try:
+            reader, writer = await asyncio.open_unix_connection(sock=ours)
+        except BaseException:
+            ours.close()
+            await asyncio.shield(_reap(process))
+            raise
         worker = cls(process, reader, writer)
         try:
             async with asyncio.timeout(START_TIMEOUT_S):
@@ -72,6 +77,9 @@ class _Worker:
         except TimeoutError:
             await worker.kill()
             raise WorkerError(f"a worker process did not start within {START_TIMEOUT_S:g} s") from None
+        except BaseException:  # cancelled while it starts: no process outlives its pool
+            await asyncio.shield(worker.kill())
+            raise
         if ready != ("ready",):
             raise WorkerError(f"a worker process failed to start ({await worker.exit_status()})")
         log.debug("worker.started", pid=process.pid)
@@ -254,3 +262,12 @@ def _failed(feeder: str, error: str, started: float) -> FeederRun:
     return FeederRun(
         feeder=feeder, outcome=Outcome.FAILED, error=error, rows={}, raw_bytes=0, dump_bytes=0, seconds=seconds
     )
+
+
+async def _reap(process: asyncio.subprocess.Process) -> None:
+    """Kill a worker process that never became a worker, and wait for it (at most 5 s)."""
+    with contextlib.suppress(ProcessLookupError):
+        process.kill()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(5):
+            await process.wait()

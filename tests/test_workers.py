@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 import time
 from collections.abc import MutableMapping
 from pathlib import Path
@@ -169,6 +170,35 @@ def test_cancelling_a_run_cancels_it_in_its_worker(federation: Federation) -> No
         "SELECT outcome || ': ' || error FROM fedload.runs WHERE feeder = 'hub1' ORDER BY id DESC LIMIT 1"
     )
     assert outcome == "failed: the run was cancelled", outcome
+
+
+def test_a_run_cancelled_while_its_worker_starts_leaves_no_process(
+    federation: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that has not reported ready when its run is cancelled (SIGTERM during start-up) is killed."""
+    never_ready = write_script(
+        federation.tmp / "never-ready", f'exec {sys.executable} -c "import time; time.sleep(60)" "$@"\n'
+    )
+    monkeypatch.setattr(sys, "executable", never_ready)
+
+    async def cancel_while_starting() -> tuple[list[int], list[int]]:
+        pool, history = WorkerPool(1), Bookkeeping()
+        try:
+            task = asyncio.create_task(pool.run("hub1", federation.config(), history=history))
+            async with asyncio.timeout(WAIT_S):
+                while not (starting := worker_pids()):  # noqa: ASYNC110 - a process appearing: nothing to await
+                    await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(task, WAIT_S)
+            return starting, worker_pids()
+        finally:
+            await pool.close()
+            await history.close()
+
+    starting, after = asyncio.run(cancel_while_starting())
+    assert len(starting) == 1
+    assert after == []
 
 
 def test_worker_processes_default_and_validation(federation: Federation) -> None:
