@@ -17,6 +17,8 @@ most --parallel at a time (default: the CPU count, fedload's default max_paralle
 superhub. Then fedload runs again on feeders with --rss-rows rows, to show that its peak RSS (the largest
 superhub-side process, the sync or one of its worker processes, read with wait4; agent and pg_dump, read by a
 wrapper on the feeder side) does not grow with the dump.
+Autovacuum is off on the superhub cluster and both clusters CHECKPOINT before each way, so that no way pays for
+the background work the way before it left (autovacuum analyzing and vacuuming 1.5 M fresh rows, dirty pages).
 Prints the tables and writes a PNG bar chart (--png).
 """
 
@@ -129,6 +131,19 @@ class Bench:
         """CPU seconds of the superhub cluster so far (postmaster, its children, reaped backends)."""
         return common.tree_cpu_seconds(common.postmaster_pid(self.superhub))
 
+    def settle(self) -> None:
+        """Before a measured way: the previous ways' dirty pages written out (CHECKPOINT on both clusters), so
+        that no way pays for the one before it. Autovacuum is off on the superhub (`quiet_superhub`) for the
+        same reason: it would analyze and vacuum the last way's fresh tables during the next way."""
+        self.superhub.psql("CHECKPOINT")
+        self.feeders.psql("CHECKPOINT")
+
+    def quiet_superhub(self) -> None:
+        """No autovacuum on the superhub cluster: each way's statistics cost shows only where it runs ANALYZE
+        itself (fedload with `analyze = "after_swap"`)."""
+        self.superhub.psql("ALTER SYSTEM SET autovacuum = off")
+        self.superhub.psql("SELECT pg_reload_conf()")
+
     def populate(self, prefix: str, rows: int) -> int:
         """One database per feeder, `<prefix><i>`, with about `rows` rows; the exact rows per feeder."""
         exact = 0
@@ -160,6 +175,7 @@ class Bench:
             records.append(record := self.work.dir / f"cpu-{target}")
             scripts.append(pipeline(f"f{i}", target, record))
             targets.append(target)
+        self.settle()
         print(f"  {label} ({self.arrangement}; load {os.getloadavg()[0]:.2f}) ...", flush=True)
         cpu_before = self.superhub_cpu()
         with common.timed() as elapsed, ThreadPoolExecutor(self.parallel) as pool:
@@ -209,6 +225,7 @@ class Bench:
         agent_rss = self.work.dir / f"agent-rss-{name}"
         config = self.work.dir / f"{name}.toml"
         config.write_text(self.config_toml(mode, prefix, name, agent_rss))
+        self.settle()
         load = os.getloadavg()[0]
         print(f"  fedload {mode} mode ({rows_per_feeder} rows per feeder; {self.arrangement}; load {load:.2f}) ...")
         argv = [sys.executable, "-m", "fedload", "sync", "--json", "--config", str(config)]
@@ -448,7 +465,8 @@ def parse_args() -> argparse.Namespace:
         "--analyze",
         choices=["after_swap", "autovacuum"],
         default="after_swap",
-        help="fedload's superhub.analyze: after_swap (default) or autovacuum (the limit's tables are not analyzed)",
+        help="fedload's superhub.analyze: after_swap (default) or autovacuum (then, as autovacuum is off on the "
+        "benchmark's superhub, no way analyzes: like with like)",
     )
     parser.add_argument("--png", type=Path, default=HERE / "out" / "e2e.png", help="chart (default bench/out/e2e.png)")
     common.add_common_arguments(parser)
@@ -466,6 +484,7 @@ def main() -> int:
     with common.Workspace(common.pick_install(args.pg_major), keep=args.keep) as work:
         feeders, superhub = work.cluster("feeders"), work.cluster("superhub")
         bench = Bench(work, feeders, superhub, work.sshd(), args.feeders, args.parallel, args.analyze)
+        bench.quiet_superhub()
         print(f"generating {args.feeders} feeders x ~{args.rows} rows ...", flush=True)
         per_feeder = bench.populate("f", args.rows)
         expected = per_feeder * args.feeders
