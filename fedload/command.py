@@ -12,7 +12,7 @@ from fedload.config import Config, FeederConfig
 from fedload.names import TableName
 from fedload.transport import Transport
 
-__all__ = ["dump_command", "transport_for"]
+__all__ = ["dump_command", "transport_for", "transport_modules"]
 
 
 def dump_command(feeder: FeederConfig, config: Config, tables: Iterable[TableName]) -> list[str]:
@@ -35,6 +35,11 @@ def dump_command(feeder: FeederConfig, config: Config, tables: Iterable[TableNam
         return ["bash", "-o", "pipefail", "-c", f"{shlex.join(pg_dump_argv(options))} | gzip -1"]
     head = feeder.agent_command or ([sys.executable, "-m", "fedload"] if feeder.transport == "local" else ["fedload"])
     return [*head, *options.to_argv()]
+
+
+def transport_modules(config: Config) -> tuple[str, ...]:
+    """The transport modules the configured feeders need, for a worker process to import before its first run."""
+    return ("fedload.transport.ssh",) if any(f.transport == "ssh" for f in config.feeders.values()) else ()
 
 
 def transport_for(feeder: FeederConfig) -> Transport:

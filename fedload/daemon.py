@@ -34,7 +34,7 @@ from fedload.pipeline import sync_feeder
 from fedload.results import FeederRun, Outcome
 from fedload.schedule import FeederSchedule, after_failure, after_success, first_run
 from fedload.superhub import prepare_superhub
-from fedload.workers import WorkerPool
+from fedload.workers import worker_pool
 
 __all__ = ["Daemon", "run_daemon"]
 
@@ -84,7 +84,7 @@ class Daemon:
         self._history = Bookkeeping()  # the daemon's one bookkeeping connection: run history and schedule
         self._store = ScheduleStore(self._history)
         # Started once: a reload that changes superhub.worker_processes takes effect at the next start.
-        self._pool = WorkerPool(config.superhub.workers) if config.superhub.workers else None
+        self._pool = worker_pool(config)
         self._wake = asyncio.Event()
         self._stopping = False
         self._reload_requested = False

@@ -88,6 +88,7 @@ class _FeederSync:
     def phase(self, phase: str) -> None:
         """Enter a phase (then the outcome) and tell the progress display."""
         self.state.phase = phase
+        log.debug("sync.phase", feeder=self.name, phase=phase)
         self._report(self.state)
 
     async def run(self, history: RunHistory) -> FeederRun:

@@ -1,6 +1,6 @@
 """The superhub's schema: partitioned parent tables, read from the catalog or created from a schema file.
 
-Every identifier fedload writes into SQL goes through `ident()` (sqlglot, always quoted). Column types, defaults
+Every identifier fedload writes into SQL goes through `ident()` (always quoted). Column types, defaults
 and index definitions come from the superhub's own catalog or the operator's schema file, never from a feeder.
 """
 
@@ -10,7 +10,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import asyncpg
-from sqlglot import exp
 
 from fedload.errors import SuperhubError
 from fedload.names import TableName, TablePattern, quote_ident
@@ -42,7 +41,7 @@ def qualified(schema: str, name: str) -> str:
 
 def key_literal(key: int | str) -> str:
     """A feeder key as an SQL literal."""
-    return str(int(key)) if isinstance(key, int) else exp.Literal.string(key).sql("postgres")
+    return str(int(key)) if isinstance(key, int) else "'" + key.replace("'", "''") + "'"  # as sqlglot wrote it
 
 
 @dataclass(frozen=True, slots=True)

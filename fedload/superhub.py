@@ -20,7 +20,6 @@ from fedload.log import get_logger
 from fedload.names import TableName
 from fedload.rejects import is_bad_row
 from fedload.runs import ensure_superhub, try_feeder_lock, unlock_feeder
-from fedload.schema_file import create_parents_from_file
 
 __all__ = [
     "best_effort",
@@ -154,6 +153,8 @@ async def create_parents(conn: asyncpg.Connection, config: Config) -> list[str]:
 
     def wanted(schema: str, name: str) -> bool:
         return any(p.matches(TableName(schema, name)) for p in superhub.tables)
+
+    from fedload.schema_file import create_parents_from_file  # noqa: PLC0415 - sqlglot, not needed by worker processes
 
     return await create_parents_from_file(conn, superhub.schema_file, superhub.feeder_key, key_type, wanted)
 

@@ -18,7 +18,7 @@ from fedload.pipeline import sync_feeder
 from fedload.progress import dry_run_table, live_progress, summary_table
 from fedload.results import FeederRun, Outcome, ProgressCallback
 from fedload.superhub import prepare_superhub, superhub_session
-from fedload.workers import WorkerPool
+from fedload.workers import worker_pool
 
 __all__ = ["expected_sizes", "prepare_superhub", "run_sync", "sync_feeders", "sync_with_display"]
 
@@ -33,11 +33,9 @@ async def sync_feeders(
     A dry run reads every dump and loads it into staging tables like a sync, checks that the swap is allowed,
     and rolls back: nothing on the superhub changes, not even the run history.
     """
-    if not dry_run:
-        await prepare_superhub(config)
     slots = asyncio.Semaphore(config.superhub.max_parallel_feeders)
     history = Bookkeeping()  # one connection records every feeder's runs
-    pool = WorkerPool(config.superhub.workers) if config.superhub.workers else None
+    pool = worker_pool(config)
 
     async def one(name: str) -> FeederRun:
         async with slots:
@@ -46,6 +44,10 @@ async def sync_feeders(
             return await pool.run(name, config, history=history, progress=progress, dry_run=dry_run)
 
     try:
+        if pool is not None:  # the workers start while the superhub is prepared
+            pool.start_ahead(min(len(names), config.superhub.max_parallel_feeders))
+        if not dry_run:
+            await prepare_superhub(config)
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(one(name)) for name in names]
     finally:

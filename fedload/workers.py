@@ -4,13 +4,14 @@
     run = await pool.run("hub1", config, progress=..., history=bookkeeping)
     await pool.close()
 
-A worker (`python -m fedload.worker`, fedload/worker.py) is started once, when a run first needs it, and then runs
-one feeder at a time for the life of the pool, so a run pays no interpreter start or import. The parent keeps the
-one view of the runs: the run history is written through its bookkeeping connection at the worker's request,
-progress comes back to its display. A worker that dies fails only the run it had (its superhub session ends, so
-the run's transaction rolls back: old data kept, no staging left), the run's record is finished by the parent,
-and the next run starts a new worker. Cancelling `run()` cancels the worker's run and waits for it to end (at most
-`CANCEL_WAIT_S`), then kills the worker.
+A worker (`python -m fedload.worker`, fedload/worker.py) is started once, when a run first needs it or ahead of
+the first runs (`start_ahead`), and then runs one feeder at a time for the life of the pool, so a run pays no
+interpreter start or import (`preload`: the modules runs import lazily, such as the SSH transport's asyncssh).
+The parent keeps the one view of the runs: the run history is written through its bookkeeping connection at the
+worker's request, progress comes back to its display. A worker that dies fails only the run it had (its superhub
+session ends, so the run's transaction rolls back: old data kept, no staging left), the run's record is finished
+by the parent, and the next run starts a new worker. Cancelling `run()` cancels the worker's run and waits for it
+to end (at most `CANCEL_WAIT_S`), then kills the worker.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 from fedload._pipe import frame, receive
 from fedload.bookkeeping import RunHistory
+from fedload.command import transport_modules
 from fedload.config import Config
 from fedload.errors import WorkerError
 from fedload.log import configured, get_logger
@@ -32,7 +34,7 @@ from fedload.results import FeederRun, Outcome, ProgressCallback
 from fedload.runs import RunRecord
 from fedload.superhub import best_effort
 
-__all__ = ["WorkerPool"]
+__all__ = ["WorkerPool", "worker_pool"]
 
 log = get_logger()
 
@@ -50,7 +52,7 @@ class _Worker:
         self._reading = asyncio.create_task(self._read())
 
     @classmethod
-    async def start(cls) -> _Worker:
+    async def start(cls, preload: tuple[str, ...] = ()) -> _Worker:
         ours, theirs = socket.socketpair()
         level, log_format = configured()
         with theirs:
@@ -61,6 +63,7 @@ class _Worker:
                 str(theirs.fileno()),
                 level,
                 log_format,
+                *preload,
                 pass_fds=(theirs.fileno(),),
                 stdin=asyncio.subprocess.DEVNULL,
             )
@@ -135,10 +138,17 @@ class _Worker:
 class WorkerPool:
     """At most `size` worker processes, each running one feeder at a time."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, *, preload: tuple[str, ...] = ()) -> None:
+        self._size, self._preload = size, preload
         self._idle: list[_Worker] = []
+        self._starting: list[asyncio.Task[_Worker]] = []
         self._slots = asyncio.Semaphore(size)
         self._all: set[_Worker] = set()
+
+    def start_ahead(self, count: int) -> None:
+        """Start up to `count` workers now, in the background, so that the first runs do not wait for them."""
+        for _ in range(min(count, self._size) - len(self._starting) - len(self._all)):
+            self._starting.append(asyncio.create_task(_Worker.start(self._preload)))
 
     async def run(
         self,
@@ -152,13 +162,10 @@ class WorkerPool:
         """Run `sync_feeder` for `feeder` in a worker; a dead worker fails this run only."""
         started = time.monotonic()
         async with self._slots:
-            worker = self._idle.pop() if self._idle else None
-            if worker is None or not worker.alive:
-                try:
-                    worker = await _Worker.start()
-                except WorkerError as exc:
-                    return _failed(feeder, str(exc), started)
-                self._all.add(worker)
+            try:
+                worker = await self._take()
+            except WorkerError as exc:
+                return _failed(feeder, str(exc), started)
             try:
                 run = _WorkerRun(
                     worker, feeder, config, history=history, progress=progress or (lambda _: None), started=started
@@ -171,10 +178,33 @@ class WorkerPool:
                     self._all.discard(worker)
                     await asyncio.shield(worker.close())
 
+    async def _take(self) -> _Worker:
+        """An idle worker if one is alive, else one started ahead, else a new one; WorkerError if it cannot start."""
+        while self._idle:
+            if (worker := self._idle.pop()).alive:
+                return worker
+            self._all.discard(worker)
+            await asyncio.shield(worker.close())
+        worker = await (self._starting.pop() if self._starting else _Worker.start(self._preload))
+        self._all.add(worker)
+        return worker
+
     async def close(self) -> None:
-        """Stop every worker."""
+        """Stop every worker, those still starting too."""
+        starting, self._starting = self._starting, []
+        for task in starting:
+            task.cancel()  # a worker cancelled while it starts kills its process
+        started = await asyncio.gather(*starting, return_exceptions=True)
         workers, self._all, self._idle = self._all, set(), []
+        workers.update(w for w in started if isinstance(w, _Worker))
         await asyncio.gather(*(w.close() for w in workers))
+
+
+def worker_pool(config: Config) -> WorkerPool | None:
+    """The pool of `superhub.worker_processes` workers for the configuration's runs; None if it asks for none."""
+    if not config.superhub.workers:
+        return None
+    return WorkerPool(config.superhub.workers, preload=transport_modules(config))
 
 
 class _WorkerRun:

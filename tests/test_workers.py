@@ -16,10 +16,11 @@ import pytest
 import structlog
 
 from fedload.bookkeeping import Bookkeeping
-from fedload.config import Config, parse_config
+from fedload.command import transport_modules
+from fedload.config import Config, SshConfig, parse_config
 from fedload.errors import ConfigError
 from fedload.results import FeederRun
-from fedload.sync import sync_feeders
+from fedload.sync import prepare_superhub, sync_feeders
 from fedload.workers import WorkerPool
 from tests.federation import (
     AGENT,
@@ -199,6 +200,70 @@ def test_a_run_cancelled_while_its_worker_starts_leaves_no_process(
     starting, after = asyncio.run(cancel_while_starting())
     assert len(starting) == 1
     assert after == []
+
+
+def worker_argv(pid: int) -> list[str]:
+    return (Path(f"/proc/{pid}") / "cmdline").read_bytes().decode().split("\0")
+
+
+def test_workers_started_ahead_serve_the_first_runs(federation: Federation) -> None:
+    """`start_ahead` starts the pool's workers (never more than its size) with their preloaded modules before
+    any run asks for one; the first runs use them and start no other."""
+    config = with_workers(federation, 2)
+
+    async def start_ahead_then_run() -> tuple[list[int], list[FeederRun]]:
+        await prepare_superhub(config)
+        pool, history = WorkerPool(2, preload=("fedload.transport.ssh",)), Bookkeeping()
+        try:
+            pool.start_ahead(5)
+            async with asyncio.timeout(WAIT_S):
+                while len(ahead := worker_pids()) < 2:  # noqa: ASYNC110 - processes appearing: nothing to await
+                    await asyncio.sleep(0.01)
+            assert all("fedload.transport.ssh" in worker_argv(pid) for pid in ahead)
+            runs = await asyncio.gather(*(pool.run(n, config, history=history) for n in ("hub1", "hub2", "hub3")))
+            return ahead, runs
+        finally:
+            await pool.close()
+            await history.close()
+
+    with structlog.testing.capture_logs() as logs:
+        ahead, runs = asyncio.run(start_ahead_then_run())
+    assert [r.outcome for r in runs] == ["success"] * 3, [r.error for r in runs]
+    assert sorted(started_workers(logs)) == sorted(ahead)  # type: ignore[type-var]
+    assert worker_pids() == []
+
+
+def test_closing_a_pool_while_its_workers_start_ahead_leaves_no_process(
+    federation: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers started ahead that have not reported ready when the pool closes are killed, at once."""
+    never_ready = write_script(
+        federation.tmp / "never-ready", f'exec {sys.executable} -c "import time; time.sleep(60)" "$@"\n'
+    )
+    monkeypatch.setattr(sys, "executable", never_ready)
+
+    async def close_while_starting() -> tuple[list[int], float]:
+        pool = WorkerPool(2)
+        pool.start_ahead(2)
+        async with asyncio.timeout(WAIT_S):
+            while len(starting := worker_pids()) < 2:  # noqa: ASYNC110 - processes appearing: nothing to await
+                await asyncio.sleep(0.01)
+        started = time.monotonic()
+        await pool.close()
+        return starting, time.monotonic() - started
+
+    starting, closing_s = asyncio.run(close_while_starting())
+    assert len(starting) == 2
+    assert worker_pids() == []
+    assert closing_s < 10, closing_s
+
+
+def test_workers_preload_the_ssh_transport_only_where_a_feeder_uses_it(federation: Federation) -> None:
+    local = federation.config()
+    assert transport_modules(local) == ()
+    hub1 = local.feeders["hub1"].model_copy(update={"transport": "ssh", "ssh": SshConfig(host="feeder.example")})
+    with_ssh = local.model_copy(update={"feeders": {**local.feeders, "hub1": hub1}})
+    assert transport_modules(with_ssh) == ("fedload.transport.ssh",)
 
 
 def test_worker_processes_default_and_validation(federation: Federation) -> None:
