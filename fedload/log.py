@@ -46,8 +46,10 @@ class _StderrLogger:
     """Writes each rendered event to the `sys.stderr` of the moment, so rich's live display can place it above."""
 
     def msg(self, message: str) -> None:
-        """Write one event line."""
-        print(message, file=sys.stderr, flush=True)
+        """Write one event line, in one write: stderr is unbuffered, and `print` would write the line and its
+        newline apart, so that another process's line (a worker's) could land between them."""
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
 
     debug = info = warning = warn = error = critical = exception = fatal = log = msg
 
