@@ -216,17 +216,23 @@ class Monitor:
 
 
 _WORKER = b"fedload.worker"
+_FORKED_WORKER = b"fedload-worker\n"
 
 
 def superhub_side(pid: int) -> list[int]:
-    """`pid` and its worker processes: its children that run `python -m fedload.worker`. Not their descendants
-    (the agents and pg_dumps that the local transport starts), which, forked but not yet exec'd, still show the
-    worker's command line."""
+    """`pid` and its worker processes: its children that run `python -m fedload.worker` or that it forked as
+    workers (named fedload-worker). Not their descendants (the agents and pg_dumps that the local transport starts),
+    which, forked but not yet exec'd, still show the worker's command line and name."""
     workers = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             parent = int(stat.read_bytes().rsplit(b")", 1)[1].split()[1])
-            if parent == pid and _WORKER in (stat.parent / "cmdline").read_bytes():
+            if parent != pid:
+                continue
+            if (
+                _WORKER in (stat.parent / "cmdline").read_bytes()
+                or (stat.parent / "comm").read_bytes() == _FORKED_WORKER
+            ):
                 workers.append(int(stat.parent.name))
         except OSError:
             continue

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from rich.console import Console
 
 from fedload.bookkeeping import Bookkeeping
+from fedload.command import transport_modules
 from fedload.config import Config
 from fedload.errors import ConfigError, FedloadError, UsageError
 from fedload.log import get_logger
@@ -18,7 +19,7 @@ from fedload.pipeline import sync_feeder
 from fedload.progress import dry_run_table, live_progress, summary_table
 from fedload.results import FeederRun, Outcome, ProgressCallback
 from fedload.superhub import prepare_superhub, superhub_session
-from fedload.workers import worker_pool
+from fedload.workers import ForkedWorker, fork_workers, worker_pool
 
 __all__ = ["expected_sizes", "prepare_superhub", "run_sync", "sync_feeders", "sync_with_display"]
 
@@ -26,16 +27,22 @@ log = get_logger()
 
 
 async def sync_feeders(
-    config: Config, names: Sequence[str], progress: ProgressCallback | None = None, *, dry_run: bool = False
+    config: Config,
+    names: Sequence[str],
+    progress: ProgressCallback | None = None,
+    *,
+    dry_run: bool = False,
+    forked: list[ForkedWorker] | None = None,
 ) -> list[FeederRun]:
     """Sync the named feeders, at most `max_parallel_feeders` at a time; results in the order of `names`.
 
     A dry run reads every dump and loads it into staging tables like a sync, checks that the swap is allowed,
-    and rolls back: nothing on the superhub changes, not even the run history.
+    and rolls back: nothing on the superhub changes, not even the run history. `forked`: the first worker
+    processes, forked before the event loop started (`fork_workers`).
     """
     slots = asyncio.Semaphore(config.superhub.max_parallel_feeders)
     history = Bookkeeping()  # one connection records every feeder's runs
-    pool = worker_pool(config)
+    pool = worker_pool(config, forked)
 
     async def one(name: str) -> FeederRun:
         async with slots:
@@ -88,23 +95,31 @@ def _selected(config: Config, names: Sequence[str]) -> list[str]:
 def run_sync(config: Config, names: Sequence[str], *, as_json: bool = False, dry_run: bool = False) -> int:
     """Sync once (or dry-run) and print a summary; 0 if every feeder succeeded, 1 otherwise."""
     selected = _selected(config, names)
+    superhub = config.superhub
+    workers = min(len(selected), superhub.max_parallel_feeders, superhub.workers)
+    forked = fork_workers(workers, transport_modules(config))  # before the event loop: see fork_workers
     if as_json:
-        runs = asyncio.run(sync_feeders(config, selected, dry_run=dry_run))
+        runs = asyncio.run(sync_feeders(config, selected, dry_run=dry_run, forked=forked))
         print(json.dumps([dataclasses.asdict(run) for run in runs]))
     else:
-        runs = asyncio.run(sync_with_display(config, selected, Console(), dry_run=dry_run))
+        runs = asyncio.run(sync_with_display(config, selected, Console(), dry_run=dry_run, forked=forked))
     return 0 if all(run.succeeded for run in runs) else 1
 
 
 async def sync_with_display(
-    config: Config, names: Sequence[str], console: Console, *, dry_run: bool = False
+    config: Config,
+    names: Sequence[str],
+    console: Console,
+    *,
+    dry_run: bool = False,
+    forked: list[ForkedWorker] | None = None,
 ) -> list[FeederRun]:
     """Sync with a live table on a terminal (plain logs otherwise), then print the summary table."""
     if console.is_terminal:
         with live_progress(console, await expected_sizes(config, names)) as progress:
-            runs = await sync_feeders(config, names, progress, dry_run=dry_run)
+            runs = await sync_feeders(config, names, progress, dry_run=dry_run, forked=forked)
     else:
-        runs = await sync_feeders(config, names, dry_run=dry_run)
+        runs = await sync_feeders(config, names, dry_run=dry_run, forked=forked)
     print_table(summary_table(runs), console)
     if dry_run:
         print_table(dry_run_table(runs), console)

@@ -17,13 +17,16 @@ its run and exits.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import itertools
 import os
 import socket
 import sys
 import time
-from typing import Any
+import traceback
+from pathlib import Path
+from typing import Any, NoReturn
 
 from fedload._pipe import frame, receive
 from fedload.config import Config
@@ -35,6 +38,7 @@ from fedload.runs import RunRecord
 
 log = get_logger()
 
+PROCESS_NAME = b"fedload-worker"  # a forked worker's name (/proc/PID/comm)
 HISTORY_TIMEOUT_S = 120.0  # the parent's bookkeeping write is bounded by about a minute and a half itself
 _PROGRESS_EVERY_S = 0.2
 
@@ -110,7 +114,7 @@ async def serve(fd: int) -> None:
                 history.answer(message[1], error=message[2])
             elif kind == "cancel" and run is not None:
                 run.cancel()
-    except asyncio.IncompleteReadError:  # the parent has gone: nobody wants the run any more
+    except (asyncio.IncompleteReadError, ConnectionError):  # the parent has gone: nobody wants the run any more
         if run is not None:
             run.cancel()
             await asyncio.wait({run}, timeout=30)
@@ -136,7 +140,25 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _exit_now(status: int) -> None:
+def run_forked(fd: int) -> NoReturn:
+    """The life of a worker that its parent forked (fedload.workers.fork_workers) with this module imported and
+    logging configured: serve on `fd`, then exit without returning into the parent's code."""
+    status = 1
+    try:
+        with contextlib.suppress(OSError):  # `top` and `ps -e` show it as a worker; its command line is the parent's
+            Path("/proc/self/comm").write_bytes(PROCESS_NAME)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)  # as a started worker's: the parent's terminal is not ours to read
+        os.close(devnull)
+        asyncio.run(serve(fd))
+        status = 0
+    except BaseException:  # noqa: BLE001 - reported, and the process ends here whatever happened
+        traceback.print_exc()
+    finally:
+        _exit_now(status)
+
+
+def _exit_now(status: int) -> NoReturn:
     """Exit without the interpreter's teardown (~50 ms of freeing modules that the parent waits for): a worker
     holds nothing to flush but its standard streams once `serve` has returned."""
     sys.stdout.flush()

@@ -7,6 +7,9 @@
 A worker (`python -m fedload.worker`, fedload/worker.py) is started once, when a run first needs it or ahead of
 the first runs (`start_ahead`), and then runs one feeder at a time for the life of the pool, so a run pays no
 interpreter start or import (`preload`: the modules runs import lazily, such as the SSH transport's asyncssh).
+`fedload sync` forks its first workers instead (`fork_workers`, before its event loop starts), from a process that
+has imported what they need: a fork costs milliseconds where an interpreter start and its imports cost ~0.3 s of
+CPU per worker, on the cores the load needs.
 The parent keeps the one view of the runs: the run history is written through its bookkeeping connection at the
 worker's request, progress comes back to its display. A worker that dies fails only the run it had (its superhub
 session ends, so the run's transaction rolls back: old data kept, no staging left), the run's record is finished
@@ -18,11 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
+import os
 import signal
 import socket
 import sys
+import threading
 import time
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, Protocol
 
 from fedload._pipe import frame, receive
 from fedload.bookkeeping import RunHistory
@@ -34,7 +41,7 @@ from fedload.results import FeederRun, Outcome, ProgressCallback
 from fedload.runs import RunRecord
 from fedload.superhub import best_effort
 
-__all__ = ["WorkerPool", "worker_pool"]
+__all__ = ["ForkedWorker", "WorkerPool", "fork_workers", "worker_pool"]
 
 log = get_logger()
 
@@ -43,16 +50,110 @@ CANCEL_WAIT_S = 30.0
 _EXITED = ("exited",)
 
 
+class _Process(Protocol):
+    """What a worker needs of its process: asyncio's Process, or a `_ForkedProcess`."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+    def kill(self) -> None: ...
+
+
+class _ForkedProcess:
+    """A worker process forked by `fork_workers`, as asyncio's Process would show it: waited for through its pidfd
+    (so the event loop learns of its exit without a child watcher), signalled through it (never another process
+    that took its pid)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._pidfd = os.pidfd_open(pid)
+        self._exited: asyncio.Future[None] | None = None
+
+    async def wait(self) -> int:
+        if self.returncode is None:
+            if self._exited is None:
+                loop = asyncio.get_running_loop()
+                self._exited = loop.create_future()
+                loop.add_reader(self._pidfd, self._reap, loop)
+            await asyncio.shield(self._exited)
+        assert self.returncode is not None
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is not None:
+            raise ProcessLookupError(self.pid)
+        signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+
+    def _reap(self, loop: asyncio.AbstractEventLoop) -> None:
+        loop.remove_reader(self._pidfd)
+        _, status = os.waitpid(self.pid, 0)
+        self.returncode = os.waitstatus_to_exitcode(status)
+        os.close(self._pidfd)
+        assert self._exited is not None
+        self._exited.set_result(None)
+
+
+ForkedWorker = tuple[_ForkedProcess, socket.socket]  # a forked worker and the parent's end of its socket pair
+
+
+def fork_workers(count: int, preload: tuple[str, ...] = ()) -> list[ForkedWorker]:
+    """Fork `count` worker processes now, from this process with the worker's modules and `preload` imported.
+
+    Call it before any event loop or other thread exists (a fork copies only the calling thread, and a lock that
+    another thread held stays locked in the child): where another thread runs, or the kernel has no pidfds, it
+    forks nothing and the pool starts its workers as separate interpreters. Hand the result to `WorkerPool`."""
+    if count < 1 or threading.active_count() > 1 or not _pidfds_work():
+        return []
+    from fedload import worker  # noqa: PLC0415 - the workers' modules, imported once for all of them
+
+    for module in preload:
+        importlib.import_module(module)
+    pairs = [socket.socketpair() for _ in range(count)]
+    sys.stdout.flush()  # what a child inherits unflushed it would print again
+    sys.stderr.flush()
+    forked: list[ForkedWorker] = []
+    try:
+        for i, (ours, theirs) in enumerate(pairs):
+            pid = os.fork()
+            if pid == 0:
+                for other, (parent_end, child_end) in enumerate(pairs):
+                    parent_end.close()
+                    if other != i:
+                        child_end.close()
+                worker.run_forked(theirs.detach())  # never returns
+            forked.append((_ForkedProcess(pid), ours))
+    finally:
+        for _, theirs in pairs:
+            theirs.close()
+    log.debug("worker.forked", pids=[process.pid for process, _ in forked])
+    return forked
+
+
+def _pidfds_work() -> bool:
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError):
+        return False
+    return True
+
+
 class _Worker:
     """One worker process and its end of the socket pair; messages arrive in `inbox` in order."""
 
-    def __init__(self, process: asyncio.subprocess.Process, reader: asyncio.StreamReader, writer: Any) -> None:
+    def __init__(self, process: _Process, reader: asyncio.StreamReader, writer: Any) -> None:
         self.process, self._reader, self._writer = process, reader, writer
         self.inbox: asyncio.Queue[Any] = asyncio.Queue()
         self._reading = asyncio.create_task(self._read())
 
     @classmethod
     async def start(cls, preload: tuple[str, ...] = ()) -> _Worker:
+        """A new worker process: `python -m fedload.worker`."""
         ours, theirs = socket.socketpair()
         level, log_format = configured()
         with theirs:
@@ -67,6 +168,16 @@ class _Worker:
                 pass_fds=(theirs.fileno(),),
                 stdin=asyncio.subprocess.DEVNULL,
             )
+        return await cls._connect(process, ours)
+
+    @classmethod
+    async def adopt(cls, forked: ForkedWorker) -> _Worker:
+        """A worker that `fork_workers` forked."""
+        return await cls._connect(*forked)
+
+    @classmethod
+    async def _connect(cls, process: _Process, ours: socket.socket) -> _Worker:
+        """The worker on the other end of `ours`, once it says it is ready."""
         try:
             reader, writer = await asyncio.open_unix_connection(sock=ours)
         except BaseException:
@@ -136,10 +247,12 @@ class _Worker:
 
 
 class WorkerPool:
-    """At most `size` worker processes, each running one feeder at a time."""
+    """At most `size` worker processes, each running one feeder at a time; `forked` (from `fork_workers`) are its
+    first workers, the others are started as separate interpreters when needed."""
 
-    def __init__(self, size: int, *, preload: tuple[str, ...] = ()) -> None:
+    def __init__(self, size: int, *, preload: tuple[str, ...] = (), forked: list[ForkedWorker] | None = None) -> None:
         self._size, self._preload = size, preload
+        self._forked = list(forked or [])[:size]
         self._idle: list[_Worker] = []
         self._starting: list[asyncio.Task[_Worker]] = []
         self._slots = asyncio.Semaphore(size)
@@ -148,7 +261,11 @@ class WorkerPool:
     def start_ahead(self, count: int) -> None:
         """Start up to `count` workers now, in the background, so that the first runs do not wait for them."""
         for _ in range(min(count, self._size) - len(self._starting) - len(self._all)):
-            self._starting.append(asyncio.create_task(_Worker.start(self._preload)))
+            self._starting.append(asyncio.create_task(self._new_worker()))
+
+    def _new_worker(self) -> Coroutine[Any, Any, _Worker]:
+        """A forked worker while there is one, else a newly started one."""
+        return _Worker.adopt(self._forked.pop(0)) if self._forked else _Worker.start(self._preload)
 
     async def run(
         self,
@@ -185,26 +302,27 @@ class WorkerPool:
                 return worker
             self._all.discard(worker)
             await asyncio.shield(worker.close())
-        worker = await (self._starting.pop() if self._starting else _Worker.start(self._preload))
+        worker = await (self._starting.pop() if self._starting else self._new_worker())
         self._all.add(worker)
         return worker
 
     async def close(self) -> None:
-        """Stop every worker, those still starting too."""
+        """Stop every worker, those still starting and those forked but never used too."""
+        forked, self._forked = self._forked, []
         starting, self._starting = self._starting, []
         for task in starting:
             task.cancel()  # a worker cancelled while it starts kills its process
         started = await asyncio.gather(*starting, return_exceptions=True)
         workers, self._all, self._idle = self._all, set(), []
         workers.update(w for w in started if isinstance(w, _Worker))
-        await asyncio.gather(*(w.close() for w in workers))
+        await asyncio.gather(*(w.close() for w in workers), *(_dismiss(*f) for f in forked))
 
 
-def worker_pool(config: Config) -> WorkerPool | None:
+def worker_pool(config: Config, forked: list[ForkedWorker] | None = None) -> WorkerPool | None:
     """The pool of `superhub.worker_processes` workers for the configuration's runs; None if it asks for none."""
     if not config.superhub.workers:
         return None
-    return WorkerPool(config.superhub.workers, preload=transport_modules(config))
+    return WorkerPool(config.superhub.workers, preload=transport_modules(config), forked=forked)
 
 
 class _WorkerRun:
@@ -294,7 +412,17 @@ def _failed(feeder: str, error: str, started: float) -> FeederRun:
     )
 
 
-async def _reap(process: asyncio.subprocess.Process) -> None:
+async def _dismiss(process: _Process, ours: socket.socket) -> None:
+    """Stop a forked worker that never ran anything: it exits when its parent's end closes (killed after 5 s)."""
+    ours.close()
+    try:
+        async with asyncio.timeout(5):
+            await process.wait()
+    except TimeoutError:
+        await _reap(process)
+
+
+async def _reap(process: _Process) -> None:
     """Kill a worker process that never became a worker, and wait for it (at most 5 s)."""
     with contextlib.suppress(ProcessLookupError):
         process.kill()

@@ -4,8 +4,10 @@ a worker that dies fails only its run; cancelling a run cancels it in its worker
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import MutableMapping
@@ -21,12 +23,14 @@ from fedload.config import Config, SshConfig, parse_config
 from fedload.errors import ConfigError
 from fedload.results import FeederRun
 from fedload.sync import prepare_superhub, sync_feeders
+from fedload.worker import PROCESS_NAME
 from fedload.workers import WorkerPool
 from tests.federation import (
     AGENT,
     HOST_COLS,
     Federation,
     assert_feeders_equal_partitions,
+    config_toml,
     staging_leftovers,
     sync,
     write_script,
@@ -272,3 +276,79 @@ def test_worker_processes_default_and_validation(federation: Federation) -> None
     raw = {"superhub": {"dsn": "postgresql://x/y", "tables": ["public.*"], "worker_processes": -1}, "feeders": {}}
     with pytest.raises(ConfigError, match="worker_processes"):
         parse_config(raw)
+
+
+def forked_workers(parent: int) -> list[int]:
+    """The workers that process `parent` forked (named fedload-worker)."""
+    pids = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            lines = status.read_text().splitlines()
+        except OSError:
+            continue
+        fields = dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+        if fields.get("PPid") == str(parent) and fields.get("Name") == PROCESS_NAME.decode():
+            pids.append(int(status.parent.name))
+    return pids
+
+
+def children(pid: int) -> list[str]:
+    return (Path(f"/proc/{pid}/task/{pid}/children")).read_text().split()
+
+
+def cli_config(fed: Federation, agent_command: str = "") -> Path:
+    """A configuration file with two feeders at a time, two workers and debug logging (worker.* events)."""
+    text = config_toml(fed, agent_command=agent_command).replace('log_level = "info"', 'log_level = "debug"')
+    path = fed.tmp / "workers.toml"
+    path.write_text(text.replace("[superhub]\n", "[superhub]\nmax_parallel_feeders = 2\nworker_processes = 2\n"))
+    return path
+
+
+def fedload_sync(config: Path, *feeders: str) -> subprocess.Popen[str]:
+    argv = [sys.executable, "-m", "fedload", "--log-format", "json", "sync", "--json", "--config", str(config)]
+    return subprocess.Popen([*argv, *feeders], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_fedload_sync_forks_its_workers_instead_of_starting_interpreters(federation: Federation) -> None:
+    """`fedload sync` forks its two workers before its event loop starts; they run every feeder, no worker is
+    started as a new interpreter, the data is exact."""
+    with fedload_sync(cli_config(federation)) as sync_process:
+        stdout, stderr = sync_process.communicate(timeout=120)
+    assert sync_process.returncode == 0, stderr
+    assert [run["outcome"] for run in json.loads(stdout)] == ["success"] * 3
+    events = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    (forked,) = [e["pids"] for e in events if e["event"] == "worker.forked"]
+    assert len(forked) == 2
+    assert sorted(e["pid"] for e in events if e["event"] == "worker.started") == sorted(forked)
+    loaded_by = {e["feeder"] for e in events if e["event"] == "import.table_loaded"}
+    assert loaded_by == {"hub1", "hub2", "hub3"}
+    assert_feeders_equal_partitions(federation)
+
+
+def test_a_forked_worker_killed_mid_load_fails_only_its_run(federation: Federation) -> None:
+    """SIGKILL of the forked worker loading hub1: its run fails saying how the worker died, its old data and no
+    staging table stay, hub2 succeeds in the other worker, and `fedload sync` exits 1."""
+    assert [r.outcome for r in sync(federation.config())] == ["success"] * 3
+    before = federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1")
+    hub1_running = "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub1' AND outcome = 'running'"
+    hub2_done = "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2' AND outcome = 'success'"
+    with fedload_sync(cli_config(federation, slow_agent(federation)), "hub1", "hub2") as sync_process:
+        try:
+            deadline = time.monotonic() + WAIT_S
+            while federation.superhub_sql(hub1_running) != "1" or federation.superhub_sql(hub2_done) != "2":
+                assert time.monotonic() < deadline, "hub1 never started, or hub2 never finished"
+                time.sleep(0.1)
+            time.sleep(1.0)  # into hub1's load: staging tables created in its transaction
+            workers = forked_workers(sync_process.pid)
+            (hub1_worker,) = [pid for pid in workers if children(pid)]  # its agent hangs; hub2's worker is idle
+            os.kill(hub1_worker, signal.SIGKILL)
+            stdout, stderr = sync_process.communicate(timeout=WAIT_S)
+        finally:
+            sync_process.kill()
+    runs = {run["feeder"]: run for run in json.loads(stdout)}
+    assert sync_process.returncode == 1, stderr
+    assert runs["hub2"]["outcome"] == "success", runs["hub2"]
+    assert runs["hub1"]["outcome"] == "failed"
+    assert "killed by signal SIGKILL" in runs["hub1"]["error"], runs["hub1"]
+    assert federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1") == before
+    assert staging_leftovers(federation) == "0"
