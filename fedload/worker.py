@@ -21,6 +21,7 @@ import contextlib
 import importlib
 import itertools
 import os
+import signal
 import socket
 import sys
 import time
@@ -130,8 +131,16 @@ async def _run(writer: asyncio.StreamWriter, history: _ParentHistory, feeder: st
     await writer.drain()
 
 
+def _leave_interrupts_to_the_parent() -> None:
+    """Ctrl-C on a terminal signals the whole process group: the parent cancels the run, which the worker must
+    then still be serving (its record goes through the parent), not die under or cancel by itself. A handler that
+    does nothing, not SIG_IGN: the commands a run starts (a local agent, pg_dump) get the default back at exec."""
+    signal.signal(signal.SIGINT, lambda _signum, _frame: None)
+
+
 def main(argv: list[str]) -> int:
     """`python -m fedload.worker FD LEVEL FORMAT [MODULE ...]`."""
+    _leave_interrupts_to_the_parent()
     fd, level, log_format, preload = int(argv[0]), argv[1], argv[2], argv[3:]
     configure_logging(level=level, log_format=log_format)
     for module in preload:
@@ -145,6 +154,7 @@ def run_forked(fd: int) -> NoReturn:
     logging configured: serve on `fd`, then exit without returning into the parent's code."""
     status = 1
     try:
+        _leave_interrupts_to_the_parent()
         with contextlib.suppress(OSError):  # `top` and `ps -e` show it as a worker; its command line is the parent's
             Path("/proc/self/comm").write_bytes(PROCESS_NAME)
         devnull = os.open(os.devnull, os.O_RDONLY)

@@ -352,3 +352,35 @@ def test_a_forked_worker_killed_mid_load_fails_only_its_run(federation: Federati
     assert "killed by signal SIGKILL" in runs["hub1"]["error"], runs["hub1"]
     assert federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1") == before
     assert staging_leftovers(federation) == "0"
+
+
+def test_ctrl_c_of_fedload_sync_cancels_the_runs_in_its_workers(federation: Federation) -> None:
+    """Ctrl-C on a terminal (SIGINT to the whole process group, workers included) while hub1 loads: the workers
+    leave it to the sync, which cancels the run; its record says cancelled, the old data stays, no traceback, no
+    worker left behind."""
+    assert [r.outcome for r in sync(federation.config())] == ["success"] * 3
+    before = federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1")
+    hub1_running = "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub1' AND outcome = 'running'"
+    argv = [sys.executable, "-m", "fedload", "sync", "--config", str(cli_config(federation, slow_agent(federation)))]
+    with subprocess.Popen(
+        [*argv, "hub1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    ) as sync_process:
+        try:
+            deadline = time.monotonic() + WAIT_S
+            while federation.superhub_sql(hub1_running) != "1":
+                assert time.monotonic() < deadline, "hub1 never started"
+                time.sleep(0.1)
+            time.sleep(1.0)
+            workers = forked_workers(sync_process.pid)
+            os.killpg(sync_process.pid, signal.SIGINT)
+            _, stderr = sync_process.communicate(timeout=20)  # before: the worker hung until killed after 30 s
+        finally:
+            sync_process.kill()
+    assert "Traceback" not in stderr, stderr
+    assert sync_process.returncode != 0
+    assert federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1") == before
+    assert staging_leftovers(federation) == "0"
+    last = federation.superhub_sql("SELECT outcome || ': ' || error FROM fedload.runs ORDER BY id DESC LIMIT 1")
+    assert last == "failed: the run was cancelled", last
+    assert workers
+    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()]
