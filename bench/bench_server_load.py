@@ -120,6 +120,11 @@ def _analyze(data: dict[str, bytes]) -> Callable[[asyncpg.Connection], Awaitable
 async def _main(args: argparse.Namespace) -> None:
     with Workspace(pick_install(args.pg_major), keep=args.keep) as workspace:
         cluster = workspace.cluster("hub")
+        if args.wal_level != "replica":  # minimal: a table created in the loading transaction writes no WAL
+            cluster.psql(f"ALTER SYSTEM SET wal_level = {args.wal_level}")
+            cluster.psql("ALTER SYSTEM SET max_wal_senders = 0")
+            cluster.halt()
+            cluster.resume()
         cluster.psql("CREATE DATABASE source")
         cluster.psql("CREATE DATABASE target")
         sql, total = dataset_sql(args.rows, hub=1)
@@ -140,7 +145,7 @@ async def _main(args: argparse.Namespace) -> None:
         limit = best["plain"]
         print(machine_line())
         print_table(
-            f"server CPU of one load, {total:,} rows in six tables, best of {args.repeat}",
+            f"server CPU of one load, {total:,} rows in six tables, best of {args.repeat}, wal_level {args.wal_level}",
             ["way", "backend CPU s", "/ plain", "rows/s per core"],
             [[way, f"{s:.2f}", f"{s / limit:.2f}x", f"{total / s:,.0f}" if s else "-"] for way, s in best.items()],
         )
@@ -150,6 +155,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=300_000, help="rows of the feeder (default %(default)s)")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each way; the best counts")
+    parser.add_argument(
+        "--wal-level", choices=["replica", "minimal"], default="replica", help="the server's wal_level (replica)"
+    )
     add_common_arguments(parser)
     asyncio.run(_main(parser.parse_args()))
 
