@@ -17,7 +17,7 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["LOG_FORMATS", "configure_logging", "configured", "get_logger", "pick_level"]
+__all__ = ["LOG_FORMATS", "configure_logging", "configured", "get_logger", "import_if_logging", "pick_level"]
 
 LOG_FORMATS = ("auto", "human", "json")
 _LEVELS = logging.getLevelNamesMapping()
@@ -46,8 +46,9 @@ class _StderrLogger:
     """Writes each rendered event to the `sys.stderr` of the moment, so rich's live display can place it above."""
 
     def msg(self, message: str) -> None:
-        """Write one event line, in one write: stderr is unbuffered, and `print` would write the line and its
-        newline apart, so that another process's line (a worker's) could land between them."""
+        """Write one event line in one write: `print` writes the line and its newline apart, each straight through
+        to the file (stderr's text layer writes through), so another process's line (a worker's) could land
+        between them. One write of up to PIPE_BUF (4096) bytes to a pipe is atomic; longer events are rare."""
         sys.stderr.write(message + "\n")
         sys.stderr.flush()
 
@@ -89,6 +90,13 @@ def _apply() -> None:
         cache_logger_on_first_use=False,
     )
     _applied[0] = True
+
+
+def import_if_logging(level: int = logging.INFO) -> None:
+    """Import and apply structlog now if events at `level` pass the configured level: a process about to fork
+    workers that will log such events imports it once for all of them."""
+    if level >= _threshold[0] and not _applied[0]:
+        _apply()
 
 
 def configured() -> tuple[str, str]:

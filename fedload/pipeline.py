@@ -19,6 +19,7 @@ from fedload.command import dump_command, transport_for
 from fedload.config import Config, FeederConfig
 from fedload.errors import ConfigError, DumpError, FedloadError, one_line
 from fedload.importer import Importer, ImportPolicy
+from fedload.kept_sessions import reused_session
 from fedload.log import get_logger
 from fedload.names import TableName
 from fedload.receive import DumpReceiver
@@ -106,7 +107,7 @@ class _FeederSync:
 
     async def _sync(self, history: RunHistory) -> None:
         """The run's phases in order."""
-        async with superhub_session(self.config, self.name) as conn:
+        async with reused_session(self.config, self.name) as conn:
             await ensure_superhub(conn)
             async with feeder_lock(conn, self.name) as locked:
                 if not locked:

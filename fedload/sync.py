@@ -19,7 +19,7 @@ from fedload.pipeline import sync_feeder
 from fedload.progress import dry_run_table, live_progress, summary_table
 from fedload.results import FeederRun, Outcome, ProgressCallback
 from fedload.superhub import prepare_superhub, superhub_session
-from fedload.workers import ForkedWorker, fork_workers, worker_pool
+from fedload.workers import ForkedWorker, fork_workers, reap_forked, worker_pool
 
 __all__ = ["expected_sizes", "prepare_superhub", "run_sync", "sync_feeders", "sync_with_display"]
 
@@ -98,11 +98,14 @@ def run_sync(config: Config, names: Sequence[str], *, as_json: bool = False, dry
     superhub = config.superhub
     workers = min(len(selected), superhub.max_parallel_feeders, superhub.workers)
     forked = fork_workers(workers, transport_modules(config))  # before the event loop: see fork_workers
-    if as_json:
-        runs = asyncio.run(sync_feeders(config, selected, dry_run=dry_run, forked=forked))
-        print(json.dumps([dataclasses.asdict(run) for run in runs]))
-    else:
-        runs = asyncio.run(sync_with_display(config, selected, Console(), dry_run=dry_run, forked=forked))
+    try:
+        if as_json:
+            runs = asyncio.run(sync_feeders(config, selected, dry_run=dry_run, forked=forked))
+            print(json.dumps([dataclasses.asdict(run) for run in runs]))
+        else:
+            runs = asyncio.run(sync_with_display(config, selected, Console(), dry_run=dry_run, forked=forked))
+    finally:
+        reap_forked(forked)  # those the pool never took (it did not start: Ctrl-C, no superhub)
     return 0 if all(run.succeeded for run in runs) else 1
 
 

@@ -32,6 +32,7 @@ from typing import Any, NoReturn
 from fedload._pipe import frame, receive
 from fedload.config import Config
 from fedload.errors import SuperhubError
+from fedload.kept_sessions import close_kept, keep_sessions
 from fedload.log import configure_logging, get_logger
 from fedload.pipeline import sync_feeder
 from fedload.results import Progress
@@ -98,7 +99,15 @@ class _Progress:
 
 
 async def serve(fd: int) -> None:
-    """Run what the parent sends until it closes its end."""
+    """Run what the parent sends until it closes its end; a run's superhub connection is kept for the next."""
+    keep_sessions()
+    try:
+        await _serve(fd)
+    finally:
+        await asyncio.shield(close_kept())
+
+
+async def _serve(fd: int) -> None:
     reader, writer = await asyncio.open_unix_connection(sock=socket.socket(fileno=fd))
     history = _ParentHistory(writer)
     run: asyncio.Task[None] | None = None
@@ -149,12 +158,13 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def run_forked(fd: int) -> NoReturn:
+def run_forked(fd: int, sigmask: set[int | signal.Signals]) -> NoReturn:
     """The life of a worker that its parent forked (fedload.workers.fork_workers) with this module imported and
-    logging configured: serve on `fd`, then exit without returning into the parent's code."""
+    logging configured, and SIGINT blocked: serve on `fd`, then exit without returning into the parent's code."""
     status = 1
     try:
         _leave_interrupts_to_the_parent()
+        signal.pthread_sigmask(signal.SIG_SETMASK, sigmask)
         with contextlib.suppress(OSError):  # `top` and `ps -e` show it as a worker; its command line is the parent's
             Path("/proc/self/comm").write_bytes(PROCESS_NAME)
         devnull = os.open(os.devnull, os.O_RDONLY)

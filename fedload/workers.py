@@ -28,20 +28,20 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Coroutine
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, NoReturn, Protocol
 
 from fedload._pipe import frame, receive
 from fedload.bookkeeping import RunHistory
 from fedload.command import transport_modules
 from fedload.config import Config
 from fedload.errors import WorkerError
-from fedload.log import configured, get_logger
+from fedload.log import configured, get_logger, import_if_logging
 from fedload.results import FeederRun, Outcome, ProgressCallback
 from fedload.runs import RunRecord
 from fedload.superhub import best_effort
 
-__all__ = ["ForkedWorker", "WorkerPool", "fork_workers", "worker_pool"]
+__all__ = ["ForkedWorker", "WorkerPool", "fork_workers", "reap_forked", "worker_pool"]
 
 log = get_logger()
 
@@ -90,13 +90,32 @@ class _ForkedProcess:
             raise ProcessLookupError(self.pid)
         signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
 
+    def reap_now(self, timeout_s: float = 5.0) -> None:
+        """Without an event loop: wait up to `timeout_s` for the process to exit, then kill it; reap it."""
+        if self.returncode is not None:
+            return
+        deadline = time.monotonic() + timeout_s
+        while os.waitid(os.P_PIDFD, self._pidfd, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+            if time.monotonic() > deadline:
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+                break
+            time.sleep(0.01)
+        self._collect()
+
     def _reap(self, loop: asyncio.AbstractEventLoop) -> None:
         loop.remove_reader(self._pidfd)
-        _, status = os.waitpid(self.pid, 0)
-        self.returncode = os.waitstatus_to_exitcode(status)
-        os.close(self._pidfd)
+        self._collect()
         assert self._exited is not None
         self._exited.set_result(None)
+
+    def _collect(self) -> None:
+        """Reap the exited process (255 if something else reaped it, as asyncio says) and close the pidfd."""
+        try:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        except ChildProcessError:
+            self.returncode = 255
+        os.close(self._pidfd)
 
 
 ForkedWorker = tuple[_ForkedProcess, socket.socket]  # a forked worker and the parent's end of its socket pair
@@ -107,32 +126,68 @@ def fork_workers(count: int, preload: tuple[str, ...] = ()) -> list[ForkedWorker
 
     Call it before any event loop or other thread exists (a fork copies only the calling thread, and a lock that
     another thread held stays locked in the child): where another thread runs, or the kernel has no pidfds, it
-    forks nothing and the pool starts its workers as separate interpreters. Hand the result to `WorkerPool`."""
-    if count < 1 or threading.active_count() > 1 or not _pidfds_work():
+    forks nothing, and where a fork fails it stops there; the pool starts the workers it lacks as separate
+    interpreters. Hand the result to `WorkerPool`, and to `reap_forked` once the pool is closed."""
+    if count < 1 or not _pidfds_work():
         return []
     from fedload import worker  # noqa: PLC0415 - the workers' modules, imported once for all of them
 
     for module in preload:
         importlib.import_module(module)
-    pairs = [socket.socketpair() for _ in range(count)]
+    import_if_logging()
+    if threading.active_count() > 1:
+        return []
     sys.stdout.flush()  # what a child inherits unflushed it would print again
     sys.stderr.flush()
+    pairs = [socket.socketpair() for _ in range(count)]
     forked: list[ForkedWorker] = []
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # no Ctrl-C between fork and handler
     try:
-        for i, (ours, theirs) in enumerate(pairs):
-            pid = os.fork()
-            if pid == 0:
-                for other, (parent_end, child_end) in enumerate(pairs):
-                    parent_end.close()
-                    if other != i:
-                        child_end.close()
-                worker.run_forked(theirs.detach())  # never returns
-            forked.append((_ForkedProcess(pid), ours))
+        for i, (ours, _) in enumerate(pairs):
+            forked.append((_fork(i, pairs, worker.run_forked, mask), ours))
+    except OSError as exc:  # EAGAIN, EMFILE...: the pool starts the rest
+        log.warning("worker.fork_failed", error=str(exc), forked=len(forked))
+        for _, ours in pairs[len(forked) :]:
+            ours.close()
     finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for _, theirs in pairs:
             theirs.close()
     log.debug("worker.forked", pids=[process.pid for process, _ in forked])
     return forked
+
+
+def _fork(
+    i: int,
+    pairs: list[tuple[socket.socket, socket.socket]],
+    run: Callable[[int, set[int | signal.Signals]], NoReturn],
+    mask: set[int | signal.Signals],
+) -> _ForkedProcess:
+    """Fork worker `i` of `pairs`: the child keeps only its own end of its own pair and never returns."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            for other, (parent_end, child_end) in enumerate(pairs):
+                parent_end.close()
+                if other != i:
+                    child_end.close()
+            run(pairs[i][1].detach(), mask)
+        finally:
+            os._exit(1)  # whatever happened, never back into the parent's code
+    try:
+        return _ForkedProcess(pid)
+    except OSError:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise
+
+
+def reap_forked(forked: list[ForkedWorker]) -> None:
+    """After the pool has closed (or never started): stop and wait for every forked worker it did not take, so
+    that none outlives the command. Such a worker exits when its socket closes; it is killed after 5 s."""
+    for process, ours in forked:
+        ours.close()
+        process.reap_now()
 
 
 def _pidfds_work() -> bool:
@@ -234,7 +289,8 @@ class _Worker:
         try:
             async with asyncio.timeout(5):
                 await self.process.wait()
-        except TimeoutError:
+        except TimeoutError:  # something holds its socket open, or it hangs
+            log.warning("worker.close_timeout", pid=self.process.pid, waited_s=5)
             await self.kill()
         self._reading.cancel()
 
@@ -252,7 +308,7 @@ class WorkerPool:
 
     def __init__(self, size: int, *, preload: tuple[str, ...] = (), forked: list[ForkedWorker] | None = None) -> None:
         self._size, self._preload = size, preload
-        self._forked = list(forked or [])[:size]
+        self._forked = list(forked or [])  # more than `size` are never used, and closed with the pool
         self._idle: list[_Worker] = []
         self._starting: list[asyncio.Task[_Worker]] = []
         self._slots = asyncio.Semaphore(size)
@@ -263,9 +319,10 @@ class WorkerPool:
         for _ in range(min(count, self._size) - len(self._starting) - len(self._all)):
             self._starting.append(asyncio.create_task(self._new_worker()))
 
-    def _new_worker(self) -> Coroutine[Any, Any, _Worker]:
-        """A forked worker while there is one, else a newly started one."""
-        return _Worker.adopt(self._forked.pop(0)) if self._forked else _Worker.start(self._preload)
+    async def _new_worker(self) -> _Worker:
+        """A forked worker while there is one, else a newly started one. The forked one leaves `_forked` only when
+        this runs: a task cancelled before it starts leaves it there for `close()`."""
+        return await (_Worker.adopt(self._forked.pop(0)) if self._forked else _Worker.start(self._preload))
 
     async def run(
         self,

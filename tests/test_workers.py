@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import structlog
 
+from fedload import kept_sessions
 from fedload.bookkeeping import Bookkeeping
 from fedload.command import transport_modules
 from fedload.config import Config, SshConfig, parse_config
@@ -320,8 +321,14 @@ def test_fedload_sync_forks_its_workers_instead_of_starting_interpreters(federat
     (forked,) = [e["pids"] for e in events if e["event"] == "worker.forked"]
     assert len(forked) == 2
     assert sorted(e["pid"] for e in events if e["event"] == "worker.started") == sorted(forked)
+    assert not [e for e in events if e["event"] == "worker.close_timeout"]  # each exits when its socket closes
     loaded_by = {e["feeder"] for e in events if e["event"] == "import.table_loaded"}
     assert loaded_by == {"hub1", "hub2", "hub3"}
+    started = {e["pid"] for e in events if e["event"] == "superhub.session_started"}
+    reused = [e["pid"] for e in events if e["event"] == "superhub.session_reused"]
+    assert len(started) + len(reused) == 3  # three runs on two workers: one connection reused
+    assert reused
+    assert set(reused) <= started
     assert_feeders_equal_partitions(federation)
 
 
@@ -384,3 +391,64 @@ def test_ctrl_c_of_fedload_sync_cancels_the_runs_in_its_workers(federation: Fede
     assert last == "failed: the run was cancelled", last
     assert workers
     assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()]
+
+
+def test_a_kept_superhub_session_is_reset_renamed_and_dropped_when_dead(
+    federation: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a process that keeps sessions, the next session gets the last clean one reset (settings, advisory locks)
+    and renamed; one ended by the server is replaced; one whose block failed is closed, not kept."""
+    monkeypatch.setattr(kept_sessions, "_keeper", None)
+    config = federation.config()
+
+    async def sessions() -> dict[str, Any]:
+        kept_sessions.keep_sessions()
+        seen: dict[str, Any] = {}
+        try:
+            async with kept_sessions.reused_session(config, "hub1") as conn:
+                seen["first"] = conn.get_server_pid()
+                await conn.execute("SET lock_timeout = '7s'; SELECT pg_advisory_lock(7)")
+            async with kept_sessions.reused_session(config, "hub2") as conn:
+                seen["second"] = conn.get_server_pid()
+                seen["name"] = await conn.fetchval("SELECT current_setting('application_name')")
+                seen["lock_timeout"] = await conn.fetchval("SELECT current_setting('lock_timeout')")
+                seen["locks"] = await conn.fetchval(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+                )
+            await asyncio.to_thread(federation.superhub_sql, f"SELECT pg_terminate_backend({seen['second']})")
+            async with kept_sessions.reused_session(config, "hub3") as conn:
+                seen["third"] = conn.get_server_pid()
+            with pytest.raises(RuntimeError):
+                async with kept_sessions.reused_session(config, "hub1") as conn:
+                    raise RuntimeError
+            seen["failed_closed"] = conn.is_closed()
+            async with kept_sessions.reused_session(config, "hub1") as conn:
+                seen["fourth"] = conn.get_server_pid()
+        finally:
+            await kept_sessions.close_kept()
+        return seen
+
+    seen = asyncio.run(sessions())
+    assert seen["second"] == seen["first"]
+    assert seen["name"] == "fedload hub2"
+    assert seen["lock_timeout"] == "0"
+    assert seen["locks"] == 0
+    assert seen["third"] != seen["second"]
+    assert seen["failed_closed"]
+    assert seen["fourth"] != seen["third"]
+
+
+def test_forked_workers_of_a_sync_that_cannot_start_do_not_outlive_it(federation: Federation) -> None:
+    """`fedload sync` whose superhub cannot be reached: the workers it forked, never used, exit with it, at once."""
+    config = cli_config(federation)
+    config.write_text(config.read_text().replace(f"host={federation.cluster.dir}", "host=/nonexistent"))
+    started = time.monotonic()
+    with fedload_sync(config) as sync_process:
+        stdout, stderr = sync_process.communicate(timeout=60)
+    assert sync_process.returncode == 1, stderr
+    assert "cannot connect to the superhub" in json.loads(stdout)["error"]
+    events = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    (forked,) = [e["pids"] for e in events if e["event"] == "worker.forked"]
+    assert len(forked) == 2
+    assert not [pid for pid in forked if Path(f"/proc/{pid}").exists()]
+    assert time.monotonic() - started < 15

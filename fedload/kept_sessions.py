@@ -1,0 +1,137 @@
+"""Superhub connections kept from one feeder run to the next, in a worker process.
+
+A run's connection costs a backend start, authentication and cold catalog caches (~10 ms of a slot per run, the
+most of a small feeder's superhub work after its load). A worker runs one feeder at a time, so it keeps the
+connection of a run that ended cleanly (no exception, no transaction open) and gives it to its next run, reset
+to a new session's state (`asyncpg.Connection.reset`: transaction rolled back, settings back to the connection's
+startup values, advisory locks released) and renamed for the feeder (`application_name`). A kept connection that
+fails its reset (the server restarted, an administrator ended it) is dropped and a new one made. One idle for
+`IDLE_S` is closed, and every kept one when the worker ends, so a daemon's idle workers hold no sessions.
+
+    keep_sessions()  # once, in the worker process
+    async with reused_session(config, "hub1") as conn:  # as superhub_session, elsewhere too
+        ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import asyncpg
+
+from fedload.config import Config
+from fedload.log import get_logger
+from fedload.superhub import close_superhub, connect_superhub, superhub_errors, superhub_session
+
+__all__ = ["IDLE_S", "close_kept", "keep_sessions", "reused_session"]
+
+log = get_logger()
+
+IDLE_S = 60.0
+
+
+class _Keeper:
+    """At most one idle connection, with what it was made for (DSN and timeouts) and its idle timer."""
+
+    def __init__(self) -> None:
+        self.conn: asyncpg.Connection | None = None
+        self.made_for: object = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._closing: set[asyncio.Task[None]] = set()
+
+    def keep(self, conn: asyncpg.Connection, made_for: object) -> None:
+        if (old := self.take(self.made_for)) is not None:  # one at a time, as a worker runs one feeder at a time
+            self._close_later(old)
+        self.conn, self.made_for = conn, made_for
+        self._timer = asyncio.get_running_loop().call_later(IDLE_S, self._expire)
+
+    def take(self, made_for: object) -> asyncpg.Connection | None:
+        """The kept connection if it was made for the same superhub settings (else it is closed); None if none."""
+        conn, self.conn = self.conn, None
+        if self._timer is not None:
+            self._timer.cancel()
+        if conn is not None and (self.made_for != made_for or conn.is_closed()):
+            self._close_later(conn)
+            return None
+        return conn
+
+    async def close(self) -> None:
+        """Close the kept connection, and wait for every close under way."""
+        if (conn := self.take(self.made_for)) is not None:
+            self._close_later(conn)
+        await asyncio.gather(*self._closing)
+
+    def _expire(self) -> None:
+        if (conn := self.take(self.made_for)) is not None:
+            self._close_later(conn)
+
+    def _close_later(self, conn: asyncpg.Connection) -> None:
+        task = asyncio.get_running_loop().create_task(close_superhub(conn))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+
+_keeper: _Keeper | None = None
+
+
+def keep_sessions() -> None:
+    """From now on, in this process, `reused_session` keeps cleanly ended connections for the next session."""
+    global _keeper  # noqa: PLW0603 - one keeper per worker process, set once at its start
+    _keeper = _Keeper()
+
+
+async def close_kept() -> None:
+    """Close the kept connection, if any (at the end of the worker)."""
+    if _keeper is not None:
+        await _keeper.close()
+
+
+@contextlib.asynccontextmanager
+async def reused_session(config: Config, purpose: str) -> AsyncIterator[asyncpg.Connection]:
+    """`superhub_session`, but on the connection the last clean session left, if this process keeps them."""
+    if _keeper is None:
+        async with superhub_session(config, purpose) as conn:
+            yield conn
+        return
+    keeper, made_for = _keeper, _made_for(config)
+    with superhub_errors(config):
+        conn = await _reset(keeper.take(made_for), config, purpose) or await _connect(config, purpose)
+        clean = False
+        try:
+            yield conn
+            clean = not conn.is_closed() and not conn.is_in_transaction()
+        finally:
+            if clean:
+                keeper.keep(conn, made_for)
+            else:
+                await asyncio.shield(close_superhub(conn))
+
+
+async def _connect(config: Config, purpose: str) -> asyncpg.Connection:
+    conn = await connect_superhub(config, purpose)
+    log.debug("superhub.session_started", feeder=purpose, pid=conn.get_server_pid())
+    return conn
+
+
+def _made_for(config: Config) -> object:
+    superhub = config.superhub
+    return (superhub.dsn, superhub.statement_timeout_s)
+
+
+async def _reset(conn: asyncpg.Connection | None, config: Config, purpose: str) -> asyncpg.Connection | None:
+    """A kept connection as a new session for `purpose`; None (it is dropped) if it does not answer."""
+    if conn is None:
+        return None
+    name = f"fedload {purpose}".strip()[:63]
+    try:
+        async with asyncio.timeout(config.superhub.connect_timeout_s):
+            await conn.reset()
+            await conn.execute("SELECT set_config('application_name', $1, false)", name)
+    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        log.info("superhub.kept_session_dropped", feeder=purpose, error=str(exc) or type(exc).__name__)
+        conn.terminate()
+        return None
+    log.debug("superhub.session_reused", feeder=purpose, pid=conn.get_server_pid())
+    return conn
