@@ -22,6 +22,7 @@ from fedload.rejects import is_bad_row
 from fedload.runs import ensure_superhub, try_feeder_lock, unlock_feeder
 
 __all__ = [
+    "application_name",
     "best_effort",
     "close_superhub",
     "connect_superhub",
@@ -50,7 +51,7 @@ async def connect_superhub(config: Config, purpose: str = "") -> asyncpg.Connect
 
     `purpose` (a feeder's name, say) shows in pg_stat_activity as the application name "fedload <purpose>"."""
     superhub = config.superhub
-    settings = {**_SESSION_SETTINGS, "application_name": f"fedload {purpose}".strip()[:63]}
+    settings = {**_SESSION_SETTINGS, "application_name": application_name(purpose)}
     try:
         async with asyncio.timeout(superhub.connect_timeout_s):
             return await asyncpg.connect(
@@ -58,6 +59,11 @@ async def connect_superhub(config: Config, purpose: str = "") -> asyncpg.Connect
             )
     except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         raise SuperhubError(f"cannot connect to the superhub: {exc or type(exc).__name__}") from exc
+
+
+def application_name(purpose: str) -> str:
+    """The name a session of fedload shows in pg_stat_activity: "fedload <purpose>", within PostgreSQL's 63 bytes."""
+    return f"fedload {purpose}".strip()[:63]
 
 
 async def close_superhub(conn: asyncpg.Connection) -> None:

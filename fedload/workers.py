@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import importlib
 import os
+import select
 import signal
 import socket
 import sys
@@ -94,12 +95,9 @@ class _ForkedProcess:
         """Without an event loop: wait up to `timeout_s` for the process to exit, then kill it; reap it."""
         if self.returncode is not None:
             return
-        deadline = time.monotonic() + timeout_s
-        while os.waitid(os.P_PIDFD, self._pidfd, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
-            if time.monotonic() > deadline:
-                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-                break
-            time.sleep(0.01)
+        exited, _, _ = select.select([self._pidfd], [], [], timeout_s)  # a pidfd reads ready once it has exited
+        if not exited:
+            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
         self._collect()
 
     def _reap(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -308,7 +306,7 @@ class WorkerPool:
 
     def __init__(self, size: int, *, preload: tuple[str, ...] = (), forked: list[ForkedWorker] | None = None) -> None:
         self._size, self._preload = size, preload
-        self._forked = list(forked or [])  # more than `size` are never used, and closed with the pool
+        self._forked = list(forked or [])  # taken first; the caller reaps them all (`reap_forked`) after `close()`
         self._idle: list[_Worker] = []
         self._starting: list[asyncio.Task[_Worker]] = []
         self._slots = asyncio.Semaphore(size)
@@ -364,15 +362,15 @@ class WorkerPool:
         return worker
 
     async def close(self) -> None:
-        """Stop every worker, those still starting and those forked but never used too."""
-        forked, self._forked = self._forked, []
+        """Stop every worker, those still starting too."""
+        self._forked = []  # those never taken are reap_forked's, like every forked worker once the pool is closed
         starting, self._starting = self._starting, []
         for task in starting:
             task.cancel()  # a worker cancelled while it starts kills its process
         started = await asyncio.gather(*starting, return_exceptions=True)
         workers, self._all, self._idle = self._all, set(), []
         workers.update(w for w in started if isinstance(w, _Worker))
-        await asyncio.gather(*(w.close() for w in workers), *(_dismiss(*f) for f in forked))
+        await asyncio.gather(*(w.close() for w in workers))
 
 
 def worker_pool(config: Config, forked: list[ForkedWorker] | None = None) -> WorkerPool | None:
@@ -467,16 +465,6 @@ def _failed(feeder: str, error: str, started: float) -> FeederRun:
     return FeederRun(
         feeder=feeder, outcome=Outcome.FAILED, error=error, rows={}, raw_bytes=0, dump_bytes=0, seconds=seconds
     )
-
-
-async def _dismiss(process: _Process, ours: socket.socket) -> None:
-    """Stop a forked worker that never ran anything: it exits when its parent's end closes (killed after 5 s)."""
-    ours.close()
-    try:
-        async with asyncio.timeout(5):
-            await process.wait()
-    except TimeoutError:
-        await _reap(process)
 
 
 async def _reap(process: _Process) -> None:

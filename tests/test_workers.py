@@ -452,3 +452,27 @@ def test_forked_workers_of_a_sync_that_cannot_start_do_not_outlive_it(federation
     assert len(forked) == 2
     assert not [pid for pid in forked if Path(f"/proc/{pid}").exists()]
     assert time.monotonic() - started < 15
+
+
+REAP_UNUSED = """
+import json, time
+from fedload.workers import fork_workers, reap_forked
+forked = fork_workers(2)
+pids = [process.pid for process, _ in forked]
+started = time.monotonic()
+reap_forked(forked)
+print(json.dumps([pids, [process.returncode for process, _ in forked], time.monotonic() - started]))
+"""
+
+
+def test_forked_workers_that_no_pool_took_exit_when_reaped() -> None:
+    """Workers forked but never taken by a pool exit by themselves as soon as `reap_forked` closes their sockets:
+    status 0, not killed after the 5 s wait, and reaped (no zombie left)."""
+    argv = [sys.executable, "-c", REAP_UNUSED]
+    result = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    pids, statuses, seconds = json.loads(result.stdout.splitlines()[-1])  # after structlog's default output
+    assert len(pids) == 2
+    assert statuses == [0, 0]
+    assert seconds < 3
+    assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()]
