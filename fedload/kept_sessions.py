@@ -126,7 +126,8 @@ async def _reset(conn: asyncpg.Connection | None, config: Config, purpose: str) 
         async with asyncio.timeout(config.superhub.connect_timeout_s):
             await conn.reset()
             await conn.execute("SELECT set_config('application_name', $1, false)", application_name(purpose))
-    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever fails (a connection the server ended mid-idle can leave
+        # asyncpg's protocol in a state it reports as InternalClientError), the kept connection is not usable
         log.info("superhub.kept_session_dropped", feeder=purpose, error=str(exc) or type(exc).__name__)
         conn.terminate()
         return None

@@ -14,6 +14,7 @@ from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 import structlog
 
@@ -476,3 +477,33 @@ def test_forked_workers_that_no_pool_took_exit_when_reaped() -> None:
     assert statuses == [0, 0]
     assert seconds < 3
     assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+
+
+def test_a_kept_session_whose_reset_fails_in_any_way_is_replaced(
+    federation: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kept connection that the server ended while it was idle can fail its reset with asyncpg's
+    InternalClientError (a protocol state, seen in CI), not only with a connection error: the next session still
+    gets a working connection, a new one. The race cannot be forced, so the reset is made to fail that way."""
+    monkeypatch.setattr(kept_sessions, "_keeper", None)
+    config = federation.config()
+
+    async def broken_reset(*_args: object, **_kwargs: object) -> None:
+        raise asyncpg.InternalClientError("cannot switch to state 15; another operation (2) is in progress")
+
+    async def sessions() -> tuple[int, int, int]:
+        kept_sessions.keep_sessions()
+        try:
+            async with kept_sessions.reused_session(config, "hub1") as conn:
+                first = conn.get_server_pid()
+            with monkeypatch.context() as patched:
+                patched.setattr(asyncpg.Connection, "reset", broken_reset)
+                async with kept_sessions.reused_session(config, "hub2") as conn:
+                    second, answer = conn.get_server_pid(), await conn.fetchval("SELECT 42")
+            return first, second, answer
+        finally:
+            await kept_sessions.close_kept()
+
+    first, second, answer = asyncio.run(sessions())
+    assert second != first
+    assert answer == 42
