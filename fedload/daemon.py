@@ -28,7 +28,7 @@ from fedload import systemd
 from fedload.bookkeeping import Bookkeeping
 from fedload.config import Config, load_config
 from fedload.english import counted
-from fedload.errors import ConfigError, FedloadError, one_line
+from fedload.errors import ConfigError, ErrorKind, FedloadError, one_line
 from fedload.log import get_logger
 from fedload.pipeline import sync_feeder
 from fedload.results import FeederRun, Outcome
@@ -221,6 +221,7 @@ class Daemon:
                 failures=self._schedules[name].failures,
                 retry_in_s=round(self._schedules[name].next_at - now, 1),
                 error=str(exc) if exc else run.error if run else None,
+                error_kind=ErrorKind.INTERNAL if run is None else run.error_kind,
             )
         self._spawn(self._store.store(self.config, name, self._schedules[name]), name=f"schedule-{name}")
 

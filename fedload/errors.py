@@ -7,15 +7,20 @@
 - `WorkerError`: the worker process running a feeder's run died or stopped answering; the run failed, retry later.
 
 Adapters translate library exceptions (asyncssh, asyncpg, OS errors) into these with `raise ... from exc`.
+Each class has a `kind` (`ErrorKind`), which a failed run's record keeps, so that the status, the daemon's
+back-off and alerts can tell a feeder that sent a bad dump from one that could not be reached.
 """
 
 from __future__ import annotations
+
+from enum import StrEnum
 
 from transforms.errors import printable
 
 __all__ = [
     "ConfigError",
     "DumpError",
+    "ErrorKind",
     "FedloadError",
     "FeederAuthError",
     "FeederCommandError",
@@ -28,16 +33,33 @@ __all__ = [
     "SwapLockError",
     "UsageError",
     "WorkerError",
+    "internal_error",
     "one_line",
 ]
+
+
+class ErrorKind(StrEnum):
+    """What kind of failure ended a run; the values are those of `fedload.runs.error_kind` and of JSON."""
+
+    CONFIG = "config"  # the configuration does not fit the superhub (a pattern matching no parent, a remap file)
+    TRANSPORT = "transport"  # the feeder could not be reached or its dump did not arrive
+    DUMP = "dump"  # the dump arrived but is incomplete, malformed or not allowed
+    SUPERHUB = "superhub"  # the superhub database failed (or refused the swap's locks)
+    TIMEOUT = "timeout"  # the run took longer than run_timeout_s
+    CANCELLED = "cancelled"  # the run was cancelled (a stopping daemon, Ctrl-C)
+    INTERNAL = "internal"  # a bug or a crash: an exception fedload did not expect, a worker that died or hung
 
 
 class FedloadError(Exception):
     """Base class of every error fedload reports to its user as one sentence."""
 
+    kind = ErrorKind.INTERNAL
+
 
 class ConfigError(FedloadError):
     """The configuration is invalid: fix the file."""
+
+    kind = ErrorKind.CONFIG
 
     def __init__(self, problems: list[str] | str) -> None:
         self.problems = [problems] if isinstance(problems, str) else list(problems)
@@ -47,9 +69,13 @@ class ConfigError(FedloadError):
 class UsageError(FedloadError):
     """The command line is invalid: fix the arguments."""
 
+    kind = ErrorKind.CONFIG
+
 
 class FeederError(FedloadError):
     """A feeder could not deliver its dump (unreachable, refused, authentication, remote failure): retry later."""
+
+    kind = ErrorKind.TRANSPORT
 
 
 class FeederUnreachableError(FeederError):
@@ -79,9 +105,13 @@ class FeederCommandError(FeederError):
 class DumpError(FedloadError):
     """A feeder's dump is incomplete, malformed or tries something not allowed: rejected, old data kept."""
 
+    kind = ErrorKind.DUMP
+
 
 class SuperhubError(FedloadError):
     """The superhub database failed: retry later."""
+
+    kind = ErrorKind.SUPERHUB
 
 
 class SwapLockError(SuperhubError):
@@ -90,6 +120,12 @@ class SwapLockError(SuperhubError):
 
 class WorkerError(FedloadError):
     """A worker process died or stopped answering during a feeder's run: that run failed, its old data stays."""
+
+
+def internal_error(exc: BaseException) -> str:
+    """How an exception fedload did not expect (a bug, a library failing in an unforeseen way) reads in a run's
+    error: "internal error: <class>: <message>", on one line."""
+    return one_line(f"internal error: {type(exc).__name__}: {exc}".removesuffix(": "), limit=None)
 
 
 def one_line(text: str, limit: int | None = 500) -> str:

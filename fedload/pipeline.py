@@ -17,7 +17,7 @@ import asyncpg
 from fedload.bookkeeping import Bookkeeping, RunHistory
 from fedload.command import dump_command, transport_for
 from fedload.config import Config, FeederConfig
-from fedload.errors import ConfigError, DumpError, FedloadError, one_line
+from fedload.errors import ConfigError, DumpError, ErrorKind, FedloadError, internal_error, one_line
 from fedload.importer import Importer, ImportPolicy
 from fedload.kept_sessions import reused_session
 from fedload.log import get_logger
@@ -85,6 +85,7 @@ class _FeederSync:
         self.stage_prefix = ""
         self.plan: list[str] = []
         self._deadline = asyncio.timeout(config.superhub.run_timeout_s)
+        self._committed = False  # the swap's transaction has committed: the feeder's new data is in
 
     def phase(self, phase: str) -> None:
         """Enter a phase (then the outcome) and tell the progress display."""
@@ -99,10 +100,10 @@ class _FeederSync:
         try:
             async with self._deadline:
                 await (self._dry_run() if self.dry_run else self._sync(history))
-        except TimeoutError:  # only the run's deadline: superhub_session() translates the database's timeouts
-            self.record.error = self._cancelled_why()
-        except FedloadError as exc:
-            self.record.error = one_line(str(exc), limit=None)
+        except Exception as exc:  # every failure ends the run as failed; cancellation goes on up
+            self._note_error(exc)
+            if self.record.error_kind is ErrorKind.INTERNAL and not isinstance(exc, FedloadError):
+                log.error("sync.internal_error", feeder=self.name, error=self.record.error, exc_info=exc)
         return self._result()
 
     async def _sync(self, history: RunHistory) -> None:
@@ -120,6 +121,7 @@ class _FeederSync:
                     async with self._dump(parents) as receiver, conn.transaction():
                         importer = await self._load(conn, receiver, parents, remap)
                         await self._swap(conn, importer)
+                    self._committed = True
                     self._succeeded(importer)
                     await self._analyze(conn, parents.values())
 
@@ -258,16 +260,21 @@ class _FeederSync:
         self.record.rows, self.record.rejected = _counts(importer)
 
     def _note_error(self, exc: BaseException) -> None:
-        """Keep the reason a run fails, in the words the caller will see."""
-        if isinstance(exc, asyncio.CancelledError):
-            self.record.error = self._cancelled_why()
-        elif (error := superhub_error(exc, self.config)) is not None:
-            self.record.error = one_line(str(error), limit=None)
+        """Keep the reason a run fails, and its kind, in the words the caller will see."""
+        kind, error = self._failure(exc)
+        if self._committed:  # only what came after the swap failed
+            error += "; the new data had been swapped in before"
+        self.record.outcome, self.record.error_kind, self.record.error = Outcome.FAILED, kind, error
 
-    def _cancelled_why(self) -> str:
-        if self._deadline.expired():
-            return f"the run took longer than run_timeout_s = {self.config.superhub.run_timeout_s:g}"
-        return "the run was cancelled"
+    def _failure(self, exc: BaseException) -> tuple[ErrorKind, str]:
+        """What kind of failure `exc` is for this run, and its one-line description."""
+        if isinstance(exc, asyncio.CancelledError | TimeoutError) and self._deadline.expired():
+            return ErrorKind.TIMEOUT, f"the run took longer than run_timeout_s = {self.config.superhub.run_timeout_s:g}"
+        if isinstance(exc, asyncio.CancelledError):
+            return ErrorKind.CANCELLED, "the run was cancelled"
+        if (error := superhub_error(exc, self.config)) is not None:
+            return error.kind, one_line(str(error), limit=None)
+        return ErrorKind.INTERNAL, internal_error(exc)
 
     def _result(self) -> FeederRun:
         record = self.record
@@ -289,6 +296,7 @@ class _FeederSync:
             rejected=record.rejected or {},
             swap_attempts=record.swap_attempts,
             cancelled_backends=record.cancelled_backends,
+            error_kind=record.error_kind if record.outcome is Outcome.FAILED else None,
         )
 
 

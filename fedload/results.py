@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from fedload.errors import ErrorKind
+
 __all__ = ["RECORDED_OUTCOMES", "FeederRun", "Outcome", "Phase", "Progress", "ProgressCallback"]
 
 
@@ -65,6 +67,21 @@ class FeederRun:
     rejected: dict[str, int] = field(default_factory=dict)  # bad_rows = "reject": rows set aside, per table
     swap_attempts: int | None = None
     cancelled_backends: int | None = None  # queries the swap cancelled to get its locks
+    error_kind: ErrorKind | None = None  # what kind of failure `error` is (None when the run did not fail)
+
+    @classmethod
+    def failed(cls, feeder: str, error: str, *, kind: ErrorKind, seconds: float) -> FeederRun:
+        """A run that failed before or around its pipeline, with nothing loaded."""
+        return cls(
+            feeder=feeder,
+            outcome=Outcome.FAILED,
+            error=error,
+            error_kind=kind,
+            rows={},
+            raw_bytes=0,
+            dump_bytes=0,
+            seconds=seconds,
+        )
 
     @property
     def succeeded(self) -> bool:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, fields
 
 import asyncpg
 
+from fedload.errors import ErrorKind
 from fedload.results import RECORDED_OUTCOMES, Outcome
 from fedload.schema import PARTS_SCHEMA, STAGE_SCHEMA
 
@@ -49,7 +50,8 @@ CREATE TABLE IF NOT EXISTS fedload.runs (
 ALTER TABLE fedload.runs ADD COLUMN IF NOT EXISTS swap_attempts integer,
     ADD COLUMN IF NOT EXISTS cancelled_backends integer,
     ADD COLUMN IF NOT EXISTS swap_lock_failed boolean NOT NULL DEFAULT false,
-    ADD COLUMN IF NOT EXISTS agent_version text;
+    ADD COLUMN IF NOT EXISTS agent_version text,
+    ADD COLUMN IF NOT EXISTS error_kind text;
 CREATE INDEX IF NOT EXISTS runs_feeder_started ON fedload.runs (feeder, started_at DESC);
 CREATE TABLE IF NOT EXISTS fedload.rejects (
     id bigserial PRIMARY KEY,
@@ -96,6 +98,7 @@ class RunRecord:
     cancelled_backends: int | None = None  # queries the swap cancelled (swap_on_timeout = "cancel")
     swap_lock_failed: bool = False  # the run failed because the swap never got its locks
     agent_version: str | None = None  # the feeder's agent, as its stream's header says (None without the agent)
+    error_kind: ErrorKind | None = None  # what kind of failure `error` is
 
 
 async def ensure_superhub(conn: asyncpg.Connection) -> None:
@@ -168,4 +171,4 @@ async def finish_run(conn: asyncpg.Connection, run_id: int, record: RunRecord) -
 def _column_value(column: str, value: object) -> object:
     if column in _JSON_COLUMNS and value is not None:
         return json.dumps(value)
-    return str(value) if isinstance(value, Outcome) else value
+    return str(value) if isinstance(value, Outcome | ErrorKind) else value

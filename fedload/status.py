@@ -14,6 +14,7 @@ from rich.text import Text
 
 from fedload.config import Config
 from fedload.english import counted
+from fedload.errors import ErrorKind
 from fedload.output import print_table
 from fedload.results import Outcome
 from fedload.runs import ensure_superhub
@@ -31,7 +32,7 @@ WITH feeders AS (
     SELECT DISTINCT ON (feeder) feeder, finished_at, rows, extract(epoch FROM finished_at - started_at) AS seconds
     FROM fedload.runs WHERE outcome = $2 ORDER BY feeder, finished_at DESC
 ), last_run AS (
-    SELECT DISTINCT ON (feeder) feeder, outcome, error FROM fedload.runs WHERE outcome <> $3
+    SELECT DISTINCT ON (feeder) feeder, outcome, error, error_kind FROM fedload.runs WHERE outcome <> $3
     ORDER BY feeder, started_at DESC
 ), last_swap AS (
     SELECT DISTINCT ON (feeder) feeder, swap_lock_ms, swap_attempts, cancelled_backends FROM fedload.runs
@@ -39,6 +40,7 @@ WITH feeders AS (
 )
 SELECT f.feeder, s.finished_at AS last_success, extract(epoch FROM now() - s.finished_at) AS data_age_s,
        s.rows, s.seconds AS duration_s, r.outcome AS last_outcome, r.error AS last_error,
+       r.error_kind AS last_error_kind,
        sc.next_run_at AS next_run, coalesce(sc.failures, 0) AS failures, f.feeder = ANY($1::text[]) AS configured,
        EXISTS (SELECT FROM fedload.runs x WHERE x.feeder = f.feeder AND x.outcome = $3) AS running,
        w.swap_lock_ms AS swap_wait_ms, w.swap_attempts, w.cancelled_backends,
@@ -65,6 +67,7 @@ class FeederStatus:
     duration_s: float | None
     last_outcome: Outcome | None
     last_error: str | None
+    last_error_kind: ErrorKind | None
     next_run: datetime | None
     failures: int
     configured: bool
@@ -102,6 +105,7 @@ def _status(r: asyncpg.Record, stale_after_s: float) -> FeederStatus:
         duration_s=None if r["duration_s"] is None else float(r["duration_s"]),
         last_outcome=None if r["last_outcome"] is None else Outcome(r["last_outcome"]),
         last_error=r["last_error"],
+        last_error_kind=None if r["last_error_kind"] is None else ErrorKind(r["last_error_kind"]),
         next_run=r["next_run"],
         failures=r["failures"],
         configured=r["configured"],
@@ -132,7 +136,7 @@ def _table(statuses: list[FeederStatus]) -> Table:
             Text(_last_run(s)),
             s.next_run.strftime("%H:%M:%S") if s.next_run else "-",
             _last_swap(s),
-            Text(s.last_error or ""),
+            Text(f"{s.last_error_kind}: {s.last_error}" if s.last_error_kind and s.last_error else s.last_error or ""),
         )
     return table
 

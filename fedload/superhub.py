@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Iterator
 import asyncpg
 
 from fedload.config import Config
-from fedload.errors import DumpError, FedloadError, SuperhubError, one_line
+from fedload.errors import DumpError, FedloadError, SuperhubError, internal_error, one_line
 from fedload.log import get_logger
 from fedload.names import TableName
 from fedload.rejects import is_bad_row
@@ -42,8 +42,10 @@ log = get_logger()
 # role set to off would read backslashes differently, so the session always sets it (startup options win).
 _SESSION_SETTINGS = {"standard_conforming_strings": "on"}
 _CLOSE_TIMEOUT_S = 10.0
-_CONNECTION_LOST = (asyncpg.InterfaceError, ConnectionError)
-_DRIVER_ERRORS = (*_CONNECTION_LOST, asyncpg.PostgresError, TimeoutError)
+# The driver's client-side failures: misuse or a lost connection (InterfaceError), or a connection left in a state
+# the driver cannot go on from (InternalClientError: "another operation is in progress", a protocol error).
+_CLIENT_ERRORS = (asyncpg.InterfaceError, asyncpg.InternalClientError, ConnectionError)
+_DRIVER_ERRORS = (*_CLIENT_ERRORS, asyncpg.PostgresError, TimeoutError)
 
 
 async def connect_superhub(config: Config, purpose: str = "") -> asyncpg.Connection:
@@ -57,7 +59,7 @@ async def connect_superhub(config: Config, purpose: str = "") -> asyncpg.Connect
             return await asyncpg.connect(
                 superhub.dsn, command_timeout=superhub.statement_timeout_s, server_settings=settings
             )
-    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+    except (OSError, *_DRIVER_ERRORS) as exc:
         raise SuperhubError(f"cannot connect to the superhub: {exc or type(exc).__name__}") from exc
 
 
@@ -67,10 +69,10 @@ def application_name(purpose: str) -> str:
 
 
 async def close_superhub(conn: asyncpg.Connection) -> None:
-    """Close a connection politely, or drop it if the server does not answer."""
+    """Close a connection politely, or drop it if the server does not answer or the driver cannot close it."""
     try:
         await conn.close(timeout=_CLOSE_TIMEOUT_S)
-    except _DRIVER_ERRORS:
+    except Exception:  # noqa: BLE001 - whatever the close fails with, the connection is dropped
         conn.terminate()
 
 
@@ -100,21 +102,29 @@ def superhub_errors(config: Config) -> Iterator[None]:
 def superhub_error(exc: BaseException, config: Config) -> FedloadError | None:
     """fedload's error for a failure of the superhub session, None for an exception that is not the driver's.
 
-    A refused row is the dump's fault (DumpError); anything else the superhub's (SuperhubError), a lost connection
-    or a statement past `statement_timeout_s` (asyncpg's command_timeout) too. fedload's own errors stay as
-    they are."""
+    A refused row is the dump's fault (DumpError); anything else the superhub's (SuperhubError): a lost
+    connection, any other client-side failure of the driver, and a statement past `statement_timeout_s`
+    (asyncpg's command_timeout) too. fedload's own errors stay as they are."""
     if isinstance(exc, FedloadError):
         return exc
     if isinstance(exc, asyncpg.PostgresError):
         if is_bad_row(exc):
             return DumpError(f"the superhub rejected a row: {server_message(exc)}")
         return SuperhubError(f"the superhub failed: {server_message(exc)}")
-    if isinstance(exc, _CONNECTION_LOST):
-        return SuperhubError(f"the superhub connection was lost: {one_line(str(exc)) or type(exc).__name__}")
+    if isinstance(exc, _CLIENT_ERRORS):
+        return _client_error(exc)
     if isinstance(exc, TimeoutError):
         limit = config.superhub.statement_timeout_s
         return SuperhubError(f"a superhub statement took longer than statement_timeout_s = {limit:g}")
     return None
+
+
+def _client_error(exc: Exception) -> SuperhubError:
+    """A client-side failure of the driver: the connection lost, or left in a state the driver cannot go on from."""
+    why = one_line(str(exc)) or type(exc).__name__
+    if isinstance(exc, asyncpg.InternalClientError):
+        return SuperhubError(f"the superhub driver failed ({type(exc).__name__}): {why}")
+    return SuperhubError(f"the superhub connection was lost: {why}")
 
 
 def server_message(exc: asyncpg.PostgresError) -> str:
@@ -130,11 +140,14 @@ def server_message(exc: asyncpg.PostgresError) -> str:
 
 
 async def best_effort(step: Awaitable[object]) -> None:
-    """Run a bookkeeping step whose failure must not hide the caller's own error: a dead superhub is only logged."""
+    """Run a bookkeeping step whose failure must not hide the caller's own error: a dead superhub is only logged,
+    an exception fedload did not expect is logged with its traceback."""
     try:
         await step
-    except (*_DRIVER_ERRORS, SuperhubError) as exc:
+    except (*_DRIVER_ERRORS, FedloadError) as exc:
         log.warning("sync.bookkeeping_failed", error=str(exc) or type(exc).__name__)
+    except Exception as exc:  # a bug here must not replace the run's own outcome
+        log.error("sync.bookkeeping_failed", error=internal_error(exc), exc_info=exc)
 
 
 @contextlib.asynccontextmanager

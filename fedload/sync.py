@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import time
 from collections.abc import Sequence
 
 from rich.console import Console
@@ -12,7 +13,7 @@ from rich.console import Console
 from fedload.bookkeeping import Bookkeeping
 from fedload.command import transport_modules
 from fedload.config import Config
-from fedload.errors import ConfigError, FedloadError, UsageError
+from fedload.errors import ConfigError, ErrorKind, FedloadError, UsageError, internal_error
 from fedload.log import get_logger
 from fedload.output import print_table
 from fedload.pipeline import sync_feeder
@@ -46,9 +47,17 @@ async def sync_feeders(
 
     async def one(name: str) -> FeederRun:
         async with slots:
-            if pool is None:
-                return await sync_feeder(name, config, progress=progress, dry_run=dry_run, history=history)
-            return await pool.run(name, config, history=history, progress=progress, dry_run=dry_run)
+            started = time.monotonic()
+            try:
+                if pool is None:
+                    return await sync_feeder(name, config, progress=progress, dry_run=dry_run, history=history)
+                return await pool.run(name, config, history=history, progress=progress, dry_run=dry_run)
+            except Exception as exc:  # both report a run's failures: this is a bug around the run,
+                # which fails this feeder only, never the others' runs or the sync's summary
+                log.error("sync.run_crashed", feeder=name, exc_info=exc)
+                return FeederRun.failed(
+                    name, internal_error(exc), kind=ErrorKind.INTERNAL, seconds=time.monotonic() - started
+                )
 
     try:
         if pool is not None:  # the workers start while the superhub is prepared

@@ -4,12 +4,13 @@ of a Unix socket pair and MODULEs to import before it says it is ready (those it
 worker started ahead does not pay for them in its first run); the messages (fedload._pipe) are, from the parent:
 
 - `("run", feeder, config, dry_run)`: sync one feeder; answered by `("done", FeederRun)`;
-- `("history", request_id, result)` or `("history_error", request_id, message)`: the parent's answer to a
-  run-history request;
+- `("history", request_id, result)` or `("history_error", request_id, message, kind)`: the parent's answer to a
+  run-history request (`kind`: the ErrorKind of its failure);
 - `("cancel",)`: cancel the run under way (its transaction rolls back, its record says so);
 
 and, to the parent: `("ready",)` once imported, `("progress", Progress)` (at most every 0.2 s, and at each phase),
-`("history", request_id, "start", feeder)` / `("history", request_id, "finish", run_id, record)`, `("done", ...)`.
+`("history", request_id, "start", feeder)` / `("history", request_id, "finish", run_id, record)`, and at the
+end of each run `("done", FeederRun)`, `("cancelled",)` or `("crashed", error)`.
 The run history stays in the parent's one bookkeeping connection. When the parent goes away, the worker cancels
 its run and exits.
 """
@@ -31,7 +32,7 @@ from typing import Any, NoReturn
 
 from fedload._pipe import frame, receive
 from fedload.config import Config
-from fedload.errors import SuperhubError
+from fedload.errors import ErrorKind, FedloadError, SuperhubError, internal_error
 from fedload.kept_sessions import close_kept, keep_sessions
 from fedload.log import configure_logging, get_logger
 from fedload.pipeline import sync_feeder
@@ -62,7 +63,7 @@ class _ParentHistory:
         del config
         await self._ask("finish", run_id, record)
 
-    def answer(self, request_id: int, result: Any = None, error: str | None = None) -> None:
+    def answer(self, request_id: int, result: Any = None, error: FedloadError | None = None) -> None:
         """The parent's answer to a request."""
         future = self.waiting.pop(request_id, None)
         if future is None or future.done():
@@ -70,7 +71,7 @@ class _ParentHistory:
         if error is None:
             future.set_result(result)
         else:
-            future.set_exception(SuperhubError(error))
+            future.set_exception(error)
 
     async def _ask(self, *request: Any) -> Any:
         request_id = next(self._ids)
@@ -81,6 +82,13 @@ class _ParentHistory:
                 return await future
         finally:
             self.waiting.pop(request_id, None)
+
+
+def _history_error(message: str, kind: str = ErrorKind.SUPERHUB) -> FedloadError:
+    """The parent's failure to write the run history, as the error the run fails with, of the kind it was."""
+    error = SuperhubError(message)
+    error.kind = ErrorKind(kind)
+    return error
 
 
 class _Progress:
@@ -121,7 +129,7 @@ async def _serve(fd: int) -> None:
             elif kind == "history":
                 history.answer(message[1], result=message[2])
             elif kind == "history_error":
-                history.answer(message[1], error=message[2])
+                history.answer(message[1], error=_history_error(*message[2:]))
             elif kind == "cancel" and run is not None:
                 run.cancel()
     except (asyncio.IncompleteReadError, ConnectionError):  # the parent has gone: nobody wants the run any more
@@ -131,12 +139,17 @@ async def _serve(fd: int) -> None:
 
 
 async def _run(writer: asyncio.StreamWriter, history: _ParentHistory, feeder: str, config: Config, dry: bool) -> None:
+    """Run one feeder and tell the parent how it ended, whatever happened: `done`, `cancelled` or `crashed`."""
     try:
         result = await sync_feeder(feeder, config, progress=_Progress(writer), dry_run=dry, history=history)
+        message = frame(("done", result))
     except asyncio.CancelledError:
         writer.write(frame(("cancelled",)))
         raise
-    writer.write(frame(("done", result)))
+    except Exception as exc:  # sync_feeder reports failures: this is a bug, and the parent must know
+        log.error("worker.run_crashed", feeder=feeder, exc_info=exc)
+        message = frame(("crashed", internal_error(exc)))
+    writer.write(message)
     await writer.drain()
 
 

@@ -36,7 +36,7 @@ from fedload._pipe import frame, receive
 from fedload.bookkeeping import RunHistory
 from fedload.command import transport_modules
 from fedload.config import Config
-from fedload.errors import WorkerError
+from fedload.errors import ErrorKind, FedloadError, WorkerError, internal_error
 from fedload.log import configured, get_logger, import_if_logging
 from fedload.results import FeederRun, Outcome, ProgressCallback
 from fedload.runs import RunRecord
@@ -48,6 +48,9 @@ log = get_logger()
 
 START_TIMEOUT_S = 60.0  # imports on a loaded machine; a healthy start takes about half a second
 CANCEL_WAIT_S = 30.0
+# A worker ends its run by run_timeout_s itself, then rolls back and has its record written through the parent
+# (worker.HISTORY_TIMEOUT_S): one with no result this long after that has stopped answering and is killed.
+SILENT_MARGIN_S = 180.0
 _EXITED = ("exited",)
 
 
@@ -338,6 +341,9 @@ class WorkerPool:
                 worker = await self._take()
             except WorkerError as exc:
                 return _failed(feeder, str(exc), started)
+            except Exception as exc:  # a worker that cannot start fails this run, whatever the cause
+                log.error("worker.start_failed", feeder=feeder, exc_info=exc)
+                return _failed(feeder, f"no worker process could be started: {internal_error(exc)}", started)
             try:
                 run = _WorkerRun(
                     worker, feeder, config, history=history, progress=progress or (lambda _: None), started=started
@@ -400,9 +406,14 @@ class _WorkerRun:
         self._finished = False
 
     async def result(self, dry_run: bool) -> FeederRun:
+        """The run's result: the worker's, or a failed one if the worker died, crashed or went silent."""
         self.worker.send("run", self.feeder, self.config, dry_run)
+        bound_s = self.config.superhub.run_timeout_s + SILENT_MARGIN_S
         try:
-            return await self._serve()
+            async with asyncio.timeout(bound_s):
+                return await self._serve()
+        except TimeoutError:
+            return await self._silent(bound_s)
         except asyncio.CancelledError:
             await asyncio.shield(self._cancel())
             raise
@@ -417,8 +428,10 @@ class _WorkerRun:
                 self._progress(message[1])
             elif kind == "history":
                 await self._answer(message[1], message[2], *message[3:])
+            elif kind == "crashed":
+                return await self._failed_in_worker(message[1])
             elif kind == "cancelled":
-                raise WorkerError(f"the worker process for feeder {self.feeder} cancelled the run by itself")
+                return await self._failed_in_worker("the worker process cancelled the run by itself")
             elif message == _EXITED:
                 return await self._died()
 
@@ -432,16 +445,36 @@ class _WorkerRun:
             await self._history.finish_run(self.config, args[0], args[1])
             self._finished = True
             self.worker.send("history", request_id, None)
-        except Exception as exc:  # noqa: BLE001 - the worker's pipeline decides, as with its own history
-            self.worker.send("history_error", request_id, str(exc) or type(exc).__name__)
+        except FedloadError as exc:  # the worker's pipeline decides, as with its own history
+            self.worker.send("history_error", request_id, str(exc) or type(exc).__name__, exc.kind)
+        except Exception as exc:  # a bug here: logged once, and the worker's run fails with it as an internal error
+            log.error("worker.history_failed", feeder=self.feeder, exc_info=exc)
+            self.worker.send("history_error", request_id, internal_error(exc), ErrorKind.INTERNAL)
 
     async def _died(self) -> FeederRun:
         """The worker ended mid-run: the run failed; its record (if it was started) says why."""
         error = f"the worker process (pid {self.worker.process.pid}) for feeder {self.feeder} "
         error += await self.worker.exit_status()
         log.error("worker.died", feeder=self.feeder, pid=self.worker.process.pid, error=error)
+        return await self._fail(error)
+
+    async def _silent(self, waited_s: float) -> FeederRun:
+        """The worker sent no result within the bound: it hangs or is stopped. It is killed, the run failed."""
+        pid = self.worker.process.pid
+        error = f"the worker process (pid {pid}) for feeder {self.feeder} went silent: no result after "
+        error += f"{waited_s:g} s (run_timeout_s + {SILENT_MARGIN_S:g}); it was killed"
+        log.error("worker.silent", feeder=self.feeder, pid=pid, waited_s=waited_s)
+        await self.worker.kill()
+        return await self._fail(error)
+
+    async def _failed_in_worker(self, error: str) -> FeederRun:
+        """The worker's run ended without a result (logged there): the run failed; the worker goes on serving."""
+        return await self._fail(f"feeder {self.feeder}: {error}")
+
+    async def _fail(self, error: str) -> FeederRun:
+        """The run failed for `error`, outside its pipeline: its record, if started and not finished, says so."""
         if self._run_id is not None and not self._finished:
-            record = RunRecord(outcome=Outcome.FAILED, error=error)
+            record = RunRecord(outcome=Outcome.FAILED, error=error, error_kind=ErrorKind.INTERNAL)
             await best_effort(self._history.finish_run(self.config, self._run_id, record))
         return _failed(self.feeder, error, self._started)
 
@@ -461,10 +494,8 @@ class _WorkerRun:
 
 
 def _failed(feeder: str, error: str, started: float) -> FeederRun:
-    seconds = time.monotonic() - started
-    return FeederRun(
-        feeder=feeder, outcome=Outcome.FAILED, error=error, rows={}, raw_bytes=0, dump_bytes=0, seconds=seconds
-    )
+    """A run that failed around its pipeline (a worker that could not start, died, crashed or hung)."""
+    return FeederRun.failed(feeder, error, kind=ErrorKind.INTERNAL, seconds=time.monotonic() - started)
 
 
 async def _reap(process: _Process) -> None:

@@ -43,14 +43,14 @@ def federation(cluster: LocalCluster, tmp_path: Path) -> Federation:
 
 
 @pytest.fixture
-def start_daemon(federation: Federation) -> Iterator[Callable[[str], DaemonProcess]]:
-    """Start daemons with a given config text; kill leftovers at the end."""
+def start_daemon(federation: Federation) -> Iterator[Callable[..., DaemonProcess]]:
+    """Start daemons with a given config text (and environment); kill leftovers at the end."""
     started: list[DaemonProcess] = []
 
-    def start(text: str) -> DaemonProcess:
+    def start(text: str, env: dict[str, str] | None = None) -> DaemonProcess:
         path = federation.tmp / "fedload.toml"
         path.write_text(text)
-        daemon = DaemonProcess(path, federation.tmp / f"daemon{len(started)}.log")
+        daemon = DaemonProcess(path, federation.tmp / f"daemon{len(started)}.log", env)
         started.append(daemon)
         return daemon
 

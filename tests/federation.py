@@ -185,13 +185,14 @@ def crafted_stream(dump: bytes, rows: dict[str, int] | None = None, mode: str = 
 class DaemonProcess:
     """A running `fedload daemon` with its JSON log (`--log-format json`) captured in a file."""
 
-    def __init__(self, config: Path, log: Path) -> None:
+    def __init__(self, config: Path, log: Path, env: dict[str, str] | None = None) -> None:
         self.log_path = log
         self._log = log.open("wb")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "fedload", "--log-format", "json", "daemon", "--config", str(config)],
             stderr=self._log,
             stdout=self._log,
+            env=env,
         )
 
     def events(self) -> list[dict[str, object]]:

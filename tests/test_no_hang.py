@@ -1,0 +1,262 @@
+"""No run can hang: an exception fedload does not expect, at any stage of one feeder's run, in a forked worker or
+in the sync's own process, ends that run as failed (recorded, with its kind, its traceback logged once), leaves
+the feeder's old data and no staging, and the other feeders succeed; a worker that stops answering is killed
+after its bound and replaced; the daemon goes on running the feeder."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+from fedload import kept_sessions, workers
+from fedload.bookkeeping import Bookkeeping
+from fedload.errors import SuperhubError
+from fedload.kept_sessions import reused_session
+from fedload.results import FeederRun
+from fedload.sync import prepare_superhub
+from fedload.workers import WorkerPool
+from tests.fault_injection import Fault, fault_environment
+from tests.federation import (
+    AGENT,
+    HOST_COLS,
+    DaemonProcess,
+    Federation,
+    config_toml,
+    staging_leftovers,
+    sync,
+    write_script,
+)
+
+# (stage, the exception raised there, the run's error kind, words of its error)
+CASES = [
+    ("connect", "InternalClientError", "superhub", "the superhub driver failed (InternalClientError)"),
+    ("load", "InternalClientError", "superhub", "another operation is in progress"),
+    ("swap", "RuntimeError", "internal", "internal error: RuntimeError: injected fault at swap"),
+    ("analyze", "RuntimeError", "internal", "internal error: RuntimeError: injected fault at analyze"),
+    ("history", "RuntimeError", "internal", "internal error: RuntimeError: injected fault at history"),
+]
+
+
+def cli_config(fed: Federation, workers: int) -> Path:
+    """Two feeders at a time, `workers` worker processes (forked by `fedload sync`; 0: in its own process)."""
+    settings = f"[superhub]\nmax_parallel_feeders = 2\nworker_processes = {workers}\n"
+    text = config_toml(fed).replace("[superhub]\n", settings)
+    path = fed.tmp / f"no_hang_{workers}.toml"
+    path.write_text(text)
+    return path
+
+
+def events(stderr: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+
+
+def last_run(fed: Federation, feeder: str) -> list[str]:
+    row = fed.superhub_sql(
+        f"SELECT concat_ws('|', outcome, error_kind, error) FROM fedload.runs WHERE feeder = '{feeder}' "
+        "ORDER BY id DESC LIMIT 1"
+    )
+    return row.split("|", 2)
+
+
+@pytest.mark.parametrize("workers_count", [2, 0], ids=["forked-workers", "in-process"])
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_an_unexpected_exception_fails_only_its_run(
+    federation: Federation, workers_count: int, case: tuple[str, str, str, str]
+) -> None:
+    """`fedload sync --json` with the fault in hub1's run: it ends within seconds, exit 1, JSON on stdout; hub1
+    failed with its kind and the error, recorded; its old data and no staging left; hub2 and hub3 succeed."""
+    stage, error, kind, words = case
+    assert [r.outcome for r in sync(federation.config())] == ["success"] * 3
+    before = federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1")
+    federation.cluster.psql("INSERT INTO hosts (hostkey) VALUES ('new')", dbname=federation.feeders["hub1"])
+    env = fault_environment(Fault(stage, "hub1", error), federation.tmp)
+    argv = [sys.executable, "-m", "fedload", "--log-format", "json", "sync", "--json"]
+    started = time.monotonic()
+    done = subprocess.run(
+        [*argv, "--config", str(cli_config(federation, workers_count))],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert time.monotonic() - started < 60
+    assert done.returncode == 1, done.stderr[-3000:]
+    runs = {run["feeder"]: run for run in json.loads(done.stdout)}
+    assert [runs[f]["outcome"] for f in ("hub1", "hub2", "hub3")] == ["failed", "success", "success"]
+    assert runs["hub1"]["error_kind"] == kind
+    assert words in runs["hub1"]["error"], runs["hub1"]["error"]
+    assert "Traceback" not in done.stdout
+    if kind == "internal":  # the traceback logged once, as an error event with the exception
+        logged = [e for e in events(done.stderr) if e["level"] == "error" and "Traceback" in str(e.get("exception"))]
+        assert len(logged) == 1, [e["event"] for e in logged]
+    assert staging_leftovers(federation) == "0"
+    after = federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1")
+    if stage == "analyze":  # after the commit: the new data is in, the run still says it failed
+        assert after != before
+        assert "the new data had been swapped in before" in runs["hub1"]["error"]
+    else:
+        assert after == before
+    if stage in ("connect", "history"):  # before the run's record could be started: none is left running
+        assert federation.superhub_sql("SELECT count(*) FROM fedload.runs WHERE outcome = 'running'") == "0"
+    else:
+        assert last_run(federation, "hub1")[:2] == ["failed", kind]
+        assert words in last_run(federation, "hub1")[2]
+
+
+def test_a_driver_client_error_discards_the_session_it_happened_on(
+    federation: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """asyncpg's InternalClientError inside a kept session reads as a superhub failure, and that connection is
+    closed, never kept for the next run."""
+    monkeypatch.setattr(kept_sessions, "_keeper", None)
+    config = federation.config()
+
+    used: list[asyncpg.Connection] = []
+
+    async def session_failing_inside() -> None:
+        async with reused_session(config, "hub1") as conn:
+            used.append(conn)
+            raise asyncpg.InternalClientError("cannot perform operation: another operation is in progress")
+
+    async def fail_inside() -> tuple[asyncpg.Connection, object]:
+        kept_sessions.keep_sessions()
+        with pytest.raises(SuperhubError, match="InternalClientError"):
+            await session_failing_inside()
+        (connection,) = used
+        await asyncio.sleep(0.1)
+        assert kept_sessions._keeper is not None
+        kept = kept_sessions._keeper.conn
+        await kept_sessions.close_kept()
+        return connection, kept
+
+    conn, kept = asyncio.run(fail_inside())
+    assert conn.is_closed()
+    assert kept is None
+
+
+def test_a_worker_that_stops_answering_is_failed_killed_and_replaced(
+    federation: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGSTOP of the worker loading hub1: past run_timeout_s plus the margin the run fails ("went silent"), the
+    worker is killed, the record says failed, no staging stays, and the pool's next run gets a new worker."""
+    monkeypatch.setattr(workers, "SILENT_MARGIN_S", 2.0)
+    config = federation.config()
+    config = config.model_copy(
+        update={"superhub": config.superhub.model_copy(update={"worker_processes": 1, "run_timeout_s": 4.0})}
+    )
+    hanging = write_script(federation.tmp / "hang.sh", f'{AGENT} "$@" > {federation.tmp}/h.bin\nsleep 60\n')
+    stuck = config.model_copy(deep=True)
+    stuck.feeders["hub1"] = stuck.feeders["hub1"].model_copy(update={"agent_command": [hanging]})
+
+    async def stop_then_run() -> tuple[FeederRun, FeederRun, int, float]:
+        await prepare_superhub(config)
+        history, pool = Bookkeeping(), WorkerPool(1)
+        try:
+            running = asyncio.create_task(pool.run("hub1", stuck, history=history))
+            pid = await _worker_when_running(federation)
+            os.kill(pid, signal.SIGSTOP)
+            started = time.monotonic()
+            silent = await asyncio.wait_for(running, 30)
+            waited = time.monotonic() - started
+            assert _state(pid) in ("gone", "Z")
+            again = await asyncio.wait_for(pool.run("hub1", config, history=history), 60)
+        finally:
+            await pool.close()
+            await history.close()
+        return silent, again, pid, waited
+
+    silent, again, pid, waited = asyncio.run(stop_then_run())
+    assert silent.outcome == "failed"
+    assert silent.error_kind == "internal"
+    assert "went silent" in (silent.error or ""), silent.error
+    assert waited < 10
+    assert again.outcome == "success", again.error
+    assert last_run(federation, "hub1")[0] == "success"
+    failed = federation.superhub_sql("SELECT error FROM fedload.runs WHERE feeder = 'hub1' ORDER BY id DESC OFFSET 1")
+    assert f"(pid {pid})" in failed
+    assert "went silent" in failed
+    _wait_until(lambda: staging_leftovers(federation) == "0")
+
+
+async def _worker_when_running(fed: Federation) -> int:
+    """The pid of this process's one worker, once its run is recorded as running."""
+    deadline = time.monotonic() + 30
+    running = "SELECT count(*) FROM fedload.runs WHERE outcome = 'running'"
+    while await asyncio.to_thread(fed.superhub_sql, running) != "1":
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.1)
+    (pid,) = _children_named(os.getpid(), "fedload.worker")
+    return pid
+
+
+def _children_named(parent: int, word: str) -> list[int]:
+    pids = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            ppid = next(line for line in status.read_text().splitlines() if line.startswith("PPid:"))
+            argv = (status.parent / "cmdline").read_bytes()
+        except (OSError, StopIteration):
+            continue
+        if int(ppid.split()[1]) == parent and word.encode() in argv:
+            pids.append(int(status.parent.name))
+    return pids
+
+
+def _state(pid: int) -> str:
+    try:
+        line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("State:"))
+    except (OSError, StopIteration):
+        return "gone"
+    return line.split()[1]
+
+
+def _wait_until(predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def test_the_daemon_goes_on_running_a_feeder_whose_runs_crash(
+    federation: Federation, start_daemon: Callable[..., DaemonProcess]
+) -> None:
+    """A daemon whose worker processes raise RuntimeError in hub1's swap: hub1 fails again and again, each run
+    recorded as an internal error, while hub2 and hub3 keep succeeding and the daemon keeps running."""
+    env = fault_environment(Fault("swap", "hub1", "RuntimeError"), federation.tmp)
+    daemon = start_daemon(config_toml(federation, interval_s=0.5), env)
+
+    def counts() -> dict[str, int]:
+        rows = federation.superhub_sql(
+            "SELECT string_agg(feeder || '=' || outcome || '/' || coalesce(error_kind, ''), ',') FROM fedload.runs"
+        )
+        tally: dict[str, int] = {}
+        for item in filter(None, rows.split(",")):
+            tally[item] = tally.get(item, 0) + 1
+        return tally
+
+    def enough() -> bool:
+        if federation.superhub_sql("SELECT to_regclass('fedload.runs') IS NULL") == "t":
+            return False
+        tally = counts()
+        ok = ("hub2=success/", "hub3=success/")
+        return tally.get("hub1=failed/internal", 0) >= 2 and all(tally.get(k, 0) >= 2 for k in ok)
+
+    daemon.wait_for("hub1 to fail twice while hub2 and hub3 succeed", enough, timeout_s=90)
+    assert daemon.process.poll() is None
+    assert "hub1=success/" not in counts()
+    assert daemon.stop() == 0
+    failed = [e for e in daemon.events() if e["event"] == "daemon.feeder_failed" and e["feeder"] == "hub1"]
+    assert failed
+    assert failed[0]["error_kind"] == "internal"
