@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import re
+import select
 import subprocess
 import threading
+from collections.abc import Iterator
 from typing import IO, BinaryIO
 
 from fedload import __version__
@@ -25,6 +27,7 @@ __all__ = ["AgentOptions", "pg_dump_argv", "run_agent"]
 _READ_BYTES = 1 << 20
 _VERSION_TIMEOUT_S = 30.0
 _EXIT_TIMEOUT_S = 60.0
+_READER_POLL_S = 0.5
 _PG_DUMP_VERSION = re.compile(r"\(PostgreSQL\) (\S+)")  # "pg_dump (PostgreSQL) 15.20 (Debian 15.20-0+deb12u1)"
 _SERVER_VERSION = re.compile(rb"^-- Dumped from database version (\S+)", re.MULTILINE)
 
@@ -93,14 +96,48 @@ def run_agent(options: AgentOptions, out: BinaryIO) -> int:
     except OSError as exc:
         raise FeederError(f"cannot start {options.pg_dump}: {exc}") from exc
     try:
-        failure = _stream(process, Transformer(transform), encoder, out)
+        with _killed_when_reader_leaves(process, out):
+            failure = _stream(process, Transformer(transform), encoder, out)
     finally:
         if process.poll() is None:
             process.kill()
-        process.wait(timeout=_EXIT_TIMEOUT_S)
+        try:
+            process.wait(timeout=_EXIT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:  # killed, yet not gone (stuck in the kernel): say so, keep the error
+            log.warning("agent.pg_dump_not_reaped", pid=process.pid, waited_s=_EXIT_TIMEOUT_S)
     if failure:
         raise FeederError(failure)
     return 0
+
+
+@contextlib.contextmanager
+def _killed_when_reader_leaves(process: subprocess.Popen[bytes], out: BinaryIO) -> Iterator[None]:
+    """Kill pg_dump as soon as the reader of `out` goes away (the superhub gave up and closed the channel), even
+    while pg_dump sends nothing, say waiting for a lock on the feeder: it would otherwise hold its snapshot and
+    locks until its next write failed, and every retry would add one more."""
+    try:
+        fd = out.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test's buffer): nobody to watch
+        yield
+        return
+    done = threading.Event()
+    watcher = threading.Thread(target=_watch_reader, args=(fd, process, done), daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join(timeout=_READER_POLL_S * 2)
+
+
+def _watch_reader(fd: int, process: subprocess.Popen[bytes], done: threading.Event) -> None:
+    poller = select.poll()
+    poller.register(fd, select.POLLERR | select.POLLHUP)  # reported for a pipe or socket whose reader has gone
+    while not done.is_set():
+        if poller.poll(_READER_POLL_S * 1000) and process.poll() is None:
+            log.warning("agent.reader_gone", pid=process.pid)
+            process.kill()
+            return
 
 
 def _transform_options(options: AgentOptions) -> TransformOptions:

@@ -89,8 +89,10 @@ async def watch_blockers(
             for blocker in await _blockers(conn, swap_pid):
                 await _handle(conn, swap_pid, blocker, rules, watch)
             await asyncio.sleep(poll_s)
-    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError, OSError, TimeoutError) as exc:
         log.warning("swap.watch_failed", swap_pid=swap_pid, error=str(exc) or type(exc).__name__)
+    except Exception as exc:  # a bug: logged with its traceback; the swap's own lock timeout still ends it
+        log.error("swap.watch_failed", swap_pid=swap_pid, error=str(exc) or type(exc).__name__, exc_info=exc)
 
 
 async def _blockers(conn: asyncpg.Connection, swap_pid: int) -> list[Blocker]:

@@ -217,7 +217,7 @@ def load_config(path: Path) -> Config:
             document = tomllib.load(file)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the file: {exc.strerror or exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
     return parse_config(document, source=str(path))
 

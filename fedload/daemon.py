@@ -28,7 +28,7 @@ from fedload import systemd
 from fedload.bookkeeping import Bookkeeping
 from fedload.config import Config, load_config
 from fedload.english import counted
-from fedload.errors import ConfigError, ErrorKind, FedloadError, one_line
+from fedload.errors import ConfigError, ErrorKind, FedloadError, internal_error, one_line
 from fedload.log import get_logger
 from fedload.pipeline import sync_feeder
 from fedload.results import FeederRun, Outcome
@@ -102,8 +102,8 @@ class Daemon:
                 systemd.notify(f"STATUS=scheduling {counted(len(self._schedules), 'feeder')}")
                 log.info("daemon.started", feeders=sorted(self._schedules))
                 await self._loop()
+        finally:  # also after a bug in the loop: the running syncs get their grace period
             await self._shutdown()
-        finally:
             watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watchdog
@@ -167,6 +167,8 @@ class Daemon:
             new = load_config(self._config_path)
         except ConfigError as exc:
             log.error("daemon.reload_failed", path=str(self._config_path), problems=exc.problems)
+        except Exception as exc:  # a bug reading the file: the running configuration stays, the daemon goes on
+            log.error("daemon.reload_failed", path=str(self._config_path), problems=[internal_error(exc)], exc_info=exc)
         else:
             now = time.monotonic()
             added = sorted(set(new.feeders) - set(self.config.feeders))

@@ -9,19 +9,31 @@ from __future__ import annotations
 import asyncio
 import shlex
 import sys
+from collections.abc import Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 
 from fedload import __version__
 from fedload.config import Config, FeederConfig
 from fedload.english import counted
-from fedload.errors import FedloadError, FeederCommandError, FeederError, FeederTimeoutError, one_line
+from fedload.errors import (
+    FedloadError,
+    FeederCommandError,
+    FeederError,
+    FeederTimeoutError,
+    internal_error,
+    one_line,
+)
+from fedload.log import get_logger
 from fedload.schema import read_parents, unmatched_patterns
 from fedload.superhub import superhub_session
 from fedload.transport.base import Transport
 
 __all__ = ["Probe", "probe_feeder", "probe_superhub", "run_probes"]
+
+log = get_logger()
 
 _COMMAND_TIMEOUT_S = 30.0
 _MAX_OUTPUT_BYTES = 64 * 1024
@@ -78,7 +90,11 @@ def _transport(feeder: FeederConfig) -> tuple[Transport, str]:
 
 async def _first_line(transport: Transport, argv: list[str], timeout_s: float) -> str:
     """Run `argv` on the feeder; the first line it prints, or a FeederError saying why not."""
-    process = await transport.open(argv)
+    try:
+        async with asyncio.timeout(timeout_s):
+            process = await transport.open(argv)
+    except TimeoutError:
+        raise FeederTimeoutError(f"`{shlex.join(argv)}` could not be started within {timeout_s:g} s") from None
     try:
         async with asyncio.timeout(timeout_s):
             output = b""
@@ -123,9 +139,22 @@ async def probe_feeder(name: str, feeder: FeederConfig) -> list[Probe]:
 
 async def _all(config: Config) -> list[Probe]:
     async with asyncio.TaskGroup() as group:
-        superhub = group.create_task(probe_superhub(config))
-        feeders = [group.create_task(probe_feeder(name, f)) for name, f in config.feeders.items()]
+        superhub = group.create_task(_unexpected_fails("superhub", probe_superhub(config)))
+        feeders = [
+            group.create_task(_unexpected_fails(f"feeder {name}", probe_feeder(name, f)))
+            for name, f in config.feeders.items()
+        ]
     return [*superhub.result(), *(probe for task in feeders for probe in task.result())]
+
+
+async def _unexpected_fails(item: str, probing: Coroutine[Any, Any, list[Probe]]) -> list[Probe]:
+    """The probes, or one failed probe for an exception the probe did not expect (logged with its traceback),
+    so that one probe's bug neither cancels the others nor ends the command with a traceback."""
+    try:
+        return await probing
+    except Exception as exc:
+        log.error("probe.crashed", item=item, exc_info=exc)
+        return [Probe(item, False, internal_error(exc))]
 
 
 def run_probes(config: Config) -> int:

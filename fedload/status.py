@@ -122,7 +122,7 @@ def _table(statuses: list[FeederStatus]) -> Table:
     table = Table(title="fedload status")
     for column in (
         *("feeder", "last success", "data age", "rows", "seconds"),
-        *("last run", "next run", "last swap", "last error"),
+        *("last run", "next run", "last swap", "error kind", "last error"),
     ):
         table.add_column(column, justify="right" if column in ("data age", "rows", "seconds") else "left")
     for s in statuses:
@@ -136,7 +136,8 @@ def _table(statuses: list[FeederStatus]) -> Table:
             Text(_last_run(s)),
             s.next_run.strftime("%H:%M:%S") if s.next_run else "-",
             _last_swap(s),
-            Text(f"{s.last_error_kind}: {s.last_error}" if s.last_error_kind and s.last_error else s.last_error or ""),
+            s.last_error_kind or "",
+            Text(s.last_error or ""),
         )
     return table
 

@@ -275,7 +275,7 @@ def _check_versions(header: bytes, feeder: str) -> None:
     side to upgrade; read leniently before the strict parse, so a newer agent's header gets this message."""
     try:
         stated = json.loads(header) if len(header) <= _MAX_JSON_BYTES else None
-    except ValueError:
+    except (ValueError, RecursionError):
         return  # the strict parse says what is wrong with it
     if not isinstance(stated, dict):
         return

@@ -11,7 +11,6 @@ Method "mvcc": DELETE the partition's rows and INSERT the staging table's (the f
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import itertools
 import random
@@ -41,6 +40,7 @@ __all__ = [
 ]
 
 _MAX_IDENTIFIER_BYTES = 63
+_WATCHER_STOP_S = 5.0
 _MAY_ALTER = "SELECT pg_has_role(relowner, 'USAGE') FROM pg_class WHERE oid = $1::regclass"
 log = get_logger()
 
@@ -251,13 +251,17 @@ def _escalation_failure(plan: _SwapPlan, watch: BlockerWatch) -> str:
 
 
 async def _stopped(task: asyncio.Task[None], watcher: asyncpg.Connection) -> None:
-    """Wait for the cancelled watcher task, then close its connection (bounded)."""
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    """Wait for the cancelled watcher task (bounded; a failure of its own is logged, never raised over the swap's
+    outcome), then close its connection whatever happened (bounded)."""
     try:
-        await watcher.close(timeout=5)
-    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError):
-        watcher.terminate()
+        await asyncio.wait({task}, timeout=_WATCHER_STOP_S)
+        if task.done() and not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("swap.watcher_crashed", exc_info=exc)
+    finally:
+        try:
+            await watcher.close(timeout=_WATCHER_STOP_S)
+        except Exception:  # noqa: BLE001 - whatever the close fails with, the connection is dropped
+            watcher.terminate()
 
 
 def _ms_since(started: float) -> float:

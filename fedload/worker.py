@@ -80,6 +80,8 @@ class _ParentHistory:
         try:
             async with asyncio.timeout(HISTORY_TIMEOUT_S):
                 return await future
+        except TimeoutError:
+            raise SuperhubError(f"the run history was not written within {HISTORY_TIMEOUT_S:g} s") from None
         finally:
             self.waiting.pop(request_id, None)
 
@@ -125,7 +127,7 @@ async def _serve(fd: int) -> None:
             message = await receive(reader)
             kind = message[0]
             if kind == "run":
-                run = asyncio.create_task(_run(writer, history, *message[1:]))
+                run = _start_run(run, writer, history, *message[1:])
             elif kind == "history":
                 history.answer(message[1], result=message[2])
             elif kind == "history_error":
@@ -133,9 +135,24 @@ async def _serve(fd: int) -> None:
             elif kind == "cancel" and run is not None:
                 run.cancel()
     except (asyncio.IncompleteReadError, ConnectionError):  # the parent has gone: nobody wants the run any more
-        if run is not None:
+        pass
+    except Exception as exc:  # a message this worker cannot read: it can no longer follow its parent
+        log.error("worker.unreadable_message", error=internal_error(exc), exc_info=exc)
+    finally:
+        if run is not None and not run.done():
             run.cancel()
             await asyncio.wait({run}, timeout=30)
+
+
+def _start_run(
+    run: asyncio.Task[None] | None, writer: asyncio.StreamWriter, history: _ParentHistory, *request: Any
+) -> asyncio.Task[None]:
+    """The task of the run the parent asks for; refused (as crashed) while another run is under way."""
+    if run is not None and not run.done():
+        log.error("worker.busy", feeder=request[0])
+        writer.write(frame(("crashed", "the worker process is still running another feeder's run")))
+        return run
+    return asyncio.create_task(_run(writer, history, *request))
 
 
 async def _run(writer: asyncio.StreamWriter, history: _ParentHistory, feeder: str, config: Config, dry: bool) -> None:
@@ -150,7 +167,8 @@ async def _run(writer: asyncio.StreamWriter, history: _ParentHistory, feeder: st
         log.error("worker.run_crashed", feeder=feeder, exc_info=exc)
         message = frame(("crashed", internal_error(exc)))
     writer.write(message)
-    await writer.drain()
+    with contextlib.suppress(ConnectionError):  # the parent has gone: nobody is left to tell
+        await writer.drain()
 
 
 def _leave_interrupts_to_the_parent() -> None:

@@ -285,10 +285,10 @@ class _Worker:
     async def close(self) -> None:
         """Close our end: the worker exits; killed if it has not within 5 s."""
         self._writer.close()
-        with contextlib.suppress(ConnectionError):
-            await self._writer.wait_closed()
         try:
             async with asyncio.timeout(5):
+                with contextlib.suppress(ConnectionError):
+                    await self._writer.wait_closed()
                 await self.process.wait()
         except TimeoutError:  # something holds its socket open, or it hangs
             log.warning("worker.close_timeout", pid=self.process.pid, waited_s=5)
@@ -296,11 +296,17 @@ class _Worker:
         self._reading.cancel()
 
     async def _read(self) -> None:
+        """Messages into the inbox until the socket ends or a message cannot be read (a garbled frame, a class
+        this process lacks: a worker of another fedload version); then `_EXITED`, whatever ended it."""
         try:
             while True:
                 await self.inbox.put(await receive(self._reader))
-        except (asyncio.IncompleteReadError, ConnectionError, ValueError):
-            await self.inbox.put(_EXITED)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except Exception as exc:  # the worker is of no more use: its run fails as if it had exited
+            log.error("worker.unreadable", pid=self.process.pid, error=internal_error(exc), exc_info=exc)
+        finally:
+            self.inbox.put_nowait(_EXITED)
 
 
 class WorkerPool:
@@ -376,7 +382,9 @@ class WorkerPool:
         started = await asyncio.gather(*starting, return_exceptions=True)
         workers, self._all, self._idle = self._all, set(), []
         workers.update(w for w in started if isinstance(w, _Worker))
-        await asyncio.gather(*(w.close() for w in workers))
+        for result in await asyncio.gather(*(w.close() for w in workers), return_exceptions=True):
+            if isinstance(result, Exception):
+                log.error("worker.close_failed", error=internal_error(result), exc_info=result)
 
 
 def worker_pool(config: Config, forked: list[ForkedWorker] | None = None) -> WorkerPool | None:
@@ -416,6 +424,9 @@ class _WorkerRun:
             return await self._silent(bound_s)
         except asyncio.CancelledError:
             await asyncio.shield(self._cancel())
+            raise
+        except BaseException:  # a bug here (a progress display that raised): the worker's run must not go on
+            await asyncio.shield(self.worker.kill())  # unseen, to hand its result to the pool's next run
             raise
 
     async def _serve(self) -> FeederRun:
@@ -485,7 +496,7 @@ class _WorkerRun:
         self.worker.send("cancel")
         try:
             async with asyncio.timeout(CANCEL_WAIT_S):
-                while (message := await self.worker.inbox.get())[0] not in ("done", "cancelled", _EXITED[0]):
+                while (message := await self.worker.inbox.get())[0] not in ("done", "cancelled", "crashed", _EXITED[0]):
                     if message[0] == "history":
                         await self._answer(message[1], message[2], *message[3:])
         except TimeoutError:

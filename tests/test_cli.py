@@ -328,3 +328,14 @@ def test_quick_commands_import_only_what_they_use(tmp_path: Path) -> None:
     config = tmp_path / "fedload.toml"
     config.write_text('[superhub]\ndsn = "x"\ntables = ["public.t"]\n[feeders.hub1]\nkey = 1\ntransport = "local"\n')
     assert _imported("check-config", "--config", str(config)) & heavy <= {"pydantic", "structlog"}
+
+
+def test_a_configuration_file_that_is_not_utf8_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A configuration file with bytes that are not UTF-8: exit 2 and one line naming the file, no traceback."""
+    path = tmp_path / "latin1.toml"
+    path.write_bytes(b'log_level = "info"\n# caf\xe9\n')
+    argv = [sys.executable, "-m", "fedload", "check-config", "--config", str(path)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert f"{path}: not valid TOML" in done.stderr

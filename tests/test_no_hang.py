@@ -260,3 +260,60 @@ def test_the_daemon_goes_on_running_a_feeder_whose_runs_crash(
     failed = [e for e in daemon.events() if e["event"] == "daemon.feeder_failed" and e["feeder"] == "hub1"]
     assert failed
     assert failed[0]["error_kind"] == "internal"
+
+
+def test_the_agent_kills_pg_dump_when_its_reader_goes_away(federation: Federation) -> None:
+    """pg_dump waiting for a lock on the feeder sends nothing; when the superhub gives up and closes the stream,
+    the agent kills pg_dump at once instead of leaving it (and its snapshot) behind until the lock is released."""
+    feeder = federation.feeders["hub1"]
+    pg_dump = federation.cluster.install.tool("pg_dump")
+    argv = [*AGENT.split(), "agent", "dump", "--database", federation.cluster.conninfo(feeder)]
+    argv += ["--table", "public.hosts", "--pg-dump", pg_dump]
+    waiting = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg_dump' AND wait_event_type = 'Lock'"
+
+    hold = "BEGIN; LOCK TABLE hosts IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(120) /* lock holder */;"
+    psql = federation.cluster.install.tool("psql")
+    holder = subprocess.Popen([psql, "-X", "-q", federation.cluster.dsn(feeder), "-c", hold], stdout=subprocess.DEVNULL)
+    try:
+        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as agent:
+            _wait_until(lambda: federation.cluster.psql(waiting, feeder).strip() == "1")
+            (pg_dump_pid,) = _children_named(agent.pid, "pg_dump")
+            assert agent.stdout is not None
+            agent.stdout.close()  # the superhub's end of the stream goes away
+            _wait_until(lambda: _state(pg_dump_pid) in ("gone", "Z"), timeout_s=10)
+            assert agent.wait(timeout=10) != 0
+    finally:
+        federation.cluster.psql(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%lock holder%' "
+            "AND pid <> pg_backend_pid()",
+            feeder,
+        )
+        holder.wait(timeout=30)
+
+
+def test_a_run_whose_parent_side_fails_never_hands_its_worker_to_the_next_run(federation: Federation) -> None:
+    """The parent's side of a worker's run raises (a progress display with a bug): the worker, whose run may still
+    be going, is killed, so the pool's next run gets a new worker and its own result, not the old run's."""
+    config = federation.config()
+    config = config.model_copy(update={"superhub": config.superhub.model_copy(update={"worker_processes": 1})})
+
+    def broken_display(_: object) -> None:
+        raise RuntimeError("a bug in the display")
+
+    async def fail_then_run() -> tuple[FeederRun, list[int]]:
+        await prepare_superhub(config)
+        history, pool = Bookkeeping(), WorkerPool(1)
+        try:
+            with pytest.raises(RuntimeError, match="a bug in the display"):
+                await asyncio.wait_for(pool.run("hub1", config, history=history, progress=broken_display), 60)
+            first = _children_named(os.getpid(), "fedload.worker")
+            run = await asyncio.wait_for(pool.run("hub2", config, history=history), 60)
+            return run, [*first, *_children_named(os.getpid(), "fedload.worker")]
+        finally:
+            await pool.close()
+            await history.close()
+
+    run, workers_seen = asyncio.run(fail_then_run())
+    assert run.feeder == "hub2"
+    assert run.outcome == "success", run.error
+    assert len(workers_seen) == 1  # the first worker was gone before the second run started one

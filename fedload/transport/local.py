@@ -65,7 +65,7 @@ class LocalProcess:
             async with asyncio.timeout(_WAIT_TIMEOUT_S):
                 await self._process.wait()
         self._stderr_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
+        with contextlib.suppress(asyncio.CancelledError, Exception):  # its own failure must not hide the run's
             await self._stderr_task
 
 

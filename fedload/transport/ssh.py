@@ -109,12 +109,13 @@ class SshProcess:
         """Close the channel and the connection; idempotent, never raises."""
         with contextlib.suppress(Exception):
             self._process.close()
-        self._conn.close()
+        with contextlib.suppress(Exception):
+            self._conn.close()
         with contextlib.suppress(Exception):
             async with asyncio.timeout(_CLOSE_TIMEOUT_S):
                 await self._conn.wait_closed()
         self._stderr_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
+        with contextlib.suppress(asyncio.CancelledError, Exception):  # its own failure must not hide the run's
             await self._stderr_task
         log.debug("transport.closed", feeder=self._where)
 
@@ -151,10 +152,18 @@ class SshTransport:
         """Connect and start `argv` (quoted for the remote shell); a FeederError subclass if that fails."""
         conn = await self._connect()
         try:
-            process = await conn.create_process(shlex.join(argv), encoding=None, stdin=asyncssh.DEVNULL)
+            async with asyncio.timeout(self._config.connect_timeout_s):
+                process = await conn.create_process(shlex.join(argv), encoding=None, stdin=asyncssh.DEVNULL)
         except (asyncssh.Error, OSError) as exc:
             conn.close()
             raise FeederCommandError(f"cannot start the dump command on {self._where}: {exc}") from exc
+        except TimeoutError:
+            conn.close()
+            limit = self._config.connect_timeout_s
+            raise FeederTimeoutError(f"{self._where} did not start the dump command within {limit:g} s") from None
+        except BaseException:  # cancelled while it starts: the connection (and the command) must not outlive it
+            conn.close()
+            raise
         log.debug("transport.started", feeder=self._where, argv=argv)
         return SshProcess(conn, process, self._config, self._where)
 
