@@ -88,7 +88,7 @@ async def _session(process: Any) -> None:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=_session_env(process.channel.get_connection()),
-        cwd=pwd.getpwuid(os.getuid()).pw_dir,
+        cwd=_home(),
         start_new_session=True,
     )
     _RUNNING.add(child)
@@ -103,6 +103,12 @@ async def _session(process: Any) -> None:
         _kill(child)
         await child.wait()
         _RUNNING.discard(child)
+
+
+def _home() -> str:
+    """The user's home directory, or / if it does not exist (as sshd falls back, say for `nobody`)."""
+    home = pwd.getpwuid(os.getuid()).pw_dir
+    return home if Path(home).is_dir() else "/"
 
 
 def _kill(child: asyncio.subprocess.Process) -> None:

@@ -43,6 +43,16 @@ def _free_port() -> int:
         return port
 
 
+def _parent_pids() -> dict[int, int]:
+    """Each running process's parent, from /proc (no procps needed)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):  # ended meanwhile
+            fields = stat.read_text().rpartition(")")[2].split()  # after "pid (command)": state, ppid, ...
+            parents[int(stat.parent.name)] = int(fields[1])
+    return parents
+
+
 def keygen(path: Path) -> str:
     """Write a new ed25519 key pair at `path` and `path`.pub (OpenSSH formats); the public key line."""
     key = asyncssh.generate_private_key("ssh-ed25519")
@@ -131,12 +141,9 @@ class SshServer:
     def _session_pids(self) -> list[int]:
         """The server's descendants: its per-connection processes and the commands they run (nothing else's)."""
         found: list[int] = []
-        parents = [self.process.pid]
+        parents = {self.process.pid}
         while parents:
-            children = subprocess.run(
-                ["pgrep", "-P", ",".join(map(str, parents))], capture_output=True, text=True, check=False, timeout=10
-            )
-            parents = [int(pid) for pid in children.stdout.split()]
+            parents = {pid for pid, parent in _parent_pids().items() if parent in parents}
             found += parents
         return found
 
