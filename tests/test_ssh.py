@@ -4,8 +4,10 @@ backpressure, faults."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,7 +27,7 @@ from fedload.transport.local import LocalTransport
 from fedload.transport.ssh import SshTransport
 from tests.conftest import Category
 from tests.federation import CONTEXT_COLS, DIGEST, FEEDER_DATA, HOST_COLS, SCHEMA, Federation, require_major, sync
-from tests.sshd import OpenSshServer, SshServer, keygen, require_openssh
+from tests.sshd import AsyncsshServer, OpenSshServer, SshServer, keygen, require_openssh
 
 
 async def read_all(process: FeederProcess, chunk: int = 1 << 16) -> bytes:
@@ -176,6 +178,18 @@ def test_connection_failures_map_to_clear_errors(
                 await SshTransport(sshd.ssh_config(**overrides)).open(["true"])
 
     asyncio.run(scenario())
+
+
+def test_a_server_that_fails_to_start_leaves_nothing_open(tmp_path: Path) -> None:
+    """A server that exits at once fails the test that started it, its log closed: no warning in a later test."""
+
+    class Broken(AsyncsshServer):
+        def _start(self) -> subprocess.Popen[bytes]:
+            return subprocess.Popen([sys.executable, "-c", "raise SystemExit('no such option')"], stderr=self._log)
+
+    with pytest.raises(pytest.fail.Exception, match="asyncssh exited: no such option"):
+        Broken(tmp_path)
+    gc.collect()  # an open log would warn here, and warnings are errors in this suite
 
 
 def test_forced_command_is_all_the_key_can_run(tmp_path: Path) -> None:
