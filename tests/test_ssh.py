@@ -213,7 +213,7 @@ def test_forced_command_is_all_the_key_can_run(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("major", "agent", "mode"), [(15, True, "copy"), (18, True, "inserts"), (18, False, "copy")])
 def test_sync_over_ssh_from_feeders_of_several_majors(
-    federation: Federation, sshd: SshServer, major: int, agent: bool, mode: str
+    sshd: SshServer, federation: Federation, major: int, agent: bool, mode: str
 ) -> None:
     """Feeders reached over SSH, with the agent or plain pg_dump | gzip, on PostgreSQL 15 and 18, load exactly."""
     require_major(major)
