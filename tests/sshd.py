@@ -7,6 +7,7 @@ command as a real process of the current user, send its exit status, and can be 
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import os
 import pwd
@@ -62,7 +63,7 @@ def keygen(path: Path) -> str:
     return Path(f"{path}.pub").read_text().strip()
 
 
-class SshServer:
+class SshServer(abc.ABC):
     """An SSH server on loopback for the current user; `kill()` takes down the listener and its sessions.
 
     A server that fails to start has already closed its log and stopped its process when the error is raised.
@@ -90,12 +91,13 @@ class SshServer:
             raise
         self.known_hosts.write_text(f"[127.0.0.1]:{self.port} {self.host_public}\n")
 
+    @abc.abstractmethod
     def _start(self) -> subprocess.Popen[bytes]:
-        raise NotImplementedError
+        """Start the server process, its output to `self._log`."""
 
+    @abc.abstractmethod
     def _listening_port(self) -> int | None:
         """The port once the server accepts connections, else None."""
-        raise NotImplementedError
 
     def _wait_listening(self) -> int:
         deadline = time.monotonic() + _START_TIMEOUT_S
