@@ -25,8 +25,7 @@ from fedload.config import SshConfig
 from fedload.localpg import LocalCluster, PgInstall, find_installs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository, for tests.sshd
-from tests.sshd import SSHD
-from tests.sshd import SshServer as TestSshServer
+from tests.sshd import SSHD, OpenSshServer
 
 __all__ = [
     "BUSY_NOTE",
@@ -307,7 +306,7 @@ def grow_to_dump_size(
 # ---------------------------------------------------------------------------------------------------------------
 
 
-class SshServer(TestSshServer):
+class SshServer(OpenSshServer):
     """The tests' sshd (tests/sshd.py), plus the OpenSSH client command lines the baselines use."""
 
     def __init__(self, directory: Path) -> None:
@@ -337,7 +336,7 @@ class SshServer(TestSshServer):
             "StrictHostKeyChecking=yes",
             "-o",
             "BatchMode=yes",
-            "root@127.0.0.1",
+            f"{self.user}@127.0.0.1",
         ]
 
     def remote(self, pipeline: str) -> str:

@@ -1,7 +1,9 @@
 """The tests' shared fixtures, and the tally of the fault and adversarial tests.
 
 Fixtures: `cluster` (a PostgreSQL cluster per module), `federation` (a superhub and three feeder databases on it),
-`start_daemon` (`fedload daemon` processes, killed at the end), `sshd` (a real OpenSSH server on loopback).
+`start_daemon` (`fedload daemon` processes, killed at the end), `sshd` (a real SSH server on loopback: each test
+runs against OpenSSH's sshd, skipped where it is not installed unless FEDLOAD_REQUIRE_SSHD=1, and against
+asyncssh's server, which needs no system package).
 
 Tally: each fault or adversarial test names its category; the summary prints tried / survived.
 
@@ -12,7 +14,6 @@ a skipped test (say, a mount that is not allowed here) is not counted.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ import pytest
 
 from fedload.localpg import LocalCluster, find_installs
 from tests.federation import DaemonProcess, Federation, make_federation
-from tests.sshd import SSHD, SshServer
+from tests.sshd import SERVERS, SshServer, start_server
 
 
 @pytest.fixture(scope="module")
@@ -62,14 +63,12 @@ def start_daemon(federation: Federation) -> Iterator[Callable[..., DaemonProcess
         daemon.close_log()
 
 
-@pytest.fixture
-def sshd(tmp_path: Path) -> Iterator[SshServer]:
-    """A running sshd allowing any command for the test key."""
-    if shutil.which(SSHD) is None and not Path(SSHD).exists():
-        pytest.fail("OpenSSH server not installed (bash .ci/run installs openssh-server)")
+@pytest.fixture(params=SERVERS)
+def sshd(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SshServer]:
+    """A running SSH server, OpenSSH's or asyncssh's, allowing any command for the test key."""
     directory = tmp_path / "sshd"
     directory.mkdir()
-    server = SshServer(directory)
+    server = start_server(request.param, directory)
     yield server
     server.stop()
 

@@ -1,20 +1,40 @@
-"""A real OpenSSH server on 127.0.0.1 for the tests: temporary host key, client key, authorized_keys, config."""
+"""Real SSH servers on 127.0.0.1 for the tests: temporary host key, client key, authorized_keys, known_hosts.
+
+Two servers: OpenSSH's sshd (what feeders run; needs the openssh-server package) and asyncssh's server in a
+subprocess of its own (tests/asyncssh_server.py; needs nothing but the Python dependencies). Both run each
+command as a real process of the current user, send its exit status, and can be killed or frozen mid-stream.
+"""
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import os
+import pwd
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
+import asyncssh
 import pytest
 
 from fedload.config import SshConfig
 
 SSHD = "/usr/sbin/sshd"
+SERVERS = ("openssh", "asyncssh")
+_START_TIMEOUT_S = 20
+
+
+def require_openssh() -> None:
+    """Skip without an OpenSSH server here; fail instead where FEDLOAD_REQUIRE_SSHD=1 (CI)."""
+    if Path(SSHD).exists():
+        return
+    if os.environ.get("FEDLOAD_REQUIRE_SSHD") == "1":
+        pytest.fail(f"OpenSSH server ({SSHD}) is required here (FEDLOAD_REQUIRE_SSHD=1) but not installed")
+    pytest.skip(f"OpenSSH server not installed ({SSHD}; Debian: apt-get install openssh-server)")
 
 
 def _free_port() -> int:
@@ -24,58 +44,77 @@ def _free_port() -> int:
         return port
 
 
+def _parent_pids() -> dict[int, int]:
+    """Each running process's parent, from /proc (no procps needed)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):  # ended meanwhile
+            fields = stat.read_text().rpartition(")")[2].split()  # after "pid (command)": state, ppid, ...
+            parents[int(stat.parent.name)] = int(fields[1])
+    return parents
+
+
 def keygen(path: Path) -> str:
-    """Generate an ed25519 key pair at `path`; the public key line."""
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True, timeout=30)
+    """Write a new ed25519 key pair at `path` and `path`.pub (OpenSSH formats); the public key line."""
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    key.write_private_key(str(path))
+    path.chmod(0o600)  # sshd refuses a host key others can read
+    key.write_public_key(f"{path}.pub")
     return Path(f"{path}.pub").read_text().strip()
 
 
-class SshServer:
-    """sshd in the foreground on a free loopback port; `kill()` takes down the listener and its sessions."""
+class SshServer(abc.ABC):
+    """An SSH server on loopback for the current user; `kill()` takes down the listener and its sessions.
+
+    A server that fails to start has already closed its log and stopped its process when the error is raised.
+    """
+
+    name = ""
 
     def __init__(self, directory: Path, forced_command: str | None = None) -> None:
         self.dir = directory
-        self.port = _free_port()
-        self.host_key = directory / "host_key"
+        self.user = pwd.getpwuid(os.getuid()).pw_name
         self.client_key = directory / "client_key"
         self.known_hosts = directory / "known_hosts"
-        host_public = keygen(self.host_key)
-        client_public = keygen(self.client_key)
+        self.host_public = keygen(directory / "host_key")
         prefix = f'command="{forced_command}",restrict ' if forced_command else "restrict "
-        (directory / "authorized_keys").write_text(prefix + client_public + "\n")
-        self.known_hosts.write_text(f"[127.0.0.1]:{self.port} {host_public}\n")
-        config = directory / "sshd_config"
-        config.write_text(
-            f"ListenAddress 127.0.0.1\nPort {self.port}\nHostKey {self.host_key}\n"
-            f"AuthorizedKeysFile {directory}/authorized_keys\nPasswordAuthentication no\n"
-            "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\n"
-            f"PidFile {directory}/sshd.pid\nLogLevel VERBOSE\nMaxStartups 50\n"
-        )
-        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
-        self._log = (directory / "sshd.log").open("wb")
+        (directory / "authorized_keys").write_text(prefix + keygen(self.client_key) + "\n")
         self._frozen: list[int] = []
-        self.process = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=self._log, start_new_session=True)
-        self._wait_listening()
+        self._cleanup = contextlib.ExitStack()
+        try:
+            self._log = self._cleanup.enter_context((directory / f"{self.name}.log").open("wb"))
+            self.process = self._start()
+            self._cleanup.callback(self._terminate)
+            self.port = self._wait_listening()
+        except BaseException:
+            self._cleanup.close()
+            raise
+        self.known_hosts.write_text(f"[127.0.0.1]:{self.port} {self.host_public}\n")
 
-    def _wait_listening(self) -> None:
-        deadline = time.monotonic() + 20
+    @abc.abstractmethod
+    def _start(self) -> subprocess.Popen[bytes]:
+        """Start the server process, its output to `self._log`."""
+
+    @abc.abstractmethod
+    def _listening_port(self) -> int | None:
+        """The port once the server accepts connections, else None."""
+
+    def _wait_listening(self) -> int:
+        deadline = time.monotonic() + _START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                pytest.fail(f"sshd exited: {(self.dir / 'sshd.log').read_text()[-2000:]}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-            except OSError:
-                time.sleep(0.05)
-            else:
-                return
-        pytest.fail("sshd did not start listening within 20 s")
+                pytest.fail(f"{self.name} exited: {(self.dir / f'{self.name}.log').read_text()[-2000:]}")
+            if (port := self._listening_port()) is not None:
+                return port
+            time.sleep(0.05)
+        pytest.fail(f"{self.name} did not start listening within {_START_TIMEOUT_S} s")
 
     def ssh_config(self, **overrides: object) -> SshConfig:
-        """Client settings for this server (user root, the test key, the test known_hosts)."""
+        """Client settings for this server (the current user, the test key, the test known_hosts)."""
         settings: dict[str, object] = {
             "host": "127.0.0.1",
             "port": self.port,
-            "user": "root",
+            "user": self.user,
             "identity": self.client_key,
             "known_hosts": self.known_hosts,
             "connect_timeout_s": 10,
@@ -86,7 +125,7 @@ class SshServer:
         return SshConfig.model_validate(settings)
 
     def kill(self) -> None:
-        """SIGKILL sshd and every per-connection child (its process group and any session children)."""
+        """SIGKILL the server and every per-connection child (its process group and any session children)."""
         for pid in self._session_pids():
             with contextlib.suppress(ProcessLookupError):  # gone with its parent
                 os.kill(pid, signal.SIGKILL)
@@ -95,30 +134,84 @@ class SshServer:
             self.process.wait(timeout=10)
 
     def freeze(self) -> None:
-        """SIGSTOP sshd and its sessions: the link goes silent without closing, like a cable pulled mid-stream."""
-        self._frozen = self._session_pids()
+        """SIGSTOP the server and its sessions: the link goes silent without closing, like a cable pulled mid-stream."""
+        self._frozen = [self.process.pid, *self._session_pids()]
         for pid in self._frozen:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGSTOP)
 
     def _session_pids(self) -> list[int]:
-        """sshd's descendants: its per-connection processes and the commands they run (nothing else's)."""
+        """The server's descendants: its per-connection processes and the commands they run (nothing else's)."""
         found: list[int] = []
-        parents = [self.process.pid]
+        parents = {self.process.pid}
         while parents:
-            children = subprocess.run(
-                ["pgrep", "-P", ",".join(map(str, parents))], capture_output=True, text=True, check=False, timeout=10
-            )
-            parents = [int(pid) for pid in children.stdout.split()]
+            parents = {pid for pid, parent in _parent_pids().items() if parent in parents}
             found += parents
         return found
 
-    def stop(self) -> None:
-        """Terminate sshd (and the sessions `freeze()` stopped) and close its log."""
+    def _terminate(self) -> None:
+        """SIGKILL what `freeze()` stopped; SIGTERM the server's process group; wait for it."""
         for pid in self._frozen:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM)
-            self.process.wait(timeout=10)
-        self._log.close()
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        """Terminate the server (and the sessions `freeze()` stopped) and close its log; idempotent."""
+        self._cleanup.close()
+
+
+class OpenSshServer(SshServer):
+    """OpenSSH's sshd in the foreground on a free loopback port."""
+
+    name = "sshd"
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        self._port = _free_port()
+        config = self.dir / "sshd_config"
+        config.write_text(
+            f"ListenAddress 127.0.0.1\nPort {self._port}\nHostKey {self.dir}/host_key\n"
+            f"AuthorizedKeysFile {self.dir}/authorized_keys\nPasswordAuthentication no\n"
+            "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\nStrictModes no\nUsePAM no\n"
+            f"PidFile {self.dir}/sshd.pid\nLogLevel VERBOSE\nMaxStartups 50\n"
+        )
+        with contextlib.suppress(PermissionError):  # sshd's privilege separation directory; made by root once
+            Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+        return subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=self._log, start_new_session=True)
+
+    def _listening_port(self) -> int | None:
+        try:
+            socket.create_connection(("127.0.0.1", self._port), timeout=1).close()
+        except OSError:
+            return None
+        return self._port
+
+
+class AsyncsshServer(SshServer):
+    """asyncssh's server (tests/asyncssh_server.py) in a subprocess on a free loopback port."""
+
+    name = "asyncssh"
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        script = Path(__file__).with_name("asyncssh_server.py")
+        return subprocess.Popen(
+            [sys.executable, str(script), str(self.dir)],
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=self._log,
+            start_new_session=True,
+        )
+
+    def _listening_port(self) -> int | None:
+        port_file = self.dir / "port"
+        return int(port_file.read_text()) if port_file.exists() else None
+
+
+def start_server(kind: str, directory: Path, forced_command: str | None = None) -> SshServer:
+    """A running server of `kind` ("openssh" or "asyncssh") in `directory`; OpenSSH is required or skipped."""
+    if kind == "openssh":
+        require_openssh()
+        return OpenSshServer(directory, forced_command)
+    return AsyncsshServer(directory, forced_command)

@@ -142,7 +142,7 @@ async def test_connect_over_ssh(sshd: SshServer, cluster: LocalCluster, tmp_path
         pg_dump=cluster.install.tool("pg_dump"),
     )
     probes = [probe.line() for probe in await probe_feeder("east", feeder)]
-    assert probes[0] == f"feeder east connection: OK (ssh root@127.0.0.1:{sshd.port})"
+    assert probes[0] == f"feeder east connection: OK (ssh {sshd.user}@127.0.0.1:{sshd.port})"
     assert probes[1] == f"feeder east agent: OK (fedload {__version__})"
     assert probes[2].startswith(f"feeder east pg_dump: OK (pg_dump (PostgreSQL) {cluster.install.major}.")
     impostor = keygen(tmp_path / "impostor").split()[:2]

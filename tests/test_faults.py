@@ -122,7 +122,7 @@ def assert_old_data_kept(fed: Federation, before: str, run: FeederRun, *phrases:
 
 
 @pytest.mark.parametrize("cut", ["killed", "frozen"])
-def test_network_cut_mid_stream(federation: Federation, sshd: SshServer, category: Category, cut: str) -> None:
+def test_network_cut_mid_stream(sshd: SshServer, federation: Federation, category: Category, cut: str) -> None:
     """sshd killed (the connection resets) or frozen (the link goes silent) mid-stream: old data kept, clear error."""
     category("fault:network cut mid-stream")
     ssh = sshd.ssh_config(keepalive_s=1, read_timeout_s=4).model_dump()

@@ -1,10 +1,13 @@
-"""Transports against a real sshd on loopback and local processes: bytes, exit status, backpressure, faults."""
+"""Transports against real SSH servers on loopback (OpenSSH, asyncssh) and local processes: bytes, exit status,
+backpressure, faults."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,7 +27,7 @@ from fedload.transport.local import LocalTransport
 from fedload.transport.ssh import SshTransport
 from tests.conftest import Category
 from tests.federation import CONTEXT_COLS, DIGEST, FEEDER_DATA, HOST_COLS, SCHEMA, Federation, require_major, sync
-from tests.sshd import SshServer, keygen
+from tests.sshd import AsyncsshServer, OpenSshServer, SshServer, keygen, require_openssh
 
 
 async def read_all(process: FeederProcess, chunk: int = 1 << 16) -> bytes:
@@ -68,9 +71,10 @@ def test_both_transports_deliver_exact_bytes_and_status(sshd: SshServer, tmp_pat
 
 
 def test_slow_reader_throttles_the_remote_writer(sshd: SshServer, tmp_path: Path) -> None:
-    """While the superhub does not read, the feeder's writer stays blocked: memory and buffers stay bounded."""
-    counter = tmp_path / "count"
-    writer = f"i=0; while head -c 65536 /dev/zero; do i=$((i+1)); echo $i > {counter}; done"  # ends with its reader
+    """While the superhub does not read, the feeder's writer stays blocked: memory and buffers stay bounded; once
+    the superhub cancels, the writer is gone."""
+    counter, pid_file = tmp_path / "count", tmp_path / "pid"
+    writer = f"echo $$ > {pid_file}; i=0; while head -c 65536 /dev/zero; do i=$((i+1)); echo $i > {counter}; done"
 
     async def scenario() -> tuple[int, int]:
         process = await SshTransport(sshd.ssh_config()).open(["sh", "-c", writer])
@@ -87,6 +91,19 @@ def test_slow_reader_throttles_the_remote_writer(sshd: SshServer, tmp_path: Path
     stalled, still = asyncio.run(scenario())
     assert stalled * 65536 < 16 * 1024 * 1024  # channel window + pipe buffers, not the 100s of MB of a free run
     assert still == stalled
+    assert gone(int(pid_file.read_text()), within_s=10)
+
+
+def gone(pid: int, within_s: float) -> bool:
+    """Whether process `pid` has ended (and been reaped by its parent) within `within_s` seconds."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
 
 
 @pytest.mark.parametrize("transport_name", ["ssh", "local"])
@@ -109,7 +126,7 @@ def test_silent_feeder_times_out(sshd: SshServer, transport_name: str) -> None:
 
 
 def test_sshd_killed_mid_stream_is_a_lost_connection(sshd: SshServer, category: Category) -> None:
-    """Killing sshd and its session while data flows is reported as a lost connection within seconds."""
+    """Killing the server and its session while data flows is reported as a lost connection within seconds."""
     category("fault:network cut mid-stream")
 
     async def scenario() -> None:
@@ -163,11 +180,24 @@ def test_connection_failures_map_to_clear_errors(
     asyncio.run(scenario())
 
 
+def test_a_server_that_fails_to_start_leaves_nothing_open(tmp_path: Path) -> None:
+    """A server that exits at once fails the test that started it, its log closed: no warning in a later test."""
+
+    class Broken(AsyncsshServer):
+        def _start(self) -> subprocess.Popen[bytes]:
+            return subprocess.Popen([sys.executable, "-c", "raise SystemExit('no such option')"], stderr=self._log)
+
+    with pytest.raises(pytest.fail.Exception, match="asyncssh exited: no such option"):
+        Broken(tmp_path)
+    gc.collect()  # an open log would warn here, and warnings are errors in this suite
+
+
 def test_forced_command_is_all_the_key_can_run(tmp_path: Path) -> None:
     """With command="..." in authorized_keys, whatever the client asks for, only the forced command runs."""
+    require_openssh()  # what feeders run (deploy/authorized_keys.example); asyncssh's server is not the one to trust
     directory = tmp_path / "forced"
     directory.mkdir()
-    server = SshServer(directory, forced_command="echo forced")
+    server = OpenSshServer(directory, forced_command="echo forced")
     try:
 
         async def scenario() -> bytes:
@@ -183,9 +213,9 @@ def test_forced_command_is_all_the_key_can_run(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("major", "agent", "mode"), [(15, True, "copy"), (18, True, "inserts"), (18, False, "copy")])
 def test_sync_over_ssh_from_feeders_of_several_majors(
-    federation: Federation, sshd: SshServer, major: int, agent: bool, mode: str
+    sshd: SshServer, federation: Federation, major: int, agent: bool, mode: str
 ) -> None:
-    """Feeders reached over sshd, with the agent or plain pg_dump | gzip, on PostgreSQL 15 and 18, load exactly."""
+    """Feeders reached over SSH, with the agent or plain pg_dump | gzip, on PostgreSQL 15 and 18, load exactly."""
     require_major(major)
     feeder = federation.cluster
     if major != feeder.install.major:
