@@ -65,8 +65,9 @@ def cached_copy(tree: InstallTree, major: int, version: str, cache_dir: Path = C
         if not entry.exists():
             _copy(tree, entry)
     except OSError as exc:
+        reason = f"{exc.strerror}: {exc.filename}" if exc.strerror and exc.filename else str(exc)
         raise ConfigError(
-            f"cannot copy PostgreSQL {major} from {tree.base} to {cache_dir} ({exc.strerror or exc}): make "
+            f"cannot copy PostgreSQL {major} from {tree.base} to {cache_dir} ({reason}): make "
             f"{cache_dir} writable by root, or put the install where the server's user can read it"
         ) from exc
     _check_trusted(entry, entry)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import pwd
 import shutil
 import stat
 import subprocess
@@ -123,3 +124,30 @@ def test_root_says_when_the_cluster_directory_is_closed_to_the_server() -> None:
         cluster.stop()
         shutil.rmtree(private)
     assert f"cannot enter {private}, which holds the cluster's directory: set TMPDIR" in str(failed.value)
+
+
+def test_root_says_when_no_copy_can_be_made(private_bindir: Path) -> None:
+    """Where the cache cannot be written, the search says in one sentence what to do, and uses no such install."""
+    cache_dir = Path("/proc/fedload/pginstall")
+    search = search_installs(cache_dir)
+    (problem,) = search.problems
+    private = private_bindir.parents[2]
+    assert problem.startswith(f"cannot copy PostgreSQL {_major(private_bindir)} from {private}")
+    assert "(No such file or directory: /proc/fedload)" in problem
+    assert f"make {cache_dir} writable by root, or put the install where the server's user can read it" in problem
+    assert not any(i.bindir.is_relative_to(private_bindir.parent) for i in search.installs.values())
+
+
+def test_root_without_an_account_for_the_server_says_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no 'postgres' or 'nobody' user, finding installs fails with one sentence saying what to do."""
+
+    def no_such_user(name: str) -> pwd.struct_passwd:
+        raise KeyError(name)
+
+    monkeypatch.setattr(pwd, "getpwnam", no_such_user)
+    with pytest.raises(ConfigError) as failed:
+        search_installs()
+    assert str(failed.value) == (
+        "running as root, but there is no 'postgres' or 'nobody' user to run PostgreSQL as: "
+        "create one (`useradd --system postgres`) or run fedload as another user"
+    )
