@@ -178,7 +178,10 @@ def _closed_to(user: pwd.struct_passwd, path: Path) -> Path | None:
     """The first directory on the way to `path` whose mode bits do not let `user` enter it, if any."""
     groups = set(os.getgrouplist(user.pw_name, user.pw_gid))
     for directory in [*reversed(path.parents), path]:
-        info = directory.stat()
+        try:
+            info = directory.stat()
+        except OSError:
+            return None  # gone, or not ours to see either: nothing to say
         if info.st_uid == user.pw_uid:
             allowed = info.st_mode & stat.S_IXUSR
         else:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from fedload.config import Config, parse_config
-from fedload.localpg import LocalCluster, search_installs
+from fedload.localpg import LocalCluster, find_installs, search_installs
 from fedload.pipeline import FeederRun
 from fedload.stream import Header, StreamEncoder
 from fedload.sync import sync_feeders
@@ -136,12 +136,12 @@ def config_toml(fed: Federation, *, interval_s: float = 0.5, extra: str = "", ag
 
 def require_major(major: int) -> None:
     """Fail (in CI, where FEDLOAD_REQUIRE_MAJORS lists it) or skip when a PostgreSQL major is not installed."""
-    search = search_installs()
-    if major in search.installs:
+    if major in find_installs():
         return
     required = {int(m) for m in os.environ.get("FEDLOAD_REQUIRE_MAJORS", "").split(",") if m}
     if major in required:
-        pytest.fail(f"PostgreSQL {major} binaries are required here but not found (or not usable: {search.problems})")
+        problems = search_installs().problems
+        pytest.fail(f"PostgreSQL {major} binaries are required here but not found (or not usable: {problems})")
     pytest.skip(f"PostgreSQL {major} binaries not installed")
 
 
