@@ -114,7 +114,8 @@ def search_installs(cache_dir: Path = CACHE_DIR) -> InstallSearch:
         try:
             installs[major] = PgInstall(_usable_bindir(tree, major, version, user, cache_dir), major)
         except ConfigError as exc:
-            problems.append(str(exc))
+            if str(exc) not in problems:  # two installs of one version share one copy, and its problem
+                problems.append(str(exc))
     return InstallSearch(installs, problems)
 
 
