@@ -87,9 +87,9 @@ def test_root_runs_a_cluster_from_a_private_directory(private_bindir: Path, cach
     """The install in a 0700 directory is copied once to a root-owned, not group/world-writable cache; a cluster
     starts from the copy, and a second search reuses the same copy."""
     install = _install(private_bindir, cache_dir)
-    cluster = LocalCluster(install, name="private").start()
+    cluster = LocalCluster(install, name="from-copy")
     try:
-        assert cluster.psql("SELECT current_user, 6 * 7") == "postgres|42\n"
+        assert cluster.start().psql("SELECT current_user, 6 * 7") == "postgres|42\n"
     finally:
         cluster.stop()
     assert install.bindir.is_relative_to(cache_dir)
