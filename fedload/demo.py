@@ -24,7 +24,7 @@ from rich.console import Console
 from fedload.config import parse_config
 from fedload.english import counted
 from fedload.errors import ConfigError, FedloadError, UsageError
-from fedload.localpg import LocalCluster, PgInstall, find_installs
+from fedload.localpg import LocalCluster, PgInstall, search_installs
 from fedload.sync import sync_with_display
 
 __all__ = ["run_demo", "stop_demo"]
@@ -103,7 +103,10 @@ class _Feeder:
 
 
 def _installs() -> tuple[PgInstall, list[PgInstall]]:
-    installs = find_installs()
+    search = search_installs()
+    installs = search.installs
+    if search.problems and not installs:
+        raise ConfigError(search.problems)
     if not installs:
         raise ConfigError(
             "the demo needs PostgreSQL server binaries: install postgresql-15 (Debian), run `uv sync` "

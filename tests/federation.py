@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from fedload.config import Config, parse_config
-from fedload.localpg import LocalCluster, find_installs
+from fedload.localpg import LocalCluster, find_installs, search_installs
 from fedload.pipeline import FeederRun
 from fedload.stream import Header, StreamEncoder
 from fedload.sync import sync_feeders
@@ -140,7 +140,8 @@ def require_major(major: int) -> None:
         return
     required = {int(m) for m in os.environ.get("FEDLOAD_REQUIRE_MAJORS", "").split(",") if m}
     if major in required:
-        pytest.fail(f"PostgreSQL {major} binaries are required here but not found")
+        problems = search_installs().problems
+        pytest.fail(f"PostgreSQL {major} binaries are required here but not found (or not usable: {problems})")
     pytest.skip(f"PostgreSQL {major} binaries not installed")
 
 
