@@ -26,6 +26,7 @@ from transforms import TransformOptions, transform_stream
 from transforms.cli import positive_int
 
 TABLE = "public.__promiselog"
+TABLE_KEY = ("public", "__promiselog")
 DIGEST_SQL = "SELECT md5(string_agg(md5(t::text), '' ORDER BY id, t::text)) FROM public.__promiselog t"
 
 
@@ -53,7 +54,7 @@ def measure_transform(data: bytes, options: TransformOptions, repeat: int) -> tu
         with common.timed() as elapsed:
             stats = transform_stream(io.BytesIO(data).read, out.append, options)
         best = min(best, elapsed())
-        merged, rows = b"".join(out), stats.rows[TABLE]
+        merged, rows = b"".join(out), stats.rows[TABLE_KEY]
     return Pass(best, len(data), len(merged)), merged, rows
 
 

@@ -92,7 +92,7 @@ def measure_fedload(cluster: LocalCluster, sshd: common.SshServer, mode: str, co
     seconds, receiver, items = asyncio.run(receive(config))
     cpu = common.cpu_seconds() - cpu_before
     assert receiver.trailer is not None
-    rows = sum(receiver.trailer.rows.values())
+    rows = sum(receiver.trailer.row_counts().values())
     agent_rss, _ = common.recorded_usage(rss)
     return Received(seconds, receiver.raw_bytes, receiver.dump_bytes, items, rows, agent_rss, cpu)
 

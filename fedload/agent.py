@@ -167,11 +167,12 @@ def _stream(process: subprocess.Popen[bytes], transformer: Transformer, encoder:
         process.kill()
     status = process.wait(timeout=_EXIT_TIMEOUT_S)
     tail = stderr.text()
-    rows = dict(transformer.stats.rows)
+    counts = transformer.stats.rows
+    rows = [(schema, name, counts[schema, name]) for schema, name in sorted(counts)]
     trailer = encoder.finish(
         pg_dump_exit_status=status,
         rows=rows,
-        tables=sorted(transformer.stats.tables),
+        tables=sorted(transformer.stats.tables),  # (schema, name) pairs: protocol 3
         server_version=server_version,
         error=error,
         stderr_tail=tail,
@@ -179,7 +180,7 @@ def _stream(process: subprocess.Popen[bytes], transformer: Transformer, encoder:
     _write(out, trailer)
     failure = dump_failure(status, error, tail)
     if not failure:
-        log.info("agent.dump_finished", bytes=encoder.payload_bytes, rows=sum(rows.values()))
+        log.info("agent.dump_finished", bytes=encoder.payload_bytes, rows=sum(counts.values()))
     return failure
 
 

@@ -216,7 +216,7 @@ class _FeederSync:
             remap=remap,
         )
         await importer.load(self._tracked(receiver, importer))
-        _verify_counts(*_counts(importer), receiver.trailer)
+        _verify_counts(importer, receiver.trailer)
         await importer.finish()
         return importer
 
@@ -331,13 +331,16 @@ def _read_remap(feeder: FeederConfig) -> Remap | None:
         raise ConfigError(str(exc)) from exc
 
 
-def _verify_counts(loaded: dict[str, int], rejected: dict[str, int], trailer: Trailer | None) -> None:
+def _verify_counts(importer: Importer, trailer: Trailer | None) -> None:
     """The agent's row counts must match what was loaded (or rejected), table by table, and the agent must have
     seen every table that was loaded (agents before 0.2 do not say which tables they saw)."""
     if trailer is None:
         return
-    if trailer.tables is not None and (unseen := sorted(set(loaded) - set(trailer.tables))):
+    staged = {(s.parent.table.schema, s.parent.table.name): s for s in importer.staged.values()}
+    seen = trailer.table_keys()
+    if seen is not None and (unseen := sorted(str(staged[key].parent.table) for key in set(staged) - seen)):
         raise DumpError(f"the feeder's agent does not list table(s) {', '.join(unseen)} as dumped")
-    for table, rows in trailer.rows.items():
-        if table in loaded and loaded[table] + rejected.get(table, 0) != rows:
-            raise DumpError(f"table {table}: the feeder sent {rows} rows but {loaded[table]} were loaded")
+    for key, rows in trailer.row_counts().items():
+        if (table := staged.get(key)) is not None and table.rows + table.rejected != rows:
+            name = table.parent.qualified_name
+            raise DumpError(f"table {name}: the feeder sent {rows} rows but {table.rows} were loaded")

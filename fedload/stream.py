@@ -40,8 +40,10 @@ __all__ = [
 
 MAGIC = b"FEDLOAD\x01"
 FORMAT_VERSION = 1  # the framing: magic, frame kinds and lengths
-# What the header and trailer hold. 1: agents 0.1, which stated no protocol; 2: the trailer lists `tables`.
-PROTOCOL_VERSION = 2
+# What the header and trailer hold. 1: agents 0.1, which stated no protocol; 2: the trailer lists `tables`;
+# 3: the trailer names tables as [schema, name] pairs (`rows`: [schema, name, rows]), not as `schema.name` text,
+# which reads the same for `a.b` + `c` and `a` + `b.c`.
+PROTOCOL_VERSION = 3
 OLDEST_PROTOCOL = 2  # the oldest agents' protocol this superhub reads
 MAX_BLOCK_BYTES = 1 << 20
 _MAX_ACCEPTED_BLOCK_BYTES = 4 * MAX_BLOCK_BYTES  # a receiver tolerates senders with larger blocks, to a bound
@@ -71,11 +73,26 @@ class Trailer:
     pg_dump_exit_status: int
     payload_bytes: int
     payload_sha256: str
-    rows: dict[str, int] = field(default_factory=dict)
-    tables: list[str] | None = None  # every table pg_dump wrote, empty ones too (None: an agent before 0.2)
+    # Rows per table, and every table pg_dump wrote, empty ones too (None: an agent before 0.2); as
+    # (schema, name) pairs since protocol 3, as `schema.name` text before: read them with `row_counts` and
+    # `table_keys`.
+    rows: list[tuple[str, str, int]] | dict[str, int] = field(default_factory=list)
+    tables: list[tuple[str, str]] | list[str] | None = None
     server_version: str = ""
     error: str = ""
     stderr_tail: str = ""
+
+    def row_counts(self) -> dict[tuple[str, str], int]:
+        """The rows the agent saw per (schema, name)."""
+        if isinstance(self.rows, dict):
+            return {_protocol2_key(table): rows for table, rows in self.rows.items()}
+        return {(schema, name): rows for schema, name, rows in self.rows}
+
+    def table_keys(self) -> set[tuple[str, str]] | None:
+        """(schema, name) of every table pg_dump wrote; None from an agent before 0.2, which did not say."""
+        if self.tables is None:
+            return None
+        return {table if isinstance(table, tuple) else _protocol2_key(table) for table in self.tables}
 
     @property
     def succeeded(self) -> bool:
@@ -86,6 +103,12 @@ class Trailer:
     def failure(self) -> str:
         """Why the dump failed on the feeder, as one sentence (empty if it succeeded); the agent prints it too."""
         return dump_failure(self.pg_dump_exit_status, self.error, self.stderr_tail)
+
+
+def _protocol2_key(table: str) -> tuple[str, str]:
+    """A protocol 2 agent's `schema.name`, split at its first dot: right unless the schema's name has a dot."""
+    schema, _, name = table.partition(".")
+    return schema, name
 
 
 def dump_failure(pg_dump_exit_status: int, error: str, stderr_tail: str) -> str:

@@ -17,7 +17,7 @@ from fedload.agent_options import COMPRESSIONS, DUMP_MODES, AgentOptions
 from fedload.cli import build_parser
 from fedload.errors import DumpError
 from fedload.receive import DumpReceiver
-from fedload.stream import MAGIC, PROTOCOL_VERSION, Header, StreamDecoder, StreamEncoder
+from fedload.stream import MAGIC, OLDEST_PROTOCOL, PROTOCOL_VERSION, Header, StreamDecoder, StreamEncoder
 
 # What an argv element can hold: any text but NUL (and lone surrogates, which no OS argument carries).
 _ARG = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"))
@@ -78,12 +78,13 @@ def _header_frame(**fields: Any) -> bytes:
         (
             {"protocol": None, "agent_version": "0.1.0"},
             f"feeder hub1 runs fedload agent 0.1.0 (stream protocol 1); this superhub (fedload {__version__}) "
-            f"needs protocol {PROTOCOL_VERSION}: upgrade fedload on the feeder",
+            f"needs protocol {OLDEST_PROTOCOL} to {PROTOCOL_VERSION}: upgrade fedload on the feeder",
         ),
         (
             {"protocol": PROTOCOL_VERSION + 1},
             f"feeder hub1 runs fedload agent 0.9.0 (stream protocol {PROTOCOL_VERSION + 1}); this superhub "
-            f"(fedload {__version__}) needs protocol {PROTOCOL_VERSION}: upgrade fedload on the superhub",
+            f"(fedload {__version__}) needs protocol {OLDEST_PROTOCOL} to {PROTOCOL_VERSION}: "
+            "upgrade fedload on the superhub",
         ),
         (
             {"format": 2},

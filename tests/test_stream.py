@@ -57,10 +57,32 @@ def test_decoder_gives_back_what_the_encoder_sent(pieces: list[bytes], compressi
     and the trailer the agent wrote."""
     encoder = StreamEncoder(Header(compression, "inserts", "0.2.0", "17.1", ["public.*"]))
     raw = encoder.start() + b"".join(encoder.data(piece) for piece in pieces)
-    raw += encoder.finish(pg_dump_exit_status=0, rows={"public.t": 3}, tables=["public.t"])
+    raw += encoder.finish(pg_dump_exit_status=0, rows=[("public", "t", 3)], tables=[("public", "t")])
     text, trailer = decoded(raw, chunk if len(raw) < 100_000 else 1 << 16)
     assert text == b"".join(pieces)
-    assert (trailer.rows, trailer.tables, trailer.payload_bytes) == ({"public.t": 3}, ["public.t"], len(text))
+    assert (trailer.row_counts(), trailer.table_keys(), trailer.payload_bytes) == (
+        {("public", "t"): 3},
+        {("public", "t")},
+        len(text),
+    )
+
+
+@pytest.mark.parametrize(
+    ("rows", "tables"),
+    [
+        ([("a", "b.c", 1), ("a.b", "c", 3)], [("a", "b.c"), ("a.b", "c")]),  # protocol 3: pairs, never ambiguous
+        ({"a.b.c": 1}, ["a.b.c"]),  # protocol 2's text, split at its first dot
+    ],
+)
+def test_trailer_names_tables_by_schema_and_name(rows: Any, tables: Any) -> None:
+    """A trailer's tables read as (schema, name): protocol 3's pairs keep `a`.`b.c` apart from `a.b`.`c`; an agent
+    of protocol 2 still reads, its `schema.name` split at the first dot."""
+    decoder = StreamDecoder()
+    decoder.feed(stream(rows=rows, tables=tables))
+    trailer = decoder.close()
+    expected = {("a", "b.c"): 1, ("a.b", "c"): 3} if isinstance(rows, list) else {("a", "b.c"): 1}
+    assert trailer.row_counts() == expected
+    assert trailer.table_keys() == set(expected)
 
 
 def test_decoder_reads_header_and_trailer_fields() -> None:

@@ -69,8 +69,11 @@ def test_row_counts_per_table() -> None:
     """Stats count rows of INSERTs and COPY blocks per schema-qualified table."""
     transformer = Transformer()
     transformer.feed(COLUMN_INSERTS + b'COPY "Other"."T" (a) FROM stdin;\n1\n2\n\\.\n')
+    transformer.feed(b'COPY "a"."b.c" (a) FROM stdin;\n1\n\\.\nCOPY "a.b"."c" (a) FROM stdin;\n1\n2\n3\n\\.\n')
     transformer.close()
-    assert transformer.stats.rows == {"public.hosts": 10, "Other.T": 2}
+    expected = {("public", "hosts"): 10, ("Other", "T"): 2, ("a", "b.c"): 1, ("a.b", "c"): 3}
+    assert transformer.stats.rows == expected
+    assert transformer.stats.tables == set(expected)  # a dot in a name never reads as the separator
 
 
 REMAP = parse_remap(

@@ -7,7 +7,14 @@ import functools
 import re
 from dataclasses import dataclass
 
-from transforms.lexical import INSERT_STATEMENT, TUPLE, VALUE, split_identifiers, unquote_identifier
+from transforms.lexical import (
+    DEFAULT_SCHEMA,
+    INSERT_STATEMENT,
+    TUPLE,
+    VALUE,
+    split_identifiers,
+    unquote_identifier,
+)
 
 __all__ = ["Insert", "InsertRunMatcher", "format_insert", "parse_insert", "qualified_name", "split_tuple"]
 
@@ -89,6 +96,14 @@ def split_tuple(tuple_text: bytes) -> list[bytes]:
 def qualified_name(table: bytes) -> str:
     """A table name as written in a dump (`public."Hosts"`), as `schema.name` text (`public.Hosts`)."""
     return ".".join(unquote_identifier(part) for part in split_identifiers(table))
+
+
+def table_key(table: bytes) -> tuple[str, str]:
+    """A table name as written in a dump (`public."a.b"`), as (schema, name) (`("public", "a.b")`); a name without
+    schema is in DEFAULT_SCHEMA. Unlike `schema.name` text, the pair cannot mistake a dot in a name for the
+    separator."""
+    parts = [unquote_identifier(part) for part in split_identifiers(table)]
+    return (DEFAULT_SCHEMA, parts[0]) if len(parts) == 1 else (parts[-2], parts[-1])
 
 
 class InsertRunMatcher:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from transforms.batch import DEFAULT_MAX_STATEMENT_BYTES, DEFAULT_ROWS_PER_STATEMENT, InsertBatcher
 from transforms.errors import DumpSyntaxError, RemapError
-from transforms.inserts import Insert, qualified_name, split_tuple
+from transforms.inserts import Insert, qualified_name, split_tuple, table_key
 from transforms.lexical import DEFAULT_SCHEMA, split_identifiers, unquote_identifier
 from transforms.remap import ColumnPlan, Remap
 from transforms.split import (
@@ -44,6 +44,9 @@ def announced_tables(text: bytes) -> list[tuple[str, str]]:
     return [(s.decode(errors="replace"), n.decode(errors="replace")) for n, s in _DATA_COMMENT.findall(text)]
 
 
+TableKey = tuple[str, str]  # a table's (schema, name), as PostgreSQL stores them
+
+
 @dataclass(frozen=True, slots=True)
 class TransformOptions:
     """What the transform does besides passing the dump through."""
@@ -57,8 +60,8 @@ class TransformOptions:
 class TransformStats:
     """Counts of one transform run."""
 
-    rows: Counter[str] = field(default_factory=Counter)
-    tables: set[str] = field(default_factory=set)  # `schema.name` of every table the dump carries, empty or not
+    rows: Counter[TableKey] = field(default_factory=Counter)
+    tables: set[TableKey] = field(default_factory=set)  # (schema, name) of every table the dump carries, empty or not
     bytes_in: int = 0
     bytes_out: int = 0
 
@@ -70,9 +73,10 @@ class Transformer:
         self._options = options or TransformOptions()
         self._splitter = DumpSplitter()
         self._batcher = InsertBatcher(self._options.rows_per_statement, self._options.max_statement_bytes)
-        self._names: dict[bytes, str] = {}
+        self._names: dict[bytes, tuple[str, TableKey]] = {}  # a name as written: as text, and as (schema, name)
         self._plans: dict[tuple[str, tuple[bytes, ...] | None], ColumnPlan | None] = {}
         self._copy_table = ""
+        self._copy_key: TableKey = ("", "")
         self._copy_plan: ColumnPlan | None = None
         self.stats = TransformStats()
 
@@ -114,18 +118,18 @@ class Transformer:
     def _verbatim(self, text: bytes) -> list[bytes]:
         if not text.strip():
             return [text] if self._batcher.is_empty else []  # line breaks between merged INSERTs go
-        for schema, name in announced_tables(text):
-            self.stats.tables.add(f"{schema}.{name}")
+        self.stats.tables.update(announced_tables(text))
         return [*self._batcher.flush(), text]
 
-    def _table_name(self, written: bytes) -> str:
-        name = self._names.get(written)
-        if name is None:
-            name = self._names[written] = qualified_name(written)
-            if "." not in name:
-                name = self._names[written] = f"{DEFAULT_SCHEMA}.{name}"
-            self.stats.tables.add(name)
-        return name
+    def _table_name(self, written: bytes) -> tuple[str, TableKey]:
+        """A table as written in the dump: its `schema.name` text (remap rules, messages) and (schema, name)."""
+        known = self._names.get(written)
+        if known is None:
+            name = qualified_name(written)
+            key = table_key(written)
+            known = self._names[written] = (name if "." in name else f"{DEFAULT_SCHEMA}.{name}", key)
+            self.stats.tables.add(key)
+        return known
 
     def _plan(self, table: str, columns: tuple[bytes, ...] | None) -> ColumnPlan | None:
         key = (table, columns)
@@ -141,8 +145,8 @@ class Transformer:
 
     def _remap_insert(self, item: InsertRows) -> Insert:
         insert = item.insert
-        table = self._table_name(insert.table)
-        self.stats.rows[table] += len(insert.tuples)
+        table, key = self._table_name(insert.table)
+        self.stats.rows[key] += len(insert.tuples)
         plan = self._plan(table, insert.columns)
         if plan is None:
             return insert
@@ -159,7 +163,7 @@ class Transformer:
         return insert.with_tuples(tuples, plan.columns)
 
     def _copy_start(self, item: CopyStart) -> bytes:
-        self._copy_table = self._table_name(item.table)
+        self._copy_table, self._copy_key = self._table_name(item.table)
         columns = tuple(split_identifiers(item.columns)) if item.columns is not None else None
         self._copy_plan = self._plan(self._copy_table, columns)
         if self._copy_plan is None:
@@ -167,7 +171,7 @@ class Transformer:
         return b"COPY " + item.table + b" (" + b", ".join(self._copy_plan.columns) + b") FROM stdin;\n"
 
     def _copy_rows(self, data: bytes) -> bytes:
-        self.stats.rows[self._copy_table] += data.count(b"\n")
+        self.stats.rows[self._copy_key] += data.count(b"\n")
         plan = self._copy_plan
         if plan is None:
             return data
@@ -183,7 +187,8 @@ class Transformer:
 
     def _check_remap_tables_seen(self) -> None:
         remap = self._options.remap
-        missing = sorted(set(remap.tables) - self.stats.tables) if remap else []
+        seen = {f"{schema}.{name}" for schema, name in self.stats.tables}
+        missing = sorted(set(remap.tables) - seen) if remap else []
         if missing:
             raise RemapError(f"the remap names table(s) not in the dump: {', '.join(missing)}")
 
