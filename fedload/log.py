@@ -12,9 +12,12 @@ superhub with local transport pays once per feeder and run.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["LOG_FORMATS", "configure_logging", "configured", "get_logger", "import_if_logging", "pick_level"]
@@ -46,13 +49,33 @@ class _StderrLogger:
     """Writes each rendered event to the `sys.stderr` of the moment, so rich's live display can place it above."""
 
     def msg(self, message: str) -> None:
-        """Write one event line in one write: `print` writes the line and its newline apart, each straight through
-        to the file (stderr's text layer writes through), so another process's line (a worker's) could land
-        between them. One write of up to PIPE_BUF (4096) bytes to a pipe is atomic; longer events are rare."""
-        sys.stderr.write(message + "\n")
-        sys.stderr.flush()
+        """Write one event line in one write (`print` writes the line and its newline apart, each straight through
+        to the file, so another process's line could land between them), under a lock on the file that every
+        fedload process writing to it takes: one write to a pipe is atomic only up to PIPE_BUF (4096 bytes), and an
+        event with a traceback is longer."""
+        stream = sys.stderr
+        with _locked(stream):
+            stream.write(message + "\n")
+            stream.flush()
 
     debug = info = warning = warn = error = critical = exception = fatal = log = msg
+
+
+@contextlib.contextmanager
+def _locked(stream: Any) -> Iterator[None]:
+    """An exclusive POSIX lock on the file behind `stream` for the block (a pipe, a socket, a file or a terminal:
+    the processes sharing a stderr, a sync and its workers, exclude each other), or none where it cannot be had."""
+    try:
+        fd = stream.fileno()
+        fcntl.lockf(fd, fcntl.LOCK_EX, 0, 0, os.SEEK_SET)
+    except (AttributeError, ValueError, OSError):  # io.UnsupportedOperation is an OSError and a ValueError
+        yield
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            fcntl.lockf(fd, fcntl.LOCK_UN, 0, 0, os.SEEK_SET)
 
 
 def configure_logging(*, level: str = "warning", log_format: str = "auto") -> None:

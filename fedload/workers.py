@@ -223,6 +223,8 @@ class _Worker:
                 *preload,
                 pass_fds=(theirs.fileno(),),
                 stdin=asyncio.subprocess.DEVNULL,
+                process_group=0,  # Ctrl-C on a terminal is the parent's to handle: it cancels the runs (a SIGINT
+                # to the whole group would reach a worker still importing, before its handler, as a traceback)
             )
         return await cls._connect(process, ours)
 

@@ -339,3 +339,30 @@ def test_a_configuration_file_that_is_not_utf8_is_refused_in_one_line(tmp_path: 
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1, done.stderr
     assert f"{path}: not valid TOML" in done.stderr
+
+
+_LONG_EVENTS = """
+import os, sys
+from fedload.log import configure_logging, get_logger
+configure_logging(level="info", log_format="json")
+pids = []
+for writer in range(3):
+    pid = os.fork()
+    if pid == 0:
+        log = get_logger()
+        for i in range(40):
+            log.info("long.event", writer=writer, i=i, text=str(writer) * 70_000)
+        os._exit(0)
+    pids.append(pid)
+for pid in pids:
+    os.waitpid(pid, 0)
+"""
+
+
+def test_long_events_of_several_processes_never_interleave() -> None:
+    """Three processes sharing a stderr pipe log events far longer than PIPE_BUF (a traceback can be): every line
+    that arrives is one whole event."""
+    done = subprocess.run([sys.executable, "-c", _LONG_EVENTS], capture_output=True, check=True, timeout=120)
+    events = [json.loads(line) for line in done.stderr.decode().splitlines()]
+    assert len(events) == 120
+    assert all(event["text"] == str(event["writer"]) * 70_000 for event in events)

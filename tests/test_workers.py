@@ -507,3 +507,36 @@ def test_a_kept_session_whose_reset_fails_in_any_way_is_replaced(
     first, second, answer = asyncio.run(sessions())
     assert second != first
     assert answer == 42
+
+
+_CTRL_C_WHILE_A_WORKER_STARTS = """
+import asyncio, os, signal
+signal.signal(signal.SIGINT, lambda *_: None)
+from fedload.workers import WorkerPool
+
+async def main() -> None:
+    pool = WorkerPool(1)
+    pool.start_ahead(1)
+    await asyncio.sleep(0.05)  # the worker is importing fedload, before it could install any handler
+    os.killpg(0, signal.SIGINT)  # Ctrl-C: the terminal signals the foreground process group
+    await asyncio.sleep(1.5)
+    await pool.close()
+
+asyncio.run(main())
+"""
+
+
+def test_ctrl_c_while_a_started_worker_imports_prints_no_traceback() -> None:
+    """Ctrl-C while a started worker is still importing: it is the parent's to handle; the worker, in a process
+    group of its own, prints no KeyboardInterrupt traceback."""
+    done = subprocess.run(
+        [sys.executable, "-c", _CTRL_C_WHILE_A_WORKER_STARTS],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        start_new_session=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "KeyboardInterrupt" not in done.stderr
