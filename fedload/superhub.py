@@ -160,7 +160,7 @@ async def create_parents(conn: asyncpg.Connection, config: Config) -> list[str]:
     def wanted(schema: str, name: str) -> bool:
         return any(p.matches(TableName(schema, name)) for p in superhub.tables)
 
-    from fedload.schema_file import create_parents_from_file  # noqa: PLC0415 - sqlglot, not needed by worker processes
+    from fedload.schema_file import create_parents_from_file  # noqa: PLC0415 - pglast, not needed by worker processes
 
     return await create_parents_from_file(conn, superhub.schema_file, superhub.feeder_key, key_type, wanted)
 
