@@ -341,11 +341,31 @@ def _is_definition(node: ast.Node | None) -> bool:
 def _kind_and_name(node: ast.Node | None, text: str) -> tuple[str, str]:
     cls = type(node).__name__
     if isinstance(node, ast.GrantStmt):
-        return ("grant" if node.is_grant else "revoke"), _words(text)[1]
-    kind = _KINDS.get(cls) or re.sub(r"(?<!^)([A-Z])", r" \1", cls.removesuffix("Stmt")).lower()
-    kind = kind.removeprefix("create ").removeprefix("alter ") if _is_definition(node) else kind + " statement"
-    if isinstance(node, ast.AlterOwnerStmt):
-        return kind, _words(text)[1].split(" OWNER TO ", 1)[0]
+        kind = "grant" if node.is_grant else "revoke"
+    elif isinstance(node, ast.CreateFunctionStmt) and node.is_procedure:
+        kind = "procedure"
+    else:
+        kind = _KINDS.get(cls) or re.sub(r"(?<!^)([A-Z])", r" \1", cls.removesuffix("Stmt")).lower()
+        kind = kind.removeprefix("create ").removeprefix("alter ") if _is_definition(node) else kind + " statement"
+    return kind, _name(node, text)
+
+
+def _name(node: ast.Node | None, text: str) -> str:
+    """What a left-out statement is about, for the warning."""
+    if (relation := _about_relation(node)) is not None:
+        return relation
+    if isinstance(node, ast.CreateFunctionStmt):
+        return ".".join(names(node.funcname))
+    if isinstance(node, ast.CreatePublicationStmt | ast.AlterPublicationStmt):
+        return node.pubname or "?"
+    rest = _words(text)[1]
+    if isinstance(node, ast.CommentStmt):
+        return rest.split(" IS ", 1)[0].removeprefix("ON ")
+    return rest.split(" OWNER TO ", 1)[0] if isinstance(node, ast.AlterOwnerStmt) else rest[:80]
+
+
+def _about_relation(node: ast.Node | None) -> str | None:
+    """`name on schema.table` for a trigger, rule or policy; `schema.name` for a view; None otherwise."""
     for attr in ("view", "relation", "into", "table"):
         value = getattr(node, attr, None)
         value = getattr(value, "rel", value)
@@ -353,12 +373,8 @@ def _kind_and_name(node: ast.Node | None, text: str) -> tuple[str, str]:
             where = ".".join(_relation(value))
             named = getattr(node, "trigname", None) or getattr(node, "rulename", None)
             named = named or getattr(node, "policy_name", None)
-            return kind, f"{named} on {where}" if named else where
-    if isinstance(node, ast.CreateFunctionStmt):
-        return ("procedure" if node.is_procedure else "function"), ".".join(names(node.funcname))
-    if isinstance(node, ast.CommentStmt):
-        return kind, _words(text)[1].split(" IS ", 1)[0].removeprefix("ON ")
-    return kind, _words(text)[1][:80]
+            return f"{named} on {where}" if named else where
+    return None
 
 
 def _words(text: str) -> list[str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
@@ -24,7 +25,7 @@ from fedload._schema_read import read_statements
 from fedload.errors import ConfigError
 from fedload.log import get_logger
 
-__all__ = ["SchemaFile", "check_schema_file", "create_parents_from_file", "read_schema_file"]
+__all__ = ["SchemaFile", "check_schema_file", "create_parents_from_file", "read_schema_file", "schema_file_refusals"]
 
 log = get_logger()
 
@@ -56,15 +57,19 @@ _TYPES = "SELECT n.nspname, t.typname FROM pg_type t JOIN pg_namespace n ON n.oi
 _EXTENSIONS = "SELECT name, installed_version IS NOT NULL FROM pg_available_extensions"
 
 
-async def create_parents_from_file(
-    conn: asyncpg.Connection,
-    schema_file: Path,
-    feeder_key: str,
-    key_type: str,
-    wanted: Callable[[str, str], bool],
-) -> list[str]:
-    """Create the missing parents of the wanted tables in `schema_file`, in one transaction; their `schema.name`.
-    Nothing is created when the file or the superhub cannot hold them all (ConfigError naming each reason)."""
+@dataclass(slots=True)
+class _Plan:
+    sf: SchemaFile
+    missing: list[Table]
+    steps: dict[tuple[str, str], list[Step]]
+    extensions: dict[str, bool]  # available on the superhub: installed or not
+
+
+async def _prepare(
+    conn: asyncpg.Connection, schema_file: Path, feeder_key: str, key_type: str, wanted: Callable[[str, str], bool]
+) -> _Plan:
+    """The wanted tables the superhub lacks and their statements; ConfigError naming each reason the file or the
+    superhub cannot have them (a problem of the file, a clause its PostgreSQL lacks, an extension it lacks)."""
     sf = await asyncio.to_thread(read_schema_file, schema_file)
     tables = [t for t in sf.tables.values() if wanted(t.schema, t.name)]
     names = {(t.schema, t.name) for t in tables}
@@ -74,17 +79,41 @@ async def create_parents_from_file(
     fatal = [p for p in sf.problems if p.fatal and (p.table is None or p.table in names)]
     if fatal:
         raise ConfigError([f"{sf.where(p.line)}: {p.message}" for p in fatal])
-    if not missing:
-        return []
     extensions = {str(name): bool(installed) for name, installed in await conn.fetch(_EXTENSIONS)}
     if refused := superhub_problems(sf, missing, conn.get_server_version().major, extensions):
         raise ConfigError(refused)
+    return _Plan(sf, missing, steps, extensions)
+
+
+async def schema_file_refusals(
+    conn: asyncpg.Connection, schema_file: Path, feeder_key: str, key_type: str, wanted: Callable[[str, str], bool]
+) -> list[str]:
+    """Why creating the missing parents from `schema_file` on this superhub would fail, without creating any."""
+    try:
+        await _prepare(conn, schema_file, feeder_key, key_type, wanted)
+    except ConfigError as exc:
+        return exc.problems
+    return []
+
+
+async def create_parents_from_file(
+    conn: asyncpg.Connection,
+    schema_file: Path,
+    feeder_key: str,
+    key_type: str,
+    wanted: Callable[[str, str], bool],
+) -> list[str]:
+    """Create the missing parents of the wanted tables in `schema_file`, in one transaction; their `schema.name`.
+    Nothing is created when the file or the superhub cannot hold them all (ConfigError naming each reason)."""
+    plan = await _prepare(conn, schema_file, feeder_key, key_type, wanted)
+    if not plan.missing:
+        return []
     async with conn.transaction():
         types = {(s, n) for s, n in await conn.fetch(_TYPES)}
-        for step in plan_tables(sf, missing, steps, types, extensions):
-            await _execute(conn, sf, step)
-    _warn_left_out(sf, missing)
-    return [f"{t.schema}.{t.name}" for t in missing]
+        for step in plan_tables(plan.sf, plan.missing, plan.steps, types, plan.extensions):
+            await _execute(conn, plan.sf, step)
+    _warn_left_out(plan.sf, plan.missing)
+    return [f"{t.schema}.{t.name}" for t in plan.missing]
 
 
 async def _execute(conn: asyncpg.Connection, sf: SchemaFile, step: Step) -> None:
