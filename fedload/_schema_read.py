@@ -12,7 +12,6 @@ from pglast.parser import ParseError
 from fedload._schema_model import Extension, LeftOut, Placed, Problem, SchemaFile, Table, names
 from fedload._schema_needs import check_types
 from fedload.names import DEFAULT_SCHEMA
-from fedload.schema import key_literal, qualified
 from transforms import DumpSplitter, DumpSyntaxError, MetaCommand, Statement
 
 __all__ = ["read_statements"]
@@ -156,11 +155,10 @@ _ATTRIBUTE_KINDS = (*_ATTRIBUTES, C.CONSTR_ATTR_ENFORCED, C.CONSTR_ATTR_NOT_ENFO
 
 
 def _read_column(sf: SchemaFile, table: Table, column: ast.ColumnDef, line: int) -> None:
-    """A column; its keys become table constraints, its foreign key is left out, its identity a sequence.
+    """A column; its keys become table constraints, its foreign key is left out.
     A clause such as DEFERRABLE or NOT ENFORCED belongs to the constraint before it and goes where that one goes."""
     kept: list[ast.Node] = []
     last: ast.Constraint | None = None  # the constraint the next attribute clause belongs to, if kept in the column
-    identity: ast.Constraint | None = None
     for constraint in column.constraints or ():
         assert isinstance(constraint, ast.Constraint)
         if constraint.contype in _ATTRIBUTE_KINDS:
@@ -177,13 +175,9 @@ def _read_column(sf: SchemaFile, table: Table, column: ast.ColumnDef, line: int)
         elif constraint.contype == C.CONSTR_FOREIGN:
             what = f"{constraint.conname or (column.colname or '?') + ' REFERENCES'} on {table.label}"
             sf.left_out.append(LeftOut("foreign key", what, line))
-        elif constraint.contype == C.CONSTR_IDENTITY:
-            identity = constraint
         else:
             kept.append(last := constraint)
     column.constraints = tuple(kept) or None
-    if identity is not None:
-        add_identity(sf, table, column, identity, line)
     table.columns.append(Placed(column, line))
 
 
@@ -195,26 +189,6 @@ def _read_constraint(sf: SchemaFile, table: Table, constraint: ast.Constraint, l
         (table.added if added else table.constraints).append(Placed(constraint, line))
     else:
         raise BadStatementError(f"a table constraint of kind {constraint.contype} is not one fedload reads")
-
-
-def add_identity(sf: SchemaFile, table: Table, column: ast.ColumnDef, identity: ast.Constraint, line: int) -> None:
-    """An identity column becomes a sequence and a default: loads write the feeders' values into it."""
-    options = [o for o in identity.options or () if isinstance(o, ast.DefElem)]
-    named = [o for o in options if o.defname == "sequence_name"]
-    if named and isinstance(named[0].arg, tuple):
-        schema, sequence = names(named[0].arg)
-    else:
-        schema, sequence = table.schema, f"{table.name}_{column.colname}_seq"
-    sequence_sql = qualified(schema, sequence)
-    created = parse_sql(f"CREATE SEQUENCE {sequence_sql}")[0].stmt
-    assert isinstance(created, ast.CreateSeqStmt)
-    created.options = tuple(o for o in options if o.defname != "sequence_name") or None
-    sf.sequences[schema, sequence] = Placed(created, line)
-    others = [c for c in column.constraints or () if getattr(c, "contype", None) != C.CONSTR_DEFAULT]
-    has_not_null = any(getattr(c, "contype", None) == C.CONSTR_NOTNULL for c in others)
-    default = f"DEFAULT nextval({key_literal(sequence_sql)}::regclass)"
-    made = _column_clauses(default if has_not_null else f"{default} NOT NULL")
-    column.constraints = (*others, *made)
 
 
 def _column_clauses(sql: str) -> tuple[ast.Node, ...]:
@@ -292,7 +266,7 @@ def _alter_table_command(sf: SchemaFile, table: Table, cmd: ast.AlterTableCmd, l
             default[0].raw_expr = cmd.def_
         column.constraints = (*others, *(default if cmd.def_ is not None else ()))
     elif cmd.subtype == AT.AT_AddIdentity and isinstance(cmd.def_, ast.Constraint):
-        add_identity(sf, table, column, cmd.def_, line)
+        column.constraints = (*(column.constraints or ()), cmd.def_)
     else:
         column.constraints = (*(column.constraints or ()), *_column_clauses("NOT NULL"))
 

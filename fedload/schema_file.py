@@ -3,11 +3,11 @@
 The file is parsed with PostgreSQL's own grammar (pglast, libpg_query) and never run: each statement executed is
 built from the parse tree by fedload (`fedload._schema_build`) and written back by pglast's deparser, checked to
 parse back to the same tree. Created: the extensions, enums, domains and sequences the wanted tables use, and each
-wanted table partitioned BY LIST on the feeder key, with everything that shapes its rows as written (NOT NULLs,
-named or not; defaults; collations; generated columns, stored or virtual; CHECKs, NOT VALID and NOT ENFORCED as
-written; primary keys, unique and exclusion constraints, WITHOUT OVERLAPS, widened by the feeder key; indexes
-with their operator classes). Everything else (views, materialized views, foreign keys, functions, triggers,
-rules, policies, publications, grants, owners, comments...) is left out and listed in one warning.
+wanted table partitioned BY LIST on the feeder key, with everything that shapes its rows as written (identity, NOT
+NULLs named or not; defaults; collations; generated columns, stored or virtual; CHECKs, NOT VALID and NOT ENFORCED
+as written; primary keys, unique and exclusion constraints, WITHOUT OVERLAPS, widened by the feeder key; indexes
+with their operator classes). Everything else (views, materialized views, foreign keys, functions, triggers, rules,
+policies, publications, grants, owners, comments...) is left out and listed in one warning.
 """
 
 from __future__ import annotations
