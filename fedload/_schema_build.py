@@ -13,7 +13,7 @@ from pglast.parser import ParseError
 from pglast.stream import RawStream
 
 from fedload._schema_model import Placed, Problem, SchemaFile, Table, names
-from fedload._schema_needs import clauses, extensions_used, sequences_used
+from fedload._schema_needs import clauses, extensions_used, sequences_used, types_used
 from fedload.schema import ident, qualified
 
 __all__ = ["Step", "plan_tables", "superhub_problems", "table_steps"]
@@ -169,8 +169,9 @@ def plan_tables(
 ) -> list[Step]:
     """Every statement that creates `tables` with the extensions, types and sequences they need, in order."""
     needed = [e for e in dict.fromkeys(e for t in tables for e in t.extensions) if not installed.get(e)]
-    enums_ = [e for e in sf.enums if names(e.node.typeName) not in types]
-    domains = [d for d in sf.domains if names(d.node.domainname) not in types]
+    used = types_used(sf, tables) - types
+    enums_ = [e for e in sf.enums if names(e.node.typeName) in used]
+    domains = [d for d in sf.domains if names(d.node.domainname) in used]
     sequences = {s: sf.sequences[s] for t in tables for s in sequences_used(t) if s in sf.sequences}
     schemas = {names(e.node.typeName)[0] for e in enums_} | {names(d.node.domainname)[0] for d in domains}
     schemas |= {s for s, _ in sequences} | {t.schema for t in tables}

@@ -12,7 +12,7 @@ from pglast.parser import ParseError
 from fedload._schema_model import Problem, SchemaFile, Table, names
 from fedload.names import DEFAULT_SCHEMA
 
-__all__ = ["check_types", "clauses", "extensions_used", "sequences_used", "walk"]
+__all__ = ["check_types", "clauses", "extensions_used", "sequences_used", "types_used", "walk"]
 
 C = enums.ConstrType
 
@@ -210,9 +210,24 @@ def _sequence_name(text: str) -> tuple[str, str] | None:
 # ------------------------------------------------------------------------------------------------- extensions
 
 
-def _references(table: Table) -> Iterator[tuple[str, str]]:
-    """(schema, name) of the types, functions, operators and operator classes the table's definition names."""
-    for node in _table_nodes(table):
+def types_used(sf: SchemaFile, tables: list[Table]) -> set[tuple[str, str]]:
+    """The file's enums and domains the tables use, and those the domains they use are based on."""
+    domains = {names(d.node.domainname): d.node for d in sf.domains}
+    found: set[tuple[str, str]] = set()
+    pending = [node for table in tables for node in _table_nodes(table)]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.TypeName) and (used := names(node.names)) not in found and used in sf.types():
+            found.add(used)
+            pending.extend(walk(domains.get(used)))
+    return found
+
+
+def _references(sf: SchemaFile, table: Table) -> Iterator[tuple[str, str]]:
+    """(schema, name) of the types, functions, operators and operator classes the table's definition names,
+    including those of the domains it uses."""
+    domains = [d.node for d in sf.domains if names(d.node.domainname) in types_used(sf, [table])]
+    for node in [*_table_nodes(table), *walk(tuple(domains))]:
         if isinstance(node, ast.TypeName) and node.names:
             yield names(node.names) if len(node.names) > 1 else ("", names(node.names)[1])
         elif isinstance(node, ast.FuncCall) and node.funcname and len(node.funcname) > 1:
@@ -233,7 +248,7 @@ def extensions_used(sf: SchemaFile, table: Table, *, gist_key: bool) -> list[str
     constraint (`gist_key`)."""
     defined = sf.types() | set(sf.others) | set(sf.sequences)
     found: dict[str, None] = {"btree_gist": None} if gist_key else {}
-    for schema, name in _references(table):
+    for schema, name in _references(sf, table):
         if schema in _SYSTEM_SCHEMAS or (schema or DEFAULT_SCHEMA, name) in defined:
             continue
         if not schema and name in BUILTIN_TYPES:
@@ -254,9 +269,10 @@ def clauses(table: Table) -> Iterator[tuple[str, int, int]]:
             if isinstance(node, ast.Constraint):
                 yield from _clause(node, column.line, f"column {column.node.colname}")
     for placed in [*table.constraints, *table.added]:
-        yield from _clause(placed.node, placed.line, f"constraint {placed.node.conname or '(unnamed)'}")
         if placed.node.contype == C.CONSTR_NOTNULL:
-            yield f"NOT NULL as a table constraint ({placed.node.conname})", 18, placed.line
+            yield f"NOT NULL as a table constraint ({placed.node.conname or '(unnamed)'})", 18, placed.line
+        else:
+            yield from _clause(placed.node, placed.line, f"constraint {placed.node.conname or '(unnamed)'}")
 
 
 def _clause(node: ast.Constraint, line: int, where: str) -> Iterator[tuple[str, int, int]]:

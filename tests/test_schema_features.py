@@ -206,23 +206,27 @@ def test_clauses_an_older_superhub_lacks_are_refused_before_anything_is_created(
 
 
 def test_an_extension_the_superhub_lacks_is_named_with_the_table(cluster: LocalCluster, tmp_path: Path) -> None:
-    """A table needing an extension the superhub does not have: check-config --connect and sync name both; the
-    file alone is fine (the extension may be there); nothing is created."""
+    """A table needing an extension the superhub does not have (for a column's type, or its domain's): the refusal
+    (check-config --connect, sync) names both; the file alone is fine (the extension may be there); nothing is
+    created."""
     path = tmp_path / "schema.sql"
     path.write_text(
         "CREATE EXTENSION IF NOT EXISTS fedload_no_such_extension WITH SCHEMA public;\n"
         "CREATE TABLE public.plain (id integer NOT NULL);\n"
         "CREATE TABLE public.fancy (id integer NOT NULL, shape public.fancy_shape);\n"
+        "CREATE DOMAIN public.shape AS public.fancy_shape;\n"
+        "CREATE TABLE public.by_domain (s public.shape);\n"
     )
     assert check_schema_file(path, "hub_id") == []
     hub = _database(cluster)
-    sentence = (
-        "schema.sql:1: table public.fancy needs extension fedload_no_such_extension, which the superhub does not "
+    sentences = [
+        f"schema.sql:1: table public.{table} needs extension fedload_no_such_extension, which the superhub does not "
         "have (it is not in pg_available_extensions)"
-    )
+        for table in ("fancy", "by_domain")
+    ]
     refusals = _run(cluster, hub, lambda conn: schema_file_refusals(conn, path, "hub_id", "integer", _wanted))
-    assert refusals == [sentence]
+    assert refusals == sentences
     with pytest.raises(ConfigError) as caught:
         _create(cluster, hub, path)
-    assert caught.value.problems == [sentence]
+    assert caught.value.problems == sentences
     assert cluster.psql("SELECT to_regclass('public.plain') IS NULL", dbname=hub).strip() == "t"
