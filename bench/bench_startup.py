@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-HEAVY = ("sqlglot", "asyncssh", "asyncpg", "pydantic", "structlog", "rich", "zstandard")
+HEAVY = ("pglast", "asyncssh", "asyncpg", "pydantic", "structlog", "rich", "zstandard")
 
 
 def best_of(argv: list[str], runs: int) -> float:

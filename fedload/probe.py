@@ -1,7 +1,9 @@
 """`fedload check-config --connect`: try what a sync needs, one line per item, OK or FAILED with the reason.
 
-The superhub: connect, its server version, the partitioned parents `superhub.tables` names. Each feeder, in
-parallel: the transport (the SSH handshake), the agent's version (`fedload --version` there) and pg_dump's.
+The superhub: connect, its server version, the partitioned parents `superhub.tables` names (or whether the schema
+file can create the missing ones there: its PostgreSQL has their clauses, their extensions are available).
+Each feeder, in parallel: the transport (the SSH handshake), the agent's version (`fedload --version` there) and
+pg_dump's.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from fedload.errors import (
 )
 from fedload.log import get_logger
 from fedload.schema import read_parents, unmatched_patterns
-from fedload.superhub import superhub_session
+from fedload.superhub import schema_file_refusals, superhub_session
 from fedload.transport.base import Transport
 
 __all__ = ["Probe", "probe_feeder", "probe_superhub", "run_probes"]
@@ -73,6 +75,8 @@ async def _tables(conn: asyncpg.Connection, config: Config) -> Probe:
     if not unmatched:
         return Probe(item, True, found)
     if config.superhub.schema_file is not None:
+        if refusals := await schema_file_refusals(conn, config):
+            return Probe(item, False, f"{found}; the schema file cannot create {unmatched}: {'; '.join(refusals)}")
         return Probe(item, True, f"{found}; the first sync creates {unmatched} from the schema file")
     return Probe(item, False, f"{unmatched} match no partitioned table on the superhub, and no schema_file is set")
 

@@ -41,7 +41,7 @@ def qualified(schema: str, name: str) -> str:
 
 def key_literal(key: int | str) -> str:
     """A feeder key as an SQL literal."""
-    return str(int(key)) if isinstance(key, int) else "'" + key.replace("'", "''") + "'"  # as sqlglot wrote it
+    return str(int(key)) if isinstance(key, int) else "'" + key.replace("'", "''") + "'"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +55,7 @@ class Column:
     generated_sql: str | None
     base_type_sql: str  # the type without modifiers (varchar, not varchar(10)): casts to it never truncate
     collation_sql: str | None = None  # a collation other than the type's default, qualified and quoted
+    generated_kind: str = "s"  # attgenerated of a generated column: "s" stored, "v" virtual (PostgreSQL 18)
 
     def definition(self, default_sql: str | None = None) -> str:
         """The column's definition for a CREATE TABLE, optionally with another default."""
@@ -62,7 +63,8 @@ class Column:
         if self.collation_sql is not None:
             parts.append(f"COLLATE {self.collation_sql}")
         if self.generated_sql is not None:
-            parts.append(f"GENERATED ALWAYS AS ({self.generated_sql}) STORED")
+            kind = "VIRTUAL" if self.generated_kind == "v" else "STORED"
+            parts.append(f"GENERATED ALWAYS AS ({self.generated_sql}) {kind}")
         elif (default := default_sql or self.default_sql) is not None:
             parts.append(f"DEFAULT {default}")
         if self.not_null:
@@ -115,7 +117,8 @@ SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
        CASE WHEN a.attgenerated <> '' THEN pg_get_expr(d.adbin, d.adrelid) END,
        format_type(a.atttypid, NULL),
        CASE WHEN a.attcollation <> t.typcollation THEN
-            quote_ident(cn.nspname) || '.' || quote_ident(co.collname) END
+            quote_ident(cn.nspname) || '.' || quote_ident(co.collname) END,
+       CASE WHEN a.attgenerated <> '' THEN a.attgenerated::text ELSE 's' END
 FROM pg_attribute a
 JOIN pg_type t ON t.oid = a.atttypid
 LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import asyncpg
 
@@ -163,19 +163,35 @@ async def feeder_lock(conn: asyncpg.Connection, feeder: str) -> AsyncIterator[bo
         await asyncio.shield(best_effort(unlock_feeder(conn, feeder)))
 
 
+def _schema_file_args(config: Config) -> tuple[str, Callable[[str, str], bool]]:
+    """The feeder key's type and which of the schema file's tables are wanted."""
+    key_type = "integer" if all(isinstance(f.key, int) for f in config.feeders.values()) else "text"
+
+    def wanted(schema: str, name: str) -> bool:
+        return any(p.matches(TableName(schema, name)) for p in config.superhub.tables)
+
+    return key_type, wanted
+
+
 async def create_parents(conn: asyncpg.Connection, config: Config) -> list[str]:
     """Create the missing partitioned parents from the schema file, if one is configured; their names."""
     superhub = config.superhub
     if superhub.schema_file is None:
         return []
-    key_type = "integer" if all(isinstance(f.key, int) for f in config.feeders.values()) else "text"
+    from fedload.schema_file import create_parents_from_file  # noqa: PLC0415 - pglast, not needed by worker processes
 
-    def wanted(schema: str, name: str) -> bool:
-        return any(p.matches(TableName(schema, name)) for p in superhub.tables)
+    return await create_parents_from_file(conn, superhub.schema_file, superhub.feeder_key, *_schema_file_args(config))
 
-    from fedload.schema_file import create_parents_from_file  # noqa: PLC0415 - sqlglot, not needed by worker processes
 
-    return await create_parents_from_file(conn, superhub.schema_file, superhub.feeder_key, key_type, wanted)
+async def schema_file_refusals(conn: asyncpg.Connection, config: Config) -> list[str]:
+    """Why the schema file's missing parents could not be created on this superhub (none created); [] if they can."""
+    superhub = config.superhub
+    if superhub.schema_file is None:
+        return []
+    from fedload import schema_file  # noqa: PLC0415 - pglast, not needed by worker processes
+
+    args = _schema_file_args(config)
+    return await schema_file.schema_file_refusals(conn, superhub.schema_file, superhub.feeder_key, *args)
 
 
 async def setup_superhub(conn: asyncpg.Connection, config: Config, *, history: bool = True) -> list[str]:

@@ -124,6 +124,23 @@ def test_connect_tries_the_superhub_and_every_feeder(federation: Federation) -> 
     assert len(lines) == 12
 
 
+def test_connect_names_an_extension_the_superhub_lacks(federation: Federation) -> None:
+    """--connect: a schema-file table needing an extension the superhub does not have FAILS, naming both."""
+    config = federation.tmp / "fedload.toml"
+    config.write_text(config_toml(federation))
+    (federation.tmp / "schema.sql").write_text(
+        "CREATE EXTENSION IF NOT EXISTS fedload_no_such_extension WITH SCHEMA public;\n"
+        "CREATE TABLE public.hosts (hostkey text NOT NULL, shape public.fancy_shape);\n"
+    )
+    result = check(config, "--connect")
+    assert result.returncode == 1, result.stderr
+    assert result.stdout.splitlines()[2] == (
+        "superhub tables: FAILED: 0 partitioned tables match superhub.tables; the schema file cannot create "
+        "public.*: schema.sql:1: table public.hosts needs extension fedload_no_such_extension, which the superhub "
+        "does not have (it is not in pg_available_extensions)"
+    )
+
+
 def test_connect_with_the_superhub_down(tmp_path: Path) -> None:
     """--connect with nothing listening: the superhub line says FAILED and why; exit 1."""
     config = tmp_path / "fedload.toml"
