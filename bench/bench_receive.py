@@ -5,8 +5,8 @@
 Builds a pg_dump-like copy-mode dump of about --size-mb MB in memory (CFEngine-like rows as in common.py's data:
 SHA= keys, paths, tabs and backslashes escaped, NULLs, arrays, timestamps, non-ASCII; several COPY blocks between
 SQL statements), encodes it with fedload.stream.StreamEncoder (zstd, 1 MiB blocks), then feeds the stream in
-256 KiB reads as fedload/receive.py does. Printed, best of --repeat: MB of dump text per CPU second for the whole
-path, for the decoder alone (zstd + SHA-256) and for the splitter alone (over the already decoded blocks).
+256 KiB reads as fedload/superhub/receive.py does. Printed, best of --repeat: MB of dump text per CPU second for
+the whole path, for the decoder alone (zstd + SHA-256) and for the splitter alone (over the already decoded blocks).
 No database, no network: this is the Python CPU per row that the sync process spends before asyncpg.
 """
 
@@ -17,8 +17,8 @@ import hashlib
 import time
 from collections.abc import Callable, Iterator
 
-from fedload.receive import READ_BYTES
 from fedload.stream import Header, StreamDecoder, StreamEncoder
+from fedload.superhub.receive import READ_BYTES
 from transforms import DumpSplitter
 from transforms.cli import positive_int
 

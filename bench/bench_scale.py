@@ -215,12 +215,12 @@ class Monitor:
             await conn.close()
 
 
-_WORKER = b"fedload.worker"
+_WORKER = b"fedload.service.worker"
 _FORKED_WORKER = b"fedload-worker\n"
 
 
 def superhub_side(pid: int) -> list[int]:
-    """`pid` and its worker processes: its children that run `python -m fedload.worker` or that it forked as
+    """`pid` and its worker processes: its children that run `python -m fedload.service.worker` or that it forked as
     workers (named fedload-worker). Not their descendants (the agents and pg_dumps that the local transport starts),
     which, forked but not yet exec'd, still show the worker's command line and name."""
     workers = []

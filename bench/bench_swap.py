@@ -26,11 +26,11 @@ import common
 
 from fedload.config import SwapMethod, SwapOnTimeout
 from fedload.errors import SwapLockError
-from fedload.importer import StagedTable
 from fedload.log import configure_logging
 from fedload.names import TableName, TablePattern
-from fedload.schema import ParentTable, read_parents
-from fedload.swap import SwapPolicy, SwapStats, swap_in
+from fedload.superhub.importer import StagedTable
+from fedload.superhub.schema import ParentTable, read_parents
+from fedload.superhub.swap import SwapPolicy, SwapStats, swap_in
 
 PARENT = """
 CREATE SCHEMA IF NOT EXISTS fedload_stage; CREATE SCHEMA IF NOT EXISTS fedload_parts;

@@ -6,7 +6,7 @@ A throwaway feeder cluster holds a CFEngine-like __promiselog table whose pg_dum
 (sized for the first mode). A real OpenSSH sshd listens on loopback with temporary keys. For each mode:
 
 - fedload: the superhub side (this process) opens `fedload agent dump` on the "feeder" through fedload's SSH
-  transport (asyncssh) and decodes the stream with `fedload.receive.DumpReceiver`: framing, checksums,
+  transport (asyncssh) and decodes the stream with `fedload.superhub.receive.DumpReceiver`: framing, checksums,
   decompression, statement splitting, trailer checks. The items are counted and dropped: nothing is written.
 - naive: `ssh feeder 'pg_dump ... | gzip' | gunzip | wc -c` (OpenSSH client, default cipher; `wc -c` stands for
   `> /dev/null` and counts the dump bytes).
@@ -26,12 +26,12 @@ from pathlib import Path
 
 import common
 
-from fedload.command import dump_command
 from fedload.config import Config, parse_config
 from fedload.localpg import LocalCluster
 from fedload.log import configure_logging
 from fedload.names import TableName
-from fedload.receive import DumpReceiver
+from fedload.superhub.receive import DumpReceiver
+from fedload.transport.command import dump_command
 from fedload.transport.ssh import SshTransport
 
 TABLE = "public.__promiselog"

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 import transforms.cli
 from fedload import __version__
-from fedload.agent_options import AgentOptions
-from fedload.agent_options import add_arguments as add_agent_arguments
+from fedload.commands.helptext import COMMANDS, PROGRAM, PROGRAM_EPILOG
 from fedload.errors import ConfigError, FedloadError, UsageError, one_line
-from fedload.helptext import COMMANDS, PROGRAM, PROGRAM_EPILOG
+from fedload.feeder.agent_options import AgentOptions
+from fedload.feeder.agent_options import add_arguments as add_agent_arguments
 from fedload.log import LOG_FORMATS, configure_logging, pick_level
 from transforms.cli import positive_int
 
@@ -52,7 +52,7 @@ def _run_transform(args: argparse.Namespace) -> int:
 
 
 def _run_agent_dump(args: argparse.Namespace) -> int:
-    from fedload.agent import run_agent  # noqa: PLC0415 - keep other commands' start-up light
+    from fedload.feeder.agent import run_agent  # noqa: PLC0415 - keep other commands' start-up light
 
     _logging(args, "warning" if args.quiet else "info")
     options = AgentOptions.from_args(args)
@@ -74,7 +74,7 @@ def _add_agent_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def _run_sync(args: argparse.Namespace) -> int:
-    from fedload.sync import run_sync  # noqa: PLC0415 - asyncpg only where the superhub is used
+    from fedload.service.sync import run_sync  # noqa: PLC0415 - asyncpg only where the superhub is used
 
     config = _config(args)
     _logging(args, config.log_level)
@@ -83,7 +83,7 @@ def _run_sync(args: argparse.Namespace) -> int:
 
 def _run_daemon(args: argparse.Namespace) -> int:
     from fedload.config import find_config_path, load_config  # noqa: PLC0415
-    from fedload.daemon import run_daemon  # noqa: PLC0415
+    from fedload.service.daemon import run_daemon  # noqa: PLC0415
 
     path = find_config_path(args.config)
     config = load_config(path)
@@ -92,7 +92,7 @@ def _run_daemon(args: argparse.Namespace) -> int:
 
 
 def _run_status(args: argparse.Namespace) -> int:
-    from fedload.status import run_status  # noqa: PLC0415
+    from fedload.commands.status import run_status  # noqa: PLC0415
 
     config = _config(args)
     _logging(args, "warning")
@@ -109,7 +109,7 @@ def _table_pattern(text: str) -> TablePattern:
 
 
 def _run_feeder_remove(args: argparse.Namespace) -> int:
-    from fedload.admin import remove_feeder  # noqa: PLC0415
+    from fedload.commands.admin import remove_feeder  # noqa: PLC0415
 
     config = _config(args)
     _logging(args, config.log_level)
@@ -153,7 +153,7 @@ def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from fedload.demo import run_demo, stop_demo  # noqa: PLC0415
+    from fedload.commands.demo import run_demo, stop_demo  # noqa: PLC0415
 
     _logging(args, "warning")
     if args.stop is not None:
@@ -162,7 +162,7 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def _run_check_config(args: argparse.Namespace) -> int:
-    from fedload.checks import file_problems  # noqa: PLC0415
+    from fedload.commands.checks import file_problems  # noqa: PLC0415
     from fedload.config import find_config_path, load_config  # noqa: PLC0415
     from fedload.english import counted  # noqa: PLC0415
 
@@ -174,7 +174,7 @@ def _run_check_config(args: argparse.Namespace) -> int:
     print(f"{path}: OK ({counted(len(config.feeders), 'feeder')}, {tables})", flush=True)
     if not args.connect:
         return EXIT_OK
-    from fedload.probe import run_probes  # noqa: PLC0415 - the network only with --connect
+    from fedload.commands.probe import run_probes  # noqa: PLC0415 - the network only with --connect
 
     _logging(args, "warning")
     return run_probes(config)

@@ -70,8 +70,8 @@ def fault_environment(fault: Fault, directory: Path) -> dict[str, str]:
 
 
 def _patch(fault: Fault, setattr_: Patch) -> None:
-    from fedload import bookkeeping, pipeline  # noqa: PLC0415 - only where a fault is injected
-    from fedload.importer import Importer  # noqa: PLC0415
+    from fedload.superhub import bookkeeping, pipeline  # noqa: PLC0415 - only where a fault is injected
+    from fedload.superhub.importer import Importer  # noqa: PLC0415
 
     run: Any = pipeline  # the names the pipeline imported, as it calls them
     history: Any = bookkeeping

@@ -22,9 +22,9 @@ import pytest
 
 from fedload.config import Config, parse_config
 from fedload.localpg import LocalCluster, find_installs, search_installs
-from fedload.pipeline import FeederRun
+from fedload.service.sync import sync_feeders
 from fedload.stream import Header, StreamEncoder
-from fedload.sync import sync_feeders
+from fedload.superhub.pipeline import FeederRun
 
 SCHEMA = """
 CREATE TABLE public.hosts (hostkey text NOT NULL, name text, site text DEFAULT 'none', seen timestamptz,

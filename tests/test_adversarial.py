@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from fedload.errors import DumpError
 from fedload.localpg import LocalCluster
-from fedload.pipeline import FeederRun
 from fedload.stream import GzipDecoder, Header, StreamDecoder, StreamEncoder
+from fedload.superhub.pipeline import FeederRun
 from tests.conftest import Category
 from tests.federation import (
     CONTEXT_COLS,

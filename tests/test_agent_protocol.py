@@ -13,11 +13,11 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from fedload import __version__
-from fedload.agent_options import COMPRESSIONS, DUMP_MODES, AgentOptions
 from fedload.cli import build_parser
 from fedload.errors import DumpError
-from fedload.receive import DumpReceiver
+from fedload.feeder.agent_options import COMPRESSIONS, DUMP_MODES, AgentOptions
 from fedload.stream import MAGIC, OLDEST_PROTOCOL, PROTOCOL_VERSION, Header, StreamDecoder, StreamEncoder
+from fedload.superhub.receive import DumpReceiver
 
 # What an argv element can hold: any text but NUL (and lone surrogates, which no OS argument carries).
 _ARG = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"))

@@ -8,11 +8,11 @@ import json
 import asyncpg
 import pytest
 
-from fedload.bookkeeping import Bookkeeping
 from fedload.config import Config
-from fedload.pipeline import sync_feeder
 from fedload.results import FeederRun
-from fedload.sync import prepare_superhub, sync_feeders
+from fedload.service.sync import prepare_superhub, sync_feeders
+from fedload.superhub.bookkeeping import Bookkeeping
+from fedload.superhub.pipeline import sync_feeder
 from tests.federation import AGENT, Federation, write_script
 
 _FEDLOAD_CONNECTIONS = (

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from fedload import __version__
+from fedload.commands.probe import probe_feeder
 from fedload.config import FeederConfig
 from fedload.localpg import LocalCluster
-from fedload.probe import probe_feeder
 from tests.federation import Federation, config_toml
 from tests.sshd import SshServer, keygen
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from fedload.commands.helptext import COMMANDS
 from fedload.errors import DumpError
-from fedload.helptext import COMMANDS
 from fedload.localpg import find_installs
 from fedload.stream import StreamDecoder
 from tests.federation import Federation, config_toml, on_terminal

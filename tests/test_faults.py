@@ -21,7 +21,7 @@ import pytest
 
 from fedload.config import Config
 from fedload.localpg import LocalCluster
-from fedload.pipeline import FeederRun, sync_feeder
+from fedload.superhub.pipeline import FeederRun, sync_feeder
 from tests.conftest import Category
 from tests.federation import (
     AGENT,

@@ -1,5 +1,5 @@
-"""Inserts mode's COPY path (fedload.literal_copy): tuples go by COPY only where COPY loads exactly what an INSERT
-of the same text would, on a real PostgreSQL; everything else keeps the INSERT path."""
+"""Inserts mode's COPY path (fedload.superhub.literal_copy): tuples go by COPY only where COPY loads exactly what an
+INSERT of the same text would, on a real PostgreSQL; everything else keeps the INSERT path."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import structlog
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
-from fedload.literal_copy import CSV_NULL, CSV_QUOTE, copy_rows_pattern, csv_rows
 from fedload.localpg import LocalCluster
+from fedload.superhub.literal_copy import CSV_NULL, CSV_QUOTE, copy_rows_pattern, csv_rows
 from tests.federation import Federation, assert_feeders_equal_partitions, sync
 
 TIMEOUT_S = 30.0

@@ -19,13 +19,14 @@ from typing import Any
 import asyncpg
 import pytest
 
-from fedload import kept_sessions, workers
-from fedload.bookkeeping import Bookkeeping
 from fedload.errors import SuperhubError
-from fedload.kept_sessions import reused_session
 from fedload.results import FeederRun
-from fedload.sync import prepare_superhub
-from fedload.workers import WorkerPool
+from fedload.service import workers
+from fedload.service.sync import prepare_superhub
+from fedload.service.workers import WorkerPool
+from fedload.superhub import kept_sessions
+from fedload.superhub.bookkeeping import Bookkeeping
+from fedload.superhub.kept_sessions import reused_session
 from tests.fault_injection import Fault, fault_environment
 from tests.federation import (
     AGENT,
@@ -197,7 +198,7 @@ async def _worker_when_running(fed: Federation) -> int:
     while await asyncio.to_thread(fed.superhub_sql, running) != "1":
         assert time.monotonic() < deadline
         await asyncio.sleep(0.1)
-    (pid,) = _children_named(os.getpid(), "fedload.worker")
+    (pid,) = _children_named(os.getpid(), "fedload.service.worker")
     return pid
 
 
@@ -306,9 +307,9 @@ def test_a_run_whose_parent_side_fails_never_hands_its_worker_to_the_next_run(fe
         try:
             with pytest.raises(RuntimeError, match="a bug in the display"):
                 await asyncio.wait_for(pool.run("hub1", config, history=history, progress=broken_display), 60)
-            first = _children_named(os.getpid(), "fedload.worker")
+            first = _children_named(os.getpid(), "fedload.service.worker")
             run = await asyncio.wait_for(pool.run("hub2", config, history=history), 60)
-            return run, [*first, *_children_named(os.getpid(), "fedload.worker")]
+            return run, [*first, *_children_named(os.getpid(), "fedload.service.worker")]
         finally:
             await pool.close()
             await history.close()

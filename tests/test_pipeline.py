@@ -13,9 +13,9 @@ import pytest
 
 from fedload import __version__
 from fedload.names import TablePattern
-from fedload.pipeline import sync_feeder
-from fedload.schema import read_parents
-from fedload.sync import prepare_superhub, sync_feeders
+from fedload.service.sync import prepare_superhub, sync_feeders
+from fedload.superhub.pipeline import sync_feeder
+from fedload.superhub.schema import read_parents
 from tests.conftest import Category
 from tests.federation import (
     AGENT,

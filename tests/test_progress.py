@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import os
 
-from fedload.pipeline import Progress
-from fedload.progress import progress_row
-from fedload.sync import expected_sizes
+from fedload.commands.progress import progress_row
+from fedload.service.sync import expected_sizes
+from fedload.superhub.pipeline import Progress
 from tests.federation import Federation, config_toml, on_terminal, sync
 
 

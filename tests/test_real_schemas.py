@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from fedload.admin import remove_feeder
+from fedload.commands.admin import remove_feeder
 from fedload.config import Config, parse_config
 from fedload.errors import ConfigError
 from fedload.localpg import LocalCluster, find_installs
 from fedload.names import TableName, TablePattern
-from fedload.pipeline import FeederRun
-from fedload.swap import _legacy_partition_name, partition_name
+from fedload.superhub.pipeline import FeederRun
+from fedload.superhub.swap import _legacy_partition_name, partition_name
 from tests.federation import require_major, sync, write_script
 from tests.sample_schema import FEEDER_SCHEMA, SAMPLE_DATA
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from fedload.schedule import FeederSchedule, after_failure, after_success, first_run
+from fedload.service.schedule import FeederSchedule, after_failure, after_success, first_run
 
 
 def test_first_runs_start_within_seconds_even_for_long_intervals() -> None:

@@ -19,7 +19,7 @@ import structlog
 from fedload.config import parse_config
 from fedload.errors import ConfigError
 from fedload.localpg import LocalCluster, find_installs
-from fedload.schema_file import check_schema_file, create_parents_from_file, schema_file_refusals
+from fedload.superhub.schema_file import check_schema_file, create_parents_from_file, schema_file_refusals
 from tests import feature_schema
 from tests.federation import require_major, sync
 

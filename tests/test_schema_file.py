@@ -13,7 +13,7 @@ import structlog
 
 from fedload.errors import ConfigError
 from fedload.localpg import LocalCluster, find_installs
-from fedload.schema_file import check_schema_file, create_parents_from_file
+from fedload.superhub.schema_file import check_schema_file, create_parents_from_file
 from tests.federation import require_major
 from tests.sample_schema import FEEDER_SCHEMA
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fedload.errors import DumpError
-from fedload.importer import _check_meta, _check_statement
+from fedload.superhub.importer import _check_meta, _check_statement
 from transforms import MetaCommand, Statement
 
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from fedload.commands.status import read_status
 from fedload.config import Config, SuperhubConfig
-from fedload.pipeline import FeederRun
-from fedload.status import read_status
+from fedload.superhub.pipeline import FeederRun
 from tests.federation import Federation, staging_leftovers, sync
 
 LONG_QUERY = "SELECT count(*), pg_sleep(2) FROM hosts"

@@ -1,4 +1,4 @@
-"""Feeder runs in worker processes (fedload.workers): the same data as in-process, one process per core, reused;
+"""Feeder runs in worker processes (fedload.service.workers): the same data as in-process, one process per core, reused;
 a worker that dies fails only its run; cancelling a run cancels it in its worker."""
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ import asyncpg
 import pytest
 import structlog
 
-from fedload import kept_sessions
-from fedload.bookkeeping import Bookkeeping
-from fedload.command import transport_modules
 from fedload.config import Config, SshConfig, parse_config
 from fedload.errors import ConfigError
 from fedload.results import FeederRun
-from fedload.sync import prepare_superhub, sync_feeders
-from fedload.worker import PROCESS_NAME
-from fedload.workers import WorkerPool
+from fedload.service.sync import prepare_superhub, sync_feeders
+from fedload.service.worker import PROCESS_NAME
+from fedload.service.workers import WorkerPool
+from fedload.superhub import kept_sessions
+from fedload.superhub.bookkeeping import Bookkeeping
+from fedload.transport.command import transport_modules
 from tests.federation import (
     AGENT,
     HOST_COLS,
@@ -50,7 +50,7 @@ def worker_pids() -> list[int]:
             argv = (status.parent / "cmdline").read_bytes()
         except (OSError, StopIteration):
             continue
-        if int(ppid.split()[1]) == os.getpid() and b"fedload.worker" in argv:
+        if int(ppid.split()[1]) == os.getpid() and b"fedload.service.worker" in argv:
             pids.append(int(status.parent.name))
     return pids
 
@@ -457,7 +457,7 @@ def test_forked_workers_of_a_sync_that_cannot_start_do_not_outlive_it(federation
 
 REAP_UNUSED = """
 import json, time
-from fedload.workers import fork_workers, reap_forked
+from fedload.service.workers import fork_workers, reap_forked
 forked = fork_workers(2)
 pids = [process.pid for process, _ in forked]
 started = time.monotonic()
@@ -512,7 +512,7 @@ def test_a_kept_session_whose_reset_fails_in_any_way_is_replaced(
 _CTRL_C_WHILE_A_WORKER_STARTS = """
 import asyncio, os, signal
 signal.signal(signal.SIGINT, lambda *_: None)
-from fedload.workers import WorkerPool
+from fedload.service.workers import WorkerPool
 
 async def main() -> None:
     pool = WorkerPool(1)

@@ -20,10 +20,10 @@ from fedload.english import counted
 from fedload.errors import FeederError, UsageError
 from fedload.log import get_logger
 from fedload.names import TableName, TablePattern
-from fedload.runs import ensure_superhub, forget_feeder, forget_rejects
-from fedload.schema import read_parents
-from fedload.superhub import feeder_lock, superhub_session
-from fedload.swap import drop_partitions, feeder_partition
+from fedload.superhub.runs import ensure_superhub, forget_feeder, forget_rejects
+from fedload.superhub.schema import read_parents
+from fedload.superhub.session import feeder_lock, superhub_session
+from fedload.superhub.swap import drop_partitions, feeder_partition
 
 __all__ = ["RemovalPlan", "remove_feeder"]
 

@@ -20,7 +20,7 @@ def file_problems(config: Config, source: Path) -> list[str]:
     """Every problem of the files `config` names; empty when all are fine."""
     problems = [f"{source}: {where}: {message}" for where, message in _problems(config)]
     if config.superhub.schema_file is not None:
-        from fedload.schema_file import check_schema_file  # noqa: PLC0415 - pglast only when there is a file
+        from fedload.superhub.schema_file import check_schema_file  # noqa: PLC0415 - pglast only when there is a file
 
         problems += check_schema_file(config.superhub.schema_file, config.superhub.feeder_key)
     return problems

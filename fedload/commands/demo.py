@@ -25,7 +25,7 @@ from fedload.config import parse_config
 from fedload.english import counted
 from fedload.errors import ConfigError, FedloadError, UsageError
 from fedload.localpg import LocalCluster, PgInstall, search_installs
-from fedload.sync import sync_with_display
+from fedload.service.sync import sync_with_display
 
 __all__ = ["run_demo", "stop_demo"]
 

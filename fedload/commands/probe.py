@@ -29,8 +29,8 @@ from fedload.errors import (
     one_line,
 )
 from fedload.log import get_logger
-from fedload.schema import read_parents, unmatched_patterns
-from fedload.superhub import schema_file_refusals, superhub_session
+from fedload.superhub.schema import read_parents, unmatched_patterns
+from fedload.superhub.session import schema_file_refusals, superhub_session
 from fedload.transport.base import Transport
 
 __all__ = ["Probe", "probe_feeder", "probe_superhub", "run_probes"]

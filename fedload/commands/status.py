@@ -12,13 +12,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from fedload.commands.output import print_table
 from fedload.config import Config
 from fedload.english import counted
 from fedload.errors import ErrorKind
-from fedload.output import print_table
 from fedload.results import Outcome
-from fedload.runs import ensure_superhub
-from fedload.superhub import superhub_session
+from fedload.superhub.runs import ensure_superhub
+from fedload.superhub.session import superhub_session
 
 __all__ = ["FeederStatus", "read_status", "run_status"]
 

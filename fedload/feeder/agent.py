@@ -16,8 +16,8 @@ from typing import IO, BinaryIO
 
 from fedload import __version__
 from fedload._tail import Tail
-from fedload.agent_options import AgentOptions
 from fedload.errors import ConfigError, FeederError
+from fedload.feeder.agent_options import AgentOptions
 from fedload.log import get_logger
 from fedload.stream import Header, StreamEncoder, dump_failure
 from transforms import Transformer, TransformError, TransformOptions, load_remap

@@ -3,7 +3,7 @@
 Clusters listen on a unix socket in their own directory only, never on a TCP port. PostgreSQL refuses to run
 as root, so as root the server runs as the `postgres` system user if there is one, else `nobody`; an install
 that user cannot reach (a virtual environment in root's 0700 home) is run from a copy it can
-(`fedload/pgcache.py`).
+(`fedload/localpg/cache.py`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedload.errors import ConfigError
-from fedload.pgcache import CACHE_DIR, InstallTree, cached_copy
+from fedload.localpg.cache import CACHE_DIR, InstallTree, cached_copy
 
 __all__ = ["BINDIR_ENV", "InstallSearch", "LocalCluster", "PgInstall", "find_installs", "search_installs"]
 

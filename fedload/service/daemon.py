@@ -24,17 +24,17 @@ from typing import Any
 
 import asyncpg
 
-from fedload import systemd
-from fedload.bookkeeping import Bookkeeping
 from fedload.config import Config, load_config
 from fedload.english import counted
 from fedload.errors import ConfigError, ErrorKind, FedloadError, internal_error, one_line
 from fedload.log import get_logger
-from fedload.pipeline import sync_feeder
 from fedload.results import FeederRun, Outcome
-from fedload.schedule import FeederSchedule, after_failure, after_success, first_run
-from fedload.superhub import prepare_superhub
-from fedload.workers import worker_pool
+from fedload.service import systemd
+from fedload.service.schedule import FeederSchedule, after_failure, after_success, first_run
+from fedload.service.workers import worker_pool
+from fedload.superhub.bookkeeping import Bookkeeping
+from fedload.superhub.pipeline import sync_feeder
+from fedload.superhub.session import prepare_superhub
 
 __all__ = ["Daemon", "run_daemon"]
 

@@ -10,17 +10,17 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
-from fedload.bookkeeping import Bookkeeping
-from fedload.command import transport_modules
+from fedload.commands.output import print_table
+from fedload.commands.progress import dry_run_table, live_progress, summary_table
 from fedload.config import Config
 from fedload.errors import ConfigError, ErrorKind, FedloadError, UsageError, internal_error
 from fedload.log import get_logger
-from fedload.output import print_table
-from fedload.pipeline import sync_feeder
-from fedload.progress import dry_run_table, live_progress, summary_table
 from fedload.results import FeederRun, Outcome, ProgressCallback
-from fedload.superhub import prepare_superhub, superhub_session
-from fedload.workers import ForkedWorker, fork_workers, reap_forked, worker_pool
+from fedload.service.workers import ForkedWorker, fork_workers, reap_forked, worker_pool
+from fedload.superhub.bookkeeping import Bookkeeping
+from fedload.superhub.pipeline import sync_feeder
+from fedload.superhub.session import prepare_superhub, superhub_session
+from fedload.transport.command import transport_modules
 
 __all__ = ["expected_sizes", "prepare_superhub", "run_sync", "sync_feeders", "sync_with_display"]
 

@@ -1,7 +1,7 @@
-"""A worker process: runs feeder syncs that its parent (`fedload sync` or the daemon, fedload.workers) sends it,
-one at a time, on its own core. Started as `python -m fedload.worker FD LEVEL FORMAT [MODULE ...]` with FD one end
-of a Unix socket pair and MODULEs to import before it says it is ready (those its runs would import lazily, so a
-worker started ahead does not pay for them in its first run); the messages (fedload._pipe) are, from the parent:
+"""A worker process: runs feeder syncs that its parent (`fedload sync` or the daemon, fedload.service.workers) sends
+it, one at a time, on its own core. Started as `python -m fedload.service.worker FD LEVEL FORMAT [MODULE ...]` with FD
+one end of a Unix socket pair and MODULEs to import before it says it is ready (those its runs would import lazily, so a
+worker started ahead does not pay for them in its first run); the messages (fedload.service._pipe) are, from the parent:
 
 - `("run", feeder, config, dry_run)`: sync one feeder; answered by `("done", FeederRun)`;
 - `("history", request_id, result)` or `("history_error", request_id, message, kind)`: the parent's answer to a
@@ -30,14 +30,14 @@ import traceback
 from pathlib import Path
 from typing import Any, NoReturn
 
-from fedload._pipe import frame, receive
 from fedload.config import Config
 from fedload.errors import ErrorKind, FedloadError, SuperhubError, internal_error
-from fedload.kept_sessions import close_kept, keep_sessions
 from fedload.log import configure_logging, get_logger
-from fedload.pipeline import sync_feeder
 from fedload.results import Progress
-from fedload.runs import RunRecord
+from fedload.service._pipe import frame, receive
+from fedload.superhub.kept_sessions import close_kept, keep_sessions
+from fedload.superhub.pipeline import sync_feeder
+from fedload.superhub.runs import RunRecord
 
 log = get_logger()
 
@@ -179,7 +179,7 @@ def _leave_interrupts_to_the_parent() -> None:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m fedload.worker FD LEVEL FORMAT [MODULE ...]`."""
+    """`python -m fedload.service.worker FD LEVEL FORMAT [MODULE ...]`."""
     _leave_interrupts_to_the_parent()
     fd, level, log_format, preload = int(argv[0]), argv[1], argv[2], argv[3:]
     configure_logging(level=level, log_format=log_format)
@@ -190,7 +190,7 @@ def main(argv: list[str]) -> int:
 
 
 def run_forked(fd: int, sigmask: set[int | signal.Signals]) -> NoReturn:
-    """The life of a worker that its parent forked (fedload.workers.fork_workers) with this module imported and
+    """The life of a worker that its parent forked (fedload.service.workers.fork_workers) with this module imported and
     logging configured, and SIGINT blocked: serve on `fd`, then exit without returning into the parent's code."""
     status = 1
     try:

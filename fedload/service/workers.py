@@ -4,9 +4,10 @@
     run = await pool.run("hub1", config, progress=..., history=bookkeeping)
     await pool.close()
 
-A worker (`python -m fedload.worker`, fedload/worker.py) is started once, when a run first needs it or ahead of
-the first runs (`start_ahead`), and then runs one feeder at a time for the life of the pool, so a run pays no
-interpreter start or import (`preload`: the modules runs import lazily, such as the SSH transport's asyncssh).
+A worker (`python -m fedload.service.worker`, fedload/service/worker.py) is started once, when a run first needs it
+or ahead of the first runs (`start_ahead`), and then runs one feeder at a time for the life of the pool, so a run
+pays no interpreter start or import (`preload`: the modules runs import lazily, such as the SSH transport's
+asyncssh).
 `fedload sync` forks its first workers instead (`fork_workers`, before its event loop starts), from a process that
 has imported what they need: a fork costs milliseconds where an interpreter start and its imports cost ~0.3 s of
 CPU per worker, on the cores the load needs.
@@ -32,15 +33,15 @@ import time
 from collections.abc import Callable
 from typing import Any, NoReturn, Protocol
 
-from fedload._pipe import frame, receive
-from fedload.bookkeeping import RunHistory
-from fedload.command import transport_modules
 from fedload.config import Config
 from fedload.errors import ErrorKind, FedloadError, WorkerError, internal_error
 from fedload.log import configured, get_logger, import_if_logging
 from fedload.results import FeederRun, Outcome, ProgressCallback
-from fedload.runs import RunRecord
-from fedload.superhub import best_effort
+from fedload.service._pipe import frame, receive
+from fedload.superhub.bookkeeping import RunHistory
+from fedload.superhub.runs import RunRecord
+from fedload.superhub.session import best_effort
+from fedload.transport.command import transport_modules
 
 __all__ = ["ForkedWorker", "WorkerPool", "fork_workers", "reap_forked", "worker_pool"]
 
@@ -131,7 +132,7 @@ def fork_workers(count: int, preload: tuple[str, ...] = ()) -> list[ForkedWorker
     interpreters. Hand the result to `WorkerPool`, and to `reap_forked` once the pool is closed."""
     if count < 1 or not _pidfds_work():
         return []
-    from fedload import worker  # noqa: PLC0415 - the workers' modules, imported once for all of them
+    from fedload.service import worker  # noqa: PLC0415 - the workers' modules, imported once for all of them
 
     for module in preload:
         importlib.import_module(module)
@@ -209,14 +210,14 @@ class _Worker:
 
     @classmethod
     async def start(cls, preload: tuple[str, ...] = ()) -> _Worker:
-        """A new worker process: `python -m fedload.worker`."""
+        """A new worker process: `python -m fedload.service.worker`."""
         ours, theirs = socket.socketpair()
         level, log_format = configured()
         with theirs:
             process = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "fedload.worker",
+                "fedload.service.worker",
                 str(theirs.fileno()),
                 level,
                 log_format,

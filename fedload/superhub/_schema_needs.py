@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from pglast import ast, enums, parse_sql
 from pglast.parser import ParseError
 
-from fedload._schema_model import Problem, SchemaFile, Table, names
 from fedload.names import DEFAULT_SCHEMA
+from fedload.superhub._schema_model import Problem, SchemaFile, Table, names
 
 __all__ = ["check_types", "clauses", "extensions_used", "sequences_used", "types_used", "walk"]
 

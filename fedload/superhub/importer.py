@@ -19,11 +19,11 @@ import asyncpg
 
 from fedload.config import BadRows, ExtraColumns
 from fedload.errors import DumpError
-from fedload.literal_copy import CSV_NULL, CSV_QUOTE, copy_rows_pattern, csv_rows
 from fedload.log import get_logger
 from fedload.names import TableName, TablePattern
-from fedload.rejects import RejectWriter
-from fedload.schema import STAGE_SCHEMA, ParentTable, ident, key_literal, qualified
+from fedload.superhub.literal_copy import CSV_NULL, CSV_QUOTE, copy_rows_pattern, csv_rows
+from fedload.superhub.rejects import RejectWriter
+from fedload.superhub.schema import STAGE_SCHEMA, ParentTable, ident, key_literal, qualified
 from transforms import (
     CopyEnd,
     CopyRows,
@@ -90,7 +90,7 @@ class StagedTable:
     columns: list[str] = field(default_factory=list)
     dropped_columns: list[str] = field(default_factory=list)
     rows: int = 0
-    rows_by_copy: int = 0  # of `rows`, INSERT tuples loaded as COPY rows (fedload.literal_copy)
+    rows_by_copy: int = 0  # of `rows`, INSERT tuples loaded as COPY rows (fedload.superhub.literal_copy)
     inserted: bool = False  # its data came as INSERTs
     rejected: int = 0
     present: bool = False  # the dump announced or carried the table: present and empty is fine, absent is not
@@ -340,8 +340,8 @@ class Importer:
                 await self._insert_batch(staged, head, tuples[start : start + _ROWS_PER_INSERT], item)
 
     def _copy_pattern(self, staged: StagedTable, plan: ColumnPlan, insert: Insert) -> re.Pattern[bytes] | None:
-        """The tuples COPY may load for this INSERT target (see fedload.literal_copy); None: INSERTs only, because
-        bad rows are set aside one by one, or the remap rewrites the tuples."""
+        """The tuples COPY may load for this INSERT target (see fedload.superhub.literal_copy); None: INSERTs only,
+        because bad rows are set aside one by one, or the remap rewrites the tuples."""
         if self._rejects is not None or plan.columns != insert.columns or len(staged.columns) != plan.input_width:
             return None
         columns = [staged.parent.column(name) for name in staged.columns]

@@ -24,7 +24,13 @@ import asyncpg
 
 from fedload.config import Config
 from fedload.log import get_logger
-from fedload.superhub import application_name, close_superhub, connect_superhub, superhub_errors, superhub_session
+from fedload.superhub.session import (
+    application_name,
+    close_superhub,
+    connect_superhub,
+    superhub_errors,
+    superhub_session,
+)
 
 __all__ = ["IDLE_S", "close_kept", "keep_sessions", "reused_session"]
 

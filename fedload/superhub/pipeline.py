@@ -14,20 +14,19 @@ from collections.abc import AsyncIterator, Iterable
 
 import asyncpg
 
-from fedload.bookkeeping import Bookkeeping, RunHistory
-from fedload.command import dump_command, transport_for
 from fedload.config import Config, FeederConfig
 from fedload.errors import ConfigError, DumpError, ErrorKind, FedloadError, internal_error, one_line
-from fedload.importer import Importer, ImportPolicy
-from fedload.kept_sessions import reused_session
 from fedload.log import get_logger
 from fedload.names import TableName
-from fedload.receive import DumpReceiver
 from fedload.results import FeederRun, Outcome, Phase, Progress, ProgressCallback
-from fedload.runs import RunRecord, ensure_superhub, forget_rejects
-from fedload.schema import ParentTable, read_parents, unmatched_patterns
 from fedload.stream import Header, Trailer
-from fedload.superhub import (
+from fedload.superhub.bookkeeping import Bookkeeping, RunHistory
+from fedload.superhub.importer import Importer, ImportPolicy
+from fedload.superhub.kept_sessions import reused_session
+from fedload.superhub.receive import DumpReceiver
+from fedload.superhub.runs import RunRecord, ensure_superhub, forget_rejects
+from fedload.superhub.schema import ParentTable, read_parents, unmatched_patterns
+from fedload.superhub.session import (
     best_effort,
     connect_superhub,
     feeder_lock,
@@ -35,8 +34,9 @@ from fedload.superhub import (
     superhub_error,
     superhub_session,
 )
-from fedload.swap import SwapPolicy, SwapStats, analyze_partitions, describe_swap, swap_in
+from fedload.superhub.swap import SwapPolicy, SwapStats, analyze_partitions, describe_swap, swap_in
 from fedload.transport import Transport
+from fedload.transport.command import dump_command, transport_for
 from transforms import Item, Remap, RemapError, load_remap
 
 __all__ = ["FeederRun", "Progress", "ProgressCallback", "sync_feeder"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from fedload.log import get_logger
-from fedload.schema import ParentTable, ident
+from fedload.superhub.schema import ParentTable, ident
 
 __all__ = ["RejectWriter", "is_bad_row"]
 

@@ -12,7 +12,7 @@ import asyncpg
 
 from fedload.errors import ErrorKind
 from fedload.results import RECORDED_OUTCOMES, Outcome
-from fedload.schema import PARTS_SCHEMA, STAGE_SCHEMA
+from fedload.superhub.schema import PARTS_SCHEMA, STAGE_SCHEMA
 
 __all__ = [
     "RunRecord",

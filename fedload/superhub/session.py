@@ -18,8 +18,8 @@ from fedload.config import Config
 from fedload.errors import DumpError, FedloadError, SuperhubError, internal_error, one_line
 from fedload.log import get_logger
 from fedload.names import TableName
-from fedload.rejects import is_bad_row
-from fedload.runs import ensure_superhub, try_feeder_lock, unlock_feeder
+from fedload.superhub.rejects import is_bad_row
+from fedload.superhub.runs import ensure_superhub, try_feeder_lock, unlock_feeder
 
 __all__ = [
     "application_name",
@@ -178,7 +178,7 @@ async def create_parents(conn: asyncpg.Connection, config: Config) -> list[str]:
     superhub = config.superhub
     if superhub.schema_file is None:
         return []
-    from fedload.schema_file import create_parents_from_file  # noqa: PLC0415 - pglast, not needed by worker processes
+    from fedload.superhub.schema_file import create_parents_from_file  # noqa: PLC0415 - pglast, not needed by worker processes
 
     return await create_parents_from_file(conn, superhub.schema_file, superhub.feeder_key, *_schema_file_args(config))
 
@@ -188,7 +188,7 @@ async def schema_file_refusals(conn: asyncpg.Connection, config: Config) -> list
     superhub = config.superhub
     if superhub.schema_file is None:
         return []
-    from fedload import schema_file  # noqa: PLC0415 - pglast, not needed by worker processes
+    from fedload.superhub import schema_file  # noqa: PLC0415 - pglast, not needed by worker processes
 
     args = _schema_file_args(config)
     return await schema_file.schema_file_refusals(conn, superhub.schema_file, superhub.feeder_key, *args)

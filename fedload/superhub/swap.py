@@ -4,7 +4,8 @@ Per table, method "partition": DETACH and DROP the old partition, ATTACH the sta
 and prebuilt indexes make ATTACH cheap), move it to `fedload_parts` under the partition's stable name. DETACH takes
 ACCESS EXCLUSIVE on the parent until COMMIT, so the swap runs last, under a short `lock_timeout` inside a
 savepoint, and is retried: a long report holding the parent delays the swap, never the other way round for long;
-after `swap_max_wait_s` the swap fails or cancels the blocking queries (`swap_on_timeout`, fedload/blockers.py).
+after `swap_max_wait_s` the swap fails or cancels the blocking queries (`swap_on_timeout`,
+fedload/superhub/blockers.py).
 Method "mvcc": DELETE the partition's rows and INSERT the staging table's (the first sync still ATTACHes).
 """
 
@@ -20,13 +21,13 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from fedload.blockers import BlockerWatch, CancelRules, watch_blockers
 from fedload.config import SuperhubConfig, SwapMethod, SwapOnTimeout
 from fedload.errors import SuperhubError, SwapLockError
-from fedload.importer import StagedTable
 from fedload.log import get_logger
 from fedload.names import TableName
-from fedload.schema import PARTS_SCHEMA, ParentTable, ident, key_literal, qualified
+from fedload.superhub.blockers import BlockerWatch, CancelRules, watch_blockers
+from fedload.superhub.importer import StagedTable
+from fedload.superhub.schema import PARTS_SCHEMA, ParentTable, ident, key_literal, qualified
 
 __all__ = [
     "SwapPolicy",

@@ -6,9 +6,9 @@ import shlex
 import sys
 from collections.abc import Iterable
 
-from fedload.agent import pg_dump_argv
-from fedload.agent_options import AgentOptions
 from fedload.config import Config, FeederConfig
+from fedload.feeder.agent import pg_dump_argv
+from fedload.feeder.agent_options import AgentOptions
 from fedload.names import TableName
 from fedload.transport import Transport
 

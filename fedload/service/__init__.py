@@ -1,0 +1,1 @@
+"""Running and scheduling: worker processes, the daemon, `fedload sync`, the schedule, systemd."""
