@@ -168,13 +168,13 @@ class FeederConfig(_Model):
 
 
 def split_listen_address(text: str) -> tuple[str, int]:
-    """ "HOST:PORT" (an IPv6 host in brackets: "[::1]:9187"; port 0: any free one) as host and port; ValueError if
-    it is not one."""
+    """The host and port of "HOST:PORT" (an IPv6 host in brackets: "[::1]:9498"; port 0: any free one);
+    ValueError if `text` is not that."""
     host, _, port = text.rpartition(":")
     bracketed = host.startswith("[") and host.endswith("]")
     host = host[1:-1] if bracketed else host
     if not host or not port.isdigit() or int(port) > 65535 or (":" in host) != bracketed:
-        raise ValueError(f"{text!r} is not HOST:PORT (say 127.0.0.1:9187, or [::1]:9187)")
+        raise ValueError(f"{text!r} is not HOST:PORT (say 127.0.0.1:9498, or [::1]:9498)")
     return host, int(port)
 
 

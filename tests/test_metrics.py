@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -16,10 +18,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from fedload import __version__
 from fedload.config import parse_config
 from fedload.errors import ConfigError, ErrorKind
-from fedload.metrics import DaemonMetrics
+from fedload.metrics import DaemonMetrics, FeederState
 from fedload.results import FeederRun, Outcome
 from tests.federation import DaemonProcess, Federation, config_toml, runs_exist, successes, write_script
 
+DEPLOY = Path(__file__).parent.parent / "deploy"
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 # Per feeder, from the run history: finished runs by outcome, failures by kind, timestamps, rows, bytes, swaps.
@@ -230,3 +233,41 @@ def test_a_busy_run_is_counted_as_busy_only() -> None:
     assert value("fedload_run_duration_seconds_sum", {"feeder": "hub1"}) == 2.0
     metrics.remove_feeders(["hub1"])
     assert value("fedload_runs_total", {"feeder": "hub1", "outcome": "busy"}) is None
+
+
+def test_deploy_files_name_only_exported_metrics() -> None:
+    """Every fedload_* name in the alert rules, the scrape example and the dashboard is one the daemon exports."""
+    metrics = DaemonMetrics()
+    metrics.add_feeders(["hub1"])
+    metrics.record_run(
+        FeederRun(
+            feeder="hub1",
+            outcome=Outcome.SUCCESS,
+            error=None,
+            rows={},
+            raw_bytes=0,
+            dump_bytes=0,
+            seconds=1.0,
+            swap_lock_ms=1.0,
+        )
+    )
+    metrics.record_run(FeederRun.failed("hub1", "unreachable", kind=ErrorKind.TRANSPORT, seconds=1.0))
+    metrics.apply_history([FeederState("hub1", last_success_s=1.0, last_run_s=1.0, failures=0, swap_lock_failures=0)])
+    exported = {s.name for family in metrics.registry.collect() for s in family.samples}
+    files = ("fedload-alerts.yml", "prometheus.yml", "grafana-dashboard.json")
+    named = {name for f in files for name in re.findall(r"\bfedload_[a-z_]+", (DEPLOY / f).read_text())}
+    assert "fedload_feeder_last_success_timestamp_seconds" in named
+    assert named - exported == set()
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (Debian: apt install prometheus)")
+def test_alert_rules_are_valid_and_fire_when_they_should() -> None:
+    """promtool accepts the scrape example and the rules, and the rules' unit tests (tests/alerts) pass."""
+    for argv in (
+        ["promtool", "check", "config", str(DEPLOY / "prometheus.yml")],
+        ["promtool", "test", "rules", "fedload-alerts.test.yml"],
+    ):
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=60, check=False, cwd=Path(__file__).parent / "alerts"
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
