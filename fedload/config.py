@@ -32,6 +32,7 @@ __all__ = [
     "find_config_path",
     "load_config",
     "parse_config",
+    "split_listen_address",
 ]
 
 DEFAULT_CONFIG_PATHS = (Path("fedload.toml"), Path("/etc/fedload/fedload.toml"))
@@ -166,10 +167,27 @@ class FeederConfig(_Model):
         return self
 
 
+def split_listen_address(text: str) -> tuple[str, int]:
+    """The host and port of "HOST:PORT" (an IPv6 host in brackets: "[::1]:9498"; port 0: any free one);
+    ValueError if `text` is not that."""
+    host, _, port = text.rpartition(":")
+    bracketed = host.startswith("[") and host.endswith("]")
+    host = host[1:-1] if bracketed else host
+    if not host or not port.isdigit() or int(port) > 65535 or (":" in host) != bracketed:
+        raise ValueError(f"{text!r} is not HOST:PORT (say 127.0.0.1:9498, or [::1]:9498)")
+    return host, int(port)
+
+
+def _listen_address(text: str) -> str:
+    split_listen_address(text)
+    return text
+
+
 class DaemonConfig(_Model):
     """The long-running scheduler."""
 
     shutdown_grace_s: Seconds = 60.0
+    metrics_listen: Annotated[str, AfterValidator(_listen_address)] | None = None  # Prometheus /metrics; off if None
 
 
 class Config(_Model):

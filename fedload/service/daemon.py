@@ -30,6 +30,7 @@ from fedload.errors import ConfigError, ErrorKind, FedloadError, internal_error,
 from fedload.log import get_logger
 from fedload.results import FeederRun, Outcome
 from fedload.service import systemd
+from fedload.service.daemon_metrics import DaemonMetricsService
 from fedload.service.schedule import FeederSchedule, after_failure, after_success, first_run
 from fedload.service.workers import worker_pool
 from fedload.superhub.bookkeeping import Bookkeeping
@@ -85,17 +86,24 @@ class Daemon:
         self._store = ScheduleStore(self._history)
         # Started once: a reload that changes superhub.worker_processes takes effect at the next start.
         self._pool = worker_pool(config)
+        # Started once too: a reload that changes daemon.metrics_listen takes effect at the next start.
+        self._metrics = DaemonMetricsService(
+            config.daemon.metrics_listen, self._history, self._pool, lambda: self.config
+        )
         self._wake = asyncio.Event()
         self._stopping = False
         self._reload_requested = False
 
     async def run(self) -> int:
-        """Run until SIGTERM/SIGINT; 0 after a clean shutdown. Ready for systemd at once, superhub or not."""
+        """Run until SIGTERM/SIGINT; 0 after a clean shutdown. Ready for systemd at once, superhub or not.
+        ConfigError before anything else if the metrics cannot be served."""
+        self._metrics.start(self.config.feeders)
         self._install_signal_handlers()
         systemd.notify("READY=1", "STATUS=connecting to the superhub")
         watchdog = asyncio.create_task(self._watchdog(), name="watchdog")
         try:
             if await self._prepare():
+                self._metrics.poke()
                 now = time.monotonic()
                 feeders = self.config.feeders.items()
                 self._schedules = {name: first_run(now, f.interval_s, self._rng) for name, f in feeders}
@@ -107,6 +115,7 @@ class Daemon:
             watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watchdog
+            await asyncio.shield(self._metrics.close())
             if self._pool is not None:
                 await asyncio.shield(self._pool.close())
             await asyncio.shield(self._history.close())
@@ -178,6 +187,7 @@ class Daemon:
             for name in added:
                 self._schedules[name] = first_run(now, new.feeders[name].interval_s, self._rng)
             self.config = new
+            self._metrics.reconfigured(added, removed)
             log.info("daemon.reloaded", added=added, removed=removed)
         systemd.notify("READY=1")
 
@@ -209,7 +219,10 @@ class Daemon:
         exc = task.exception()
         if exc is not None:  # sync_feeder reports the run's failures: this is a bug, logged once with its traceback
             log.error("daemon.run_crashed", feeder=name, exc_info=exc)
+            self._metrics.record(FeederRun.failed(name, internal_error(exc), kind=ErrorKind.INTERNAL, seconds=0.0))
         run = None if exc is not None else task.result()
+        if run is not None:
+            self._metrics.record(run)
         previous = self._schedules[name]
         if run is not None and run.outcome is Outcome.SUCCESS:
             self._schedules[name] = after_success(now, interval, self._rng)

@@ -324,6 +324,11 @@ class WorkerPool:
         self._slots = asyncio.Semaphore(size)
         self._all: set[_Worker] = set()
 
+    @property
+    def processes(self) -> int:
+        """Worker processes alive now, idle or running a feeder."""
+        return sum(1 for worker in self._all if worker.alive)
+
     def start_ahead(self, count: int) -> None:
         """Start up to `count` workers now, in the background, so that the first runs do not wait for them."""
         for _ in range(min(count, self._size) - len(self._starting) - len(self._all)):

@@ -1,0 +1,118 @@
+"""The daemon's metrics at work: served on `daemon.metrics_listen`, fed by its finished runs, refreshed from the run
+history at start, after each run and every `_REFRESH_S` (that query is also the superhub check of
+`fedload_superhub_up`). Without `metrics_listen` nothing is served and nothing is queried.
+
+    metrics = DaemonMetricsService(config.daemon.metrics_listen, history, pool, lambda: daemon.config)
+    metrics.start(config.feeders)  # ConfigError if the address cannot be used
+    metrics.record(run)            # from the daemon's done callback, for every run
+    await metrics.close()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterable
+
+from fedload.config import Config, split_listen_address
+from fedload.errors import FedloadError, internal_error
+from fedload.log import get_logger
+from fedload.results import FeederRun
+from fedload.service.metrics import DaemonMetrics, FeederState, MetricsServer
+from fedload.service.workers import WorkerPool
+from fedload.superhub.bookkeeping import Bookkeeping
+from fedload.superhub.feeder_states import read_feeder_states
+
+__all__ = ["DaemonMetricsService"]
+
+log = get_logger()
+_REFRESH_S = 15.0  # the superhub check and history refresh, at least this often
+_CHECK_S = 10.0  # the refresh query's own budget, on top of the connect timeout
+_STOP_S = 5.0
+
+
+class DaemonMetricsService:
+    """See the module docstring."""
+
+    def __init__(
+        self, listen: str | None, history: Bookkeeping, pool: WorkerPool | None, config: Callable[[], Config]
+    ) -> None:
+        self.metrics = DaemonMetrics()
+        self._listen, self._history, self._pool, self._config = listen, history, pool, config
+        self._server: MetricsServer | None = None
+        self._refresher: asyncio.Task[None] | None = None
+        self._poke = asyncio.Event()
+        self._up: bool | None = None  # the last check's result, to log changes only
+
+    @property
+    def port(self) -> int | None:
+        """The port served, None when off."""
+        return None if self._server is None else self._server.port
+
+    def start(self, feeders: Iterable[str]) -> None:
+        """Serve the metrics and start refreshing them; nothing without `metrics_listen`."""
+        if self._listen is None:
+            return
+        self.metrics.add_feeders(feeders)
+        self.metrics.superhub_up.set(0)
+        self._server = MetricsServer.start(self.metrics.registry, *split_listen_address(self._listen))
+        log.info("daemon.metrics_serving", listen=self._listen, port=self._server.port)
+        self._poke.set()
+        self._refresher = asyncio.create_task(self._refresh_loop(), name="metrics-refresh")
+
+    def record(self, run: FeederRun) -> None:
+        """Count a finished run, and read the history again soon."""
+        self.metrics.record_run(run)
+        self.poke()
+
+    def poke(self) -> None:
+        """Refresh from the history now (after a run, after the superhub is set up)."""
+        self._poke.set()
+
+    def reconfigured(self, added: Iterable[str], removed: Iterable[str]) -> None:
+        """After a reload: new feeders show up at zero, removed ones disappear."""
+        self.metrics.add_feeders(added)
+        self.metrics.remove_feeders(removed)
+        self.poke()
+
+    async def close(self) -> None:
+        """Stop refreshing and serving."""
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresher
+        if self._server is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.to_thread(self._server.stop), _STOP_S)
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poke.wait(), _REFRESH_S)
+            self._poke.clear()
+            try:
+                await self._refresh()
+            except Exception as exc:  # a bug here must not end the refreshes or the daemon
+                log.error("daemon.metrics_refresh_crashed", error=internal_error(exc), exc_info=exc)
+
+    async def _refresh(self) -> None:
+        self.metrics.workers.set(0 if self._pool is None else self._pool.processes)
+        config = self._config()
+        try:
+            states = await self._read_states(config)
+        except (FedloadError, OSError, TimeoutError) as exc:
+            self._superhub(up=False, error=str(exc) or type(exc).__name__)
+        else:
+            self._superhub(up=True)
+            self.metrics.apply_history(states)
+
+    async def _read_states(self, config: Config) -> list[FeederState]:
+        feeders = list(config.feeders)
+        async with asyncio.timeout(config.superhub.connect_timeout_s + _CHECK_S):
+            return await self._history.write(config, lambda conn: read_feeder_states(conn, feeders))
+
+    def _superhub(self, *, up: bool, error: str | None = None) -> None:
+        self.metrics.superhub_up.set(1 if up else 0)
+        if up != self._up:
+            (log.info if up else log.warning)("daemon.metrics_superhub", up=up, error=error)
+        self._up = up

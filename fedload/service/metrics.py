@@ -1,0 +1,163 @@
+"""The daemon's Prometheus metrics: their names, what a finished run adds to them, and the HTTP endpoint.
+
+Counters and histograms count the runs this daemon finished (worker processes' runs too, once, in the main
+process), from its start. Gauges about a feeder's state (its last success and last run, the failures since) are
+read from `fedload.runs` (see `fedload.superhub.feeder_states`), so that they survive a restart and agree with
+`fedload status`. The registry is the daemon's own, never prometheus_client's global one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
+
+from fedload import __version__
+from fedload.errors import ConfigError, ErrorKind
+from fedload.results import FeederRun, Outcome
+
+__all__ = ["DaemonMetrics", "FeederState", "MetricsServer"]
+
+_RUN_BUCKETS_S = (1, 2, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 21600)
+_SWAP_BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+_STOP_S = 5.0  # the longest wait for the HTTP thread at shutdown
+
+
+@dataclass(frozen=True, slots=True)
+class FeederState:
+    """What the run history says of one feeder now; timestamps are Unix seconds, None if there is no such run."""
+
+    feeder: str
+    last_success_s: float | None
+    last_run_s: float | None
+    failures: int  # finished runs that failed since the last success (or ever, if it never succeeded)
+    swap_lock_failures: int  # of those, runs whose swap never got its locks
+
+
+class DaemonMetrics:
+    """Every metric the daemon exports, in its own registry."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        feeder = ["feeder"]
+        self.runs = self._counter("runs", "Finished runs, by outcome.", [*feeder, "outcome"])
+        self.failures = self._counter("run_failures", "Failed runs, by kind of error.", [*feeder, "error_kind"])
+        self.duration = Histogram(
+            "fedload_run_duration_seconds", "Run time.", feeder, registry=self.registry, buckets=_RUN_BUCKETS_S
+        )
+        self.rows = self._counter("rows_loaded", "Rows loaded by successful runs.", feeder)
+        self.bytes = self._counter("bytes_received", "Stream bytes received from the feeder (compressed).", feeder)
+        self.swap_wait = Histogram(
+            "fedload_swap_lock_wait_seconds",
+            "How long swaps waited for their locks.",
+            feeder,
+            registry=self.registry,
+            buckets=_SWAP_BUCKETS_S,
+        )
+        self.cancelled = self._counter("swap_cancelled_queries", "Queries swaps cancelled to get locks.", feeder)
+        self.rejected = self._counter("rejected_rows", "Rows set aside in fedload.rejects.", feeder)
+        self.last_success = self._gauge("feeder_last_success_timestamp_seconds", "End of the last success.", feeder)
+        self.last_run = self._gauge("feeder_last_run_timestamp_seconds", "End of the last finished run.", feeder)
+        self.failing = self._gauge("feeder_consecutive_failures", "Failed runs since the last success.", feeder)
+        self.lock_failing = self._gauge(
+            "feeder_swap_lock_failures", "Runs since the last success that failed for want of locks.", feeder
+        )
+        self.superhub_up = self._gauge("superhub_up", "1 if the last bookkeeping query on the superhub worked.")
+        self.workers = self._gauge("worker_processes", "Worker processes running feeders.")
+        Info("fedload_build", "fedload's version.", registry=self.registry).info({"version": __version__})
+
+    def _counter(self, name: str, doc: str, labels: list[str]) -> Counter:
+        return Counter(f"fedload_{name}", doc, labels, registry=self.registry)
+
+    def _gauge(self, name: str, doc: str, labels: Iterable[str] = ()) -> Gauge:
+        return Gauge(f"fedload_{name}", doc, labels, registry=self.registry)
+
+    def add_feeders(self, feeders: Iterable[str]) -> None:
+        """Show the feeders' counters at zero before their first run, so that `increase()` sees the first one."""
+        for name in feeders:
+            for outcome in (Outcome.SUCCESS, Outcome.FAILED):
+                self.runs.labels(name, outcome)
+            for metric in (self.rows, self.bytes, self.cancelled, self.rejected):
+                metric.labels(name)
+
+    def remove_feeders(self, feeders: Iterable[str]) -> None:
+        """Drop every series of feeders no longer configured."""
+        for name in feeders:
+            for outcome in Outcome:
+                _forget(self.runs, name, outcome)
+            for kind in ErrorKind:
+                _forget(self.failures, name, kind)
+            for metric in (self.duration, self.rows, self.bytes, self.swap_wait, self.cancelled, self.rejected):
+                _forget(metric, name)
+            for gauge in (self.last_success, self.last_run, self.failing, self.lock_failing):
+                _forget(gauge, name)
+
+    def record_run(self, run: FeederRun) -> None:
+        """Count a finished run (a busy one too: it did nothing, the outcome says so)."""
+        name = run.feeder
+        self.runs.labels(name, run.outcome).inc()
+        if run.outcome is Outcome.BUSY:
+            return
+        if run.outcome is Outcome.FAILED:
+            self.failures.labels(name, run.error_kind or ErrorKind.INTERNAL).inc()
+        self.duration.labels(name).observe(run.seconds)
+        self.bytes.labels(name).inc(run.raw_bytes)
+        if run.swap_lock_ms is not None:
+            self.swap_wait.labels(name).observe(run.swap_lock_ms / 1000)
+        self.cancelled.labels(name).inc(run.cancelled_backends or 0)
+        if run.succeeded:
+            self.rows.labels(name).inc(sum(run.rows.values()))
+            self.rejected.labels(name).inc(sum(run.rejected.values()))
+
+    def apply_history(self, states: Iterable[FeederState]) -> None:
+        """Set the feeders' state gauges from the run history; a feeder without such a run has no series."""
+        for state in states:
+            _set(self.last_success, state.feeder, state.last_success_s)
+            _set(self.last_run, state.feeder, state.last_run_s)
+            self.failing.labels(state.feeder).set(state.failures)
+            self.lock_failing.labels(state.feeder).set(state.swap_lock_failures)
+
+
+def _set(gauge: Gauge, feeder: str, value: float | None) -> None:
+    if value is None:
+        _forget(gauge, feeder)
+    else:
+        gauge.labels(feeder).set(value)
+
+
+def _forget(metric: Counter | Gauge | Histogram, *labels: str) -> None:
+    with contextlib.suppress(KeyError):  # never had that series
+        metric.remove(*labels)
+
+
+class MetricsServer:
+    """prometheus_client's HTTP server on a thread, serving a registry at /metrics (any path, in fact)."""
+
+    def __init__(self, server: WSGIServer, thread: threading.Thread) -> None:
+        self._server, self._thread = server, thread
+
+    @classmethod
+    def start(cls, registry: CollectorRegistry, host: str, port: int) -> MetricsServer:
+        """Listen on host:port; ConfigError naming `daemon.metrics_listen` if the address cannot be used."""
+        try:
+            server, thread = start_http_server(port, host, registry=registry)
+        except OSError as exc:
+            where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            reason = exc.strerror or str(exc)
+            raise ConfigError(f"daemon.metrics_listen: cannot serve metrics on {where}: {reason}") from exc
+        return cls(server, thread)
+
+    @property
+    def port(self) -> int:
+        """The port listened on."""
+        return int(self._server.server_port)
+
+    def stop(self) -> None:
+        """Stop serving and close the socket (blocks for up to half a second: call it off the event loop)."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(_STOP_S)

@@ -1,0 +1,52 @@
+"""Each feeder's state as the run history (`fedload.runs`) tells it: last success, last finished run, failures since.
+
+One cheap query (three index lookups per feeder on `runs_feeder_started`), read by the daemon's metrics at start-up
+and after each run, so that a restarted daemon reports the same freshness as the one before it.
+"""
+
+from __future__ import annotations
+
+import asyncpg
+
+from fedload.results import Outcome
+from fedload.service.metrics import FeederState
+
+__all__ = ["read_feeder_states"]
+
+# $1 the feeders, $2 success, $3 running, $4 the failed outcomes (failed, abandoned)
+_QUERY = """
+SELECT f.feeder,
+       extract(epoch FROM s.finished_at)::float8 AS last_success_s,
+       extract(epoch FROM r.finished_at)::float8 AS last_run_s,
+       c.failures, c.swap_lock_failures
+FROM unnest($1::text[]) AS f (feeder)
+LEFT JOIN LATERAL (
+    SELECT started_at, finished_at FROM fedload.runs
+    WHERE feeder = f.feeder AND outcome = $2 ORDER BY started_at DESC LIMIT 1
+) s ON true
+LEFT JOIN LATERAL (
+    SELECT finished_at FROM fedload.runs
+    WHERE feeder = f.feeder AND outcome <> $3 ORDER BY started_at DESC LIMIT 1
+) r ON true
+CROSS JOIN LATERAL (
+    SELECT count(*) AS failures, count(*) FILTER (WHERE swap_lock_failed) AS swap_lock_failures FROM fedload.runs
+    WHERE feeder = f.feeder AND outcome = ANY($4::text[]) AND started_at > coalesce(s.started_at, '-infinity')
+) c
+ORDER BY f.feeder
+"""
+_FAILED = [Outcome.FAILED, Outcome.ABANDONED]
+
+
+async def read_feeder_states(conn: asyncpg.Connection, feeders: list[str]) -> list[FeederState]:
+    """The state of each of `feeders` (with or without history)."""
+    records = await conn.fetch(_QUERY, feeders, Outcome.SUCCESS, Outcome.RUNNING, _FAILED)
+    return [
+        FeederState(
+            feeder=r["feeder"],
+            last_success_s=r["last_success_s"],
+            last_run_s=r["last_run_s"],
+            failures=r["failures"],
+            swap_lock_failures=r["swap_lock_failures"],
+        )
+        for r in records
+    ]
