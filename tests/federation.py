@@ -253,3 +253,17 @@ def on_terminal(args: list[str], *, stream: str = "stdout", env: dict[str, str] 
         status = child.wait(timeout=60)
     os.close(primary)
     return status, output.decode(errors="replace")
+
+
+def children_running(parent: int, word: str) -> list[int]:
+    """The child processes of `parent` whose command line contains `word`."""
+    pids = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            ppid = next(line for line in status.read_text().splitlines() if line.startswith("PPid:"))
+            argv = (status.parent / "cmdline").read_bytes()
+        except (OSError, StopIteration):
+            continue
+        if int(ppid.split()[1]) == parent and word.encode() in argv:
+            pids.append(int(status.parent.name))
+    return pids

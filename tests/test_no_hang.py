@@ -33,6 +33,7 @@ from tests.federation import (
     HOST_COLS,
     DaemonProcess,
     Federation,
+    children_running,
     config_toml,
     staging_leftovers,
     sync,
@@ -198,21 +199,8 @@ async def _worker_when_running(fed: Federation) -> int:
     while await asyncio.to_thread(fed.superhub_sql, running) != "1":
         assert time.monotonic() < deadline
         await asyncio.sleep(0.1)
-    (pid,) = _children_named(os.getpid(), "fedload.service.worker")
+    (pid,) = children_running(os.getpid(), "fedload.service.worker")
     return pid
-
-
-def _children_named(parent: int, word: str) -> list[int]:
-    pids = []
-    for status in Path("/proc").glob("[0-9]*/status"):
-        try:
-            ppid = next(line for line in status.read_text().splitlines() if line.startswith("PPid:"))
-            argv = (status.parent / "cmdline").read_bytes()
-        except (OSError, StopIteration):
-            continue
-        if int(ppid.split()[1]) == parent and word.encode() in argv:
-            pids.append(int(status.parent.name))
-    return pids
 
 
 def _state(pid: int) -> str:
@@ -278,7 +266,7 @@ def test_the_agent_kills_pg_dump_when_its_reader_goes_away(federation: Federatio
     try:
         with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as agent:
             _wait_until(lambda: federation.cluster.psql(waiting, feeder).strip() == "1")
-            (pg_dump_pid,) = _children_named(agent.pid, "pg_dump")
+            (pg_dump_pid,) = children_running(agent.pid, "pg_dump")
             assert agent.stdout is not None
             agent.stdout.close()  # the superhub's end of the stream goes away
             _wait_until(lambda: _state(pg_dump_pid) in ("gone", "Z"), timeout_s=10)
@@ -307,9 +295,9 @@ def test_a_run_whose_parent_side_fails_never_hands_its_worker_to_the_next_run(fe
         try:
             with pytest.raises(RuntimeError, match="a bug in the display"):
                 await asyncio.wait_for(pool.run("hub1", config, history=history, progress=broken_display), 60)
-            first = _children_named(os.getpid(), "fedload.service.worker")
+            first = children_running(os.getpid(), "fedload.service.worker")
             run = await asyncio.wait_for(pool.run("hub2", config, history=history), 60)
-            return run, [*first, *_children_named(os.getpid(), "fedload.service.worker")]
+            return run, [*first, *children_running(os.getpid(), "fedload.service.worker")]
         finally:
             await pool.close()
             await history.close()

@@ -32,6 +32,7 @@ from tests.federation import (
     HOST_COLS,
     Federation,
     assert_feeders_equal_partitions,
+    children_running,
     config_toml,
     staging_leftovers,
     sync,
@@ -43,16 +44,7 @@ WAIT_S = 30.0
 
 def worker_pids() -> list[int]:
     """This process's worker processes."""
-    pids = []
-    for status in Path("/proc").glob("[0-9]*/status"):
-        try:
-            ppid = next(line for line in status.read_text().splitlines() if line.startswith("PPid:"))
-            argv = (status.parent / "cmdline").read_bytes()
-        except (OSError, StopIteration):
-            continue
-        if int(ppid.split()[1]) == os.getpid() and b"fedload.service.worker" in argv:
-            pids.append(int(status.parent.name))
-    return pids
+    return children_running(os.getpid(), "fedload.service.worker")
 
 
 def started_workers(logs: list[MutableMapping[str, Any]]) -> list[object]:
