@@ -88,7 +88,7 @@ def _run_daemon(args: argparse.Namespace) -> int:
     path = find_config_path(args.config)
     config = load_config(path)
     _logging(args, config.log_level)
-    return run_daemon(config, path)
+    return run_daemon(config, path, shard=args.shard)
 
 
 def _run_status(args: argparse.Namespace) -> int:
@@ -128,6 +128,7 @@ def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None
     sync.set_defaults(run=_run_sync)
 
     daemon = _command(commands, "daemon", _WITH_CONFIG)
+    daemon.add_argument("--shard", metavar="NAME", help="run only the feeders of this shard (default: every feeder)")
     daemon.set_defaults(run=_run_daemon)
 
     status = _command(commands, "status", _WITH_CONFIG)

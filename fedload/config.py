@@ -208,11 +208,13 @@ class Config(_Model):
 
     def for_feeder(self, name: str) -> Config:
         """The configuration feeder `name`'s run uses: with shards, its shard's dsn as the superhub's."""
-        shard = self.feeders[name].shard
-        return self if shard is None else self.for_shard(shard)
+        return self.for_shard(self.feeders[name].shard)
 
-    def for_shard(self, shard: str) -> Config:
-        """This configuration with shard `shard`'s dsn as the superhub's: the whole pipeline then runs on it."""
+    def for_shard(self, shard: str | None) -> Config:
+        """This configuration with shard `shard`'s dsn as the superhub's: the whole pipeline then runs on it.
+        None (no shards): the configuration itself."""
+        if shard is None:
+            return self
         superhub = self.superhub.model_copy(update={"dsn": self.shards[shard].dsn})
         return self.model_copy(update={"superhub": superhub})
 

@@ -3,12 +3,16 @@ coordinator's foreign partitions, and what a coordinator reader sees during swap
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fedload.config import parse_config
+from fedload.config import Config, parse_config
 from fedload.errors import ConfigError
+from tests.federation import DaemonProcess, Federation, config_toml, sync
 
 
 def _document(**extra: Any) -> dict[str, Any]:
@@ -76,3 +80,104 @@ def test_coordinator_needs_shards_and_a_dsn_of_its_own() -> None:
     assert _problems(_document(coordinator={"dsn": "postgresql:///s2"})) == [
         "f.toml: coordinator.dsn: the same as shard s2's dsn: the coordinator needs its own"
     ]
+
+
+def sharded(fed: Federation, layout: dict[str, list[str]], *, coordinator: str | None = None) -> Config:
+    """The federation's configuration with shard databases (created) holding the feeders of `layout`."""
+    document = fed.config().model_dump(mode="json", exclude_none=True)
+    del document["superhub"]["dsn"]
+    document["shards"] = {}
+    for shard, feeders in layout.items():
+        fed.cluster.psql(f"CREATE DATABASE {fed.superhub}_{shard}")
+        document["shards"][shard] = {"dsn": fed.cluster.dsn(f"{fed.superhub}_{shard}")}
+        for name in feeders:
+            document["feeders"][name]["shard"] = shard
+    if coordinator is not None:
+        document["coordinator"] = {"dsn": coordinator}
+    return parse_config(document)
+
+
+COUNTS = (  # rows per feeder key: "1:300,2:200"
+    "SELECT string_agg(hub_id || ':' || n, ',' ORDER BY hub_id) "
+    "FROM (SELECT hub_id, count(*) AS n FROM {table} GROUP BY 1) AS c"
+)
+
+
+def shard_sql(fed: Federation, shard: str, sql: str) -> str:
+    """Run SQL on a shard's database."""
+    return fed.cluster.psql(sql, dbname=f"{fed.superhub}_{shard}").strip()
+
+
+def test_sync_loads_each_feeder_into_its_shard(federation: Federation) -> None:
+    """Each feeder's rows, run history and staging live on its shard only; the other shard never sees them."""
+    config = sharded(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
+    runs = sync(config)
+    assert [run.outcome for run in runs] == ["success"] * 3, [run.error for run in runs]
+    count = COUNTS.format(table="hosts")
+    assert shard_sql(federation, "s1", count) == "1:300,2:200"
+    assert shard_sql(federation, "s2", count) == "3:100"
+    history = "SELECT string_agg(feeder || ':' || outcome, ',' ORDER BY feeder) FROM fedload.runs"
+    assert shard_sql(federation, "s1", history) == "hub1:success,hub2:success"
+    assert shard_sql(federation, "s2", history) == "hub3:success"
+    for shard in ("s1", "s2"):
+        assert shard_sql(federation, shard, "SELECT count(*) FROM pg_tables WHERE schemaname = 'fedload_stage'") == "0"
+    assert federation.superhub_sql("SELECT to_regclass('fedload.runs') IS NULL") == "t"  # the old superhub: unused
+
+
+def synced(fed: Federation, shard: str) -> int:
+    """How many feeders have synced successfully on a shard."""
+    if shard_sql(fed, shard, "SELECT to_regclass('fedload.runs') IS NULL") == "t":
+        return 0
+    return int(shard_sql(fed, shard, "SELECT count(DISTINCT feeder) FROM fedload.runs WHERE outcome = 'success'"))
+
+
+def sharded_toml(fed: Federation, config: Config) -> Path:
+    """A configuration file for `config`'s shards, as an operator would write it."""
+    text = config_toml(fed).replace(f'dsn = "{fed.cluster.dsn(fed.superhub)}"\n', "")
+    for name, feeder in config.feeders.items():
+        text = text.replace(f"[feeders.{name}]\n", f'[feeders.{name}]\nshard = "{feeder.shard}"\n')
+    text += "".join(f'[shards.{shard}]\ndsn = "{s.dsn}"\n' for shard, s in config.shards.items())
+    path = fed.tmp / "sharded.toml"
+    path.write_text(text)
+    return path
+
+
+def test_daemon_per_shard(federation: Federation) -> None:
+    """`daemon --shard s2` runs only s2's feeders, on s2; a plain daemon runs every feeder on its own shard."""
+    path = sharded_toml(federation, sharded(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]}))
+    one = DaemonProcess(path, federation.tmp / "s2.log", None, "--shard", "s2")
+    try:
+        one.wait_for(
+            "hub3 synced on s2",
+            lambda: synced(federation, "s2") == 1,
+        )
+        assert shard_sql(federation, "s1", "SELECT to_regclass('fedload.runs') IS NULL") == "t"  # s1 untouched
+        assert one.stop() == 0
+    finally:
+        one.stop()
+        one.close_log()
+    every = DaemonProcess(path, federation.tmp / "all.log")
+    try:
+        every.wait_for(
+            "hub1 and hub2 synced on s1",
+            lambda: synced(federation, "s1") == 2,
+        )
+        assert shard_sql(federation, "s1", "SELECT count(*) FROM fedload.schedule") == "2"
+        assert shard_sql(federation, "s2", COUNTS.format(table="hosts")) == "3:100"
+        assert every.stop() == 0
+    finally:
+        every.stop()
+        every.close_log()
+
+
+def test_daemon_refuses_an_unknown_shard(federation: Federation) -> None:
+    """`daemon --shard NAME` for a shard the configuration lacks: exit 2, one line naming the shards."""
+    path = sharded_toml(federation, sharded(federation, {"s1": ["hub1", "hub2", "hub3"]}))
+    result = subprocess.run(
+        [sys.executable, "-m", "fedload", "daemon", "--config", str(path), "--shard", "s9"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stderr) == (2, "fedload: unknown shard s9; shards: s1\n")
