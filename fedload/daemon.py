@@ -27,6 +27,7 @@ import asyncpg
 from fedload import systemd
 from fedload.bookkeeping import ShardHistories
 from fedload.config import Config, FeederConfig, load_config
+from fedload.coordinator import refresh_coordinator
 from fedload.english import counted
 from fedload.errors import ConfigError, ErrorKind, FedloadError, UsageError, internal_error, one_line
 from fedload.log import get_logger
@@ -153,6 +154,7 @@ class Daemon:
             try:
                 for shard in self.config.by_shard(self._feeders(self.config)):
                     await prepare_superhub(self.config.for_shard(shard))
+                await refresh_coordinator(self.config)
             except FedloadError as exc:
                 await self._wait_to_retry(attempt, exc)
             else:
@@ -187,6 +189,8 @@ class Daemon:
                 self._schedules[name] = first_run(now, new.feeders[name].interval_s, self._rng)
             self.config = new
             log.info("daemon.reloaded", added=added, removed=removed)
+            if new.coordinator is not None:  # feeders may have moved between shards' lists
+                self._spawn(self._refresh_coordinator(new), name="coordinator")
         systemd.notify("READY=1")
 
     def _load(self) -> Config:
@@ -243,6 +247,10 @@ class Daemon:
             )
         schedule = self._store.store(self.config.for_feeder(name), name, self._schedules[name])
         self._spawn(schedule, name=f"schedule-{name}")
+
+    @staticmethod
+    async def _refresh_coordinator(config: Config) -> None:
+        await refresh_coordinator(config)
 
     def _spawn(self, step: Coroutine[Any, Any, None], *, name: str) -> None:
         """Start a bookkeeping task, kept until it is done so that shutdown can wait for it."""

@@ -13,6 +13,7 @@ from rich.console import Console
 from fedload.bookkeeping import ShardHistories
 from fedload.command import transport_modules
 from fedload.config import Config
+from fedload.coordinator import refresh_coordinator
 from fedload.errors import ConfigError, ErrorKind, FedloadError, UsageError, internal_error
 from fedload.log import get_logger
 from fedload.output import print_table
@@ -66,6 +67,7 @@ async def sync_feeders(
         if not dry_run:
             for shard in config.by_shard(names):
                 await prepare_superhub(config.for_shard(shard))
+            await refresh_coordinator(config)  # before the runs: a feeder new to a shard is in its bound first
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(one(name)) for name in names]
     finally:

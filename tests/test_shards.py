@@ -3,16 +3,20 @@ coordinator's foreign partitions, and what a coordinator reader sees during swap
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
+from structlog.testing import capture_logs
 
 from fedload.config import Config, parse_config
+from fedload.coordinator import CoordinatorReport, build_coordinator
 from fedload.errors import ConfigError
-from tests.federation import DaemonProcess, Federation, config_toml, sync
+from tests.federation import HOST_COLS, DaemonProcess, Federation, config_toml, sync
 
 
 def _document(**extra: Any) -> dict[str, Any]:
@@ -181,3 +185,90 @@ def test_daemon_refuses_an_unknown_shard(federation: Federation) -> None:
         check=False,
     )
     assert (result.returncode, result.stderr) == (2, "fedload: unknown shard s9; shards: s1\n")
+
+
+def with_coordinator(fed: Federation, layout: dict[str, list[str]]) -> Config:
+    """`sharded` plus a coordinator database (created) on the same cluster."""
+    fed.cluster.psql(f"CREATE DATABASE {fed.superhub}_coord")
+    return sharded(fed, layout, coordinator=fed.cluster.dsn(f"{fed.superhub}_coord"))
+
+
+def coord_sql(fed: Federation, sql: str) -> str:
+    """Run SQL on the coordinator."""
+    return fed.cluster.psql(sql, dbname=f"{fed.superhub}_coord").strip()
+
+
+def test_coordinator_reads_every_shard(federation: Federation) -> None:
+    """The coordinator's parents hold every feeder's rows exactly once, read from the shards at once (async
+    append), aggregates grouped by the key run on the shards; a second build changes nothing."""
+    config = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
+    with capture_logs() as logs:
+        assert all(run.succeeded for run in sync(config))  # which builds the coordinator first
+    built = [e for e in logs if e["event"] == "coordinator.built"]
+    assert [sorted(built[0]["created"]), sorted(built[0]["attached"])] == [
+        ["public.contexts", "public.hosts"],
+        sorted(f"public.{t}@{s}" for t in ("contexts", "hosts") for s in ("s1", "s2")),
+    ]
+    assert coord_sql(federation, COUNTS.format(table="hosts")) == "1:300,2:200,3:100"
+    assert coord_sql(federation, COUNTS.format(table="contexts")) == "1:3000,2:2000,3:1000"
+    for i, db in enumerate(federation.feeders.values(), start=1):
+        where = f"WHERE hub_id = {i}"
+        assert federation.digest(f"{federation.superhub}_coord", "hosts", HOST_COLS, where) == federation.digest(
+            db, "hosts", HOST_COLS
+        )
+    plan = coord_sql(federation, "EXPLAIN (VERBOSE) SELECT hub_id, count(*) FROM hosts GROUP BY hub_id")
+    assert plan.count("Async Foreign Scan") == 2, plan
+    assert "Aggregate on" in plan, plan  # partitionwise: the shards count
+    assert asyncio.run(build_coordinator(config)) == CoordinatorReport()
+    options = coord_sql(
+        federation, "SELECT array_to_string(srvoptions, ',') FROM pg_foreign_server WHERE srvname = 'fedload_s2'"
+    )
+    cluster = federation.cluster
+    assert (
+        options
+        == f"host={cluster.dir},port={cluster.port},dbname={federation.superhub}_s2,async_capable=true,fetch_size=10000"
+    )
+
+
+def test_a_changed_feeder_list_repartitions_atomically(federation: Federation) -> None:
+    """A feeder added to a shard: the shard's foreign partitions are replaced in one transaction while readers
+    of the coordinator keep seeing every feeder exactly once."""
+    layout = {"s1": ["hub1"], "s2": ["hub2", "hub3"]}
+    config = with_coordinator(federation, layout)
+    assert all(run.succeeded for run in sync(config))
+    document = config.model_dump(mode="json", exclude_none=True)
+    document["feeders"]["hub4"] = {**document["feeders"]["hub3"], "key": 4}  # never synced: no rows
+    more = parse_config(document)
+    expected = "1:300,2:200,3:100"
+
+    async def read(stop: asyncio.Event) -> list[str]:
+        conn = await asyncpg.connect(config.coordinator.dsn if config.coordinator else "")
+        seen = []
+        try:
+            while not stop.is_set():
+                seen.append(await conn.fetchval(COUNTS.format(table="hosts")))
+                seen.append(str(await conn.fetchval("SELECT count(*) FROM hosts WHERE hub_id = 2")))
+        finally:
+            await conn.close()
+        return seen
+
+    async def flip() -> tuple[list[str], list[str], int]:
+        stop = asyncio.Event()
+        reader = asyncio.create_task(read(stop))
+        changes = []
+        for round_ in range(6):
+            await asyncio.sleep(0.05)
+            report = await build_coordinator(more if round_ % 2 == 0 else config)
+            changes.append(",".join(sorted(report.detached)) + "|" + ",".join(sorted(report.attached)))
+        stop.set()
+        seen = await reader
+        return changes, [value for value in seen if value not in (expected, "200")], len(seen)
+
+    changes, odd, reads = asyncio.run(flip())
+    both = "public.contexts@s2,public.hosts@s2"
+    assert changes == [f"{both}|{both}"] * 6  # each build replaced s2's partitions
+    assert (odd, reads > 10) == ([], True)  # and the readers never saw a feeder missing or twice
+    assert (
+        coord_sql(federation, "SELECT pg_get_expr(relpartbound, oid) FROM pg_class WHERE relname = 'public.hosts@s2'")
+        == "FOR VALUES IN (2, 3)"
+    )
