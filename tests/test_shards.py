@@ -4,8 +4,10 @@ coordinator's foreign partitions, and what a coordinator reader sees during swap
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,9 @@ from structlog.testing import capture_logs
 from fedload.config import Config, parse_config
 from fedload.coordinator import CoordinatorReport, build_coordinator
 from fedload.errors import ConfigError
-from tests.federation import HOST_COLS, DaemonProcess, Federation, config_toml, sync
+from fedload.localpg import LocalCluster, find_installs
+from fedload.sync import sync_feeders
+from tests.federation import HOST_COLS, DaemonProcess, Federation, config_toml, require_major, sync
 
 
 def _document(**extra: Any) -> dict[str, Any]:
@@ -189,6 +193,7 @@ def test_daemon_refuses_an_unknown_shard(federation: Federation) -> None:
 
 def with_coordinator(fed: Federation, layout: dict[str, list[str]]) -> Config:
     """`sharded` plus a coordinator database (created) on the same cluster."""
+    require_postgres_fdw(fed.cluster)
     fed.cluster.psql(f"CREATE DATABASE {fed.superhub}_coord")
     return sharded(fed, layout, coordinator=fed.cluster.dsn(f"{fed.superhub}_coord"))
 
@@ -272,3 +277,88 @@ def test_a_changed_feeder_list_repartitions_atomically(federation: Federation) -
         coord_sql(federation, "SELECT pg_get_expr(relpartbound, oid) FROM pg_class WHERE relname = 'public.hosts@s2'")
         == "FOR VALUES IN (2, 3)"
     )
+
+
+GROW_CONTEXTS = "INSERT INTO contexts SELECT 'x', 'new', NULL, g FROM generate_series(1, 10) AS g"
+PER_FEEDER = """
+SELECT string_agg(hub_id || ':' || h || '/' || c, ',' ORDER BY hub_id)
+FROM (SELECT hub_id, count(*) AS h FROM hosts GROUP BY 1) AS a
+FULL JOIN (SELECT hub_id, count(*) AS c FROM contexts GROUP BY 1) AS b USING (hub_id)
+"""
+
+
+@pytest.mark.parametrize("method", ["partition", "mvcc"])
+def test_coordinator_readers_see_old_or_new_rows_during_swaps(federation: Federation, method: str) -> None:
+    """While feeders on both shards are swapped again and again, each coordinator query sees every feeder once,
+    with its old or its new rows in every table together (one remote REPEATABLE READ transaction per shard)."""
+    config = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
+    document = config.model_dump(mode="json", exclude_none=True)
+    document["superhub"] |= {"swap_method": method, "worker_processes": 0}
+    config = parse_config(document)
+    assert all(run.succeeded for run in sync(config))
+    rounds, sizes = 3, {1: 300, 2: 200, 3: 100}
+
+    async def read(stop: asyncio.Event) -> list[str]:
+        assert config.coordinator is not None
+        conn = await asyncpg.connect(config.coordinator.dsn)
+        seen = []
+        try:
+            while not stop.is_set():
+                seen.append(await conn.fetchval(PER_FEEDER))
+        finally:
+            await conn.close()
+        return seen
+
+    async def swaps() -> list[str]:
+        stop = asyncio.Event()
+        reader = asyncio.create_task(read(stop))
+        for k in range(1, rounds + 1):
+            for db in federation.feeders.values():
+                grow = f"INSERT INTO hosts (hostkey) VALUES ('new{k}'); {GROW_CONTEXTS}"
+                await asyncio.to_thread(federation.cluster.psql, grow, dbname=db)
+            runs = await sync_feeders(config, list(config.feeders))
+            assert all(run.succeeded for run in runs), [run.error for run in runs]
+        stop.set()
+        return await reader
+
+    seen = asyncio.run(swaps())
+    valid = [{f"{i}:{n + k}/{10 * (n + k)}" for k in range(rounds + 1)} for i, n in sizes.items()]
+    odd = [s for s in seen if len(parts := s.split(",")) != 3 or any(p not in v for p, v in zip(parts, valid))]  # noqa: B905
+    assert (odd, len(seen) > 20, len(set(seen)) > rounds) == ([], True, True), (odd[:5], len(seen), set(seen))
+    assert seen[-1] == ",".join(f"{i}:{n + rounds}/{10 * (n + rounds)}" for i, n in sizes.items())
+
+
+def require_postgres_fdw(cluster: LocalCluster) -> None:
+    """Fail (in CI, where FEDLOAD_REQUIRE_MAJORS lists the major) or skip when an install lacks postgres_fdw."""
+    if cluster.psql("SELECT count(*) FROM pg_available_extensions WHERE name = 'postgres_fdw'").strip() == "1":
+        return
+    major = cluster.install.major
+    if str(major) in os.environ.get("FEDLOAD_REQUIRE_MAJORS", "").split(","):
+        pytest.fail(f"PostgreSQL {major} in {cluster.install.bindir} lacks postgres_fdw, which is required here")
+    pytest.skip(f"PostgreSQL {major} in {cluster.install.bindir} lacks postgres_fdw")
+
+
+@pytest.fixture
+def other_major() -> Iterator[LocalCluster]:
+    """A PostgreSQL 18 cluster for a shard of another major than the coordinator's."""
+    require_major(18)
+    running = LocalCluster(find_installs()[18], name="shard18").start()
+    yield running
+    running.stop()
+
+
+def test_a_shard_on_another_cluster_and_major(federation: Federation, other_major: LocalCluster) -> None:
+    """Shard s2 on a PostgreSQL 18 cluster, s1 and the coordinator on the feeders' cluster: its feeder loads
+    there, and the coordinator reads both shards, the far one through its own socket."""
+    require_postgres_fdw(federation.cluster)
+    config = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
+    other_major.psql("CREATE DATABASE far")
+    document = config.model_dump(mode="json", exclude_none=True)
+    document["shards"]["s2"]["dsn"] = other_major.dsn("far")
+    config = parse_config(document)
+    runs = sync(config)
+    assert all(run.succeeded for run in runs), [run.error for run in runs]
+    assert other_major.psql(COUNTS.format(table="hosts"), dbname="far").strip() == "3:100"
+    assert coord_sql(federation, COUNTS.format(table="contexts")) == "1:3000,2:2000,3:1000"
+    plan = coord_sql(federation, "EXPLAIN (VERBOSE) SELECT hub_id, count(*) FROM contexts GROUP BY hub_id")
+    assert plan.count("Async Foreign Scan") == 2, plan
