@@ -4,6 +4,7 @@ coordinator's foreign partitions, and what a coordinator reader sees during swap
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from fedload.config import Config, parse_config
 from fedload.coordinator import CoordinatorReport, build_coordinator
 from fedload.errors import ConfigError
 from fedload.localpg import LocalCluster, find_installs
+from fedload.status import read_status
 from fedload.sync import sync_feeders
 from tests.federation import HOST_COLS, DaemonProcess, Federation, config_toml, require_major, sync
 
@@ -130,6 +132,12 @@ def test_sync_loads_each_feeder_into_its_shard(federation: Federation) -> None:
     for shard in ("s1", "s2"):
         assert shard_sql(federation, shard, "SELECT count(*) FROM pg_tables WHERE schemaname = 'fedload_stage'") == "0"
     assert federation.superhub_sql("SELECT to_regclass('fedload.runs') IS NULL") == "t"  # the old superhub: unused
+    statuses = asyncio.run(read_status(config))
+    assert [(s.feeder, s.shard, s.configured, s.rows) for s in statuses] == [
+        ("hub1", "s1", True, 3300),
+        ("hub2", "s1", True, 2200),
+        ("hub3", "s2", True, 1100),
+    ]
 
 
 def synced(fed: Federation, shard: str) -> int:
@@ -173,6 +181,15 @@ def test_daemon_per_shard(federation: Federation) -> None:
         assert shard_sql(federation, "s1", "SELECT count(*) FROM fedload.schedule") == "2"
         assert shard_sql(federation, "s2", COUNTS.format(table="hosts")) == "3:100"
         assert every.stop() == 0
+        status = subprocess.run(
+            [sys.executable, "-m", "fedload", "status", "--json", "--config", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        shown = {s["feeder"]: (s["shard"], s["next_run"] is not None) for s in json.loads(status.stdout)}
+        assert (status.returncode, shown) == (0, {"hub1": ("s1", True), "hub2": ("s1", True), "hub3": ("s2", True)})
     finally:
         every.stop()
         every.close_log()
