@@ -113,7 +113,7 @@ def _run_feeder_remove(args: argparse.Namespace) -> int:
 
     config = _config(args)
     _logging(args, config.log_level)
-    return remove_feeder(config, args.name, args.table, yes=args.yes)
+    return remove_feeder(config, args.name, args.table, yes=args.yes, shard=args.shard)
 
 
 def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
@@ -149,6 +149,9 @@ def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None
     )
     remove.add_argument(
         "--yes", "-y", action="store_true", help="do not ask for confirmation (needed without a terminal)"
+    )
+    remove.add_argument(
+        "--shard", metavar="NAME", help="with [shards]: remove it from this shard (default: the feeder's own)"
     )
     remove.set_defaults(run=_run_feeder_remove)
 

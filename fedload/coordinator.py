@@ -191,6 +191,8 @@ async def _shard_parents(config: Config) -> dict[TableName, ParentTable]:
     for shard in config.shards:
         async with superhub_session(config.for_shard(shard), "coordinator") as conn:
             parents = await read_parents(conn, config.superhub.tables, config.superhub.feeder_key)
+            if strays := await _strays(conn, parents.values(), config, shard):
+                log.warning("coordinator.stray_partitions", shard=shard, partitions=strays)
         for table, parent in parents.items():
             first = found.setdefault(table, (shard, parent))
             if _columns(first[1].columns) != _columns(parent.columns):
@@ -199,6 +201,22 @@ async def _shard_parents(config: Config) -> dict[TableName, ParentTable]:
                     f"{', '.join(_columns(parent.columns))} against {', '.join(_columns(first[1].columns))}"
                 )
     return {table: parent for table, (_, parent) in found.items()}
+
+
+_PARTITIONS = """
+SELECT c.oid::regclass::text, pg_get_expr(c.relpartbound, c.oid)
+FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = $1::regclass
+"""
+
+
+async def _strays(conn: asyncpg.Connection, parents: Iterable[ParentTable], config: Config, shard: str) -> list[str]:
+    """The shard's partitions of keys not assigned to it (a feeder moved away and not yet removed there): the
+    coordinator reads them through the shard's foreign partition, under a bound that does not hold them."""
+    keys = {bound_sql([config.feeders[n].key]) for n in config.by_shard().get(shard, [])}
+    strays = []
+    for parent in parents:
+        strays += [name for name, bound in await conn.fetch(_PARTITIONS, parent.sql_name) if bound not in keys]
+    return strays
 
 
 def _column_list(parent: ParentTable) -> str:

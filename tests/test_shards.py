@@ -16,6 +16,7 @@ import asyncpg
 import pytest
 from structlog.testing import capture_logs
 
+from fedload.admin import remove_feeder
 from fedload.config import Config, parse_config
 from fedload.coordinator import CoordinatorReport, build_coordinator
 from fedload.errors import ConfigError
@@ -379,3 +380,24 @@ def test_a_shard_on_another_cluster_and_major(federation: Federation, other_majo
     assert coord_sql(federation, COUNTS.format(table="contexts")) == "1:3000,2:2000,3:1000"
     plan = coord_sql(federation, "EXPLAIN (VERBOSE) SELECT hub_id, count(*) FROM contexts GROUP BY hub_id")
     assert plan.count("Async Foreign Scan") == 2, plan
+
+
+def test_moving_a_feeder_by_hand(federation: Federation) -> None:
+    """hub2 moved from s1 to s2: the next sync loads it on s2 and warns that s1 still holds its partitions, which
+    the coordinator would count twice; `feeder remove hub2 --shard s1` removes them and its history there."""
+    before = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
+    assert all(run.succeeded for run in sync(before))
+    document = before.model_dump(mode="json", exclude_none=True)
+    document["feeders"]["hub2"]["shard"] = "s2"
+    after = parse_config(document)
+    with capture_logs() as logs:
+        assert all(run.succeeded for run in sync(after))
+    strays = [e for e in logs if e["event"] == "coordinator.stray_partitions"]
+    assert [(e["shard"], sorted(e["partitions"])) for e in strays] == [
+        ("s1", ['fedload_parts."public.contexts__hub2"', 'fedload_parts."public.hosts__hub2"'])
+    ]
+    assert coord_sql(federation, "SELECT count(*) FROM hosts") == "800"  # hub2 counted on both shards
+    assert remove_feeder(after, "hub2", yes=True, shard="s1") == 0
+    assert coord_sql(federation, COUNTS.format(table="hosts")) == "1:300,2:200,3:100"
+    assert shard_sql(federation, "s1", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") == "0"
+    assert shard_sql(federation, "s2", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") == "1"
