@@ -18,6 +18,10 @@ fedload builds it (idempotent) at the start of `sync` and `daemon` when `[coordi
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import random
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -295,8 +299,10 @@ async def _partitions(
                 changes.append(_Change(parent, shard, None if old is None else old[0], bound))
         gone = existing.items()  # servers of shards no longer configured
         changes += [_Change(parent, server.removeprefix("fedload_"), name, None) for server, (name, _) in gone]
-    if not changes:
-        return
+    if changes:
+        await _locked(
+            conn, sorted({c.parent.table: c.parent for c in changes}.values(), key=lambda p: str(p.table)), config
+        )
     for change in changes:
         if change.old is not None:
             detached = qualified(FDW_SCHEMA, change.old)
@@ -310,6 +316,29 @@ async def _partitions(
             stable = foreign_partition_name(change.parent.table, change.shard)
             await conn.execute(f"ALTER FOREIGN TABLE {new} RENAME TO {ident(stable)}")
             report.attached.append(f"{change.parent.table}@{change.shard}")
+
+
+async def _locked(conn: asyncpg.Connection, parents: Sequence[ParentTable], config: Config) -> None:
+    """ACCESS EXCLUSIVE on the parents whose partitions change (DETACH takes it), by short polite tries as a swap
+    does (`swap_lock_timeout_s`, for up to `swap_max_wait_s`): a try never makes reports queue behind it for long.
+    SuperhubError when the locks did not come."""
+    superhub = config.superhub
+    deadline = time.monotonic() + superhub.swap_max_wait_s
+    for attempt in itertools.count(1):
+        try:
+            async with conn.transaction():
+                await conn.execute(f"SET LOCAL lock_timeout = '{max(1, int(superhub.swap_lock_timeout_s * 1000))}ms'")
+                await conn.execute(f"LOCK TABLE {', '.join(p.sql_name for p in parents)} IN ACCESS EXCLUSIVE MODE")
+                await conn.execute(_LOCK_TIMEOUT)
+                return
+        except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError):
+            if time.monotonic() > deadline:
+                raise SuperhubError(
+                    f"the coordinator's reports held {', '.join(str(p.table) for p in parents)} for swap_max_wait_s = "
+                    f"{superhub.swap_max_wait_s:g}: the feeder lists of the shards were not changed"
+                ) from None
+            await asyncio.sleep(random.uniform(0.05, min(0.05 * attempt, 1.0)))  # noqa: S311 - jitter only
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _by_shard(config: Config) -> dict[str, list[str]]:

@@ -19,7 +19,7 @@ from structlog.testing import capture_logs
 from fedload.admin import remove_feeder
 from fedload.config import Config, parse_config
 from fedload.coordinator import CoordinatorReport, build_coordinator
-from fedload.errors import ConfigError
+from fedload.errors import ConfigError, SuperhubError
 from fedload.localpg import LocalCluster, find_installs
 from fedload.status import read_status
 from fedload.sync import sync_feeders
@@ -401,3 +401,31 @@ def test_moving_a_feeder_by_hand(federation: Federation) -> None:
     assert coord_sql(federation, COUNTS.format(table="hosts")) == "1:300,2:200,3:100"
     assert shard_sql(federation, "s1", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") == "0"
     assert shard_sql(federation, "s2", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") == "1"
+
+
+def test_repartitioning_yields_to_reports(federation: Federation) -> None:
+    """A report holding a coordinator parent: the re-partition tries politely for swap_max_wait_s, fails saying
+    so and changes nothing; once the report ends it goes through."""
+    config = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
+    assert all(run.succeeded for run in sync(config))
+    document = config.model_dump(mode="json", exclude_none=True)
+    document["superhub"]["swap_max_wait_s"] = 1.0
+    document["feeders"]["hub4"] = {**document["feeders"]["hub3"], "key": 4}
+    more = parse_config(document)
+
+    async def scenario() -> tuple[str, CoordinatorReport]:
+        assert config.coordinator is not None
+        report = await asyncpg.connect(config.coordinator.dsn)
+        try:
+            async with report.transaction():
+                await report.fetchval("SELECT count(*) FROM hosts")  # holds ACCESS SHARE until it ends
+                with pytest.raises(SuperhubError) as refused:
+                    await build_coordinator(more)
+            return str(refused.value), await build_coordinator(more)
+        finally:
+            await report.close()
+
+    refused, report = asyncio.run(scenario())
+    held = "the coordinator's reports held public.contexts, public.hosts for swap_max_wait_s = 1"
+    assert refused.startswith(held), refused
+    assert sorted(report.attached) == ["public.contexts@s2", "public.hosts@s2"]
