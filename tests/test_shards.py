@@ -17,8 +17,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from fedload.admin import remove_feeder
-from fedload.config import Config, parse_config
-from fedload.coordinator import CoordinatorReport, build_coordinator
+from fedload.config import Config, CoordinatorConfig, parse_config
+from fedload.coordinator import CoordinatorReport, build_coordinator, server_options, user_mapping_options
 from fedload.errors import ConfigError, SuperhubError
 from fedload.localpg import LocalCluster, find_installs
 from fedload.status import read_status
@@ -429,3 +429,24 @@ def test_repartitioning_yields_to_reports(federation: Federation) -> None:
     held = "the coordinator's reports held public.contexts, public.hosts for swap_max_wait_s = 1"
     assert refused.startswith(held), refused
     assert sorted(report.attached) == ["public.contexts@s2", "public.hosts@s2"]
+
+
+def test_server_options_from_a_dsn_never_carry_its_password() -> None:
+    """A shard's server: host, port and dbname from its dsn, async and fetch size, the passfile; the password
+    in the dsn goes nowhere, the user mapping names fdw_user or the dsn's user."""
+    coordinator = CoordinatorConfig(dsn="postgresql:///c", fdw_passfile=Path("/etc/fedload/pgpass"))
+    dsn = "postgresql://loader:secret@db1.example.com:5433/hub?sslmode=require"
+    assert server_options(dsn, coordinator) == {
+        "host": "db1.example.com",
+        "port": "5433",
+        "dbname": "hub",
+        "async_capable": "true",
+        "fetch_size": "10000",
+        "passfile": "/etc/fedload/pgpass",
+    }
+    assert user_mapping_options(dsn, coordinator) == {"user": "loader"}
+    assert user_mapping_options(dsn, coordinator.model_copy(update={"fdw_user": "reports"})) == {"user": "reports"}
+    socket = "postgresql://postgres@/hub_1?host=/run/postgresql&port=5432"
+    assert server_options(socket, CoordinatorConfig(dsn="postgresql:///c"))["host"] == "/run/postgresql"
+    with pytest.raises(ConfigError, match="must be a postgresql:// URI"):
+        server_options("host=x dbname=y", coordinator)
