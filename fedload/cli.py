@@ -175,7 +175,8 @@ def _run_check_config(args: argparse.Namespace) -> int:
     if problems := file_problems(config, path):
         raise ConfigError(problems)
     tables = counted(len(config.superhub.tables), "table pattern")
-    print(f"{path}: OK ({counted(len(config.feeders), 'feeder')}, {tables})", flush=True)
+    shards = f", {counted(len(config.shards), 'shard')}" if config.shards else ""
+    print(f"{path}: OK ({counted(len(config.feeders), 'feeder')}, {tables}{shards})", flush=True)
     if not args.connect:
         return EXIT_OK
     from fedload.probe import run_probes  # noqa: PLC0415 - the network only with --connect

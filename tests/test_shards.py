@@ -154,6 +154,8 @@ def sharded_toml(fed: Federation, config: Config) -> Path:
     for name, feeder in config.feeders.items():
         text = text.replace(f"[feeders.{name}]\n", f'[feeders.{name}]\nshard = "{feeder.shard}"\n')
     text += "".join(f'[shards.{shard}]\ndsn = "{s.dsn}"\n' for shard, s in config.shards.items())
+    if config.coordinator is not None:
+        text += f'[coordinator]\ndsn = "{config.coordinator.dsn}"\n'
     path = fed.tmp / "sharded.toml"
     path.write_text(text)
     return path
@@ -450,3 +452,27 @@ def test_server_options_from_a_dsn_never_carry_its_password() -> None:
     assert server_options(socket, CoordinatorConfig(dsn="postgresql:///c"))["host"] == "/run/postgresql"
     with pytest.raises(ConfigError, match="must be a postgresql:// URI"):
         server_options("host=x dbname=y", coordinator)
+
+
+def test_check_config_connects_to_every_shard_and_the_coordinator(federation: Federation) -> None:
+    """check-config counts the shards; --connect tries each shard and the coordinator, one line each."""
+    path = sharded_toml(federation, with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]}))
+    result = subprocess.run(
+        [sys.executable, "-m", "fedload", "check-config", "--connect", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    lines = result.stdout.splitlines()
+    assert (result.returncode, lines[0]) == (0, f"{path}: OK (3 feeders, 1 table pattern, 2 shards)"), result
+    version = federation.cluster.psql("SHOW server_version").strip()
+    assert lines[1:6] == [
+        f"shard s1: OK (PostgreSQL {version})",
+        "shard s1 tables: OK (0 partitioned tables match superhub.tables; the first sync creates public.* from the "
+        "schema file)",
+        f"shard s2: OK (PostgreSQL {version})",
+        "shard s2 tables: OK (0 partitioned tables match superhub.tables; the first sync creates public.* from the "
+        "schema file)",
+        f"coordinator: OK (PostgreSQL {version}, postgres_fdw available)",
+    ]
