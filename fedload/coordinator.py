@@ -19,6 +19,7 @@ fedload builds it (idempotent) at the start of `sync` and `daemon` when `[coordi
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import random
 import time
@@ -50,6 +51,7 @@ __all__ = [
 log = get_logger()
 
 FDW_SCHEMA = "fedload_shards"  # the coordinator's foreign partitions
+_MAX_IDENTIFIER_BYTES = 63
 _LOCK = "SELECT pg_advisory_xact_lock(1717920876, 1)"  # "fedl" class, object 1: one builder at a time
 _LOCK_TIMEOUT = "SET LOCAL lock_timeout = '10s'"  # DETACH waits for running reports: not forever
 _MANAGED_SERVER_OPTIONS = ("host", "port", "dbname", "passfile", "async_capable", "fetch_size")
@@ -79,9 +81,14 @@ def server_name(shard: str) -> str:
 
 
 def foreign_partition_name(table: TableName, shard: str, *, new: bool = False) -> str:
-    """The name of shard `shard`'s foreign partition of `table` in FDW_SCHEMA (`new`: while it replaces the old)."""
-    head = f"{table.schema}.{table.name}"[:40]  # within 63 bytes: shard names have at most 40 characters
-    return f"{head}@{shard}{'~' if new else ''}"[:63]
+    """The name of shard `shard`'s foreign partition of `table` in FDW_SCHEMA, `<schema>.<table>@<shard>` (`new`:
+    with a `~`, while it replaces the old one); past PostgreSQL's 63 bytes the table part is cut and hashed."""
+    head, tail = f"{table.schema}.{table.name}", f"@{shard}{'~' if new else ''}"
+    if len((head + tail).encode()) <= _MAX_IDENTIFIER_BYTES:
+        return head + tail
+    digest = hashlib.sha256(head.encode()).hexdigest()[:8]
+    keep = _MAX_IDENTIFIER_BYTES - len(tail.encode()) - len(digest) - 1
+    return f"{head.encode()[:keep].decode(errors='ignore')}_{digest}{tail}"
 
 
 def _dsn_parts(dsn: str) -> dict[str, str]:
@@ -93,7 +100,7 @@ def _dsn_parts(dsn: str) -> dict[str, str]:
     netloc = url.netloc.rpartition("@")[2]
     host, _, port = netloc.rpartition(":") if ":" in netloc and not netloc.endswith("]") else (netloc, "", "")
     parts = {
-        "host": query.get("host") or unquote(host),
+        "host": query.get("host") or unquote(host).removeprefix("[").removesuffix("]"),
         "port": query.get("port") or port,
         "dbname": query.get("dbname") or unquote(url.path.lstrip("/")),
         "user": query.get("user") or unquote(url.username or ""),
@@ -133,9 +140,25 @@ def _options(options: Mapping[str, str]) -> str:
     return f"OPTIONS ({', '.join(f'{k} {_literal(v)}' for k, v in options.items())})"
 
 
-def bound_sql(keys: Sequence[int | str]) -> str:
-    """A LIST partition bound for `keys`, as pg_get_expr prints it."""
-    return f"FOR VALUES IN ({', '.join(key_literal(k) for k in keys)})"
+def bound_sql(keys: Sequence[int | str], *, text: bool = False) -> str:
+    """A LIST partition bound for `keys`, sorted, as pg_get_expr prints it: integers, or strings for a `text` key
+    column (fedload creates one when some key is a string)."""
+    if not text:
+        return f"FOR VALUES IN ({', '.join(key_literal(k) for k in sorted(map(_integer, keys)))})"
+    return f"FOR VALUES IN ({', '.join(key_literal(str(k)) for k in sorted(str(k) for k in keys))})"
+
+
+def _integer(key: int | str) -> int:
+    try:
+        return int(key)
+    except ValueError:
+        raise ConfigError(f"feeder key {key!r} is not an integer, but the tables' key column is") from None
+
+
+def _text_key(parent: ParentTable, feeder_key: str) -> bool:
+    """Whether the parent's feeder key column holds strings rather than integers."""
+    column = parent.column(feeder_key)
+    return column is None or column.base_type_sql not in ("smallint", "integer", "bigint")
 
 
 async def build_coordinator(config: Config) -> CoordinatorReport:
@@ -216,10 +239,12 @@ FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = $1:
 async def _strays(conn: asyncpg.Connection, parents: Iterable[ParentTable], config: Config, shard: str) -> list[str]:
     """The shard's partitions of keys not assigned to it (a feeder moved away and not yet removed there): the
     coordinator reads them through the shard's foreign partition, under a bound that does not hold them."""
-    keys = {bound_sql([config.feeders[n].key]) for n in config.by_shard().get(shard, [])}
+    keys = [config.feeders[n].key for n in config.by_shard().get(shard, [])]
     strays = []
     for parent in parents:
-        strays += [name for name, bound in await conn.fetch(_PARTITIONS, parent.sql_name) if bound not in keys]
+        text = _text_key(parent, config.superhub.feeder_key)
+        bounds = {bound_sql([key], text=text) for key in keys}
+        strays += [name for name, bound in await conn.fetch(_PARTITIONS, parent.sql_name) if bound not in bounds]
     return strays
 
 
@@ -288,11 +313,12 @@ async def _partitions(
     """Per parent and shard, a foreign partition with the shard's keys: new ones built first, then every old one
     detached and every new one attached in this one transaction, so no reader sees a feeder missing or twice."""
     changes: list[_Change] = []
-    wanted = {shard: bound_sql([config.feeders[n].key for n in names]) for shard, names in _by_shard(config).items()}
+    keys = {shard: [config.feeders[n].key for n in names] for shard, names in _by_shard(config).items()}
     for parent in parents:
         rows = await conn.fetch(_EXISTING, parent.sql_name, FDW_SCHEMA)
         existing = {server: (name, bound) for name, server, bound in rows}
-        for shard, bound in wanted.items():
+        text = _text_key(parent, config.superhub.feeder_key)
+        for shard, bound in ((shard, bound_sql(shard_keys, text=text)) for shard, shard_keys in keys.items()):
             old = existing.pop(server_name(shard), None)
             if old is None or old[1] != bound:
                 await _create_foreign(conn, parent, shard)

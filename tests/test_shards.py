@@ -18,9 +18,17 @@ from structlog.testing import capture_logs
 
 from fedload.admin import remove_feeder
 from fedload.config import Config, CoordinatorConfig, parse_config
-from fedload.coordinator import CoordinatorReport, build_coordinator, server_options, user_mapping_options
+from fedload.coordinator import (
+    CoordinatorReport,
+    bound_sql,
+    build_coordinator,
+    foreign_partition_name,
+    server_options,
+    user_mapping_options,
+)
 from fedload.errors import ConfigError, SuperhubError
 from fedload.localpg import LocalCluster, find_installs
+from fedload.names import TableName
 from fedload.status import read_status
 from fedload.sync import sync_feeders
 from tests.federation import HOST_COLS, DaemonProcess, Federation, config_toml, require_major, sync
@@ -476,3 +484,16 @@ def test_check_config_connects_to_every_shard_and_the_coordinator(federation: Fe
         "schema file)",
         f"coordinator: OK (PostgreSQL {version}, postgres_fdw available)",
     ]
+
+
+def test_names_and_bounds_of_foreign_partitions() -> None:
+    """Names fit PostgreSQL's 63 bytes and stay apart; bounds are sorted and typed as pg_get_expr prints them."""
+    long_a, long_b = TableName("public", "a" * 60 + "x"), TableName("public", "a" * 60 + "y")
+    names = {foreign_partition_name(t, "s" * 40, new=new) for t in (long_a, long_b) for new in (False, True)}
+    assert len(names) == 4
+    assert all(len(n.encode()) <= 63 for n in names)
+    assert foreign_partition_name(TableName("public", "hosts"), "s1", new=True) == "public.hosts@s1~"
+    assert bound_sql([3, 1, 2]) == "FOR VALUES IN (1, 2, 3)"
+    assert bound_sql([2, "b", "a"], text=True) == "FOR VALUES IN ('2', 'a', 'b')"
+    with pytest.raises(ConfigError, match="feeder key 'b' is not an integer"):
+        bound_sql([1, "b"])
