@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -497,3 +498,23 @@ def test_names_and_bounds_of_foreign_partitions() -> None:
     assert bound_sql([2, "b", "a"], text=True) == "FOR VALUES IN ('2', 'a', 'b')"
     with pytest.raises(ConfigError, match="feeder key 'b' is not an integer"):
         bound_sql([1, "b"])
+
+
+def test_daemon_reload_rebuilds_the_coordinator(federation: Federation) -> None:
+    """A feeder added to a shard's list and SIGHUP: the daemon rebuilds the coordinator's partitions of that shard."""
+    config = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
+    path = sharded_toml(federation, config)
+    daemon = DaemonProcess(path, federation.tmp / "reload.log")
+    bound = "SELECT pg_get_expr(relpartbound, oid) FROM pg_class WHERE relname = 'public.hosts@s2'"
+    try:
+        daemon.wait_for("the coordinator", lambda: coord_sql(federation, f"SELECT count(*) FROM ({bound}) b") == "1")
+        assert coord_sql(federation, bound) == "FOR VALUES IN (3)"
+        text = path.read_text()
+        hub3 = text[text.index("[feeders.hub3]") : text.index("[shards.")]
+        path.write_text(text + hub3.replace("[feeders.hub3]", "[feeders.hub4]").replace("key = 3", "key = 4"))
+        daemon.process.send_signal(signal.SIGHUP)
+        daemon.wait_for("the rebuild", lambda: coord_sql(federation, bound) == "FOR VALUES IN (3, 4)")
+        assert daemon.stop() == 0
+    finally:
+        daemon.stop()
+        daemon.close_log()
