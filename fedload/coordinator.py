@@ -34,7 +34,7 @@ from fedload.errors import ConfigError, FedloadError, SuperhubError
 from fedload.log import get_logger
 from fedload.names import TableName
 from fedload.schema import Column, ParentTable, ident, key_literal, qualified, read_parents
-from fedload.superhub import superhub_session
+from fedload.superhub import setup_superhub, superhub_session
 
 __all__ = [
     "FDW_SCHEMA",
@@ -213,13 +213,18 @@ async def _build(
 
 
 async def _shard_parents(config: Config) -> dict[TableName, ParentTable]:
-    """The configured parents as the shards have them; SuperhubError if two shards disagree on their columns."""
+    """The configured parents as the shards have them, each shard set up first (as a sync would: its schemas, and
+    its parents from the schema file), whichever daemon loads it; SuperhubError if the shards disagree on which
+    parents there are or on their columns."""
     found: dict[TableName, tuple[str, ParentTable]] = {}
+    on_shard: dict[str, set[TableName]] = {}
     for shard in config.shards:
         async with superhub_session(config.for_shard(shard), "coordinator") as conn:
+            await setup_superhub(conn, config.for_shard(shard))
             parents = await read_parents(conn, config.superhub.tables, config.superhub.feeder_key)
             if strays := await _strays(conn, parents.values(), config, shard):
                 log.warning("coordinator.stray_partitions", shard=shard, partitions=strays)
+        on_shard[shard] = set(parents)
         for table, parent in parents.items():
             first = found.setdefault(table, (shard, parent))
             if _columns(first[1].columns) != _columns(parent.columns):
@@ -227,6 +232,9 @@ async def _shard_parents(config: Config) -> dict[TableName, ParentTable]:
                     f"table {table} has other columns on shard {shard} than on shard {first[0]}: "
                     f"{', '.join(_columns(parent.columns))} against {', '.join(_columns(first[1].columns))}"
                 )
+    for shard, tables in on_shard.items():
+        if missing := sorted(map(str, set(found) - tables)):
+            raise SuperhubError(f"shard {shard} lacks {', '.join(missing)}, which other shards have")
     return {table: parent for table, (_, parent) in found.items()}
 
 

@@ -518,3 +518,12 @@ def test_daemon_reload_rebuilds_the_coordinator(federation: Federation) -> None:
     finally:
         daemon.stop()
         daemon.close_log()
+
+
+def test_the_coordinator_sets_up_shards_nobody_synced_yet(federation: Federation) -> None:
+    """Only s2's feeder synced: the coordinator build sets up s1 too (its parents from the schema file), so reports
+    run at once and count s1's feeders as empty, not as an error."""
+    config = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
+    assert [run.outcome for run in sync(config, "hub3")] == ["success"]
+    assert coord_sql(federation, COUNTS.format(table="hosts")) == "3:100"
+    assert shard_sql(federation, "s1", "SELECT count(*) FROM hosts") == "0"
