@@ -162,7 +162,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     _logging(args, "warning")
     if args.stop is not None:
         return stop_demo(args.stop)
-    return run_demo(keep=args.keep, hosts=args.hosts)
+    return run_demo(keep=args.keep, hosts=args.hosts, shards=args.shards)
 
 
 def _run_check_config(args: argparse.Namespace) -> int:
@@ -253,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--hosts", type=positive_int, default=500, metavar="N", help="hosts on the first feeder (default 500)"
+    )
+    demo.add_argument(
+        "--shards", type=int, default=0, metavar="N", help="load the feeders into N shards (1-3) read by a coordinator"
     )
     demo.set_defaults(run=_run_demo)
 
