@@ -88,7 +88,7 @@ def _run_daemon(args: argparse.Namespace) -> int:
     path = find_config_path(args.config)
     config = load_config(path)
     _logging(args, config.log_level)
-    return run_daemon(config, path)
+    return run_daemon(config, path, shard=args.shard)
 
 
 def _run_status(args: argparse.Namespace) -> int:
@@ -113,7 +113,7 @@ def _run_feeder_remove(args: argparse.Namespace) -> int:
 
     config = _config(args)
     _logging(args, config.log_level)
-    return remove_feeder(config, args.name, args.table, yes=args.yes)
+    return remove_feeder(config, args.name, args.table, yes=args.yes, shard=args.shard)
 
 
 def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
@@ -128,6 +128,7 @@ def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None
     sync.set_defaults(run=_run_sync)
 
     daemon = _command(commands, "daemon", _WITH_CONFIG)
+    daemon.add_argument("--shard", metavar="NAME", help="run only the feeders of this shard (default: every feeder)")
     daemon.set_defaults(run=_run_daemon)
 
     status = _command(commands, "status", _WITH_CONFIG)
@@ -149,6 +150,9 @@ def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None
     remove.add_argument(
         "--yes", "-y", action="store_true", help="do not ask for confirmation (needed without a terminal)"
     )
+    remove.add_argument(
+        "--shard", metavar="NAME", help="with [shards]: remove it from this shard (default: the feeder's own)"
+    )
     remove.set_defaults(run=_run_feeder_remove)
 
 
@@ -158,7 +162,7 @@ def _run_demo(args: argparse.Namespace) -> int:
     _logging(args, "warning")
     if args.stop is not None:
         return stop_demo(args.stop)
-    return run_demo(keep=args.keep, hosts=args.hosts)
+    return run_demo(keep=args.keep, hosts=args.hosts, shards=args.shards)
 
 
 def _run_check_config(args: argparse.Namespace) -> int:
@@ -171,7 +175,8 @@ def _run_check_config(args: argparse.Namespace) -> int:
     if problems := file_problems(config, path):
         raise ConfigError(problems)
     tables = counted(len(config.superhub.tables), "table pattern")
-    print(f"{path}: OK ({counted(len(config.feeders), 'feeder')}, {tables})", flush=True)
+    shards = f", {counted(len(config.shards), 'shard')}" if config.shards else ""
+    print(f"{path}: OK ({counted(len(config.feeders), 'feeder')}, {tables}{shards})", flush=True)
     if not args.connect:
         return EXIT_OK
     from fedload.commands.probe import run_probes  # noqa: PLC0415 - the network only with --connect
@@ -248,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--hosts", type=positive_int, default=500, metavar="N", help="hosts on the first feeder (default 500)"
+    )
+    demo.add_argument(
+        "--shards", type=int, default=0, metavar="N", help="load the feeders into N shards (1-3) read by a coordinator"
     )
     demo.set_defaults(run=_run_demo)
 

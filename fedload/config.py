@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from fedload.errors import ConfigError
 from fedload.names import TablePattern
@@ -20,10 +21,12 @@ __all__ = [
     "BadRows",
     "Compression",
     "Config",
+    "CoordinatorConfig",
     "DaemonConfig",
     "DumpMode",
     "ExtraColumns",
     "FeederConfig",
+    "ShardConfig",
     "SshConfig",
     "SuperhubConfig",
     "SwapMethod",
@@ -98,9 +101,9 @@ class TransformConfig(_Model):
 
 
 class SuperhubConfig(_Model):
-    """The consolidating database."""
+    """The consolidating database (with [shards]: what every shard shares, each shard's dsn replacing this one)."""
 
-    dsn: str = Field(min_length=1)
+    dsn: str = ""  # required without [shards] (Config checks it); with them each shard has its own
     feeder_key: ColumnName = "hub_id"
     tables: list[TablePattern] = Field(min_length=1)
     max_parallel_feeders: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
@@ -159,6 +162,7 @@ class FeederConfig(_Model):
     pg_dump_args: list[str] = []
     remap: Path | None = None  # applied by the superhub, whatever the feeder runs
     exclude_tables: list[TablePattern] = []  # configured tables this feeder does not send (see README)
+    shard: str | None = None  # with [shards]: the shard whose superhub this feeder loads into
 
     @model_validator(mode="after")
     def _ssh_needs_host(self) -> FeederConfig:
@@ -190,6 +194,25 @@ class DaemonConfig(_Model):
     metrics_listen: Annotated[str, AfterValidator(_listen_address)] | None = None  # Prometheus /metrics; off if None
 
 
+class ShardConfig(_Model):
+    """One shard (docs/scale-out.md): a full superhub for the feeders that name it; `superhub` settings but the dsn
+    apply to it."""
+
+    dsn: str = Field(min_length=1)
+
+
+class CoordinatorConfig(_Model):
+    """The database where reports run over all shards, through postgres_fdw foreign partitions (docs/scale-out.md)."""
+
+    dsn: str = Field(min_length=1)
+    # The role the coordinator's postgres_fdw logs in as on every shard (a user mapping FOR PUBLIC); default: the
+    # user of each shard's dsn. Its password, if it needs one, only ever in a libpq passfile on the coordinator's
+    # host that its server can read (`fdw_passfile`), never in this file.
+    fdw_user: str | None = None
+    fdw_passfile: Path | None = None
+    fetch_size: int = Field(10000, ge=1)
+
+
 class Config(_Model):
     """The whole file."""
 
@@ -197,7 +220,43 @@ class Config(_Model):
     transform: TransformConfig = TransformConfig()
     daemon: DaemonConfig = DaemonConfig()
     feeders: dict[Name, FeederConfig] = {}
+    shards: dict[Name, ShardConfig] = {}
+    coordinator: CoordinatorConfig | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    def for_feeder(self, name: str) -> Config:
+        """The configuration feeder `name`'s run uses: with shards, its shard's dsn as the superhub's."""
+        return self.for_shard(self.feeders[name].shard)
+
+    def for_shard(self, shard: str | None) -> Config:
+        """This configuration with shard `shard`'s dsn as the superhub's: the whole pipeline then runs on it.
+        None (no shards): the configuration itself."""
+        if shard is None:
+            return self
+        superhub = self.superhub.model_copy(update={"dsn": self.shards[shard].dsn})
+        return self.model_copy(update={"superhub": superhub})
+
+    def by_shard(self, names: Iterable[str] | None = None) -> dict[str | None, list[str]]:
+        """The named feeders (default: all) grouped by shard, in configuration order; one group, None, without
+        shards."""
+        groups: dict[str | None, list[str]] = {}
+        for name in self.feeders if names is None else names:
+            groups.setdefault(self.feeders[name].shard, []).append(name)
+        return groups
+
+    @model_validator(mode="after")
+    def _shards_consistent(self) -> Config:
+        if problems := _shard_problems(self):
+            raise ValidationError.from_exception_data(
+                "Config",
+                [
+                    InitErrorDetails(
+                        type=PydanticCustomError("shards", "{message}", {"message": message}), loc=where, input=None
+                    )
+                    for where, message in problems
+                ],
+            )
+        return self
 
     @model_validator(mode="after")
     def _keys_unique(self) -> Config:
@@ -207,6 +266,47 @@ class Config(_Model):
         if repeated := [f"{' and '.join(names)} share key {key}" for key, names in by_key.items() if len(names) > 1]:
             raise ValueError(f"feeder keys must be unique: {'; '.join(repeated)}")
         return self
+
+
+def _shard_problems(config: Config) -> list[tuple[tuple[str, ...], str]]:
+    """Each inconsistency of [shards], the feeders' shards, [coordinator] and superhub.dsn, with where it is."""
+    found: list[tuple[tuple[str, ...], str]]
+    if not config.shards:
+        found = [
+            (("feeders", n, "shard"), f"names shard {f.shard!r} but there is no [shards] section")
+            for n, f in config.feeders.items()
+            if f.shard is not None
+        ]
+        if not config.superhub.dsn:
+            found.append((("superhub", "dsn"), "Field required"))
+        if config.coordinator is not None:
+            found.append((("coordinator",), "a coordinator needs [shards.NAME] sections to read from"))
+        return found
+    found = []
+    if config.superhub.dsn:
+        found.append((("superhub", "dsn"), "with [shards], each shard's dsn says where its feeders load: remove it"))
+    for name, feeder in config.feeders.items():
+        if feeder.shard is None:
+            found.append(
+                (("feeders", name, "shard"), f"missing: with [shards], name one of {', '.join(config.shards)}")
+            )
+        elif feeder.shard not in config.shards:
+            found.append(
+                (("feeders", name, "shard"), f"{feeder.shard!r} is not a shard; shards: {', '.join(config.shards)}")
+            )
+    used = {f.shard for f in config.feeders.values()}
+    found += [(("shards", s), "no feeder names this shard") for s in config.shards if s not in used]
+    by_dsn: dict[str, list[str]] = {}
+    for name, shard in config.shards.items():
+        by_dsn.setdefault(shard.dsn.strip(), []).append(name)
+    found += [
+        (("shards", other, "dsn"), f"the same as shard {names[0]}'s dsn: each shard is a database of its own")
+        for names in by_dsn.values()
+        for other in names[1:]
+    ]
+    if config.coordinator is not None and (same := by_dsn.get(config.coordinator.dsn.strip())):
+        found.append((("coordinator", "dsn"), f"the same as shard {same[0]}'s dsn: the coordinator needs its own"))
+    return found
 
 
 def _key_value(key: int | str) -> str:

@@ -186,11 +186,11 @@ def crafted_stream(dump: bytes, rows: dict[str, int] | None = None, mode: str = 
 class DaemonProcess:
     """A running `fedload daemon` with its JSON log (`--log-format json`) captured in a file."""
 
-    def __init__(self, config: Path, log: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, config: Path, log: Path, env: dict[str, str] | None = None, *options: str) -> None:
         self.log_path = log
         self._log = log.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "fedload", "--log-format", "json", "daemon", "--config", str(config)],
+            [sys.executable, "-m", "fedload", "--log-format", "json", "daemon", "--config", str(config), *options],
             stderr=self._log,
             stdout=self._log,
             env=env,

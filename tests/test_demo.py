@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -71,3 +72,26 @@ def test_demo_without_keep_prints_no_commands_that_cannot_work() -> None:
     assert "psql" not in demo.stdout
     assert "--config" not in demo.stdout
     assert demo.stdout.rstrip().endswith("demo --keep")
+
+
+def test_kept_demo_with_shards() -> None:
+    """`demo --shards 2 --keep`: feeders on two shards, status shows them, psql on "superhub" reads the coordinator."""
+    demo = fedload("demo", "--keep", "--hosts", "5", "--shards", "2")
+    assert demo.returncode == 0, demo.stderr
+    base = Path(re.findall(r"Kept running in (\S+)\. Next steps:", demo.stdout)[0])
+    try:
+        steps = {what: command.strip() for command, what in re.findall(r"^  (.+?)    # (.+)$", demo.stdout, re.M)}
+        status = _run(steps["each feeder's last sync"] + " --json")
+        assert status.returncode == 0, status.stderr
+        assert [(s["feeder"], s["shard"]) for s in json.loads(status.stdout)] == [
+            ("hub1", "s1"),
+            ("hub2", "s2"),
+            ("hub3", "s1"),
+        ]
+        psql = _run(steps["query the superhub"])
+        assert psql.stdout.split() == ["count", "-------", "30", "(1", "row)"], psql.stderr  # through both shards
+    finally:
+        fedload("demo", "--stop", str(base))
+    assert (
+        fedload("demo", "--shards", "4").stderr == "fedload: --shards 4: the demo's three feeders fill 1 to 3 shards\n"
+    )

@@ -94,6 +94,25 @@ def _check_known(plan: RemovalPlan, config: Config) -> None:
     )
 
 
+def _on_shard(config: Config, name: str, only: Sequence[TablePattern], shard: str | None) -> Config:
+    """The configuration of the superhub to remove feeder `name` from (see `remove_feeder`)."""
+    if not config.shards:
+        if shard is not None:
+            raise UsageError(f"--shard {shard}: the configuration has no [shards]")
+        return config
+    if shard is not None:
+        if shard not in config.shards:
+            raise UsageError(f"unknown shard {shard}; shards: {', '.join(config.shards)}")
+        return config.for_shard(shard)
+    if name in config.feeders:
+        return config.for_feeder(name)
+    plans = {s: asyncio.run(_plan(config.for_shard(s), name, only)) for s in config.shards}
+    holding = [s for s, plan in plans.items() if plan.partitions or plan.runs]
+    if len(holding) > 1:
+        raise UsageError(f"feeder {name} is on shards {', '.join(holding)}: say which with --shard")
+    return config.for_shard(holding[0] if holding else next(iter(config.shards)))
+
+
 def _confirmed(plan: RemovalPlan, ask: Callable[[str], str]) -> bool:
     print(f"feeder {plan.feeder}: this drops its partitions and cannot be undone:")
     print("\n".join(plan.lines()) if plan.lines() else "  (no partitions)")
@@ -111,10 +130,13 @@ def remove_feeder(
     *,
     yes: bool = False,
     ask: Callable[[str], str] = input,
+    shard: str | None = None,
 ) -> int:
     """Detach and drop every partition of feeder `name` (or those of the `only` tables), after confirmation on a
     terminal unless `yes`; 0 when done, 1 when the person declined. Works whether or not the feeder is still
-    configured; UsageError for a feeder nobody knows, or for no terminal and no `yes`."""
+    configured; UsageError for a feeder nobody knows, or for no terminal and no `yes`. With shards, on `shard`,
+    by default the feeder's own, or for a feeder no longer configured the one shard that holds it."""
+    config = _on_shard(config, name, only, shard)
     plan = asyncio.run(_plan(config, name, only))
     _check_known(plan, config)
     if not yes:

@@ -128,7 +128,7 @@ def _start_feeders(installs: list[PgInstall], base: Path, hosts: int, console: C
     return feeders
 
 
-def _document(superhub: LocalCluster, feeders: list[_Feeder], base: Path) -> dict[str, Any]:
+def _document(superhub: LocalCluster, feeders: list[_Feeder], base: Path, shards: int = 0) -> dict[str, Any]:
     schema_file = base / "schema.sql"
     schema_file.write_text(SCHEMA_SQL, encoding="utf-8")
     tables = [f"public.{t}" for t in TABLES]
@@ -143,15 +143,28 @@ def _document(superhub: LocalCluster, feeders: list[_Feeder], base: Path) -> dic
         for f in feeders
     }
     superhub_section = {"dsn": superhub.dsn("superhub"), "tables": tables, "schema_file": str(schema_file)}
-    return {"superhub": superhub_section, "feeders": feeder_sections}
+    if not shards:
+        return {"superhub": superhub_section, "feeders": feeder_sections}
+    del superhub_section["dsn"]  # docs/scale-out.md: the shards are superhub_s1 ..., the coordinator is "superhub"
+    for f in feeders:
+        feeder_sections[f.name]["shard"] = f"s{(f.key - 1) % shards + 1}"
+    return {
+        "superhub": superhub_section,
+        "shards": {f"s{i}": {"dsn": superhub.dsn(f"superhub_s{i}")} for i in range(1, shards + 1)},
+        "coordinator": {"dsn": superhub.dsn("superhub")},
+        "feeders": feeder_sections,
+    }
 
 
 def _toml(document: dict[str, Any]) -> str:
     """The demo's configuration as a file (strings, integers and lists of strings: JSON spells them as TOML)."""
     lines = ["# fedload demo: the kept clusters. Stop them with: fedload demo --stop DIR", "[superhub]"]
     lines += [f"{key} = {json.dumps(value)}" for key, value in document["superhub"].items()]
-    for name, section in document["feeders"].items():
-        lines += ["", f"[feeders.{name}]", *(f"{key} = {json.dumps(value)}" for key, value in section.items())]
+    sections = [*((f"shards.{n}", s) for n, s in document.get("shards", {}).items())]
+    sections += [("coordinator", document["coordinator"])] if "coordinator" in document else []
+    sections += [(f"feeders.{name}", section) for name, section in document["feeders"].items()]
+    for name, section in sections:
+        lines += ["", f"[{name}]", *(f"{key} = {json.dumps(value)}" for key, value in section.items())]
     return "\n".join(lines) + "\n"
 
 
@@ -161,8 +174,12 @@ _COUNTS = " UNION ALL ".join(
 )
 
 
-def _explain(superhub: LocalCluster, console: Console) -> None:
-    console.print("\n[bold]On the superhub, each table holds every feeder's rows, partitioned by hub_id:[/]")
+def _explain(superhub: LocalCluster, console: Console, shards: int = 0) -> None:
+    if shards:
+        console.print(f"\n[bold]On the coordinator (database superhub), each table reads {shards} shards[/]")
+        console.print("[bold](databases superhub_s1 ...) through postgres_fdw, partitioned by hub_id:[/]")
+    else:
+        console.print("\n[bold]On the superhub, each table holds every feeder's rows, partitioned by hub_id:[/]")
     console.print(superhub.psql(f"{_COUNTS} ORDER BY 1, 2", dbname="superhub").replace("|", "  "))
     console.print("Drift handled: hub1 lacks hosts.site -> superhub default; hub2's extra hosts.uptime_s dropped:")
     console.print(
@@ -173,7 +190,12 @@ def _explain(superhub: LocalCluster, console: Console) -> None:
         "SELECT feeder, outcome, (SELECT sum(value::bigint) FROM jsonb_each_text(rows)), "
         "round(extract(epoch FROM finished_at - started_at), 1) FROM fedload.runs ORDER BY feeder"
     )
-    console.print(superhub.psql(history, dbname="superhub").replace("|", "  "), markup=False)
+    for i in range(1, shards + 1):
+        console.print(
+            f"shard s{i}:\n" + superhub.psql(history, dbname=f"superhub_s{i}").replace("|", "  "), markup=False
+        )
+    if not shards:
+        console.print(superhub.psql(history, dbname="superhub").replace("|", "  "), markup=False)
 
 
 def _fedload_command() -> str:
@@ -198,8 +220,11 @@ def _next_steps(superhub: LocalCluster, base: Path, console: Console, *, keep: b
         console.print(f"  {command}    # {what}", markup=False, highlight=False, soft_wrap=True)
 
 
-def run_demo(*, keep: bool = False, hosts: int = 500) -> int:
-    """Start the clusters, sync once with the live display, show what is queryable; 0 if every feeder synced."""
+def run_demo(*, keep: bool = False, hosts: int = 500, shards: int = 0) -> int:
+    """Start the clusters, sync once with the live display, show what is queryable; 0 if every feeder synced.
+    `shards` (1-3): the superhub's cluster holds that many shard databases and "superhub" is their coordinator."""
+    if not 0 <= shards <= 3:
+        raise UsageError(f"--shards {shards}: the demo's three feeders fill 1 to 3 shards")
     console = Console()
     superhub_install, feeder_installs = _installs()
     base = Path(tempfile.mkdtemp(prefix="fedload-demo-"))
@@ -210,15 +235,17 @@ def run_demo(*, keep: bool = False, hosts: int = 500) -> int:
         console.print("[bold]fedload demo[/]: starting a superhub and three feeders (throwaway clusters)")
         superhub = LocalCluster(superhub_install, name="superhub", base_dir=base).start()
         clusters.append(superhub)
-        superhub.psql("CREATE DATABASE superhub")
-        console.print(f"  superhub: PostgreSQL {superhub_install.major}")
+        for db in ["superhub", *(f"superhub_s{i}" for i in range(1, shards + 1))]:
+            superhub.psql(f"CREATE DATABASE {db}")
+        what = f"{shards} shards and their coordinator" if shards else "superhub"
+        console.print(f"  {what}: PostgreSQL {superhub_install.major}")
         feeders = _start_feeders(feeder_installs, base, hosts, console)
         clusters += [f.cluster for f in feeders]
-        document = _document(superhub, feeders, base)
+        document = _document(superhub, feeders, base, shards)
         (base / "fedload.toml").write_text(_toml(document), encoding="utf-8")
         config = parse_config(document, source="demo")
         runs = asyncio.run(sync_with_display(config, [f.name for f in feeders], console))
-        _explain(superhub, console)
+        _explain(superhub, console, shards)
         _next_steps(superhub, base, console, keep=keep)
         return 0 if all(r.succeeded for r in runs) else 1
     finally:

@@ -68,7 +68,8 @@ examples:
         "keep every feeder in sync on its own schedule (the systemd service)",
         "Sync each feeder every interval_s seconds (with jitter), back off from feeders that fail, reload the "
         "configuration on SIGHUP and stop gracefully on SIGTERM. Meant to run under systemd "
-        "(deploy/fedload.service), where it logs JSON lines.",
+        "(deploy/fedload.service), where it logs JSON lines. With [shards], each feeder loads into its own shard; "
+        "--shard NAME runs only that shard's feeders (a daemon per shard).",
     ),
     "status": CommandHelp(
         "show each feeder's last sync, data age and last error",

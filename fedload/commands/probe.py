@@ -1,9 +1,9 @@
 """`fedload check-config --connect`: try what a sync needs, one line per item, OK or FAILED with the reason.
 
-The superhub: connect, its server version, the partitioned parents `superhub.tables` names (or whether the schema
-file can create the missing ones there: its PostgreSQL has their clauses, their extensions are available).
-Each feeder, in parallel: the transport (the SSH handshake), the agent's version (`fedload --version` there) and
-pg_dump's.
+The superhub (with [shards], each shard): connect, its server version, the partitioned parents `superhub.tables`
+names (or whether the schema file can create the missing ones there: its PostgreSQL has their clauses, their
+extensions are available); the coordinator, if configured: connect, version, postgres_fdw available. Each feeder,
+in parallel: the transport (the SSH handshake), the agent's version (`fedload --version` there) and pg_dump's.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from fedload.superhub.schema import read_parents, unmatched_patterns
 from fedload.superhub.session import schema_file_refusals, superhub_session
 from fedload.transport.base import Transport
 
-__all__ = ["Probe", "probe_feeder", "probe_superhub", "run_probes"]
+__all__ = ["Probe", "probe_coordinator", "probe_feeder", "probe_superhub", "run_probes"]
 
 log = get_logger()
 
@@ -54,18 +54,33 @@ class Probe:
         return f"{self.item}: OK ({self.detail})" if self.ok else f"{self.item}: FAILED: {self.detail}"
 
 
-async def probe_superhub(config: Config) -> list[Probe]:
-    """Connect to the superhub, read its version and the parents of the configured tables."""
+async def probe_superhub(config: Config, what: str = "superhub") -> list[Probe]:
+    """Connect to the superhub (`what`: "shard NAME" for a shard's), read its version and the parents of the
+    configured tables."""
     try:
         async with superhub_session(config, "check-config") as conn:
             version = await conn.fetchval("SHOW server_version")
-            return [Probe("superhub", True, f"PostgreSQL {version}"), await _tables(conn, config)]
+            return [Probe(what, True, f"PostgreSQL {version}"), await _tables(conn, config, f"{what} tables")]
     except FedloadError as exc:
-        return [Probe("superhub", False, str(exc))]
+        return [Probe(what, False, str(exc))]
 
 
-async def _tables(conn: asyncpg.Connection, config: Config) -> Probe:
-    item = "superhub tables"
+async def probe_coordinator(config: Config) -> list[Probe]:
+    """Connect to the coordinator, read its version and whether it has postgres_fdw."""
+    assert config.coordinator is not None
+    superhub = config.superhub.model_copy(update={"dsn": config.coordinator.dsn})
+    try:
+        async with superhub_session(config.model_copy(update={"superhub": superhub}), "check-config") as conn:
+            version = await conn.fetchval("SHOW server_version")
+            fdw = await conn.fetchval("SELECT count(*) FROM pg_available_extensions WHERE name = 'postgres_fdw'")
+    except FedloadError as exc:
+        return [Probe("coordinator", False, str(exc))]
+    if not fdw:
+        return [Probe("coordinator", False, f"PostgreSQL {version} without postgres_fdw")]
+    return [Probe("coordinator", True, f"PostgreSQL {version}, postgres_fdw available")]
+
+
+async def _tables(conn: asyncpg.Connection, config: Config, item: str = "superhub tables") -> Probe:
     try:
         parents = await read_parents(conn, config.superhub.tables, config.superhub.feeder_key)
     except FedloadError as exc:
@@ -143,12 +158,22 @@ async def probe_feeder(name: str, feeder: FeederConfig) -> list[Probe]:
 
 async def _all(config: Config) -> list[Probe]:
     async with asyncio.TaskGroup() as group:
-        superhub = group.create_task(_unexpected_fails("superhub", probe_superhub(config)))
+        superhubs = [
+            group.create_task(_unexpected_fails(what, probe_superhub(config.for_shard(shard), what)))
+            for shard, what in _superhubs(config)
+        ]
+        if config.coordinator is not None:
+            superhubs.append(group.create_task(_unexpected_fails("coordinator", probe_coordinator(config))))
         feeders = [
             group.create_task(_unexpected_fails(f"feeder {name}", probe_feeder(name, f)))
             for name, f in config.feeders.items()
         ]
-    return [*superhub.result(), *(probe for task in feeders for probe in task.result())]
+    return [*(probe for task in [*superhubs, *feeders] for probe in task.result())]
+
+
+def _superhubs(config: Config) -> list[tuple[str | None, str]]:
+    """The superhubs to probe: the one, or each shard."""
+    return [(shard, f"shard {shard}") for shard in config.shards] or [(None, "superhub")]
 
 
 async def _unexpected_fails(item: str, probing: Coroutine[Any, Any, list[Probe]]) -> list[Probe]:

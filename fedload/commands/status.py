@@ -15,7 +15,7 @@ from rich.text import Text
 from fedload.commands.output import print_table
 from fedload.config import Config
 from fedload.english import counted
-from fedload.errors import ErrorKind
+from fedload.errors import ErrorKind, FedloadError, SuperhubError
 from fedload.results import Outcome
 from fedload.superhub.runs import ensure_superhub
 from fedload.superhub.session import superhub_session
@@ -77,6 +77,7 @@ class FeederStatus:
     swap_attempts: int | None = None  # and the tries it took
     cancelled_backends: int | None = None  # and the queries it cancelled
     swap_lock_failures: int = 0  # runs since the last success that failed for want of locks
+    shard: str | None = None  # with [shards]: the shard whose history this is (the feeder's, if configured)
 
     @property
     def swaps_starved(self) -> bool:
@@ -88,14 +89,28 @@ _STARVED_AFTER = 2
 
 
 async def read_status(config: Config) -> list[FeederStatus]:
-    """The status of every feeder that is configured or has history."""
+    """The status of every feeder that is configured or has history; with shards, read from each shard's history
+    (a feeder is configured on its own shard only)."""
+    if not config.shards:
+        return await _read_status(config, list(config.feeders), None)
+    statuses = []
+    for shard in config.shards:
+        names = config.by_shard().get(shard, [])
+        try:
+            statuses += await _read_status(config.for_shard(shard), names, shard)
+        except FedloadError as exc:
+            raise SuperhubError(f"shard {shard}: {exc}") from exc
+    return sorted(statuses, key=lambda s: (s.feeder, not s.configured))
+
+
+async def _read_status(config: Config, names: list[str], shard: str | None) -> list[FeederStatus]:
     async with superhub_session(config) as conn:
         await ensure_superhub(conn)
-        records = await conn.fetch(_QUERY, list(config.feeders), Outcome.SUCCESS, Outcome.RUNNING)
-    return [_status(r, config.superhub.stale_after_s) for r in records]
+        records = await conn.fetch(_QUERY, names, Outcome.SUCCESS, Outcome.RUNNING)
+    return [_status(r, config.superhub.stale_after_s, shard) for r in records]
 
 
-def _status(r: asyncpg.Record, stale_after_s: float) -> FeederStatus:
+def _status(r: asyncpg.Record, stale_after_s: float, shard: str | None = None) -> FeederStatus:
     data_age_s = None if r["data_age_s"] is None else float(r["data_age_s"])
     return FeederStatus(
         feeder=r["feeder"],
@@ -115,13 +130,15 @@ def _status(r: asyncpg.Record, stale_after_s: float) -> FeederStatus:
         swap_attempts=r["swap_attempts"],
         cancelled_backends=r["cancelled_backends"],
         swap_lock_failures=r["swap_lock_failures"],
+        shard=shard,
     )
 
 
 def _table(statuses: list[FeederStatus]) -> Table:
     table = Table(title="fedload status")
+    sharded = any(s.shard is not None for s in statuses)
     for column in (
-        *("feeder", "last success", "data age", "rows", "seconds"),
+        *("feeder", *(["shard"] if sharded else []), "last success", "data age", "rows", "seconds"),
         *("last run", "next run", "last swap", "error kind", "last error"),
     ):
         table.add_column(column, justify="right" if column in ("data age", "rows", "seconds") else "left")
@@ -129,6 +146,7 @@ def _table(statuses: list[FeederStatus]) -> Table:
         age = "never" if s.data_age_s is None else f"{s.data_age_s / 60:.1f} min"
         table.add_row(
             s.feeder + ("" if s.configured else " (not configured)"),
+            *([s.shard or "-"] if sharded else []),
             s.last_success.strftime("%Y-%m-%d %H:%M:%S") if s.last_success else "-",
             Text(f"{age} STALE", style="red") if s.stale else age,
             f"{s.rows:,}" if s.rows is not None else "-",

@@ -24,16 +24,17 @@ from typing import Any
 
 import asyncpg
 
-from fedload.config import Config, load_config
+from fedload.config import Config, FeederConfig, load_config
 from fedload.english import counted
-from fedload.errors import ConfigError, ErrorKind, FedloadError, internal_error, one_line
+from fedload.errors import ConfigError, ErrorKind, FedloadError, UsageError, internal_error, one_line
 from fedload.log import get_logger
 from fedload.results import FeederRun, Outcome
 from fedload.service import systemd
 from fedload.service.daemon_metrics import DaemonMetricsService
 from fedload.service.schedule import FeederSchedule, after_failure, after_success, first_run
 from fedload.service.workers import worker_pool
-from fedload.superhub.bookkeeping import Bookkeeping
+from fedload.superhub.bookkeeping import ShardHistories
+from fedload.superhub.coordinator import refresh_coordinator
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.session import prepare_superhub
 
@@ -55,11 +56,11 @@ class ScheduleStore:
     connection (the one its runs record their history on). Best effort: a failure is logged and the daemon
     carries on."""
 
-    def __init__(self, bookkeeping: Bookkeeping) -> None:
+    def __init__(self, bookkeeping: ShardHistories) -> None:
         self._bookkeeping = bookkeeping
 
     async def store(self, config: Config, name: str, schedule: FeederSchedule) -> None:
-        """Record `schedule` as feeder `name`'s next run."""
+        """Record `schedule` as feeder `name`'s next run (`config`: the feeder's, `Config.for_feeder`)."""
 
         async def write(conn: asyncpg.Connection) -> None:
             next_in_s = max(0.0, schedule.next_at - time.monotonic())
@@ -74,15 +75,18 @@ class ScheduleStore:
 class Daemon:
     """The scheduler loop; see the module docstring."""
 
-    def __init__(self, config: Config, config_path: Path, *, shutdown_grace_s: float = 60.0) -> None:
+    def __init__(
+        self, config: Config, config_path: Path, *, shutdown_grace_s: float = 60.0, shard: str | None = None
+    ) -> None:
         self.config = config
+        self._shard = shard  # --shard: only this shard's feeders
         self._config_path = config_path
         self._grace_s = shutdown_grace_s
         self._rng = random.Random()  # noqa: S311 - jitter, not secrets
         self._schedules: dict[str, FeederSchedule] = {}
         self._running: dict[str, asyncio.Task[FeederRun]] = {}
         self._bookkeeping: set[asyncio.Task[None]] = set()  # schedule writes under way
-        self._history = Bookkeeping()  # the daemon's one bookkeeping connection: run history and schedule
+        self._history = ShardHistories()  # one bookkeeping connection (per shard): run history and schedule
         self._store = ScheduleStore(self._history)
         # Started once: a reload that changes superhub.worker_processes takes effect at the next start.
         self._pool = worker_pool(config)
@@ -105,7 +109,7 @@ class Daemon:
             if await self._prepare():
                 self._metrics.poke()
                 now = time.monotonic()
-                feeders = self.config.feeders.items()
+                feeders = self._feeders(self.config).items()
                 self._schedules = {name: first_run(now, f.interval_s, self._rng) for name, f in feeders}
                 systemd.notify(f"STATUS=scheduling {counted(len(self._schedules), 'feeder')}")
                 log.info("daemon.started", feeders=sorted(self._schedules))
@@ -121,6 +125,10 @@ class Daemon:
             await asyncio.shield(self._history.close())
         log.info("daemon.stopped")
         return 0
+
+    def _feeders(self, config: Config) -> dict[str, FeederConfig]:
+        """The feeders this daemon runs: all, or with --shard that shard's."""
+        return {n: f for n, f in config.feeders.items() if self._shard is None or f.shard == self._shard}
 
     async def _loop(self) -> None:
         while not self._stopping:
@@ -153,7 +161,9 @@ class Daemon:
             if self._reload_requested:
                 self._reload()
             try:
-                await prepare_superhub(self.config)
+                for shard in self.config.by_shard(self._feeders(self.config)):
+                    await prepare_superhub(self.config.for_shard(shard))
+                await refresh_coordinator(self.config)
             except FedloadError as exc:
                 await self._wait_to_retry(attempt, exc)
             else:
@@ -173,15 +183,15 @@ class Daemon:
         self._reload_requested = False
         systemd.notify("RELOADING=1")
         try:
-            new = load_config(self._config_path)
+            new = self._load()
         except ConfigError as exc:
             log.error("daemon.reload_failed", path=str(self._config_path), problems=exc.problems)
         except Exception as exc:  # a bug reading the file: the running configuration stays, the daemon goes on
             log.error("daemon.reload_failed", path=str(self._config_path), problems=[internal_error(exc)], exc_info=exc)
         else:
             now = time.monotonic()
-            added = sorted(set(new.feeders) - set(self.config.feeders))
-            removed = sorted(set(self.config.feeders) - set(new.feeders))
+            added = sorted(set(self._feeders(new)) - set(self._feeders(self.config)))
+            removed = sorted(set(self._feeders(self.config)) - set(self._feeders(new)))
             for name in removed:
                 self._schedules.pop(name, None)
             for name in added:
@@ -189,7 +199,16 @@ class Daemon:
             self.config = new
             self._metrics.reconfigured(added, removed)
             log.info("daemon.reloaded", added=added, removed=removed)
+            if new.coordinator is not None:  # feeders may have moved between shards' lists
+                self._spawn(self._refresh_coordinator(new), name="coordinator")
         systemd.notify("READY=1")
+
+    def _load(self) -> Config:
+        """The configuration file again; ConfigError also if this daemon's shard is gone from it."""
+        new = load_config(self._config_path)
+        if self._shard is not None and self._shard not in new.shards:
+            raise ConfigError(f"{self._config_path}: shards: this daemon's shard {self._shard} is gone")
+        return new
 
     def _start_due(self) -> None:
         now = time.monotonic()
@@ -206,9 +225,10 @@ class Daemon:
 
     async def _sync(self, name: str) -> FeederRun:
         """One run of a feeder, in a worker process if the daemon has them."""
+        config = self.config.for_feeder(name)  # with shards, the feeder's shard is its superhub
         if self._pool is None:
-            return await sync_feeder(name, self.config, history=self._history)
-        return await self._pool.run(name, self.config, history=self._history)
+            return await sync_feeder(name, config, history=self._history)
+        return await self._pool.run(name, config, history=self._history)
 
     def _finished(self, name: str, task: asyncio.Task[FeederRun]) -> None:
         self._running.pop(name, None)
@@ -238,7 +258,12 @@ class Daemon:
                 error=str(exc) if exc else run.error if run else None,
                 error_kind=ErrorKind.INTERNAL if run is None else run.error_kind,
             )
-        self._spawn(self._store.store(self.config, name, self._schedules[name]), name=f"schedule-{name}")
+        schedule = self._store.store(self.config.for_feeder(name), name, self._schedules[name])
+        self._spawn(schedule, name=f"schedule-{name}")
+
+    @staticmethod
+    async def _refresh_coordinator(config: Config) -> None:
+        await refresh_coordinator(config)
 
     def _spawn(self, step: Coroutine[Any, Any, None], *, name: str) -> None:
         """Start a bookkeeping task, kept until it is done so that shutdown can wait for it."""
@@ -295,6 +320,10 @@ class Daemon:
             await asyncio.sleep(interval)
 
 
-def run_daemon(config: Config, config_path: Path) -> int:
-    """Entry point of `fedload daemon`."""
-    return asyncio.run(Daemon(config, config_path, shutdown_grace_s=config.daemon.shutdown_grace_s).run())
+def run_daemon(config: Config, config_path: Path, shard: str | None = None) -> int:
+    """Entry point of `fedload daemon` (`--shard NAME`: only that shard's feeders)."""
+    if shard is not None and shard not in config.shards:
+        known = f"shards: {', '.join(config.shards)}" if config.shards else "the configuration has no [shards]"
+        raise UsageError(f"unknown shard {shard}; {known}")
+    grace_s = config.daemon.shutdown_grace_s
+    return asyncio.run(Daemon(config, config_path, shutdown_grace_s=grace_s, shard=shard).run())

@@ -20,7 +20,7 @@ from fedload.log import get_logger
 from fedload.results import FeederRun
 from fedload.service.metrics import DaemonMetrics, FeederState, MetricsServer
 from fedload.service.workers import WorkerPool
-from fedload.superhub.bookkeeping import Bookkeeping
+from fedload.superhub.bookkeeping import ShardHistories
 from fedload.superhub.feeder_states import read_feeder_states
 
 __all__ = ["DaemonMetricsService"]
@@ -35,7 +35,7 @@ class DaemonMetricsService:
     """See the module docstring."""
 
     def __init__(
-        self, listen: str | None, history: Bookkeeping, pool: WorkerPool | None, config: Callable[[], Config]
+        self, listen: str | None, history: ShardHistories, pool: WorkerPool | None, config: Callable[[], Config]
     ) -> None:
         self.metrics = DaemonMetrics()
         self._listen, self._history, self._pool, self._config = listen, history, pool, config
@@ -107,9 +107,14 @@ class DaemonMetricsService:
             self.metrics.apply_history(states)
 
     async def _read_states(self, config: Config) -> list[FeederState]:
-        feeders = list(config.feeders)
-        async with asyncio.timeout(config.superhub.connect_timeout_s + _CHECK_S):
-            return await self._history.write(config, lambda conn: read_feeder_states(conn, feeders))
+        """Every feeder's state, from the history of the superhub it loads into (each shard's, with shards): the
+        superhub counts as up only when every one of them answered."""
+        states: list[FeederState] = []
+        for shard, feeders in config.by_shard().items():
+            superhub = config.for_shard(shard)
+            async with asyncio.timeout(superhub.superhub.connect_timeout_s + _CHECK_S):
+                states += await self._history.write(superhub, lambda conn, f=feeders: read_feeder_states(conn, f))  # type: ignore[misc]
+        return states
 
     def _superhub(self, *, up: bool, error: str | None = None) -> None:
         self.metrics.superhub_up.set(1 if up else 0)

@@ -17,7 +17,8 @@ from fedload.errors import ConfigError, ErrorKind, FedloadError, UsageError, int
 from fedload.log import get_logger
 from fedload.results import FeederRun, Outcome, ProgressCallback
 from fedload.service.workers import ForkedWorker, fork_workers, reap_forked, worker_pool
-from fedload.superhub.bookkeeping import Bookkeeping
+from fedload.superhub.bookkeeping import ShardHistories
+from fedload.superhub.coordinator import refresh_coordinator
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.session import prepare_superhub, superhub_session
 from fedload.transport.command import transport_modules
@@ -42,16 +43,17 @@ async def sync_feeders(
     processes, forked before the event loop started (`fork_workers`).
     """
     slots = asyncio.Semaphore(config.superhub.max_parallel_feeders)
-    history = Bookkeeping()  # one connection records every feeder's runs
+    history = ShardHistories()  # one connection (per shard) records every feeder's runs
     pool = worker_pool(config, forked)
 
     async def one(name: str) -> FeederRun:
         async with slots:
             started = time.monotonic()
+            feeder_config = config.for_feeder(name)  # with shards, the feeder's shard is its superhub
             try:
                 if pool is None:
-                    return await sync_feeder(name, config, progress=progress, dry_run=dry_run, history=history)
-                return await pool.run(name, config, history=history, progress=progress, dry_run=dry_run)
+                    return await sync_feeder(name, feeder_config, progress=progress, dry_run=dry_run, history=history)
+                return await pool.run(name, feeder_config, history=history, progress=progress, dry_run=dry_run)
             except Exception as exc:  # both report a run's failures: this is a bug around the run,
                 # which fails this feeder only, never the others' runs or the sync's summary
                 log.error("sync.run_crashed", feeder=name, exc_info=exc)
@@ -63,7 +65,9 @@ async def sync_feeders(
         if pool is not None:  # the workers start while the superhub is prepared
             pool.start_ahead(min(len(names), config.superhub.max_parallel_feeders))
         if not dry_run:
-            await prepare_superhub(config)
+            for shard in config.by_shard(names):
+                await prepare_superhub(config.for_shard(shard))
+            await refresh_coordinator(config)  # before the runs: a feeder new to a shard is in its bound first
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(one(name)) for name in names]
     finally:
@@ -82,14 +86,16 @@ WHERE outcome = $2 AND feeder = ANY($1::text[]) AND raw_bytes > 0 ORDER BY feede
 async def expected_sizes(config: Config, names: Sequence[str]) -> dict[str, int]:
     """The bytes each feeder sent in its last successful run (for the progress ETA); empty if the superhub
     cannot tell, the sync itself then reports why."""
-    try:
-        async with superhub_session(config) as conn:
-            if await conn.fetchval("SELECT to_regclass('fedload.runs')") is None:
-                return {}
-            return {r["feeder"]: r["raw_bytes"] for r in await conn.fetch(_LAST_SIZES, list(names), Outcome.SUCCESS)}
-    except FedloadError as exc:
-        log.debug("sync.no_expected_sizes", error=str(exc))
-        return {}
+    sizes: dict[str, int] = {}
+    for shard, feeders in config.by_shard(names).items():
+        try:
+            async with superhub_session(config.for_shard(shard)) as conn:
+                if await conn.fetchval("SELECT to_regclass('fedload.runs')") is not None:
+                    records = await conn.fetch(_LAST_SIZES, feeders, Outcome.SUCCESS)
+                    sizes.update((r["feeder"], r["raw_bytes"]) for r in records)
+        except FedloadError as exc:
+            log.debug("sync.no_expected_sizes", shard=shard, error=str(exc))
+    return sizes
 
 
 def _selected(config: Config, names: Sequence[str]) -> list[str]:

@@ -19,7 +19,7 @@ from fedload.config import Config
 from fedload.superhub.runs import RunRecord, finish_run, start_run
 from fedload.superhub.session import close_superhub, connect_superhub, superhub_errors
 
-__all__ = ["Bookkeeping", "RunHistory"]
+__all__ = ["Bookkeeping", "RunHistory", "ShardHistories"]
 
 T = TypeVar("T")
 _WRITE_MAX_S = 60.0  # a bookkeeping statement is tiny: the longest it may take (statement_timeout_s if lower)
@@ -108,3 +108,35 @@ class Bookkeeping:
         conn, self._conn = self._conn, None
         if conn is not None:
             await close_superhub(conn)
+
+
+class ShardHistories:
+    """The bookkeeping of a process whose feeders load into several superhubs (shards, docs/scale-out.md): one
+    `Bookkeeping` connection per superhub, chosen by the dsn of the configuration each call is given (the feeder's,
+    `Config.for_feeder`). Without shards that is the one connection of old."""
+
+    def __init__(self, purpose: str = "history") -> None:
+        self._purpose = purpose
+        self._by_dsn: dict[str, Bookkeeping] = {}
+
+    def _for(self, config: Config) -> Bookkeeping:
+        dsn = config.superhub.dsn
+        if dsn not in self._by_dsn:
+            self._by_dsn[dsn] = Bookkeeping(self._purpose)
+        return self._by_dsn[dsn]
+
+    async def write(self, config: Config, step: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        """Run `step` on the connection to `config`'s superhub (see `Bookkeeping.write`)."""
+        return await self._for(config).write(config, step)
+
+    async def start_run(self, config: Config, feeder: str) -> int:
+        """Record a new run of `feeder` on its superhub; its id."""
+        return await self._for(config).start_run(config, feeder)
+
+    async def finish_run(self, config: Config, run_id: int, record: RunRecord) -> None:
+        """Record how run `run_id` ended, on the superhub that recorded its start."""
+        await self._for(config).finish_run(config, run_id, record)
+
+    async def close(self) -> None:
+        """Close every connection (each waits for its writes under way, see `Bookkeeping.close`)."""
+        await asyncio.gather(*(history.close() for history in self._by_dsn.values()))

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 import asyncpg
 
 from fedload.config import Config
-from fedload.errors import DumpError, FedloadError, SuperhubError, internal_error, one_line
+from fedload.errors import ConfigError, DumpError, FedloadError, SuperhubError, internal_error, one_line
 from fedload.log import get_logger
 from fedload.names import TableName
 from fedload.superhub.rejects import is_bad_row
@@ -53,6 +53,12 @@ async def connect_superhub(config: Config, purpose: str = "") -> asyncpg.Connect
 
     `purpose` (a feeder's name, say) shows in pg_stat_activity as the application name "fedload <purpose>"."""
     superhub = config.superhub
+    if (
+        not superhub.dsn
+    ):  # a configuration with [shards] not narrowed to one (Config.for_shard): a bug, not libpq's default
+        raise ConfigError(
+            "with [shards], this needs one shard's configuration (Config.for_shard), not the whole file's"
+        )
     settings = {**_SESSION_SETTINGS, "application_name": application_name(purpose)}
     try:
         async with asyncio.timeout(superhub.connect_timeout_s):

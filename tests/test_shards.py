@@ -1,0 +1,529 @@
+"""Shards behind postgres_fdw (docs/scale-out.md): the configuration, a run per feeder on its own shard, the
+coordinator's foreign partitions, and what a coordinator reader sees during swaps."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from structlog.testing import capture_logs
+
+from fedload.commands.admin import remove_feeder
+from fedload.commands.status import read_status
+from fedload.config import Config, CoordinatorConfig, parse_config
+from fedload.errors import ConfigError, SuperhubError
+from fedload.localpg import LocalCluster, find_installs
+from fedload.names import TableName
+from fedload.service.sync import sync_feeders
+from fedload.superhub.coordinator import (
+    CoordinatorReport,
+    bound_sql,
+    build_coordinator,
+    foreign_partition_name,
+    server_options,
+    user_mapping_options,
+)
+from tests.federation import HOST_COLS, DaemonProcess, Federation, config_toml, require_major, sync
+
+
+def _document(**extra: Any) -> dict[str, Any]:
+    feeders = {
+        "a": {"key": 1, "transport": "local", "shard": "s1"},
+        "b": {"key": 2, "transport": "local", "shard": "s2"},
+    }
+    document: dict[str, Any] = {
+        "superhub": {"tables": ["public.*"]},
+        "shards": {"s1": {"dsn": "postgresql:///s1"}, "s2": {"dsn": "postgresql:///s2"}},
+        "feeders": feeders,
+    }
+    document.update(extra)
+    return document
+
+
+def _problems(document: dict[str, Any]) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(document, source="f.toml")
+    return caught.value.problems
+
+
+def test_each_feeder_runs_against_its_shard() -> None:
+    """for_feeder gives the feeder's shard's dsn as the superhub's; everything else is shared."""
+    config = parse_config(_document())
+    assert config.for_feeder("a").superhub.dsn == "postgresql:///s1"
+    assert config.for_feeder("b").superhub.dsn == "postgresql:///s2"
+    assert config.for_feeder("b").superhub.tables == config.superhub.tables
+    assert config.by_shard() == {"s1": ["a"], "s2": ["b"]}
+
+
+def test_without_shards_nothing_changes() -> None:
+    """No [shards]: one superhub, every feeder in one group, for_feeder is the configuration itself."""
+    config = parse_config(
+        {
+            "superhub": {"dsn": "postgresql:///x", "tables": ["public.*"]},
+            "feeders": {"a": {"key": 1, "transport": "local"}},
+        }
+    )
+    assert config.for_feeder("a") is config
+    assert config.by_shard() == {None: ["a"]}
+    assert _problems({"superhub": {"tables": ["public.*"]}}) == ["f.toml: superhub.dsn: Field required"]
+
+
+def test_shard_problems_one_line_each() -> None:
+    """A feeder without a shard, an unknown shard, an unused shard, two shards on one dsn: a line each."""
+    document = _document()
+    document["feeders"]["c"] = {"key": 3, "transport": "local"}
+    document["feeders"]["d"] = {"key": 4, "transport": "local", "shard": "s9"}
+    document["shards"]["s3"] = {"dsn": "postgresql:///s1"}
+    document["superhub"]["dsn"] = "postgresql:///old"
+    assert _problems(document) == [
+        "f.toml: superhub.dsn: with [shards], each shard's dsn says where its feeders load: remove it",
+        "f.toml: feeders.c.shard: missing: with [shards], name one of s1, s2, s3",
+        "f.toml: feeders.d.shard: 's9' is not a shard; shards: s1, s2, s3",
+        "f.toml: shards.s3: no feeder names this shard",
+        "f.toml: shards.s3.dsn: the same as shard s1's dsn: each shard is a database of its own",
+    ]
+
+
+def test_coordinator_needs_shards_and_a_dsn_of_its_own() -> None:
+    """A coordinator without shards, or on a shard's database, is refused."""
+    alone = {"superhub": {"dsn": "postgresql:///x", "tables": ["public.*"]}, "coordinator": {"dsn": "postgresql:///c"}}
+    assert _problems(alone) == ["f.toml: coordinator: a coordinator needs [shards.NAME] sections to read from"]
+    assert _problems(_document(coordinator={"dsn": "postgresql:///s2"})) == [
+        "f.toml: coordinator.dsn: the same as shard s2's dsn: the coordinator needs its own"
+    ]
+
+
+def sharded(fed: Federation, layout: dict[str, list[str]], *, coordinator: str | None = None) -> Config:
+    """The federation's configuration with shard databases (created) holding the feeders of `layout`."""
+    document = fed.config().model_dump(mode="json", exclude_none=True)
+    del document["superhub"]["dsn"]
+    document["shards"] = {}
+    for shard, feeders in layout.items():
+        fed.cluster.psql(f"CREATE DATABASE {fed.superhub}_{shard}")
+        document["shards"][shard] = {"dsn": fed.cluster.dsn(f"{fed.superhub}_{shard}")}
+        for name in feeders:
+            document["feeders"][name]["shard"] = shard
+    if coordinator is not None:
+        document["coordinator"] = {"dsn": coordinator}
+    return parse_config(document)
+
+
+COUNTS = (  # rows per feeder key: "1:300,2:200"
+    "SELECT string_agg(hub_id || ':' || n, ',' ORDER BY hub_id) "
+    "FROM (SELECT hub_id, count(*) AS n FROM {table} GROUP BY 1) AS c"
+)
+
+
+def shard_sql(fed: Federation, shard: str, sql: str) -> str:
+    """Run SQL on a shard's database."""
+    return fed.cluster.psql(sql, dbname=f"{fed.superhub}_{shard}").strip()
+
+
+def test_sync_loads_each_feeder_into_its_shard(federation: Federation) -> None:
+    """Each feeder's rows, run history and staging live on its shard only; the other shard never sees them."""
+    config = sharded(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
+    runs = sync(config)
+    assert [run.outcome for run in runs] == ["success"] * 3, [run.error for run in runs]
+    count = COUNTS.format(table="hosts")
+    assert shard_sql(federation, "s1", count) == "1:300,2:200"
+    assert shard_sql(federation, "s2", count) == "3:100"
+    history = "SELECT string_agg(feeder || ':' || outcome, ',' ORDER BY feeder) FROM fedload.runs"
+    assert shard_sql(federation, "s1", history) == "hub1:success,hub2:success"
+    assert shard_sql(federation, "s2", history) == "hub3:success"
+    for shard in ("s1", "s2"):
+        assert shard_sql(federation, shard, "SELECT count(*) FROM pg_tables WHERE schemaname = 'fedload_stage'") == "0"
+    assert federation.superhub_sql("SELECT to_regclass('fedload.runs') IS NULL") == "t"  # the old superhub: unused
+    statuses = asyncio.run(read_status(config))
+    assert [(s.feeder, s.shard, s.configured, s.rows) for s in statuses] == [
+        ("hub1", "s1", True, 3300),
+        ("hub2", "s1", True, 2200),
+        ("hub3", "s2", True, 1100),
+    ]
+
+
+def synced(fed: Federation, shard: str) -> int:
+    """How many feeders have synced successfully on a shard."""
+    if shard_sql(fed, shard, "SELECT to_regclass('fedload.runs') IS NULL") == "t":
+        return 0
+    return int(shard_sql(fed, shard, "SELECT count(DISTINCT feeder) FROM fedload.runs WHERE outcome = 'success'"))
+
+
+def sharded_toml(fed: Federation, config: Config) -> Path:
+    """A configuration file for `config`'s shards, as an operator would write it."""
+    text = config_toml(fed).replace(f'dsn = "{fed.cluster.dsn(fed.superhub)}"\n', "")
+    for name, feeder in config.feeders.items():
+        text = text.replace(f"[feeders.{name}]\n", f'[feeders.{name}]\nshard = "{feeder.shard}"\n')
+    text += "".join(f'[shards.{shard}]\ndsn = "{s.dsn}"\n' for shard, s in config.shards.items())
+    if config.coordinator is not None:
+        text += f'[coordinator]\ndsn = "{config.coordinator.dsn}"\n'
+    path = fed.tmp / "sharded.toml"
+    path.write_text(text)
+    return path
+
+
+def test_daemon_per_shard(federation: Federation) -> None:
+    """`daemon --shard s2` runs only s2's feeders, on s2; a plain daemon runs every feeder on its own shard."""
+    path = sharded_toml(federation, sharded(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]}))
+    one = DaemonProcess(path, federation.tmp / "s2.log", None, "--shard", "s2")
+    try:
+        one.wait_for(
+            "hub3 synced on s2",
+            lambda: synced(federation, "s2") == 1,
+        )
+        assert shard_sql(federation, "s1", "SELECT to_regclass('fedload.runs') IS NULL") == "t"  # s1 untouched
+        assert one.stop() == 0
+    finally:
+        one.stop()
+        one.close_log()
+    every = DaemonProcess(path, federation.tmp / "all.log")
+    try:
+        every.wait_for(
+            "hub1 and hub2 synced on s1",
+            lambda: synced(federation, "s1") == 2,
+        )
+        assert shard_sql(federation, "s1", "SELECT count(*) FROM fedload.schedule") == "2"
+        assert shard_sql(federation, "s2", COUNTS.format(table="hosts")) == "3:100"
+        assert every.stop() == 0
+        status = subprocess.run(
+            [sys.executable, "-m", "fedload", "status", "--json", "--config", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        shown = {s["feeder"]: (s["shard"], s["next_run"] is not None) for s in json.loads(status.stdout)}
+        assert (status.returncode, shown) == (0, {"hub1": ("s1", True), "hub2": ("s1", True), "hub3": ("s2", True)})
+    finally:
+        every.stop()
+        every.close_log()
+
+
+def test_daemon_refuses_an_unknown_shard(federation: Federation) -> None:
+    """`daemon --shard NAME` for a shard the configuration lacks: exit 2, one line naming the shards."""
+    path = sharded_toml(federation, sharded(federation, {"s1": ["hub1", "hub2", "hub3"]}))
+    result = subprocess.run(
+        [sys.executable, "-m", "fedload", "daemon", "--config", str(path), "--shard", "s9"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stderr) == (2, "fedload: unknown shard s9; shards: s1\n")
+
+
+def with_coordinator(fed: Federation, layout: dict[str, list[str]]) -> Config:
+    """`sharded` plus a coordinator database (created) on the same cluster."""
+    require_postgres_fdw(fed.cluster)
+    fed.cluster.psql(f"CREATE DATABASE {fed.superhub}_coord")
+    return sharded(fed, layout, coordinator=fed.cluster.dsn(f"{fed.superhub}_coord"))
+
+
+def coord_sql(fed: Federation, sql: str) -> str:
+    """Run SQL on the coordinator."""
+    return fed.cluster.psql(sql, dbname=f"{fed.superhub}_coord").strip()
+
+
+def test_coordinator_reads_every_shard(federation: Federation) -> None:
+    """The coordinator's parents hold every feeder's rows exactly once, read from the shards at once (async
+    append), aggregates grouped by the key run on the shards; a second build changes nothing."""
+    config = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
+    with capture_logs() as logs:
+        assert all(run.succeeded for run in sync(config))  # which builds the coordinator first
+    built = [e for e in logs if e["event"] == "coordinator.built"]
+    assert [sorted(built[0]["created"]), sorted(built[0]["attached"])] == [
+        ["public.contexts", "public.hosts"],
+        sorted(f"public.{t}@{s}" for t in ("contexts", "hosts") for s in ("s1", "s2")),
+    ]
+    assert coord_sql(federation, COUNTS.format(table="hosts")) == "1:300,2:200,3:100"
+    assert coord_sql(federation, COUNTS.format(table="contexts")) == "1:3000,2:2000,3:1000"
+    for i, db in enumerate(federation.feeders.values(), start=1):
+        where = f"WHERE hub_id = {i}"
+        assert federation.digest(f"{federation.superhub}_coord", "hosts", HOST_COLS, where) == federation.digest(
+            db, "hosts", HOST_COLS
+        )
+    plan = coord_sql(federation, "EXPLAIN (VERBOSE) SELECT hub_id, count(*) FROM hosts GROUP BY hub_id")
+    assert plan.count("Async Foreign Scan") == 2, plan
+    assert "Aggregate on" in plan, plan  # partitionwise: the shards count
+    assert asyncio.run(build_coordinator(config)) == CoordinatorReport()
+    options = coord_sql(
+        federation, "SELECT array_to_string(srvoptions, ',') FROM pg_foreign_server WHERE srvname = 'fedload_s2'"
+    )
+    cluster = federation.cluster
+    assert (
+        options
+        == f"host={cluster.dir},port={cluster.port},dbname={federation.superhub}_s2,async_capable=true,fetch_size=10000"
+    )
+
+
+def test_a_changed_feeder_list_repartitions_atomically(federation: Federation) -> None:
+    """A feeder added to a shard: the shard's foreign partitions are replaced in one transaction while readers
+    of the coordinator keep seeing every feeder exactly once."""
+    layout = {"s1": ["hub1"], "s2": ["hub2", "hub3"]}
+    config = with_coordinator(federation, layout)
+    assert all(run.succeeded for run in sync(config))
+    document = config.model_dump(mode="json", exclude_none=True)
+    document["feeders"]["hub4"] = {**document["feeders"]["hub3"], "key": 4}  # never synced: no rows
+    more = parse_config(document)
+    expected = "1:300,2:200,3:100"
+
+    async def read(stop: asyncio.Event) -> list[str]:
+        conn = await asyncpg.connect(config.coordinator.dsn if config.coordinator else "")
+        seen = []
+        try:
+            while not stop.is_set():
+                seen.append(await conn.fetchval(COUNTS.format(table="hosts")))
+                seen.append(str(await conn.fetchval("SELECT count(*) FROM hosts WHERE hub_id = 2")))
+        finally:
+            await conn.close()
+        return seen
+
+    async def flip() -> tuple[list[str], list[str], int]:
+        stop = asyncio.Event()
+        reader = asyncio.create_task(read(stop))
+        changes = []
+        for round_ in range(6):
+            await asyncio.sleep(0.05)
+            report = await build_coordinator(more if round_ % 2 == 0 else config)
+            changes.append(",".join(sorted(report.detached)) + "|" + ",".join(sorted(report.attached)))
+        stop.set()
+        seen = await reader
+        return changes, [value for value in seen if value not in (expected, "200")], len(seen)
+
+    changes, odd, reads = asyncio.run(flip())
+    both = "public.contexts@s2,public.hosts@s2"
+    assert changes == [f"{both}|{both}"] * 6  # each build replaced s2's partitions
+    assert (odd, reads > 10) == ([], True)  # and the readers never saw a feeder missing or twice
+    assert (
+        coord_sql(federation, "SELECT pg_get_expr(relpartbound, oid) FROM pg_class WHERE relname = 'public.hosts@s2'")
+        == "FOR VALUES IN (2, 3)"
+    )
+
+
+GROW_CONTEXTS = "INSERT INTO contexts SELECT 'x', 'new', NULL, g FROM generate_series(1, 10) AS g"
+PER_FEEDER = """
+SELECT string_agg(hub_id || ':' || h || '/' || c, ',' ORDER BY hub_id)
+FROM (SELECT hub_id, count(*) AS h FROM hosts GROUP BY 1) AS a
+FULL JOIN (SELECT hub_id, count(*) AS c FROM contexts GROUP BY 1) AS b USING (hub_id)
+"""
+
+
+@pytest.mark.parametrize("method", ["partition", "mvcc"])
+def test_coordinator_readers_see_old_or_new_rows_during_swaps(federation: Federation, method: str) -> None:
+    """While feeders on both shards are swapped again and again, each coordinator query sees every feeder once,
+    with its old or its new rows in every table together (one remote REPEATABLE READ transaction per shard)."""
+    config = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
+    document = config.model_dump(mode="json", exclude_none=True)
+    document["superhub"] |= {"swap_method": method, "worker_processes": 0}
+    config = parse_config(document)
+    assert all(run.succeeded for run in sync(config))
+    rounds, sizes = 3, {1: 300, 2: 200, 3: 100}
+
+    async def read(stop: asyncio.Event) -> list[str]:
+        assert config.coordinator is not None
+        conn = await asyncpg.connect(config.coordinator.dsn)
+        seen = []
+        try:
+            while not stop.is_set():
+                seen.append(await conn.fetchval(PER_FEEDER))
+        finally:
+            await conn.close()
+        return seen
+
+    async def swaps() -> list[str]:
+        stop = asyncio.Event()
+        reader = asyncio.create_task(read(stop))
+        for k in range(1, rounds + 1):
+            for db in federation.feeders.values():
+                grow = f"INSERT INTO hosts (hostkey) VALUES ('new{k}'); {GROW_CONTEXTS}"
+                await asyncio.to_thread(federation.cluster.psql, grow, dbname=db)
+            runs = await sync_feeders(config, list(config.feeders))
+            assert all(run.succeeded for run in runs), [run.error for run in runs]
+        stop.set()
+        return await reader
+
+    seen = asyncio.run(swaps())
+    valid = [{f"{i}:{n + k}/{10 * (n + k)}" for k in range(rounds + 1)} for i, n in sizes.items()]
+    odd = [s for s in seen if len(parts := s.split(",")) != 3 or any(p not in v for p, v in zip(parts, valid))]  # noqa: B905
+    assert (odd, len(seen) > 20, len(set(seen)) > rounds) == ([], True, True), (odd[:5], len(seen), set(seen))
+    assert seen[-1] == ",".join(f"{i}:{n + rounds}/{10 * (n + rounds)}" for i, n in sizes.items())
+
+
+def require_postgres_fdw(cluster: LocalCluster) -> None:
+    """Fail (in CI, where FEDLOAD_REQUIRE_MAJORS lists the major) or skip when an install lacks postgres_fdw."""
+    if cluster.psql("SELECT count(*) FROM pg_available_extensions WHERE name = 'postgres_fdw'").strip() == "1":
+        return
+    major = cluster.install.major
+    if str(major) in os.environ.get("FEDLOAD_REQUIRE_MAJORS", "").split(","):
+        pytest.fail(f"PostgreSQL {major} in {cluster.install.bindir} lacks postgres_fdw, which is required here")
+    pytest.skip(f"PostgreSQL {major} in {cluster.install.bindir} lacks postgres_fdw")
+
+
+@pytest.fixture
+def other_major() -> Iterator[LocalCluster]:
+    """A PostgreSQL 18 cluster for a shard of another major than the coordinator's."""
+    require_major(18)
+    running = LocalCluster(find_installs()[18], name="shard18").start()
+    yield running
+    running.stop()
+
+
+def test_a_shard_on_another_cluster_and_major(federation: Federation, other_major: LocalCluster) -> None:
+    """Shard s2 on a PostgreSQL 18 cluster, s1 and the coordinator on the feeders' cluster: its feeder loads
+    there, and the coordinator reads both shards, the far one through its own socket."""
+    require_postgres_fdw(federation.cluster)
+    config = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
+    other_major.psql("CREATE DATABASE far")
+    document = config.model_dump(mode="json", exclude_none=True)
+    document["shards"]["s2"]["dsn"] = other_major.dsn("far")
+    config = parse_config(document)
+    runs = sync(config)
+    assert all(run.succeeded for run in runs), [run.error for run in runs]
+    assert other_major.psql(COUNTS.format(table="hosts"), dbname="far").strip() == "3:100"
+    assert coord_sql(federation, COUNTS.format(table="contexts")) == "1:3000,2:2000,3:1000"
+    plan = coord_sql(federation, "EXPLAIN (VERBOSE) SELECT hub_id, count(*) FROM contexts GROUP BY hub_id")
+    assert plan.count("Async Foreign Scan") == 2, plan
+
+
+def test_moving_a_feeder_by_hand(federation: Federation) -> None:
+    """hub2 moved from s1 to s2: the next sync loads it on s2 and warns that s1 still holds its partitions, which
+    the coordinator would count twice; `feeder remove hub2 --shard s1` removes them and its history there."""
+    before = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
+    assert all(run.succeeded for run in sync(before))
+    document = before.model_dump(mode="json", exclude_none=True)
+    document["feeders"]["hub2"]["shard"] = "s2"
+    after = parse_config(document)
+    with capture_logs() as logs:
+        assert all(run.succeeded for run in sync(after))
+    strays = [e for e in logs if e["event"] == "coordinator.stray_partitions"]
+    assert [(e["shard"], sorted(e["partitions"])) for e in strays] == [
+        ("s1", ['fedload_parts."public.contexts__hub2"', 'fedload_parts."public.hosts__hub2"'])
+    ]
+    assert coord_sql(federation, "SELECT count(*) FROM hosts") == "800"  # hub2 counted on both shards
+    assert remove_feeder(after, "hub2", yes=True, shard="s1") == 0
+    assert coord_sql(federation, COUNTS.format(table="hosts")) == "1:300,2:200,3:100"
+    assert shard_sql(federation, "s1", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") == "0"
+    assert shard_sql(federation, "s2", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") == "1"
+
+
+def test_repartitioning_yields_to_reports(federation: Federation) -> None:
+    """A report holding a coordinator parent: the re-partition tries politely for swap_max_wait_s, fails saying
+    so and changes nothing; once the report ends it goes through."""
+    config = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
+    assert all(run.succeeded for run in sync(config))
+    document = config.model_dump(mode="json", exclude_none=True)
+    document["superhub"]["swap_max_wait_s"] = 1.0
+    document["feeders"]["hub4"] = {**document["feeders"]["hub3"], "key": 4}
+    more = parse_config(document)
+
+    async def scenario() -> tuple[str, CoordinatorReport]:
+        assert config.coordinator is not None
+        report = await asyncpg.connect(config.coordinator.dsn)
+        try:
+            async with report.transaction():
+                await report.fetchval("SELECT count(*) FROM hosts")  # holds ACCESS SHARE until it ends
+                with pytest.raises(SuperhubError) as refused:
+                    await build_coordinator(more)
+            return str(refused.value), await build_coordinator(more)
+        finally:
+            await report.close()
+
+    refused, report = asyncio.run(scenario())
+    held = "the coordinator's reports held public.contexts, public.hosts for swap_max_wait_s = 1"
+    assert refused.startswith(held), refused
+    assert sorted(report.attached) == ["public.contexts@s2", "public.hosts@s2"]
+
+
+def test_server_options_from_a_dsn_never_carry_its_password() -> None:
+    """A shard's server: host, port and dbname from its dsn, async and fetch size, the passfile; the password
+    in the dsn goes nowhere, the user mapping names fdw_user or the dsn's user."""
+    coordinator = CoordinatorConfig(dsn="postgresql:///c", fdw_passfile=Path("/etc/fedload/pgpass"))
+    dsn = "postgresql://loader:secret@db1.example.com:5433/hub?sslmode=require"
+    assert server_options(dsn, coordinator) == {
+        "host": "db1.example.com",
+        "port": "5433",
+        "dbname": "hub",
+        "async_capable": "true",
+        "fetch_size": "10000",
+        "passfile": "/etc/fedload/pgpass",
+    }
+    assert user_mapping_options(dsn, coordinator) == {"user": "loader"}
+    assert user_mapping_options(dsn, coordinator.model_copy(update={"fdw_user": "reports"})) == {"user": "reports"}
+    socket = "postgresql://postgres@/hub_1?host=/run/postgresql&port=5432"
+    assert server_options(socket, CoordinatorConfig(dsn="postgresql:///c"))["host"] == "/run/postgresql"
+    with pytest.raises(ConfigError, match="must be a postgresql:// URI"):
+        server_options("host=x dbname=y", coordinator)
+
+
+def test_check_config_connects_to_every_shard_and_the_coordinator(federation: Federation) -> None:
+    """check-config counts the shards; --connect tries each shard and the coordinator, one line each."""
+    path = sharded_toml(federation, with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]}))
+    result = subprocess.run(
+        [sys.executable, "-m", "fedload", "check-config", "--connect", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    lines = result.stdout.splitlines()
+    assert (result.returncode, lines[0]) == (0, f"{path}: OK (3 feeders, 1 table pattern, 2 shards)"), result
+    version = federation.cluster.psql("SHOW server_version").strip()
+    assert lines[1:6] == [
+        f"shard s1: OK (PostgreSQL {version})",
+        "shard s1 tables: OK (0 partitioned tables match superhub.tables; the first sync creates public.* from the "
+        "schema file)",
+        f"shard s2: OK (PostgreSQL {version})",
+        "shard s2 tables: OK (0 partitioned tables match superhub.tables; the first sync creates public.* from the "
+        "schema file)",
+        f"coordinator: OK (PostgreSQL {version}, postgres_fdw available)",
+    ]
+
+
+def test_names_and_bounds_of_foreign_partitions() -> None:
+    """Names fit PostgreSQL's 63 bytes and stay apart; bounds are sorted and typed as pg_get_expr prints them."""
+    long_a, long_b = TableName("public", "a" * 60 + "x"), TableName("public", "a" * 60 + "y")
+    names = {foreign_partition_name(t, "s" * 40, new=new) for t in (long_a, long_b) for new in (False, True)}
+    assert len(names) == 4
+    assert all(len(n.encode()) <= 63 for n in names)
+    assert foreign_partition_name(TableName("public", "hosts"), "s1", new=True) == "public.hosts@s1~"
+    assert bound_sql([3, 1, 2]) == "FOR VALUES IN (1, 2, 3)"
+    assert bound_sql([2, "b", "a"], text=True) == "FOR VALUES IN ('2', 'a', 'b')"
+    with pytest.raises(ConfigError, match="feeder key 'b' is not an integer"):
+        bound_sql([1, "b"])
+
+
+def test_daemon_reload_rebuilds_the_coordinator(federation: Federation) -> None:
+    """A feeder added to a shard's list and SIGHUP: the daemon rebuilds the coordinator's partitions of that shard."""
+    config = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
+    path = sharded_toml(federation, config)
+    daemon = DaemonProcess(path, federation.tmp / "reload.log")
+    bound = "SELECT pg_get_expr(relpartbound, oid) FROM pg_class WHERE relname = 'public.hosts@s2'"
+    try:
+        daemon.wait_for("the coordinator", lambda: coord_sql(federation, f"SELECT count(*) FROM ({bound}) b") == "1")
+        assert coord_sql(federation, bound) == "FOR VALUES IN (3)"
+        text = path.read_text()
+        hub3 = text[text.index("[feeders.hub3]") : text.index("[shards.")]
+        path.write_text(text + hub3.replace("[feeders.hub3]", "[feeders.hub4]").replace("key = 3", "key = 4"))
+        daemon.process.send_signal(signal.SIGHUP)
+        daemon.wait_for("the rebuild", lambda: coord_sql(federation, bound) == "FOR VALUES IN (3, 4)")
+        assert daemon.stop() == 0
+    finally:
+        daemon.stop()
+        daemon.close_log()
+
+
+def test_the_coordinator_sets_up_shards_nobody_synced_yet(federation: Federation) -> None:
+    """Only s2's feeder synced: the coordinator build sets up s1 too (its parents from the schema file), so reports
+    run at once and count s1's feeders as empty, not as an error."""
+    config = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
+    assert [run.outcome for run in sync(config, "hub3")] == ["success"]
+    assert coord_sql(federation, COUNTS.format(table="hosts")) == "3:100"
+    assert shard_sql(federation, "s1", "SELECT count(*) FROM hosts") == "0"
