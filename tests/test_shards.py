@@ -527,3 +527,23 @@ def test_the_coordinator_sets_up_shards_nobody_synced_yet(federation: Federation
     assert [run.outcome for run in sync(config, "hub3")] == ["success"]
     assert coord_sql(federation, COUNTS.format(table="hosts")) == "3:100"
     assert shard_sql(federation, "s1", "SELECT count(*) FROM hosts") == "0"
+
+
+def test_status_shows_the_other_shards_when_one_cannot_be_reached(federation: Federation) -> None:
+    """A shard that is down: `status` still shows the feeders of the others, and says of the down shard's feeders
+    which shard cannot be reached (stale, a superhub error), so the exit status flags them."""
+    config = sharded(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
+    assert [run.outcome for run in sync(config)] == ["success"] * 3
+    document = config.model_dump(mode="json", exclude_none=True)
+    document["shards"]["s2"]["dsn"] = "postgresql://127.0.0.1:1/nowhere"  # nothing listens there
+    document["superhub"]["connect_timeout_s"] = 2.0
+    down = parse_config(document)
+    statuses = {s.feeder: s for s in asyncio.run(read_status(down))}
+    assert [(s.feeder, s.shard, s.stale) for s in statuses.values()] == [
+        ("hub1", "s1", False),
+        ("hub2", "s1", False),
+        ("hub3", "s2", True),
+    ]
+    assert (statuses["hub3"].last_error or "").startswith("shard s2 cannot be reached: ")
+    assert statuses["hub3"].last_error_kind == "superhub"
+    assert statuses["hub1"].rows == 3300

@@ -15,12 +15,15 @@ from rich.text import Text
 from fedload.commands.output import print_table
 from fedload.config import Config
 from fedload.english import counted
-from fedload.errors import ErrorKind, FedloadError, SuperhubError
+from fedload.errors import ErrorKind, FedloadError
+from fedload.log import get_logger
 from fedload.results import Outcome
 from fedload.superhub.runs import ensure_superhub
 from fedload.superhub.session import superhub_session
 
 __all__ = ["FeederStatus", "read_status", "run_status"]
+
+log = get_logger()
 
 # $2 is success, $3 running
 _QUERY = """
@@ -98,9 +101,30 @@ async def read_status(config: Config) -> list[FeederStatus]:
         names = config.by_shard().get(shard, [])
         try:
             statuses += await _read_status(config.for_shard(shard), names, shard)
-        except FedloadError as exc:
-            raise SuperhubError(f"shard {shard}: {exc}") from exc
+        except FedloadError as exc:  # the other shards' feeders are still shown; this one's say why they are not
+            log.warning("status.shard_unreachable", shard=shard, error=str(exc))
+            statuses += [_unreachable(name, shard, exc) for name in names]
     return sorted(statuses, key=lambda s: (s.feeder, not s.configured))
+
+
+def _unreachable(feeder: str, shard: str, exc: FedloadError) -> FeederStatus:
+    """A configured feeder whose shard cannot be read: nothing known of it, so it counts as stale."""
+    return FeederStatus(
+        feeder=feeder,
+        last_success=None,
+        data_age_s=None,
+        rows=None,
+        duration_s=None,
+        last_outcome=None,
+        last_error=f"shard {shard} cannot be reached: {exc}",
+        last_error_kind=ErrorKind.SUPERHUB,
+        next_run=None,
+        failures=0,
+        configured=True,
+        running=False,
+        stale=True,
+        shard=shard,
+    )
 
 
 async def _read_status(config: Config, names: list[str], shard: str | None) -> list[FeederStatus]:
