@@ -15,7 +15,7 @@ from fedload.localpg import LocalCluster
 from tests.federation import Federation, config_toml
 from tests.sshd import SshServer, keygen
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def check(config: Path, *options: str) -> subprocess.CompletedProcess[str]:

@@ -17,7 +17,7 @@ from fedload.localpg import find_installs
 from fedload.stream import StreamDecoder
 from tests.federation import Federation, config_toml, on_terminal
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def fedload(*args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:

@@ -22,7 +22,7 @@ from fedload.results import FeederRun, Outcome
 from fedload.service.metrics import DaemonMetrics, FeederState
 from tests.federation import DaemonProcess, Federation, config_toml, runs_exist, successes, write_script
 
-DEPLOY = Path(__file__).parent.parent / "deploy"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 # Per feeder, from the run history: finished runs by outcome, failures by kind, timestamps, rows, bytes, swaps.
@@ -262,7 +262,7 @@ def test_deploy_files_name_only_exported_metrics() -> None:
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (Debian: apt install prometheus)")
 def test_alert_rules_are_valid_and_fire_when_they_should() -> None:
-    """promtool accepts the scrape example and the rules, and the rules' unit tests (tests/alerts) pass."""
+    """promtool accepts the scrape example and the rules, and the rules' unit tests (tests/service/alerts) pass."""
     for argv in (
         ["promtool", "check", "config", str(DEPLOY / "prometheus.yml")],
         ["promtool", "test", "rules", "fedload-alerts.test.yml"],
