@@ -85,20 +85,20 @@ class Tally:
 @dataclass(slots=True)
 class _Registry:
     tallies: dict[str, Tally] = field(default_factory=dict)
-    pending: dict[str, list[str]] = field(default_factory=dict)  # test id -> its categories
-    inputs: dict[str, int] = field(default_factory=dict)  # test id -> inputs tried
     failed: set[str] = field(default_factory=set)  # test ids with a failed phase
+    skipped: set[str] = field(default_factory=set)  # test ids skipped: they tried nothing
 
-    def skip(self, nodeid: str) -> None:
-        """A skipped test tried nothing."""
-        self.pending.pop(nodeid, None)
-        self.inputs.pop(nodeid, None)
-
-    def settle(self, nodeid: str) -> None:
-        passed = nodeid not in self.failed
-        self.failed.discard(nodeid)
-        inputs = self.inputs.pop(nodeid, 0)
-        for name in self.pending.pop(nodeid, []):
+    def settle(self, report: pytest.TestReport) -> None:
+        """Count the test's categories, which it recorded as user properties (so that they travel with its
+        reports from a pytest-xdist worker to the process that prints the tally)."""
+        passed = report.nodeid not in self.failed
+        self.failed.discard(report.nodeid)
+        if report.nodeid in self.skipped:
+            self.skipped.discard(report.nodeid)
+            return
+        properties = report.user_properties
+        inputs = sum(int(str(value)) for key, value in properties if key == _INPUTS)
+        for name in dict.fromkeys(str(value) for key, value in properties if key == _CATEGORY):
             tally = self.tallies.setdefault(name, Tally())
             tally.tried += 1
             tally.survived += passed
@@ -106,38 +106,39 @@ class _Registry:
 
 
 _REGISTRY = _Registry()
+_CATEGORY, _INPUTS = "fedload_category", "fedload_inputs"
 
 
 class Category:
     """Registers the running test under fault/adversarial categories."""
 
-    def __init__(self, nodeid: str) -> None:
-        self._nodeid = nodeid
+    def __init__(self, node: pytest.Item) -> None:
+        self._properties = node.user_properties
 
     def __call__(self, name: str) -> None:
         """Count this test as one try of category `name`."""
-        if name not in _REGISTRY.pending.setdefault(self._nodeid, []):
-            _REGISTRY.pending[self._nodeid].append(name)
+        self._properties.append((_CATEGORY, name))
 
     def inputs(self, count: int = 1) -> None:
         """Add `count` inputs (fuzz examples, corpus entries) tried by this test."""
-        _REGISTRY.inputs[self._nodeid] = _REGISTRY.inputs.get(self._nodeid, 0) + count
+        self._properties.append((_INPUTS, count))
 
 
 @pytest.fixture
 def category(request: pytest.FixtureRequest) -> Category:
     """Name the test's fault or adversarial category (or several) for the end-of-run tally."""
-    return Category(request.node.nodeid)
+    assert isinstance(request.node, pytest.Item)
+    return Category(request.node)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Settle a test's categories after its teardown: survived if no phase failed; a skipped test is not counted."""
     if report.skipped:
-        _REGISTRY.skip(report.nodeid)
+        _REGISTRY.skipped.add(report.nodeid)
     elif report.failed:
         _REGISTRY.failed.add(report.nodeid)
     if report.when == "teardown":
-        _REGISTRY.settle(report.nodeid)
+        _REGISTRY.settle(report)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
