@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Callable, Iterable
+
+import asyncpg
 
 from fedload.config import Config, split_listen_address
 from fedload.errors import FedloadError, internal_error
@@ -113,7 +116,7 @@ class DaemonMetricsService:
         for shard, feeders in config.by_shard().items():
             superhub = config.for_shard(shard)
             async with asyncio.timeout(superhub.superhub.connect_timeout_s + _CHECK_S):
-                states += await self._history.write(superhub, lambda conn, f=feeders: read_feeder_states(conn, f))  # type: ignore[misc]
+                states += await self._history.write(superhub, functools.partial(_read_states_of, feeders))
         return states
 
     def _superhub(self, *, up: bool, error: str | None = None) -> None:
@@ -121,3 +124,7 @@ class DaemonMetricsService:
         if up != self._up:
             (log.info if up else log.warning)("daemon.metrics_superhub", up=up, error=error)
         self._up = up
+
+
+async def _read_states_of(feeders: list[str], conn: asyncpg.Connection) -> list[FeederState]:
+    return await read_feeder_states(conn, feeders)
