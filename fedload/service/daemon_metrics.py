@@ -101,23 +101,26 @@ class DaemonMetricsService:
     async def _refresh(self) -> None:
         self.metrics.workers.set(0 if self._pool is None else self._pool.processes)
         config = self._config()
-        try:
-            states = await self._read_states(config)
-        except (FedloadError, OSError, TimeoutError) as exc:
-            self._superhub(up=False, error=str(exc) or type(exc).__name__)
-        else:
-            self._superhub(up=True)
-            self.metrics.apply_history(states)
+        self.metrics.set_shards({name: feeder.shard for name, feeder in config.feeders.items()})
+        errors: list[str] = []
+        for shard, feeders in config.by_shard().items():  # one group, shard None, without shards
+            try:
+                self.metrics.apply_history(await self._read_states(config.for_shard(shard), feeders))
+            except (FedloadError, OSError, TimeoutError) as exc:
+                errors.append(f"shard {shard}: {exc}" if shard else str(exc) or type(exc).__name__)
+                self._shard(shard, up=False)
+            else:
+                self._shard(shard, up=True)
+        self._superhub(up=not errors, error="; ".join(errors) or None)
 
-    async def _read_states(self, config: Config) -> list[FeederState]:
-        """Every feeder's state, from the history of the superhub it loads into (each shard's, with shards): the
-        superhub counts as up only when every one of them answered."""
-        states: list[FeederState] = []
-        for shard, feeders in config.by_shard().items():
-            superhub = config.for_shard(shard)
-            async with asyncio.timeout(superhub.superhub.connect_timeout_s + _CHECK_S):
-                states += await self._history.write(superhub, functools.partial(_read_states_of, feeders))
-        return states
+    async def _read_states(self, superhub: Config, feeders: list[str]) -> list[FeederState]:
+        """The feeders' states, from the history of the superhub (the shard) they load into."""
+        async with asyncio.timeout(superhub.superhub.connect_timeout_s + _CHECK_S):
+            return await self._history.write(superhub, functools.partial(_read_states_of, feeders))
+
+    def _shard(self, shard: str | None, *, up: bool) -> None:
+        if shard is not None:
+            self.metrics.shard_up.labels(shard).set(1 if up else 0)
 
     def _superhub(self, *, up: bool, error: str | None = None) -> None:
         self.metrics.superhub_up.set(1 if up else 0)

@@ -66,7 +66,20 @@ class DaemonMetrics:
         self.lock_failing = self._gauge(
             "feeder_swap_lock_failures", "Runs since the last success that failed for want of locks.", feeder
         )
-        self.superhub_up = self._gauge("superhub_up", "1 if the last bookkeeping query on the superhub worked.")
+        self.superhub_up = self._gauge(
+            "superhub_up", "1 if the last bookkeeping query on the superhub (with shards: on every shard) worked."
+        )
+        # With shards: which shard each feeder loads into, as a series to join on (`* on (feeder)
+        # group_left (shard) fedload_feeder_info`), and each shard's own check.
+        self.feeder_info = self._gauge(
+            "feeder_info",
+            "1 per feeder, with its shard (empty without shards).",
+            [
+                "feeder",
+                "shard",
+            ],
+        )
+        self.shard_up = self._gauge("shard_up", "1 if the last bookkeeping query on the shard worked.", ["shard"])
         self.workers = self._gauge("worker_processes", "Worker processes running feeders.")
         Info("fedload_build", "fedload's version.", registry=self.registry).info({"version": __version__})
 
@@ -95,6 +108,18 @@ class DaemonMetrics:
                 _forget(metric, name)
             for gauge in (self.last_success, self.last_run, self.failing, self.lock_failing):
                 _forget(gauge, name)
+
+    def set_shards(self, shards: dict[str, str | None]) -> None:
+        """Each feeder's shard (None: no shards), replacing the feeders' earlier ones."""
+        wanted = {(feeder, shard or "") for feeder, shard in shards.items()}
+        for labels in self._info_labels() - wanted:
+            _forget(self.feeder_info, *labels)
+        for feeder, shard in wanted:
+            self.feeder_info.labels(feeder, shard).set(1)
+
+    def _info_labels(self) -> set[tuple[str, str]]:
+        samples = (sample for metric in self.feeder_info.collect() for sample in metric.samples)
+        return {(sample.labels["feeder"], sample.labels["shard"]) for sample in samples}
 
     def record_run(self, run: FeederRun) -> None:
         """Count a finished run (a busy one too: it did nothing, the outcome says so)."""

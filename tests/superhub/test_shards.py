@@ -23,7 +23,10 @@ from fedload.config import Config, CoordinatorConfig, parse_config
 from fedload.errors import ConfigError, SuperhubError
 from fedload.localpg import LocalCluster, find_installs
 from fedload.names import TableName
+from fedload.service.daemon_metrics import DaemonMetricsService
+from fedload.service.metrics import DaemonMetrics
 from fedload.service.sync import sync_feeders
+from fedload.superhub.bookkeeping import ShardHistories
 from fedload.superhub.coordinator import (
     CoordinatorReport,
     bound_sql,
@@ -547,3 +550,32 @@ def test_status_shows_the_other_shards_when_one_cannot_be_reached(federation: Fe
     assert (statuses["hub3"].last_error or "").startswith("shard s2 cannot be reached: ")
     assert statuses["hub3"].last_error_kind == "superhub"
     assert statuses["hub1"].rows == 3300
+
+
+def test_metrics_name_each_feeders_shard_and_each_shards_health(federation: Federation) -> None:
+    """The daemon's metrics with shards: each feeder's shard as a series to join on, each shard's own up gauge,
+    the superhub up only when every shard answered, and the reachable shards' freshness still read."""
+    config = sharded(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
+    assert [run.outcome for run in sync(config)] == ["success"] * 3
+    document = config.model_dump(mode="json", exclude_none=True)
+    document["shards"]["s2"]["dsn"] = "postgresql://127.0.0.1:1/nowhere"  # nothing listens there
+    document["superhub"]["connect_timeout_s"] = 2.0
+    down = parse_config(document)
+
+    async def refreshed() -> DaemonMetrics:
+        history = ShardHistories()
+        service = DaemonMetricsService(None, history, None, lambda: down)
+        try:
+            await service._refresh()  # what the daemon's refresh loop does every 15 s
+        finally:
+            await history.close()
+        return service.metrics
+
+    value = asyncio.run(refreshed()).registry.get_sample_value
+    assert value("fedload_feeder_info", {"feeder": "hub3", "shard": "s2"}) == 1
+    assert value("fedload_feeder_info", {"feeder": "hub1", "shard": "s1"}) == 1
+    assert value("fedload_shard_up", {"shard": "s1"}) == 1
+    assert value("fedload_shard_up", {"shard": "s2"}) == 0
+    assert value("fedload_superhub_up") == 0
+    assert value("fedload_feeder_last_success_timestamp_seconds", {"feeder": "hub1"}) is not None
+    assert value("fedload_feeder_last_success_timestamp_seconds", {"feeder": "hub3"}) is None
