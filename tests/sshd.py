@@ -125,13 +125,18 @@ class SshServer(abc.ABC):
         return SshConfig.model_validate(settings)
 
     def kill(self) -> None:
-        """SIGKILL the server and every per-connection child (its process group and any session children)."""
-        for pid in self._session_pids():
-            with contextlib.suppress(ProcessLookupError):  # gone with its parent
-                os.kill(pid, signal.SIGKILL)
+        """SIGKILL the server and every per-connection child (its process group and any session children).
+
+        The server goes first: killed after its session's command, a server that handles its connections itself
+        (asyncssh's) could still see the command die and close the channel cleanly, with an exit status, which is
+        not the lost connection this stands for. Its descendants are found before, while they are still its."""
+        sessions = self._session_pids()
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=10)
+        for pid in sessions:
+            with contextlib.suppress(ProcessLookupError):  # gone with its parent
+                os.kill(pid, signal.SIGKILL)
 
     def freeze(self) -> None:
         """SIGSTOP the server and its sessions: the link goes silent without closing, like a cable pulled mid-stream."""
