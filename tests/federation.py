@@ -13,7 +13,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,6 +143,30 @@ def require_major(major: int) -> None:
         problems = search_installs().problems
         pytest.fail(f"PostgreSQL {major} binaries are required here but not found (or not usable: {problems})")
     pytest.skip(f"PostgreSQL {major} binaries not installed")
+
+
+def cluster_of_major(cluster: LocalCluster, major: int, name: str) -> Iterator[LocalCluster]:
+    """For a module fixture: `cluster` if it is of `major`, else a cluster of `major` started for the module
+    (skipped or failed as `require_major` says when that major is not installed)."""
+    if major == cluster.install.major:
+        yield cluster
+        return
+    require_major(major)
+    running = LocalCluster(find_installs()[major], name=name).start()
+    yield running
+    running.stop()
+
+
+_databases = itertools.count()
+
+
+def new_database(cluster: LocalCluster, prefix: str, sql: str = "") -> str:
+    """A new database on `cluster`, named `prefix` and a number, with `sql` run in it; its name."""
+    name = f"{prefix}_{next(_databases)}"
+    cluster.psql(f"CREATE DATABASE {name}")
+    if sql:
+        cluster.psql(sql, dbname=name)
+    return name
 
 
 def sync(config: Config, *names: str) -> list[FeederRun]:

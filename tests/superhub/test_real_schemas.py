@@ -18,11 +18,11 @@ import pytest
 from fedload.commands.admin import remove_feeder
 from fedload.config import Config, parse_config
 from fedload.errors import ConfigError
-from fedload.localpg import LocalCluster, find_installs
+from fedload.localpg import LocalCluster
 from fedload.names import TableName, TablePattern
 from fedload.superhub.pipeline import FeederRun
 from fedload.superhub.swap import _legacy_partition_name, partition_name
-from tests.federation import require_major, sync, write_script
+from tests.federation import cluster_of_major, sync, write_script
 from tests.sample_schema import FEEDER_SCHEMA, SAMPLE_DATA
 
 _names = itertools.count()
@@ -32,13 +32,7 @@ _names = itertools.count()
 def superhub_cluster(request: pytest.FixtureRequest, cluster: LocalCluster) -> Iterator[LocalCluster]:
     """The superhub's cluster: PostgreSQL 15 (the feeders' own cluster), 17 or 18."""
     major: int = request.param
-    if major == cluster.install.major:
-        yield cluster
-        return
-    require_major(major)
-    running = LocalCluster(find_installs()[major], name=f"schemas{major}").start()
-    yield running
-    running.stop()
+    yield from cluster_of_major(cluster, major, f"schemas{major}")
 
 
 @dataclass

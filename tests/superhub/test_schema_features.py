@@ -5,7 +5,6 @@ aside; what the superhub's PostgreSQL or its extensions cannot hold is refused b
 from __future__ import annotations
 
 import asyncio
-import itertools
 import re
 import subprocess
 from collections.abc import Awaitable, Callable, Iterator
@@ -18,12 +17,11 @@ import structlog
 
 from fedload.config import parse_config
 from fedload.errors import ConfigError
-from fedload.localpg import LocalCluster, find_installs
+from fedload.localpg import LocalCluster
 from fedload.superhub.schema_file import check_schema_file, create_parents_from_file, schema_file_refusals
 from tests import feature_schema
-from tests.federation import require_major, sync
+from tests.federation import cluster_of_major, new_database, sync
 
-_names = itertools.count()
 T = TypeVar("T")
 
 
@@ -31,21 +29,11 @@ T = TypeVar("T")
 def major_cluster(request: pytest.FixtureRequest, cluster: LocalCluster) -> Iterator[LocalCluster]:
     """A cluster of PostgreSQL 15 (the module's own), 17 or 18: feeder and superhub of that major."""
     major: int = request.param
-    if major == cluster.install.major:
-        yield cluster
-        return
-    require_major(major)
-    running = LocalCluster(find_installs()[major], name=f"features{major}").start()
-    yield running
-    running.stop()
+    yield from cluster_of_major(cluster, major, f"features{major}")
 
 
 def _database(cluster: LocalCluster, sql: str = "") -> str:
-    name = f"sfx_{next(_names)}"
-    cluster.psql(f"CREATE DATABASE {name}")
-    if sql:
-        cluster.psql(sql, dbname=name)
-    return name
+    return new_database(cluster, "sfx", sql)
 
 
 def _feeder_and_dump(cluster: LocalCluster, tmp: Path) -> tuple[str, Path]:

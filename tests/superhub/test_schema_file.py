@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
 import subprocess
 from pathlib import Path
 
@@ -14,19 +13,14 @@ import structlog
 from fedload.errors import ConfigError
 from fedload.localpg import LocalCluster, find_installs
 from fedload.superhub.schema_file import check_schema_file, create_parents_from_file
-from tests.federation import require_major
+from tests.federation import new_database, require_major
 from tests.sample_schema import FEEDER_SCHEMA
 
 WANTED_OUT = {("public", "not_wanted")}
-_names = itertools.count()
 
 
 def _database(cluster: LocalCluster, sql: str = "") -> str:
-    name = f"sf_{next(_names)}"
-    cluster.psql(f"CREATE DATABASE {name}")
-    if sql:
-        cluster.psql(sql, dbname=name)
-    return name
+    return new_database(cluster, "sf", sql)
 
 
 def _wanted(schema: str, name: str) -> bool:
