@@ -97,6 +97,7 @@ class Daemon:
         self._wake = asyncio.Event()
         self._stopping = False
         self._reload_requested = False
+        self._pending: set[str] = set()  # feeders the coordinator reads from another shard than their own
 
     async def run(self) -> int:
         """Run until SIGTERM/SIGINT; 0 after a clean shutdown. Ready for systemd at once, superhub or not.
@@ -163,7 +164,7 @@ class Daemon:
             try:
                 for shard in self.config.by_shard(self._feeders(self.config)):
                     await prepare_superhub(self.config.for_shard(shard))
-                await refresh_coordinator(self.config)
+                await self._refresh_coordinator(self.config)
             except FedloadError as exc:
                 await self._wait_to_retry(attempt, exc)
             else:
@@ -246,6 +247,9 @@ class Daemon:
         previous = self._schedules[name]
         if run is not None and run.outcome is Outcome.SUCCESS:
             self._schedules[name] = after_success(now, interval, self._rng)
+            if name in self._pending:
+                self._pending.discard(name)
+                self._spawn(self._refresh_coordinator(self.config), name="coordinator")
         elif run is not None and run.outcome is Outcome.BUSY:
             self._schedules[name] = FeederSchedule(now + _BUSY_RETRY_S, previous.failures)
         else:
@@ -261,9 +265,11 @@ class Daemon:
         schedule = self._store.store(self.config.for_feeder(name), name, self._schedules[name])
         self._spawn(schedule, name=f"schedule-{name}")
 
-    @staticmethod
-    async def _refresh_coordinator(config: Config) -> None:
-        await refresh_coordinator(config)
+    async def _refresh_coordinator(self, config: Config) -> None:
+        """Build the coordinator, noting the feeders read from another shard than their own: once one of them has
+        loaded on its own shard, the coordinator is built again to read it there."""
+        if (report := await refresh_coordinator(config)) is not None and not report.deferred:
+            self._pending = set(report.pending)
 
     def _spawn(self, step: Coroutine[Any, Any, None], *, name: str) -> None:
         """Start a bookkeeping task, kept until it is done so that shutdown can wait for it."""

@@ -64,12 +64,15 @@ async def sync_feeders(
     try:
         if pool is not None:  # the workers start while the superhub is prepared
             pool.start_ahead(min(len(names), config.superhub.max_parallel_feeders))
+        built = None
         if not dry_run:
             for shard in config.by_shard(names):
                 await prepare_superhub(config.for_shard(shard))
-            await refresh_coordinator(config)  # before the runs: a feeder new to a shard is in its bound first
+            built = await refresh_coordinator(config)  # before the runs: a feeder new to a shard is in its bound first
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(one(name)) for name in names]
+        if built is not None and any(t.result().succeeded and t.result().feeder in built.pending for t in tasks):
+            await refresh_coordinator(config)  # a feeder given another shard is now loaded there: read it there
     finally:
         if pool is not None:
             await asyncio.shield(pool.close())

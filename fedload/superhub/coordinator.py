@@ -9,8 +9,10 @@ fedload builds it (idempotent) at the start of `sync` and `daemon` when `[coordi
   dbname of the shard's dsn, `async_capable` (the shards are read at once) and `fetch_size`, plus `passfile` if
   configured; a user mapping FOR PUBLIC with `fdw_user` (or the dsn's user), never a password;
 - the parents, with the columns read from the shards' catalogs (which must agree);
-- the foreign partitions; a shard whose feeder list changed gets a new foreign partition, and every old one is
-  detached and every new one attached in one transaction, so a reader sees each feeder exactly once;
+- the foreign partitions, one per shard, bound to the keys of the feeders read from it (`placement`): the shard's
+  parent itself, or a filter view on the shard while it holds feeders not read from it (`shard_side`); a shard
+  whose bound or relation changed gets a new foreign partition, and every old one is detached and every new one
+  attached in one transaction, so a reader sees each feeder exactly once;
 - `ALTER DATABASE ... SET enable_partitionwise_aggregate = on`: aggregates grouped by the key run on the shards.
 
     report = await build_coordinator(config)
@@ -19,11 +21,11 @@ fedload builds it (idempotent) at the start of `sync` and `daemon` when `[coordi
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import contextlib
 import itertools
 import random
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -33,8 +35,19 @@ from fedload.config import Config, CoordinatorConfig
 from fedload.errors import ConfigError, FedloadError, SuperhubError
 from fedload.log import get_logger
 from fedload.names import TableName
-from fedload.superhub.schema import Column, ParentTable, ident, key_literal, qualified, read_parents
-from fedload.superhub.session import setup_superhub, superhub_session
+from fedload.superhub.placement import Placement, place
+from fedload.superhub.schema import Column, ParentTable, ident, qualified
+from fedload.superhub.session import superhub_session
+from fedload.superhub.shard_side import (
+    EXPORT_SCHEMA,
+    ShardState,
+    bound_sql,
+    create_filter_views,
+    drop_filter_views,
+    fitted_name,
+    read_shard,
+    text_key,
+)
 
 __all__ = [
     "FDW_SCHEMA",
@@ -42,6 +55,7 @@ __all__ = [
     "bound_sql",
     "build_coordinator",
     "foreign_partition_name",
+    "moving_feeders",
     "refresh_coordinator",
     "server_name",
     "server_options",
@@ -51,12 +65,12 @@ __all__ = [
 log = get_logger()
 
 FDW_SCHEMA = "fedload_shards"  # the coordinator's foreign partitions
-_MAX_IDENTIFIER_BYTES = 63
 _LOCK = "SELECT pg_advisory_xact_lock(1717920876, 1)"  # "fedl" class, object 1: one builder at a time
+_MOVE_LOCK = "1717920876, 2"  # object 2: held by a feeder move, which defers the other builds
 _LOCK_TIMEOUT = "SET LOCAL lock_timeout = '10s'"  # DETACH waits for running reports: not forever
 _MANAGED_SERVER_OPTIONS = ("host", "port", "dbname", "passfile", "async_capable", "fetch_size")
 _EXISTING = """
-SELECT c.relname, s.srvname, pg_get_expr(c.relpartbound, c.oid) AS bound
+SELECT c.relname, s.srvname, pg_get_expr(c.relpartbound, c.oid) AS bound, f.ftoptions
 FROM pg_inherits i
 JOIN pg_class c ON c.oid = i.inhrelid
 JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -64,15 +78,28 @@ JOIN pg_foreign_table f ON f.ftrelid = c.oid
 JOIN pg_foreign_server s ON s.oid = f.ftserver
 WHERE i.inhparent = $1::regclass AND n.nspname = $2
 """
+_READ_VIEWS = """
+SELECT s.srvname, f.ftoptions
+FROM pg_foreign_table f
+JOIN pg_foreign_server s ON s.oid = f.ftserver
+JOIN pg_class c ON c.oid = f.ftrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1
+"""
 
 
 @dataclass(slots=True)
 class CoordinatorReport:
-    """What a build changed: tables created, foreign partitions attached and detached (`schema.table@shard`)."""
+    """What a build changed: tables created, foreign partitions attached and detached (`schema.table@shard`); and
+    what it found: the shards read through a filter view, the feeders read from another shard than their own (which
+    has not loaded them yet) with the shard they are read from."""
 
     created: list[str] = field(default_factory=list)
     attached: list[str] = field(default_factory=list)
     detached: list[str] = field(default_factory=list)
+    filtered: list[str] = field(default_factory=list)
+    pending: dict[str, str] = field(default_factory=dict)
+    deferred: bool = False  # a feeder move held the coordinator: nothing was built
 
 
 def server_name(shard: str) -> str:
@@ -83,12 +110,7 @@ def server_name(shard: str) -> str:
 def foreign_partition_name(table: TableName, shard: str, *, new: bool = False) -> str:
     """The name of shard `shard`'s foreign partition of `table` in FDW_SCHEMA, `<schema>.<table>@<shard>` (`new`:
     with a `~`, while it replaces the old one); past PostgreSQL's 63 bytes the table part is cut and hashed."""
-    head, tail = f"{table.schema}.{table.name}", f"@{shard}{'~' if new else ''}"
-    if len((head + tail).encode()) <= _MAX_IDENTIFIER_BYTES:
-        return head + tail
-    digest = hashlib.sha256(head.encode()).hexdigest()[:8]
-    keep = _MAX_IDENTIFIER_BYTES - len(tail.encode()) - len(digest) - 1
-    return f"{head.encode()[:keep].decode(errors='ignore')}_{digest}{tail}"
+    return fitted_name(f"{table.schema}.{table.name}", f"@{shard}{'~' if new else ''}")
 
 
 def _dsn_parts(dsn: str) -> dict[str, str]:
@@ -140,120 +162,122 @@ def _options(options: Mapping[str, str]) -> str:
     return f"OPTIONS ({', '.join(f'{k} {_literal(v)}' for k, v in options.items())})"
 
 
-def bound_sql(keys: Sequence[int | str], *, text: bool = False) -> str:
-    """A LIST partition bound for `keys`, sorted, as pg_get_expr prints it: integers, or strings for a `text` key
-    column (fedload creates one when some key is a string)."""
-    if not text:
-        return f"FOR VALUES IN ({', '.join(key_literal(k) for k in sorted(map(_integer, keys)))})"
-    return f"FOR VALUES IN ({', '.join(key_literal(str(k)) for k in sorted(str(k) for k in keys))})"
+def _session(config: Config) -> contextlib.AbstractAsyncContextManager[asyncpg.Connection]:
+    """A session on the coordinator (its errors are SuperhubErrors, as a superhub's)."""
+    if config.coordinator is None:
+        raise ConfigError("there is no [coordinator] section")
+    superhub = config.superhub.model_copy(update={"dsn": config.coordinator.dsn})
+    return superhub_session(config.model_copy(update={"superhub": superhub}), "coordinator")
 
 
-def _integer(key: int | str) -> int:
-    try:
-        return int(key)
-    except ValueError:
-        raise ConfigError(f"feeder key {key!r} is not an integer, but the tables' key column is") from None
+@contextlib.asynccontextmanager
+async def moving_feeders(config: Config, *, wait_s: float = 30.0) -> AsyncIterator[None]:
+    """For `fedload feeder move`: hold the coordinator's move lock for the block. Other builds are deferred
+    meanwhile (they would build from a configuration that does not know of the move), and one move runs at a time.
+    SuperhubError if another move or a build held it for `wait_s`."""
+    async with _session(config) as conn:
+        deadline = time.monotonic() + wait_s
+        while not await conn.fetchval(f"SELECT pg_try_advisory_lock({_MOVE_LOCK})"):
+            if time.monotonic() > deadline:
+                raise SuperhubError(f"another feeder move or a coordinator build held the coordinator for {wait_s:g} s")
+            await asyncio.sleep(0.2)
+        yield  # the session's end releases the lock
 
 
-def _text_key(parent: ParentTable, feeder_key: str) -> bool:
-    """Whether the parent's feeder key column holds strings rather than integers."""
-    column = parent.column(feeder_key)
-    return column is None or column.base_type_sql not in ("smallint", "integer", "bigint")
-
-
-async def build_coordinator(config: Config) -> CoordinatorReport:
-    """Create or bring up to date the coordinator's servers, parents and foreign partitions (see the module)."""
+async def build_coordinator(config: Config, *, moving: bool = False) -> CoordinatorReport:
+    """Create or bring up to date the coordinator's servers, parents and foreign partitions (see the module).
+    While a feeder move holds the coordinator (`moving_feeders`) the build is deferred (`report.deferred`), but
+    for the move's own builds (`moving`)."""
     coordinator = config.coordinator
     if coordinator is None:
         raise ConfigError("there is no [coordinator] section")
-    parents = await _shard_parents(config)
-    superhub = config.superhub.model_copy(update={"dsn": coordinator.dsn})
     report = CoordinatorReport()
-    session = superhub_session(config.model_copy(update={"superhub": superhub}), "coordinator")
-    async with session as conn, conn.transaction():
-        await _build(conn, config, coordinator, parents.values(), report)
+    async with _session(config) as conn:
+        async with conn.transaction():
+            await conn.execute(_LOCK)
+            if not moving and not await conn.fetchval(f"SELECT pg_try_advisory_xact_lock_shared({_MOVE_LOCK})"):
+                log.info("coordinator.build_deferred", reason="a feeder move holds the coordinator")
+                report.deferred = True
+                return report
+            unread = await _build(conn, config, coordinator, report)
+        if unread:
+            await _drop_unread_views(conn, config, unread)
     if report.created or report.attached or report.detached:
         log.info("coordinator.built", created=report.created, attached=report.attached, detached=report.detached)
     return report
 
 
-async def refresh_coordinator(config: Config) -> bool:
+async def refresh_coordinator(config: Config) -> CoordinatorReport | None:
     """Build the coordinator if one is configured, as `sync` and `daemon` do before their runs: a failure is
-    logged (`coordinator.build_failed`) and the loads go on, the shards do not depend on it. False if it failed."""
+    logged (`coordinator.build_failed`) and the loads go on, the shards do not depend on it. The build's report;
+    None without a coordinator or when the build failed."""
     if config.coordinator is None:
-        return True
+        return None
     try:
-        await build_coordinator(config)
+        return await build_coordinator(config)
     except FedloadError as exc:
         log.error("coordinator.build_failed", error=str(exc), error_kind=exc.kind)
-        return False
-    return True
+        return None
 
 
 async def _build(
-    conn: asyncpg.Connection,
-    config: Config,
-    coordinator: CoordinatorConfig,
-    parents: Iterable[ParentTable],
-    report: CoordinatorReport,
-) -> None:
-    """The build's steps, in the caller's transaction, one builder at a time."""
-    await conn.execute(_LOCK)
+    conn: asyncpg.Connection, config: Config, coordinator: CoordinatorConfig, report: CoordinatorReport
+) -> set[str]:
+    """The build's steps, in the caller's transaction under the builders' lock; the shards whose filter views some
+    detached foreign partition read (to be dropped once this transaction has committed)."""
     await conn.execute(_LOCK_TIMEOUT)
+    parents, shards = await _read_shards(config)
+    held = {shard: state.held for shard, state in shards.items()}
+    placement = place(config, held, {shard: state.unknown for shard, state in shards.items()})
+    _note_placement(config, placement, shards, report)
+    views = {
+        shard: await create_filter_views(config, shard, parents.values(), reads.feeders)
+        for shard, reads in placement.reads.items()
+        if reads.filtered and reads.feeders
+    }
     await _extension(conn)
     for shard, settings in config.shards.items():
         await _server(conn, shard, settings.dsn, coordinator)
     await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {ident(FDW_SCHEMA)}")
-    parents = list(parents)
-    for parent in parents:
+    for parent in parents.values():
         await _parent(conn, parent, config, report)
-    await _partitions(conn, parents, config, report)
+    unread = await _partitions(conn, list(parents.values()), config, _Wanted(placement, views), report)
     database = await conn.fetchval("SELECT current_database()")
     await conn.execute(f"ALTER DATABASE {ident(database)} SET enable_partitionwise_aggregate = on")
+    return unread
 
 
-async def _shard_parents(config: Config) -> dict[TableName, ParentTable]:
-    """The configured parents as the shards have them, each shard set up first (as a sync would: its schemas, and
-    its parents from the schema file), whichever daemon loads it; SuperhubError if the shards disagree on which
-    parents there are or on their columns."""
+async def _read_shards(config: Config) -> tuple[dict[TableName, ParentTable], dict[str, ShardState]]:
+    """The configured parents as the shards have them, and what each shard holds (`read_shard`); SuperhubError if
+    the shards disagree on which parents there are or on their columns."""
+    shards = {shard: await read_shard(config, shard) for shard in config.shards}
     found: dict[TableName, tuple[str, ParentTable]] = {}
-    on_shard: dict[str, set[TableName]] = {}
-    for shard in config.shards:
-        async with superhub_session(config.for_shard(shard), "coordinator") as conn:
-            await setup_superhub(conn, config.for_shard(shard))
-            parents = await read_parents(conn, config.superhub.tables, config.superhub.feeder_key)
-            if strays := await _strays(conn, parents.values(), config, shard):
-                log.warning("coordinator.stray_partitions", shard=shard, partitions=strays)
-        on_shard[shard] = set(parents)
-        for table, parent in parents.items():
+    for shard, state in shards.items():
+        for table, parent in state.parents.items():
             first = found.setdefault(table, (shard, parent))
             if _columns(first[1].columns) != _columns(parent.columns):
                 raise SuperhubError(
                     f"table {table} has other columns on shard {shard} than on shard {first[0]}: "
                     f"{', '.join(_columns(parent.columns))} against {', '.join(_columns(first[1].columns))}"
                 )
-    for shard, tables in on_shard.items():
-        if missing := sorted(map(str, set(found) - tables)):
+    for shard, state in shards.items():
+        if missing := sorted(map(str, set(found) - set(state.parents))):
             raise SuperhubError(f"shard {shard} lacks {', '.join(missing)}, which other shards have")
-    return {table: parent for table, (_, parent) in found.items()}
+    return {table: parent for table, (_, parent) in found.items()}, shards
 
 
-_PARTITIONS = """
-SELECT c.oid::regclass::text, pg_get_expr(c.relpartbound, c.oid)
-FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = $1::regclass
-"""
-
-
-async def _strays(conn: asyncpg.Connection, parents: Iterable[ParentTable], config: Config, shard: str) -> list[str]:
-    """The shard's partitions of keys not assigned to it (a feeder moved away and not yet removed there): the
-    coordinator reads them through the shard's foreign partition, under a bound that does not hold them."""
-    keys = [config.feeders[n].key for n in config.by_shard().get(shard, [])]
-    strays = []
-    for parent in parents:
-        text = _text_key(parent, config.superhub.feeder_key)
-        bounds = {bound_sql([key], text=text) for key in keys}
-        strays += [name for name, bound in await conn.fetch(_PARTITIONS, parent.sql_name) if bound not in bounds]
-    return strays
+def _note_placement(
+    config: Config, placement: Placement, shards: Mapping[str, ShardState], report: CoordinatorReport
+) -> None:
+    """Log the feeders read from another shard than their own and the shards holding feeders not read from them."""
+    report.pending = placement.pending(config)
+    report.filtered = sorted(shard for shard, reads in placement.reads.items() if reads.filtered)
+    for name, served_from in report.pending.items():
+        log.info("coordinator.feeder_pending", feeder=name, shard=config.feeders[name].shard, served_from=served_from)
+    for shard, state in shards.items():
+        others = sorted(state.held - set(placement.reads[shard].feeders))
+        if others or state.unknown:
+            log.warning("coordinator.stray_partitions", shard=shard, feeders=others, partitions=list(state.unknown))
 
 
 def _column_list(parent: ParentTable) -> str:
@@ -308,35 +332,71 @@ async def _parent(conn: asyncpg.Connection, parent: ParentTable, config: Config,
 
 
 @dataclass(frozen=True, slots=True)
+class _Wanted:
+    """What the foreign partitions should read: the placement, and the filter views created for it (per shard)."""
+
+    placement: Placement
+    views: Mapping[str, Mapping[TableName, str]]
+
+    def relation(self, parent: ParentTable, shard: str) -> tuple[str, str]:
+        """The shard's relation a foreign partition of `parent` reads: the parent itself, or its filter view."""
+        if self.placement.reads[shard].filtered:
+            return EXPORT_SCHEMA, self.views[shard][parent.table]
+        return parent.table.schema, parent.table.name
+
+
+@dataclass(frozen=True, slots=True)
 class _Change:
     parent: ParentTable
     shard: str
     old: str | None  # the partition to detach and drop, if any
-    bound: str | None  # the new bound to attach under the stable name, None when the shard is gone
+    bound: str | None  # the new bound to attach under the stable name, None when nothing is read from the shard
 
 
 async def _partitions(
-    conn: asyncpg.Connection, parents: Iterable[ParentTable], config: Config, report: CoordinatorReport
-) -> None:
-    """Per parent and shard, a foreign partition with the shard's keys: new ones built first, then every old one
-    detached and every new one attached in this one transaction, so no reader sees a feeder missing or twice."""
+    conn: asyncpg.Connection, parents: Sequence[ParentTable], config: Config, wanted: _Wanted, report: CoordinatorReport
+) -> set[str]:
+    """Per parent and shard, a foreign partition with the keys read from the shard, reading the wanted relation:
+    new ones built first, then every old one detached and every new one attached in this one transaction, so no
+    reader sees a feeder missing or twice. The shards whose filter views a detached partition read."""
     changes: list[_Change] = []
-    keys = {shard: [config.feeders[n].key for n in names] for shard, names in _by_shard(config).items()}
+    unread: set[str] = set()
     for parent in parents:
-        rows = await conn.fetch(_EXISTING, parent.sql_name, FDW_SCHEMA)
-        existing = {server: (name, bound) for name, server, bound in rows}
-        text = _text_key(parent, config.superhub.feeder_key)
-        for shard, bound in ((shard, bound_sql(shard_keys, text=text)) for shard, shard_keys in keys.items()):
+        existing = {
+            server: (name, bound, _relation(options))
+            for name, server, bound, options in await conn.fetch(_EXISTING, parent.sql_name, FDW_SCHEMA)
+        }
+        text = text_key(parent, config.superhub.feeder_key)
+        for shard, reads in wanted.placement.reads.items():
             old = existing.pop(server_name(shard), None)
-            if old is None or old[1] != bound:
-                await _create_foreign(conn, parent, shard)
-                changes.append(_Change(parent, shard, None if old is None else old[0], bound))
+            bound = bound_sql([config.feeders[n].key for n in reads.feeders], text=text) if reads.feeders else None
+            relation = wanted.relation(parent, shard) if reads.feeders else None
+            if old is not None and (old[1], old[2]) == (bound, relation):
+                continue
+            if old is None and bound is None:
+                continue
+            if relation is not None:
+                await _create_foreign(conn, parent, shard, relation)
+            changes.append(_Change(parent, shard, None if old is None else old[0], bound))
+            if old is not None and old[2][0] == EXPORT_SCHEMA:
+                unread.add(shard)
         gone = existing.items()  # servers of shards no longer configured
-        changes += [_Change(parent, server.removeprefix("fedload_"), name, None) for server, (name, _) in gone]
+        changes += [_Change(parent, server.removeprefix("fedload_"), name, None) for server, (name, _, _) in gone]
     if changes:
         await _locked(
             conn, sorted({c.parent.table: c.parent for c in changes}.values(), key=lambda p: str(p.table)), config
         )
+    await _apply(conn, changes, report)
+    return unread
+
+
+def _relation(options: Sequence[str] | None) -> tuple[str, str]:
+    parsed = _parsed(options)
+    return parsed.get("schema_name", ""), parsed.get("table_name", "")
+
+
+async def _apply(conn: asyncpg.Connection, changes: Sequence[_Change], report: CoordinatorReport) -> None:
+    """Detach and drop every old partition, then attach every new one under its stable name."""
     for change in changes:
         if change.old is not None:
             detached = qualified(FDW_SCHEMA, change.old)
@@ -350,6 +410,24 @@ async def _partitions(
             stable = foreign_partition_name(change.parent.table, change.shard)
             await conn.execute(f"ALTER FOREIGN TABLE {new} RENAME TO {ident(stable)}")
             report.attached.append(f"{change.parent.table}@{change.shard}")
+
+
+async def _drop_unread_views(conn: asyncpg.Connection, config: Config, shards: Iterable[str]) -> None:
+    """After a build: drop the filter views of `shards` that no foreign partition reads any more. Under the
+    builders' lock, so never a view another build is about to attach; a failure only leaves views behind."""
+    try:
+        async with conn.transaction():
+            await conn.execute(_LOCK)
+            read: dict[str, set[str]] = {}
+            for server, options in await conn.fetch(_READ_VIEWS, FDW_SCHEMA):
+                schema, table = _relation(options)
+                if schema == EXPORT_SCHEMA:
+                    read.setdefault(server, set()).add(table)
+            for shard in sorted(set(shards) & set(config.shards)):
+                if dropped := await drop_filter_views(config, shard, read.get(server_name(shard), set())):
+                    log.info("coordinator.views_dropped", shard=shard, views=dropped)
+    except FedloadError as exc:
+        log.warning("coordinator.views_not_dropped", error=str(exc))
 
 
 async def _locked(conn: asyncpg.Connection, parents: Sequence[ParentTable], config: Config) -> None:
@@ -375,15 +453,11 @@ async def _locked(conn: asyncpg.Connection, parents: Sequence[ParentTable], conf
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _by_shard(config: Config) -> dict[str, list[str]]:
-    return {shard: names for shard, names in config.by_shard().items() if shard is not None}
-
-
-async def _create_foreign(conn: asyncpg.Connection, parent: ParentTable, shard: str) -> None:
-    """A standalone foreign table for the shard's parent, to be attached: the coordinator parent's columns."""
+async def _create_foreign(conn: asyncpg.Connection, parent: ParentTable, shard: str, relation: tuple[str, str]) -> None:
+    """A standalone foreign table reading the shard's `relation`, to be attached: the coordinator parent's columns."""
     new = qualified(FDW_SCHEMA, foreign_partition_name(parent.table, shard, new=True))
     await conn.execute(f"DROP FOREIGN TABLE IF EXISTS {new}")
     await conn.execute(
         f"CREATE FOREIGN TABLE {new} ({_column_list(parent)}) SERVER {ident(server_name(shard))} "
-        f"{_options({'schema_name': parent.table.schema, 'table_name': parent.table.name})}"
+        f"{_options({'schema_name': relation[0], 'table_name': relation[1]})}"
     )

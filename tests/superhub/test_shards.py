@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from structlog.testing import capture_logs
 
 from fedload.commands.admin import remove_feeder
 from fedload.commands.status import read_status
-from fedload.config import Config, CoordinatorConfig, parse_config
+from fedload.config import CoordinatorConfig, parse_config
 from fedload.errors import ConfigError, SuperhubError
 from fedload.localpg import LocalCluster, find_installs
 from fedload.names import TableName
@@ -35,7 +34,17 @@ from fedload.superhub.coordinator import (
     server_options,
     user_mapping_options,
 )
-from tests.federation import HOST_COLS, DaemonProcess, Federation, config_toml, require_major, sync
+from tests.federation import HOST_COLS, DaemonProcess, Federation, require_major, sync
+from tests.shards import (
+    COUNTS,
+    coord_sql,
+    require_postgres_fdw,
+    shard_sql,
+    sharded,
+    sharded_toml,
+    synced,
+    with_coordinator,
+)
 
 
 def _document(**extra: Any) -> dict[str, Any]:
@@ -105,32 +114,6 @@ def test_coordinator_needs_shards_and_a_dsn_of_its_own() -> None:
     ]
 
 
-def sharded(fed: Federation, layout: dict[str, list[str]], *, coordinator: str | None = None) -> Config:
-    """The federation's configuration with shard databases (created) holding the feeders of `layout`."""
-    document = fed.config().model_dump(mode="json", exclude_none=True)
-    del document["superhub"]["dsn"]
-    document["shards"] = {}
-    for shard, feeders in layout.items():
-        fed.cluster.psql(f"CREATE DATABASE {fed.superhub}_{shard}")
-        document["shards"][shard] = {"dsn": fed.cluster.dsn(f"{fed.superhub}_{shard}")}
-        for name in feeders:
-            document["feeders"][name]["shard"] = shard
-    if coordinator is not None:
-        document["coordinator"] = {"dsn": coordinator}
-    return parse_config(document)
-
-
-COUNTS = (  # rows per feeder key: "1:300,2:200"
-    "SELECT string_agg(hub_id || ':' || n, ',' ORDER BY hub_id) "
-    "FROM (SELECT hub_id, count(*) AS n FROM {table} GROUP BY 1) AS c"
-)
-
-
-def shard_sql(fed: Federation, shard: str, sql: str) -> str:
-    """Run SQL on a shard's database."""
-    return fed.cluster.psql(sql, dbname=f"{fed.superhub}_{shard}").strip()
-
-
 def test_sync_loads_each_feeder_into_its_shard(federation: Federation) -> None:
     """Each feeder's rows, run history and staging live on its shard only; the other shard never sees them."""
     config = sharded(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
@@ -151,26 +134,6 @@ def test_sync_loads_each_feeder_into_its_shard(federation: Federation) -> None:
         ("hub2", "s1", True, 2200),
         ("hub3", "s2", True, 1100),
     ]
-
-
-def synced(fed: Federation, shard: str) -> int:
-    """How many feeders have synced successfully on a shard."""
-    if shard_sql(fed, shard, "SELECT to_regclass('fedload.runs') IS NULL") == "t":
-        return 0
-    return int(shard_sql(fed, shard, "SELECT count(DISTINCT feeder) FROM fedload.runs WHERE outcome = 'success'"))
-
-
-def sharded_toml(fed: Federation, config: Config) -> Path:
-    """A configuration file for `config`'s shards, as an operator would write it."""
-    text = config_toml(fed).replace(f'dsn = "{fed.cluster.dsn(fed.superhub)}"\n', "")
-    for name, feeder in config.feeders.items():
-        text = text.replace(f"[feeders.{name}]\n", f'[feeders.{name}]\nshard = "{feeder.shard}"\n')
-    text += "".join(f'[shards.{shard}]\ndsn = "{s.dsn}"\n' for shard, s in config.shards.items())
-    if config.coordinator is not None:
-        text += f'[coordinator]\ndsn = "{config.coordinator.dsn}"\n'
-    path = fed.tmp / "sharded.toml"
-    path.write_text(text)
-    return path
 
 
 def test_daemon_per_shard(federation: Federation) -> None:
@@ -221,18 +184,6 @@ def test_daemon_refuses_an_unknown_shard(federation: Federation) -> None:
         check=False,
     )
     assert (result.returncode, result.stderr) == (2, "fedload: unknown shard s9; shards: s1\n")
-
-
-def with_coordinator(fed: Federation, layout: dict[str, list[str]]) -> Config:
-    """`sharded` plus a coordinator database (created) on the same cluster."""
-    require_postgres_fdw(fed.cluster)
-    fed.cluster.psql(f"CREATE DATABASE {fed.superhub}_coord")
-    return sharded(fed, layout, coordinator=fed.cluster.dsn(f"{fed.superhub}_coord"))
-
-
-def coord_sql(fed: Federation, sql: str) -> str:
-    """Run SQL on the coordinator."""
-    return fed.cluster.psql(sql, dbname=f"{fed.superhub}_coord").strip()
 
 
 def test_coordinator_reads_every_shard(federation: Federation) -> None:
@@ -360,16 +311,6 @@ def test_coordinator_readers_see_old_or_new_rows_during_swaps(federation: Federa
     assert seen[-1] == ",".join(f"{i}:{n + rounds}/{10 * (n + rounds)}" for i, n in sizes.items())
 
 
-def require_postgres_fdw(cluster: LocalCluster) -> None:
-    """Fail (in CI, where FEDLOAD_REQUIRE_MAJORS lists the major) or skip when an install lacks postgres_fdw."""
-    if cluster.psql("SELECT count(*) FROM pg_available_extensions WHERE name = 'postgres_fdw'").strip() == "1":
-        return
-    major = cluster.install.major
-    if str(major) in os.environ.get("FEDLOAD_REQUIRE_MAJORS", "").split(","):
-        pytest.fail(f"PostgreSQL {major} in {cluster.install.bindir} lacks postgres_fdw, which is required here")
-    pytest.skip(f"PostgreSQL {major} in {cluster.install.bindir} lacks postgres_fdw")
-
-
 @pytest.fixture
 def other_major() -> Iterator[LocalCluster]:
     """A PostgreSQL 18 cluster for a shard of another major than the coordinator's."""
@@ -396,9 +337,10 @@ def test_a_shard_on_another_cluster_and_major(federation: Federation, other_majo
     assert plan.count("Async Foreign Scan") == 2, plan
 
 
-def test_moving_a_feeder_by_hand(federation: Federation) -> None:
-    """hub2 moved from s1 to s2: the next sync loads it on s2 and warns that s1 still holds its partitions, which
-    the coordinator would count twice; `feeder remove hub2 --shard s1` removes them and its history there."""
+def test_a_feeder_given_another_shard_by_hand_is_never_counted_twice(federation: Federation) -> None:
+    """hub2's shard changed from s1 to s2 in the configuration: the sync reads it from s1 while s2 loads it (s2
+    through a filter), then from s2 (s1 through a filter, warned of as a stray); `feeder remove hub2 --shard s1`
+    removes it there, and the next build reads s1 directly again."""
     before = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
     assert all(run.succeeded for run in sync(before))
     document = before.model_dump(mode="json", exclude_none=True)
@@ -406,13 +348,17 @@ def test_moving_a_feeder_by_hand(federation: Federation) -> None:
     after = parse_config(document)
     with capture_logs() as logs:
         assert all(run.succeeded for run in sync(after))
-    strays = [e for e in logs if e["event"] == "coordinator.stray_partitions"]
-    assert [(e["shard"], sorted(e["partitions"])) for e in strays] == [
-        ("s1", ['fedload_parts."public.contexts__hub2"', 'fedload_parts."public.hosts__hub2"'])
-    ]
-    assert coord_sql(federation, "SELECT count(*) FROM hosts") == "800"  # hub2 counted on both shards
+    pending = [(e["feeder"], e["shard"], e["served_from"]) for e in logs if e["event"] == "coordinator.feeder_pending"]
+    assert pending == [("hub2", "s2", "s1")]  # the first build, before the load on s2
+    strays = [(e["shard"], e["feeders"]) for e in logs if e["event"] == "coordinator.stray_partitions"]
+    assert strays == [("s1", ["hub2"])]  # the second, after it
+    assert coord_sql(federation, COUNTS.format(table="hosts")) == "1:300,2:200,3:100"
+    assert "fedload_export" in coord_sql(federation, "SELECT ftoptions FROM pg_foreign_table")  # s1 is filtered
     assert remove_feeder(after, "hub2", yes=True, shard="s1") == 0
     assert coord_sql(federation, COUNTS.format(table="hosts")) == "1:300,2:200,3:100"
+    assert asyncio.run(build_coordinator(after)).filtered == []
+    assert coord_sql(federation, "SELECT count(*) FROM pg_foreign_table WHERE ftoptions::text LIKE '%export%'") == "0"
+    assert shard_sql(federation, "s1", "SELECT count(*) FROM pg_views WHERE schemaname = 'fedload_export'") == "0"
     assert shard_sql(federation, "s1", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") == "0"
     assert shard_sql(federation, "s2", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") == "1"
 

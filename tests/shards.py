@@ -1,0 +1,81 @@
+"""Helpers of the tests with shards and a coordinator: shard databases on the federation's cluster, a
+configuration file naming them, SQL on a shard or the coordinator."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from fedload.config import Config, parse_config
+from fedload.localpg import LocalCluster
+from tests.federation import Federation, config_toml
+
+
+def sharded(fed: Federation, layout: dict[str, list[str]], *, coordinator: str | None = None) -> Config:
+    """The federation's configuration with shard databases (created) holding the feeders of `layout`."""
+    document = fed.config().model_dump(mode="json", exclude_none=True)
+    del document["superhub"]["dsn"]
+    document["shards"] = {}
+    for shard, feeders in layout.items():
+        fed.cluster.psql(f"CREATE DATABASE {fed.superhub}_{shard}")
+        document["shards"][shard] = {"dsn": fed.cluster.dsn(f"{fed.superhub}_{shard}")}
+        for name in feeders:
+            document["feeders"][name]["shard"] = shard
+    if coordinator is not None:
+        document["coordinator"] = {"dsn": coordinator}
+    return parse_config(document)
+
+
+COUNTS = (  # rows per feeder key: "1:300,2:200"
+    "SELECT string_agg(hub_id || ':' || n, ',' ORDER BY hub_id) "
+    "FROM (SELECT hub_id, count(*) AS n FROM {table} GROUP BY 1) AS c"
+)
+
+
+def shard_sql(fed: Federation, shard: str, sql: str) -> str:
+    """Run SQL on a shard's database."""
+    return fed.cluster.psql(sql, dbname=f"{fed.superhub}_{shard}").strip()
+
+
+def synced(fed: Federation, shard: str) -> int:
+    """How many feeders have synced successfully on a shard."""
+    if shard_sql(fed, shard, "SELECT to_regclass('fedload.runs') IS NULL") == "t":
+        return 0
+    return int(shard_sql(fed, shard, "SELECT count(DISTINCT feeder) FROM fedload.runs WHERE outcome = 'success'"))
+
+
+def sharded_toml(fed: Federation, config: Config) -> Path:
+    """A configuration file for `config`'s shards, as an operator would write it."""
+    text = config_toml(fed).replace(f'dsn = "{fed.cluster.dsn(fed.superhub)}"\n', "")
+    for name, feeder in config.feeders.items():
+        text = text.replace(f"[feeders.{name}]\n", f'[feeders.{name}]\nshard = "{feeder.shard}"\n')
+    text += "".join(f'[shards.{shard}]\ndsn = "{s.dsn}"\n' for shard, s in config.shards.items())
+    if config.coordinator is not None:
+        text += f'[coordinator]\ndsn = "{config.coordinator.dsn}"\n'
+    path = fed.tmp / "sharded.toml"
+    path.write_text(text)
+    return path
+
+
+def with_coordinator(fed: Federation, layout: dict[str, list[str]]) -> Config:
+    """`sharded` plus a coordinator database (created) on the same cluster."""
+    require_postgres_fdw(fed.cluster)
+    fed.cluster.psql(f"CREATE DATABASE {fed.superhub}_coord")
+    return sharded(fed, layout, coordinator=fed.cluster.dsn(f"{fed.superhub}_coord"))
+
+
+def coord_sql(fed: Federation, sql: str) -> str:
+    """Run SQL on the coordinator."""
+    return fed.cluster.psql(sql, dbname=f"{fed.superhub}_coord").strip()
+
+
+def require_postgres_fdw(cluster: LocalCluster) -> None:
+    """Fail (in CI, where FEDLOAD_REQUIRE_MAJORS lists the major) or skip when an install lacks postgres_fdw."""
+    if cluster.psql("SELECT count(*) FROM pg_available_extensions WHERE name = 'postgres_fdw'").strip() == "1":
+        return
+    major = cluster.install.major
+    if str(major) in os.environ.get("FEDLOAD_REQUIRE_MAJORS", "").split(","):
+        pytest.fail(f"PostgreSQL {major} in {cluster.install.bindir} lacks postgres_fdw, which is required here")
+    pytest.skip(f"PostgreSQL {major} in {cluster.install.bindir} lacks postgres_fdw")
