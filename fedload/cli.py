@@ -108,6 +108,16 @@ def _table_pattern(text: str) -> TablePattern:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _run_feeder_move(args: argparse.Namespace) -> int:
+    from fedload.commands.move import move_feeder  # noqa: PLC0415
+    from fedload.config import find_config_path, load_config  # noqa: PLC0415
+
+    path = find_config_path(args.config)
+    config = load_config(path)
+    _logging(args, config.log_level)
+    return move_feeder(config, path, args.name, args.to)
+
+
 def _run_feeder_remove(args: argparse.Namespace) -> int:
     from fedload.commands.admin import remove_feeder  # noqa: PLC0415
 
@@ -154,6 +164,10 @@ def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None
         "--shard", metavar="NAME", help="with [shards]: remove it from this shard (default: the feeder's own)"
     )
     remove.set_defaults(run=_run_feeder_remove)
+    move = _command(feeder_commands, "feeder move", _WITH_CONFIG)
+    move.add_argument("name", metavar="NAME", help="the feeder's name")
+    move.add_argument("--to", required=True, metavar="SHARD", help="the shard to move it to")
+    move.set_defaults(run=_run_feeder_move)
 
 
 def _run_demo(args: argparse.Namespace) -> int:

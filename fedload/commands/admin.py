@@ -20,15 +20,19 @@ from fedload.english import counted
 from fedload.errors import FeederError, UsageError
 from fedload.log import get_logger
 from fedload.names import TableName, TablePattern
-from fedload.superhub.runs import ensure_superhub, forget_feeder, forget_rejects
+from fedload.superhub.runs import ensure_superhub, forget_feeder, forget_rejects, note_moved
 from fedload.superhub.schema import read_parents
 from fedload.superhub.session import feeder_lock, superhub_session
 from fedload.superhub.swap import drop_partitions, feeder_partition
 
-__all__ = ["RemovalPlan", "remove_feeder"]
+__all__ = ["FeederBusyError", "RemovalPlan", "drop_feeder", "remove_feeder"]
 
 log = get_logger()
 _KNOWN = "SELECT feeder FROM fedload.runs UNION SELECT feeder FROM fedload.schedule ORDER BY 1"
+
+
+class FeederBusyError(FeederError):
+    """The feeder's run lock is held: a run of it is under way."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,17 +75,25 @@ async def _plan(config: Config, name: str, only: Sequence[TablePattern]) -> Remo
     return RemovalPlan(name, partitions, runs, whole=not only, known=known)
 
 
-async def _remove(config: Config, name: str, only: Sequence[TablePattern]) -> tuple[dict[TableName, int], int]:
+async def drop_feeder(
+    config: Config, name: str, only: Sequence[TablePattern] = (), *, moved_to: str | None = None
+) -> tuple[dict[TableName, int], int]:
+    """Under the feeder's run lock, drop its partitions (of the `only` tables) and, for the whole feeder, forget its
+    history; `moved_to`: note there that it moved to that shard (`fedload feeder move`). The partitions dropped
+    with their rows, and the runs forgotten. FeederBusyError while a run of it holds the lock."""
     feeder = config.feeders.get(name)
     async with superhub_session(config) as conn, feeder_lock(conn, name) as locked:
         if not locked:
-            raise FeederError(f"feeder {name} is being synced right now; try again when the run has finished")
+            raise FeederBusyError(f"feeder {name} is being synced right now; try again when the run has finished")
         tables = await _tables(conn, config, only)
         dropped = await drop_partitions(conn, tables, name, feeder.key if feeder else None)
         if only:
             return dropped, 0
         await forget_rejects(conn, name)
-        return dropped, await forget_feeder(conn, name)
+        forgotten = await forget_feeder(conn, name)
+        if moved_to is not None:
+            await note_moved(conn, name, moved_to)
+        return dropped, forgotten
 
 
 def _check_known(plan: RemovalPlan, config: Config) -> None:
@@ -145,7 +157,7 @@ def remove_feeder(
         if not _confirmed(plan, ask):
             print(f"feeder {name}: nothing removed")
             return 1
-    dropped, runs = asyncio.run(_remove(config, name, only))
+    dropped, runs = asyncio.run(drop_feeder(config, name, only))
     log.info("feeder.removed", feeder=name, tables=[str(t) for t in dropped], runs_forgotten=runs)
     _report(config, name, only, dropped, runs)
     return 0

@@ -94,6 +94,18 @@ examples:
   fedload feeder remove hub7                          # shows what it drops, asks
   fedload feeder remove hub7 --table public.__software --yes""",
     ),
+    "feeder move": CommandHelp(
+        "move a feeder to another shard, served from one shard at every moment",
+        "With [shards]: load the feeder on shard SHARD, switch the coordinator to read it there (one transaction: "
+        "its readers never see it missing or twice), set feeders.NAME.shard in the configuration file, then drop it "
+        "from its old shard. A failure stops the move where it is, says where the feeder is served from, and keeps "
+        "the old data until the new shard serves it; running the move again finishes it. Reload the daemons after "
+        "(systemctl reload fedload): a daemon still running the old configuration is refused on the old shard. "
+        "Exit status 0 moved, 1 the move stopped, 2 an unknown feeder or shard.",
+        """\
+examples:
+  fedload feeder move hub7 --to s2""",
+    ),
     "demo": CommandHelp(
         "try fedload locally: a superhub and three feeders, synced and explained",
         "Start throwaway PostgreSQL clusters (a superhub and three feeders with drifting schemas), sync them once "

@@ -24,7 +24,7 @@ from fedload.superhub.bookkeeping import Bookkeeping, RunHistory
 from fedload.superhub.importer import Importer, ImportPolicy
 from fedload.superhub.kept_sessions import reused_session
 from fedload.superhub.receive import DumpReceiver
-from fedload.superhub.runs import RunRecord, ensure_superhub, forget_rejects
+from fedload.superhub.runs import RunRecord, ensure_superhub, forget_rejects, moved_away
 from fedload.superhub.schema import ParentTable, read_parents, unmatched_patterns
 from fedload.superhub.session import (
     best_effort,
@@ -116,6 +116,8 @@ class _FeederSync:
                     self.record = RunRecord(outcome=Outcome.BUSY, error=error)
                     return
                 async with self._recorded(history):
+                    if (moved := await moved_away(conn, self.name)) is not None:
+                        raise moved
                     parents = await self._expected_parents(conn)
                     remap = await asyncio.to_thread(_read_remap, self.feeder)
                     async with self._dump(parents) as receiver, conn.transaction():

@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields
 
 import asyncpg
 
-from fedload.errors import ErrorKind
+from fedload.errors import ConfigError, ErrorKind
 from fedload.results import RECORDED_OUTCOMES, Outcome
 from fedload.superhub.schema import PARTS_SCHEMA, STAGE_SCHEMA
 
@@ -20,6 +20,8 @@ __all__ = [
     "finish_run",
     "forget_feeder",
     "forget_rejects",
+    "moved_away",
+    "note_moved",
     "start_run",
     "try_feeder_lock",
     "unlock_feeder",
@@ -70,6 +72,11 @@ CREATE TABLE IF NOT EXISTS fedload.schedule (
     failures integer NOT NULL DEFAULT 0,
     updated_at timestamptz NOT NULL DEFAULT now()
 );
+CREATE TABLE IF NOT EXISTS fedload.moved (
+    feeder text PRIMARY KEY,
+    to_shard text NOT NULL,
+    moved_at timestamptz NOT NULL DEFAULT now()
+);
 """
 # The bootstrap's own fingerprint, kept as the comment of fedload.runs: while it matches and fedload's tables and
 # schemas exist, a run skips the bootstrap, whose ALTER TABLE would lock fedload.runs (and queue every run behind
@@ -79,6 +86,7 @@ _BOOTSTRAP += f"COMMENT ON TABLE fedload.runs IS '{_SCHEMA_MARK}';\n"
 _IS_CURRENT = f"""
 SELECT coalesce(obj_description(to_regclass('fedload.runs'), 'pg_class') = $1, false)
    AND to_regclass('fedload.rejects') IS NOT NULL AND to_regclass('fedload.schedule') IS NOT NULL
+   AND to_regclass('fedload.moved') IS NOT NULL
    AND to_regnamespace('{STAGE_SCHEMA}') IS NOT NULL AND to_regnamespace('{PARTS_SCHEMA}') IS NOT NULL
 """
 
@@ -133,6 +141,31 @@ async def forget_feeder(conn: asyncpg.Connection, feeder: str) -> int:
         await conn.execute("DELETE FROM fedload.schedule WHERE feeder = $1", feeder)
         deleted: str = await conn.execute("DELETE FROM fedload.runs WHERE feeder = $1", feeder)
     return int(deleted.rsplit(maxsplit=1)[-1])
+
+
+async def note_moved(conn: asyncpg.Connection, feeder: str, to_shard: str | None) -> None:
+    """Record that the feeder moved away from this superhub to `to_shard` (`fedload feeder move`), so that a run of
+    it here, by a daemon whose configuration still names this shard, is refused; None: it may run here again."""
+    if to_shard is None:
+        await conn.execute("DELETE FROM fedload.moved WHERE feeder = $1", feeder)
+        return
+    await conn.execute(
+        "INSERT INTO fedload.moved (feeder, to_shard) VALUES ($1, $2) "
+        "ON CONFLICT (feeder) DO UPDATE SET to_shard = excluded.to_shard, moved_at = now()",
+        feeder,
+        to_shard,
+    )
+
+
+async def moved_away(conn: asyncpg.Connection, feeder: str) -> ConfigError | None:
+    """The error a run of the feeder here gets if it moved away to another shard, else None."""
+    moved = await conn.fetchrow("SELECT to_shard, moved_at FROM fedload.moved WHERE feeder = $1", feeder)
+    if moved is None:
+        return None
+    return ConfigError(
+        f"feeder {feeder} moved to shard {moved['to_shard']} at {moved['moved_at']:%Y-%m-%d %H:%M:%S %Z} "
+        f"(fedload feeder move), but this configuration still names this shard: reload it"
+    )
 
 
 async def start_run(conn: asyncpg.Connection, feeder: str) -> int:

@@ -1,0 +1,175 @@
+"""`fedload feeder move NAME --to SHARD`: move a feeder to another shard while every reader of the coordinator
+sees it served from exactly one shard (docs/scale-out.md, "Moving a feeder to another shard").
+
+Under the coordinator's move lock (other builds wait for the move, `moving_feeders`):
+1. the coordinator is built for the feeder on its new shard: it is still read from the shard that holds it, and
+   the new shard is read through a filter view, so the rows loaded there next are not counted twice;
+2. the feeder is synced on the new shard (its run history starts there);
+3. the coordinator is built again: the new shard holds the feeder now, so it is read from there, and the old shard
+   through a filter (one coordinator transaction: never missing, never twice);
+4. the configuration file names the new shard (one key changes; a shard left without feeders is removed from it);
+5. on the shards that held it before, its partitions are dropped, its history is forgotten, and the move is
+   noted, so that a daemon still running the old configuration is refused there instead of loading it again;
+6. the coordinator is built from the new configuration: the old shard is read directly again.
+
+A failure stops the move where it is and says where the feeder is served from; the old data is dropped only after
+the new shard serves it. Running the move again finishes it. Without a coordinator, steps 1, 3 and 6 are skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from fedload.commands.admin import FeederBusyError, drop_feeder
+from fedload.config import Config, load_config
+from fedload.config_edit import set_feeder_shard
+from fedload.english import counted
+from fedload.errors import FedloadError, SuperhubError, UsageError
+from fedload.log import get_logger
+from fedload.superhub.coordinator import CoordinatorReport, build_coordinator, moving_feeders
+from fedload.superhub.pipeline import sync_feeder
+from fedload.superhub.runs import note_moved
+from fedload.superhub.session import superhub_session
+from fedload.superhub.shard_side import read_shard
+
+__all__ = ["MoveError", "move_feeder"]
+
+log = get_logger()
+_BUSY_WAIT_S = 60.0  # how long the removal on an old shard waits for a run of the feeder there to end
+
+
+class MoveError(SuperhubError):
+    """A move stopped part-way; the message says where the feeder is served from and what to run."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Move:
+    name: str
+    to: str
+    before: Config  # the configuration as it was
+    staged: Config  # the same with the feeder on `to`, every shard kept (not validated: `to` may be its only one)
+    path: Path
+
+    @property
+    def came_from(self) -> str:
+        """The shard the configuration named before the move."""
+        return self.before.feeders[self.name].shard or ""
+
+
+def move_feeder(config: Config, path: Path, name: str, to: str) -> int:
+    """Move feeder `name` to shard `to` (see the module); 0 when it is there, MoveError when the move stopped."""
+    move = _planned(config, path, name, to)
+    asyncio.run(_run(move))
+    return 0
+
+
+def _planned(config: Config, path: Path, name: str, to: str) -> _Move:
+    if not config.shards:
+        raise UsageError("feeder move needs [shards] in the configuration")
+    if name not in config.feeders:
+        raise UsageError(f"unknown feeder {name}; configured: {', '.join(config.feeders)}")
+    if to not in config.shards:
+        raise UsageError(f"unknown shard {to}; shards: {', '.join(config.shards)}")
+    feeders = dict(config.feeders)
+    feeders[name] = feeders[name].model_copy(update={"shard": to})
+    return _Move(name, to, config, config.model_copy(update={"feeders": feeders}), path)
+
+
+async def _run(move: _Move) -> None:
+    holders = await _holders(move.before, move.name)
+    sources = sorted((holders | {move.came_from}) - {move.to})
+    if not sources:
+        print(f"feeder {move.name} is on shard {move.to} already")
+        return
+    if move.before.coordinator is None:
+        await _steps(move, sources)
+        return
+    async with moving_feeders(move.before):
+        await _steps(move, sources)
+
+
+async def _holders(config: Config, name: str) -> set[str]:
+    """The shards holding partitions of the feeder."""
+    return {shard for shard in config.shards if name in (await read_shard(config, shard)).held}
+
+
+async def _steps(move: _Move, sources: list[str]) -> None:
+    name, to = move.name, move.to
+    report = await _build(
+        move, "1/6 coordinator: reads it from where it is, and shard {to} through a filter", failed="nothing changed"
+    )
+    served = f"shard {move.came_from}" if report is None else f"shard {report.pending.get(name, to)}"
+    await _allow_on(move)
+    print(f"feeder {name}: 2/6 loading on shard {to}", flush=True)
+    run = await sync_feeder(name, move.staged.for_feeder(name))
+    if not run.succeeded:
+        raise MoveError(f"feeder {name}: the load on shard {to} failed ({run.error}); it is still served from {served}")
+    report = await _build(
+        move, "3/6 coordinator: reads it from shard {to}", failed=f"it is loaded there but still served from {served}"
+    )
+    if report is not None and name in report.pending:
+        raise MoveError(f"feeder {name}: loaded on shard {to}, but the coordinator still reads it from {served}")
+    try:
+        emptied = await asyncio.to_thread(set_feeder_shard, move.path, name, to)
+    except FedloadError as exc:
+        raise MoveError(
+            f'feeder {name} is served from shard {to}, but {exc}; set feeders.{name}.shard = "{to}" there by hand '
+            f"and run the move again to remove it from {', '.join(sources)}"
+        ) from exc
+    gone = f" and no longer has [shards.{emptied[0]}], which has no feeders left" if emptied else ""
+    print(f"feeder {name}: 4/6 {move.path} names shard {to}{gone}", flush=True)
+    for shard in sources:
+        await _remove_from(move, shard)
+    try:
+        final = await asyncio.to_thread(load_config, move.path)
+        await _build(move, "6/6 coordinator: reads the shards directly again", config=final, failed="")
+    except FedloadError as exc:  # moved all the same: the next build reads the old shards directly again
+        print(f"feeder {name}: the coordinator reads {', '.join(sources)} through a filter until its next build: {exc}")
+    log.info("feeder.moved", feeder=name, to=to, came_from=sources, run_seconds=round(run.seconds, 1))
+    print(f"feeder {name}: moved to shard {to} ({counted(sum(run.rows.values()), 'row')} loaded there)")
+
+
+async def _build(move: _Move, step: str, *, failed: str, config: Config | None = None) -> CoordinatorReport | None:
+    """A coordinator build of the move (none without a coordinator), said as `step` first; MoveError saying
+    `failed` (where the feeder is served from) if it fails."""
+    if move.before.coordinator is None:
+        return None
+    print(f"feeder {move.name}: {step.format(to=move.to)}", flush=True)
+    try:
+        return await build_coordinator(config or move.staged, moving=True)
+    except FedloadError as exc:
+        if not failed:
+            raise
+        raise MoveError(f"feeder {move.name}: the coordinator's build failed ({exc}); {failed}") from exc
+
+
+async def _allow_on(move: _Move) -> None:
+    """Forget an earlier move of the feeder away from the new shard, which would refuse its load there."""
+    async with superhub_session(move.staged.for_shard(move.to)) as conn:
+        await note_moved(conn, move.name, None)
+
+
+async def _remove_from(move: _Move, shard: str) -> None:
+    """Step 5 on one old shard, waiting a while for a run of the feeder there (an old daemon) to end."""
+    deadline = time.monotonic() + _BUSY_WAIT_S
+    while True:
+        try:
+            dropped, runs = await drop_feeder(move.before.for_shard(shard), move.name, moved_to=move.to)
+        except FeederBusyError:
+            if time.monotonic() > deadline:
+                raise MoveError(
+                    f"feeder {move.name} is served from shard {move.to}, but a run of it on shard {shard} held it "
+                    f"for {_BUSY_WAIT_S:g} s: run the move again to remove it there"
+                ) from None
+            await asyncio.sleep(1.0)
+            continue
+        rows = sum(dropped.values())
+        print(
+            f"feeder {move.name}: 5/6 dropped from shard {shard}: {counted(len(dropped), 'partition')}, "
+            f"{counted(rows, 'row')}, {counted(runs, 'recorded run')}",
+            flush=True,
+        )
+        return

@@ -1,0 +1,265 @@
+"""`fedload feeder move NAME --to SHARD` (docs/scale-out.md): the feeder loads on its new shard, the coordinator
+switches in one transaction, the old shard drops it; a reader of the coordinator sees it once at every moment, and
+a move that stops part-way leaves it served from one shard, finished by running it again."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+
+import fedload.commands.move as move_module
+from fedload.commands.move import MoveError, move_feeder
+from fedload.config import Config, load_config
+from fedload.errors import ConfigError, ErrorKind, SuperhubError
+from fedload.results import FeederRun
+from fedload.service.sync import sync_feeders
+from fedload.superhub.coordinator import build_coordinator, moving_feeders
+from fedload.superhub.pipeline import sync_feeder
+from tests.federation import Federation, sync
+from tests.shards import COUNTS, coord_sql, shard_sql, sharded_toml, with_coordinator
+
+LAYOUT = {"s1": ["hub1", "hub2"], "s2": ["hub3"]}
+BEFORE, AFTER = "1:300,2:200,3:100", "1:300,2:201,3:100"  # hub2 gains a host before each move
+FILTERED = "SELECT count(*) FROM pg_foreign_table WHERE array_to_string(ftoptions, ',') LIKE '%fedload_export%'"
+VIEWS = "SELECT count(*) FROM pg_views WHERE schemaname = 'fedload_export'"
+
+
+def _fedload(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fedload", *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def _moved_setup(federation: Federation, *, superhub: str = "") -> tuple[Config, Path]:
+    """hub1, hub2 on s1 and hub3 on s2, synced, with a coordinator; hub2's feeder then gains a host, so that what
+    the coordinator reads of hub2 tells which shard it comes from. The configuration and its file."""
+    config = with_coordinator(federation, LAYOUT)
+    assert all(run.succeeded for run in sync(config))
+    federation.cluster.psql("INSERT INTO hosts (hostkey) VALUES ('moved')", dbname=federation.feeders["hub2"])
+    path = sharded_toml(federation, config)
+    if superhub:
+        path.write_text(path.read_text().replace("[superhub]\n", f"[superhub]\n{superhub}\n", 1))
+    return load_config(path), path
+
+
+async def _read_while(config: Config, work: Awaitable[Any]) -> tuple[Any, list[str]]:
+    """`work`'s result, and what a reader of the coordinator saw, query after query, while it ran."""
+    assert config.coordinator is not None
+    conn = await asyncpg.connect(config.coordinator.dsn)
+    seen: list[str] = []
+    done = asyncio.Event()
+
+    async def read() -> None:
+        while not done.is_set():
+            seen.append(await conn.fetchval(COUNTS.format(table="hosts")))
+
+    reader = asyncio.create_task(read())
+    try:
+        return await work, seen
+    finally:
+        done.set()
+        await reader
+        await conn.close()
+
+
+def test_a_feeder_moved_while_readers_run(federation: Federation) -> None:
+    """`fedload feeder move hub2 --to s2` (the command, in its own process): every query of a reader through the
+    coordinator sees hub2 once, with its rows from s1 and then from s2; afterwards the configuration file names
+    s2, s1 holds nothing of hub2 (and refuses it), and the coordinator reads both shards directly again."""
+    config, path = _moved_setup(federation)
+    before = path.read_text()
+
+    async def move() -> tuple[int, str]:
+        command = [sys.executable, "-m", "fedload", "feeder", "move", "hub2", "--to", "s2", "--config", str(path)]
+        process = await asyncio.create_subprocess_exec(
+            *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        )
+        output, _ = await asyncio.wait_for(process.communicate(), 120)
+        return process.returncode or 0, output.decode()
+
+    (code, output), seen = asyncio.run(_read_while(config, move()))
+    assert code == 0, output
+    assert [line for line in output.splitlines() if line.startswith("feeder hub2: ")] == [
+        "feeder hub2: 1/6 coordinator: reads it from where it is, and shard s2 through a filter",
+        "feeder hub2: 2/6 loading on shard s2",
+        "feeder hub2: 3/6 coordinator: reads it from shard s2",
+        f"feeder hub2: 4/6 {path} names shard s2",
+        "feeder hub2: 5/6 dropped from shard s1: 2 partitions, 2,200 rows, 1 recorded run",
+        "feeder hub2: 6/6 coordinator: reads the shards directly again",
+        "feeder hub2: moved to shard s2 (2,201 rows loaded there)",
+    ]
+    odd = [value for value in seen if value not in (BEFORE, AFTER)]
+    assert (odd, len(seen) > 20, seen[0], seen[-1]) == ([], True, BEFORE, AFTER), (odd[:5], len(seen))
+    assert path.read_text() == before.replace('[feeders.hub2]\nshard = "s1"', '[feeders.hub2]\nshard = "s2"')
+    assert load_config(path).feeders["hub2"].shard == "s2"
+    assert shard_sql(federation, "s1", COUNTS.format(table="hosts")) == "1:300"
+    assert shard_sql(federation, "s2", COUNTS.format(table="contexts")) == "2:2000,3:1000"
+    assert shard_sql(federation, "s1", "SELECT feeder || '>' || to_shard FROM fedload.moved") == "hub2>s2"
+    assert shard_sql(federation, "s2", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") == "1"
+    views = [shard_sql(federation, shard, VIEWS) for shard in ("s1", "s2")]
+    assert (coord_sql(federation, FILTERED), views) == ("0", ["0", "0"])
+    plan = coord_sql(federation, "EXPLAIN (VERBOSE) SELECT hub_id, count(*) FROM hosts GROUP BY hub_id")
+    assert plan.count("Async Foreign Scan") == 2, plan
+    again = _fedload("feeder", "move", "hub2", "--to", "s2", "--config", str(path))
+    assert (again.returncode, again.stdout) == (0, "feeder hub2 is on shard s2 already\n")
+
+
+def test_a_daemon_with_the_old_configuration_is_refused_on_the_old_shard(federation: Federation) -> None:
+    """After the move, a sync that still has hub2 on s1 fails hub2 with a configuration error naming the move
+    and loads nothing there; its coordinator build still reads hub2 from s2, which holds it."""
+    stale, path = _moved_setup(federation)
+    assert move_feeder(load_config(path), path, "hub2", "s2") == 0
+    runs = {run.feeder: run for run in sync(stale)}
+    assert [runs["hub1"].succeeded, runs["hub3"].succeeded, runs["hub2"].error_kind] == [True, True, ErrorKind.CONFIG]
+    assert "feeder hub2 moved to shard s2 at " in (runs["hub2"].error or ""), runs["hub2"].error
+    assert shard_sql(federation, "s1", COUNTS.format(table="hosts")) == "1:300"
+    assert coord_sql(federation, COUNTS.format(table="hosts")) == AFTER
+
+
+def test_a_failed_load_leaves_the_feeder_served_from_its_old_shard(federation: Federation) -> None:
+    """hub2's feeder refuses connections: the move stops at the load, exit 1 with one line saying hub2 is still
+    served from s1; the configuration file and s1 are unchanged. Once the feeder is back, the move goes through."""
+    config, path = _moved_setup(federation)
+    before = path.read_text()
+    database = federation.feeders["hub2"]
+    federation.cluster.psql(f"ALTER DATABASE {database} ALLOW_CONNECTIONS false")
+    try:
+        moved = _fedload("feeder", "move", "hub2", "--to", "s2", "--config", str(path))
+    finally:
+        federation.cluster.psql(f"ALTER DATABASE {database} ALLOW_CONNECTIONS true")
+    error = [line for line in moved.stderr.splitlines() if line.startswith("fedload:")]
+    assert (moved.returncode, len(error)) == (1, 1), moved.stderr
+    assert error[0].startswith("fedload: error: feeder hub2: the load on shard s2 failed ("), error
+    assert error[0].endswith("; it is still served from shard s1"), error
+    assert path.read_text() == before
+    assert coord_sql(federation, COUNTS.format(table="hosts")) == BEFORE
+    assert shard_sql(federation, "s1", COUNTS.format(table="hosts")) == "1:300,2:200"
+    assert move_feeder(config, path, "hub2", "s2") == 0
+    assert coord_sql(federation, COUNTS.format(table="hosts")) == AFTER
+
+
+def test_a_report_holding_the_coordinator_stops_the_switch(
+    federation: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A report through the coordinator begins while hub2 loads on s2 and holds it past swap_max_wait_s: the
+    switch fails and says hub2 is loaded on s2 but served from s1, which the reader keeps seeing (never twice);
+    after the report the move, run again, finishes."""
+    config, path = _moved_setup(federation, superhub="swap_max_wait_s = 1.0")
+    assert config.coordinator is not None
+    report: list[asyncpg.Connection] = []
+
+    async def begin_report() -> None:
+        assert config.coordinator is not None
+        conn = await asyncpg.connect(config.coordinator.dsn)
+        await conn.execute("BEGIN; SELECT count(*) FROM hosts")  # holds ACCESS SHARE until it ends
+        report.append(conn)
+
+    async def scenario() -> str:
+        here = asyncio.get_running_loop()
+
+        async def load_then_report(name: str, on_shard: Config) -> FeederRun:
+            run = await sync_feeder(name, on_shard)
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(begin_report(), here))
+            return run
+
+        monkeypatch.setattr(move_module, "sync_feeder", load_then_report)
+        try:
+            with pytest.raises(MoveError) as stopped:
+                await asyncio.to_thread(move_feeder, config, path, "hub2", "s2")
+            return str(stopped.value)
+        finally:
+            monkeypatch.setattr(move_module, "sync_feeder", sync_feeder)
+            for conn in report:
+                await conn.close()
+
+    stopped, seen = asyncio.run(_read_while(config, scenario()))
+    assert stopped.startswith("feeder hub2: the coordinator's build failed (the coordinator's reports held"), stopped
+    assert stopped.endswith("it is loaded there but still served from shard s1"), stopped
+    assert set(seen) == {BEFORE}, set(seen)
+    assert load_config(path).feeders["hub2"].shard == "s1"
+    assert shard_sql(federation, "s2", COUNTS.format(table="hosts")) == "2:201,3:100"  # loaded, filtered out
+    assert move_feeder(config, path, "hub2", "s2") == 0
+    assert coord_sql(federation, COUNTS.format(table="hosts")) == AFTER
+
+
+def test_a_configuration_that_cannot_be_written_leaves_the_feeder_served_from_the_new_shard(
+    federation: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file cannot be written (as root here no file is unwritable, so the write fails by a patch): the move
+    stops after the switch, saying hub2 is served from s2 and what to do; s1 still holds it, filtered out; a
+    coordinator built from the old configuration reads hub2 from s1 again, never both."""
+    config, path = _moved_setup(federation)
+
+    def unwritable(*_: Any) -> list[str]:
+        raise ConfigError(f"{path}: cannot write it: Read-only file system")
+
+    monkeypatch.setattr(move_module, "set_feeder_shard", unwritable)
+    with pytest.raises(MoveError) as stopped:
+        move_feeder(config, path, "hub2", "s2")
+    assert str(stopped.value) == (
+        f"feeder hub2 is served from shard s2, but {path}: cannot write it: Read-only file system; set "
+        'feeders.hub2.shard = "s2" there by hand and run the move again to remove it from s1'
+    )
+    assert coord_sql(federation, COUNTS.format(table="hosts")) == AFTER
+    assert shard_sql(federation, "s1", COUNTS.format(table="hosts")) == "1:300,2:200"
+    runs = asyncio.run(sync_feeders(config, ["hub1"]))  # the old configuration's build: s1 holds hub2 again
+    assert runs[0].succeeded
+    assert coord_sql(federation, COUNTS.format(table="hosts")) == BEFORE
+
+
+def test_moving_the_last_feeder_off_a_shard_removes_the_shard_from_the_configuration(
+    federation: Federation, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """hub3, s2's only feeder, moved to s1: the file loses [shards.s2] (a configuration names no unused shard),
+    the coordinator no longer reads s2, and every feeder is read once from s1."""
+    config, path = _moved_setup(federation)
+    assert move_feeder(config, path, "hub3", "s1") == 0
+    assert "and no longer has [shards.s2], which has no feeders left" in capsys.readouterr().out
+    after = load_config(path)
+    assert (sorted(after.shards), after.feeders["hub3"].shard) == (["s1"], "s1")
+    assert coord_sql(federation, COUNTS.format(table="hosts")) == BEFORE
+    assert coord_sql(federation, "SELECT count(*) FROM pg_foreign_table") == "2"  # hosts and contexts, from s1
+    assert shard_sql(federation, "s2", COUNTS.format(table="hosts")) == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        (["hub9", "--to", "s2"], "fedload: unknown feeder hub9; configured: hub1, hub2, hub3"),
+        (["hub2", "--to", "s9"], "fedload: unknown shard s9; shards: s1, s2"),
+    ],
+)
+def test_move_usage_errors(federation: Federation, argv: list[str], error: str) -> None:
+    """An unknown feeder or shard: exit 2, one line."""
+    path = sharded_toml(federation, with_coordinator(federation, LAYOUT))
+    moved = _fedload("feeder", "move", *argv, "--config", str(path))
+    assert (moved.returncode, moved.stderr) == (2, error + "\n")
+
+
+def test_other_builds_wait_for_a_move(federation: Federation) -> None:
+    """While a move holds the coordinator, a build from another configuration (a daemon's, a sync's) is deferred
+    and changes nothing; a second move is refused after its wait; once the move ends, builds go through."""
+    config = with_coordinator(federation, LAYOUT)
+    assert all(run.succeeded for run in sync(config))
+
+    async def scenario() -> tuple[bool, str, bool]:
+        async with moving_feeders(config):
+            deferred = (await build_coordinator(config)).deferred
+            with pytest.raises(SuperhubError) as refused:
+                async with moving_feeders(config, wait_s=0.5):
+                    pass
+        return deferred, str(refused.value), (await build_coordinator(config)).deferred
+
+    deferred, refused, after = asyncio.run(scenario())
+    assert (deferred, refused, after) == (
+        True,
+        "another feeder move or a coordinator build held the coordinator for 0.5 s",
+        False,
+    )
