@@ -469,6 +469,32 @@ def test_daemon_reload_rebuilds_the_coordinator(federation: Federation) -> None:
         daemon.close_log()
 
 
+def test_daemon_switches_a_feeder_once_its_new_shard_has_loaded_it(federation: Federation) -> None:
+    """hub2 given s2 by hand, then a daemon: its first build still reads hub2 from s1 (s2 has nothing of it yet),
+    and once hub2's run on s2 succeeds the daemon builds again and reads it from s2, never twice."""
+    before = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
+    assert all(run.succeeded for run in sync(before))
+    federation.cluster.psql("INSERT INTO hosts (hostkey) VALUES ('moved')", dbname=federation.feeders["hub2"])
+    document = before.model_dump(mode="json", exclude_none=True)
+    document["feeders"]["hub2"]["shard"] = "s2"
+    path = sharded_toml(federation, parse_config(document))
+    daemon = DaemonProcess(path, federation.tmp / "pending.log")
+    seen = set()
+
+    def switched() -> bool:
+        seen.add(coord_sql(federation, COUNTS.format(table="hosts")))
+        return "1:300,2:201,3:100" in seen
+
+    try:
+        daemon.wait_for("hub2 read from s2", switched)
+        assert seen <= {"1:300,2:200,3:100", "1:300,2:201,3:100"}, seen
+        assert any(e["event"] == "coordinator.feeder_pending" for e in daemon.events())
+        assert daemon.stop() == 0
+    finally:
+        daemon.stop()
+        daemon.close_log()
+
+
 def test_the_coordinator_sets_up_shards_nobody_synced_yet(federation: Federation) -> None:
     """Only s2's feeder synced: the coordinator build sets up s1 too (its parents from the schema file), so reports
     run at once and count s1's feeders as empty, not as an error."""
