@@ -29,6 +29,7 @@ from fedload.config_edit import set_feeder_shard
 from fedload.english import counted
 from fedload.errors import FedloadError, SuperhubError, UsageError
 from fedload.log import get_logger
+from fedload.results import FeederRun
 from fedload.superhub.coordinator import CoordinatorReport, build_coordinator, moving_feeders
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.runs import note_moved
@@ -97,6 +98,22 @@ async def _holders(config: Config, name: str) -> set[str]:
 
 
 async def _steps(move: _Move, sources: list[str]) -> None:
+    run = await _load_and_switch(move)
+    await _name_new_shard(move, sources)
+    for shard in sources:
+        await _remove_from(move, shard)
+    try:
+        final = await asyncio.to_thread(load_config, move.path)
+        await _build(move, "6/6 coordinator: reads the shards directly again", config=final, failed="")
+    except FedloadError as exc:  # moved all the same: the next build reads the old shards directly again
+        filtered = ", ".join(sources)
+        print(f"feeder {move.name}: the coordinator reads {filtered} through a filter until its next build: {exc}")
+    log.info("feeder.moved", feeder=move.name, to=move.to, came_from=sources, run_seconds=round(run.seconds, 1))
+    print(f"feeder {move.name}: moved to shard {move.to} ({counted(sum(run.rows.values()), 'row')} loaded there)")
+
+
+async def _load_and_switch(move: _Move) -> FeederRun:
+    """Steps 1 to 3: the new shard filtered, the feeder loaded there, the coordinator switched to it."""
     name, to = move.name, move.to
     report = await _build(
         move, "1/6 coordinator: reads it from where it is, and shard {to} through a filter", failed="nothing changed"
@@ -112,6 +129,12 @@ async def _steps(move: _Move, sources: list[str]) -> None:
     )
     if report is not None and name in report.pending:
         raise MoveError(f"feeder {name}: loaded on shard {to}, but the coordinator still reads it from {served}")
+    return run
+
+
+async def _name_new_shard(move: _Move, sources: list[str]) -> None:
+    """Step 4: the configuration file names the new shard."""
+    name, to = move.name, move.to
     try:
         emptied = await asyncio.to_thread(set_feeder_shard, move.path, name, to)
     except FedloadError as exc:
@@ -121,15 +144,6 @@ async def _steps(move: _Move, sources: list[str]) -> None:
         ) from exc
     gone = f" and no longer has [shards.{emptied[0]}], which has no feeders left" if emptied else ""
     print(f"feeder {name}: 4/6 {move.path} names shard {to}{gone}", flush=True)
-    for shard in sources:
-        await _remove_from(move, shard)
-    try:
-        final = await asyncio.to_thread(load_config, move.path)
-        await _build(move, "6/6 coordinator: reads the shards directly again", config=final, failed="")
-    except FedloadError as exc:  # moved all the same: the next build reads the old shards directly again
-        print(f"feeder {name}: the coordinator reads {', '.join(sources)} through a filter until its next build: {exc}")
-    log.info("feeder.moved", feeder=name, to=to, came_from=sources, run_seconds=round(run.seconds, 1))
-    print(f"feeder {name}: moved to shard {to} ({counted(sum(run.rows.values()), 'row')} loaded there)")
 
 
 async def _build(move: _Move, step: str, *, failed: str, config: Config | None = None) -> CoordinatorReport | None:
