@@ -7,8 +7,9 @@ Each shard is a cluster of its own with a parent `public.t (hub_id, id, payload)
 partition per feeder in fedload_parts (as fedload's swap leaves them), filled with generated rows; the coordinator
 is a third cluster, built by `build_coordinator`. Measured: the build (first, again unchanged, after a feeder was
 added to the last shard), `SELECT hub_id, count(*) ... GROUP BY hub_id` with and without partitionwise aggregation
-(best of 3), a count pruned to one feeder, and the lock modes DETACH and ATTACH of a foreign partition hold on the
-coordinator's parent (read from pg_locks inside the statement's transaction, then rolled back).
+(best of 3), a count pruned to one feeder, both queries while feeder f1 is moving from s1 to the last shard (which
+the coordinator then reads through a filter view), and the lock modes DETACH and ATTACH of a foreign partition hold
+on the coordinator's parent (read from pg_locks inside the statement's transaction, then rolled back).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ INSERT INTO fedload_parts."public.t__f{key}" SELECT {key}, g, md5(g::text) FROM 
 ANALYZE fedload_parts."public.t__f{key}";
 """
 GROUP = "SELECT hub_id, count(*) FROM t GROUP BY hub_id"
+COUNT = "SELECT count(*) FROM t"
 LOCKS = (
     "SELECT string_agg(mode, ', ' ORDER BY mode) FROM pg_locks "
     "WHERE relation = 'public.t'::regclass AND pid = pg_backend_pid()"
@@ -119,6 +121,11 @@ async def run(workspace: common.Workspace, options: argparse.Namespace) -> None:
             print("\n".join(r[0] for r in await conn.fetch(f"EXPLAIN (ANALYZE, VERBOSE) {GROUP}")))
         await conn.execute("RESET enable_partitionwise_aggregate")
         pruned = await best_of(conn, "SELECT count(*) FROM t WHERE hub_id = 1")
+        everything = await best_of(conn, COUNT)
+        moving = {**more, "s1": more["s1"][1:], last: [*more[last], more["s1"][0]]}
+        filtered = (await build_coordinator(config(shards, coordinator, moving))).filtered
+        during = await best_of(conn, f"{GROUP} -- moving"), await best_of(conn, f"{COUNT} -- moving")
+        await build_coordinator(config(shards, coordinator, more))
         total = options.shards * options.feeders * options.rows
         common.print_table(
             f"Reports through the coordinator ({total:,} rows on {options.shards} shards, best of 3)",
@@ -127,6 +134,12 @@ async def run(workspace: common.Workspace, options: argparse.Namespace) -> None:
                 ("GROUP BY hub_id, partitionwise aggregate on (fedload sets it)", f"{on:.0f}"),
                 ("GROUP BY hub_id, partitionwise aggregate off", f"{off:.0f}"),
                 ("count(*) WHERE hub_id = 1 (one shard)", f"{pruned:.0f}"),
+                ("count(*)", f"{everything:.0f}"),
+                (
+                    f"GROUP BY hub_id, f1 moving to {last} ({', '.join(filtered)} read through a filter)",
+                    f"{during[0]:.0f}",
+                ),
+                (f"count(*), f1 moving to {last} (the same)", f"{during[1]:.0f}"),
             ],
         )
         detach, attach = await lock_modes(conn, "s1")
