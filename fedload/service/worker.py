@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib
 import itertools
 import os
@@ -152,17 +153,24 @@ def _start_run(
         log.error("worker.busy", feeder=request[0])
         writer.write(frame(("crashed", "the worker process is still running another feeder's run")))
         return run
-    return asyncio.create_task(_run(writer, history, *request))
+    run = asyncio.create_task(_run(writer, history, *request))
+    run.add_done_callback(functools.partial(_answer_cancelled, writer))
+    return run
+
+
+def _answer_cancelled(writer: asyncio.StreamWriter, run: asyncio.Task[None]) -> None:
+    """Tell the parent a run ended cancelled: here, not in the run, which a cancel read together with its "run"
+    cancels before its first step, where no `except` of its own would run."""
+    if run.cancelled():
+        writer.write(frame(("cancelled",)))
 
 
 async def _run(writer: asyncio.StreamWriter, history: _ParentHistory, feeder: str, config: Config, dry: bool) -> None:
-    """Run one feeder and tell the parent how it ended, whatever happened: `done`, `cancelled` or `crashed`."""
+    """Run one feeder and tell the parent how it ended, whatever happened: `done` or `crashed` (and, through
+    `_answer_cancelled`, `cancelled`)."""
     try:
         result = await sync_feeder(feeder, config, progress=_Progress(writer), dry_run=dry, history=history)
         message = frame(("done", result))
-    except asyncio.CancelledError:
-        writer.write(frame(("cancelled",)))
-        raise
     except Exception as exc:  # sync_feeder reports failures: this is a bug, and the parent must know
         log.error("worker.run_crashed", feeder=feeder, exc_info=exc)
         message = frame(("crashed", internal_error(exc)))
