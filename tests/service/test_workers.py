@@ -172,7 +172,7 @@ def test_cancelling_a_run_cancels_it_in_its_worker(federation: Federation) -> No
 
 
 def test_a_run_cancelled_before_it_starts_in_its_worker_is_still_answered(federation: Federation) -> None:
-    """"run" and "cancel" read in one go, so that the run's task is cancelled before its first step: the worker
+    """ "run" and "cancel" read in one go, so that the run's task is cancelled before its first step: the worker
     still answers "cancelled" at once (it used to answer nothing, and the parent waited CANCEL_WAIT_S to kill it,
     which made a daemon stopped just after a run began take over 30 s)."""
 
