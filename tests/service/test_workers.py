@@ -21,6 +21,7 @@ import structlog
 from fedload.config import Config, SshConfig, parse_config
 from fedload.errors import ConfigError
 from fedload.results import FeederRun
+from fedload.service._pipe import frame
 from fedload.service.sync import prepare_superhub, sync_feeders
 from fedload.service.worker import PROCESS_NAME
 from fedload.service.workers import WorkerPool, _Worker
@@ -179,8 +180,8 @@ def test_a_run_cancelled_before_it_starts_in_its_worker_is_still_answered(federa
     async def run_then_cancel() -> tuple[Any, Any]:
         worker = await _Worker.start()
         try:
-            worker.send("run", "hub1", federation.config(), False)
-            worker.send("cancel")
+            run, cancel = frame(("run", "hub1", federation.config(), False)), frame(("cancel",))
+            worker._writer.write(run + cancel)  # one write: the worker reads both before the run's task has a step
             answer = await asyncio.wait_for(worker.inbox.get(), 10)
             worker.send("run", "hub1", federation.config(), True)  # and it serves the next run (a dry one)
             while (after := await asyncio.wait_for(worker.inbox.get(), WAIT_S))[0] not in ("done", "crashed"):
@@ -527,6 +528,7 @@ def test_a_kept_session_whose_reset_fails_in_any_way_is_replaced(
 _CTRL_C_WHILE_A_WORKER_STARTS = """
 import asyncio, os, signal
 signal.signal(signal.SIGINT, lambda *_: None)
+from fedload.service._pipe import frame
 from fedload.service.workers import WorkerPool, _Worker
 
 async def main() -> None:
