@@ -241,10 +241,17 @@ class DaemonProcess:
         pytest.fail(f"timed out waiting for {what}; log tail: {self.log_path.read_text()[-3000:]}")
 
     def stop(self) -> int:
-        """SIGTERM and wait for exit; the exit status."""
+        """SIGTERM and wait for exit; the exit status. A daemon not gone within 30 s is killed, and the test
+        fails with the log's tail (what it was still waiting for)."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(timeout=30)
+        try:
+            return self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=30)
+            tail = self.log_path.read_text()[-3000:]
+            pytest.fail(f"the daemon did not stop within 30 s of SIGTERM; log tail: {tail}")
 
     def close_log(self) -> None:
         """Close the log file handle."""
