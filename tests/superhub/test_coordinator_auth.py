@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import pwd
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,23 +36,15 @@ def guarded() -> Iterator[LocalCluster]:
         running.stop()
 
 
-def _passfile(directory: Path, password: str) -> Path:
-    """A libpq passfile for fdw_reader that the cluster's server (its own account when we are root) can read."""
-    path = directory / "pgpass"
+def _passfile(cluster: LocalCluster, password: str) -> Path:
+    """A libpq passfile for fdw_reader in the cluster's directory, owned like it (by the server's account)."""
+    path = cluster.dir / "pgpass"
     path.write_text(f"*:*:*:{READER}:{password}\n")
     path.chmod(0o600)  # libpq ignores a passfile others may read
+    owner = cluster.dir.stat()
     if os.geteuid() == 0:
-        server = pwd.getpwnam("postgres" if _exists("postgres") else "nobody")
-        os.chown(path, server.pw_uid, server.pw_gid)
+        os.chown(path, owner.st_uid, owner.st_gid)
     return path
-
-
-def _exists(user: str) -> bool:
-    try:
-        pwd.getpwnam(user)
-    except KeyError:
-        return False
-    return True
 
 
 def _config(fed: Federation, cluster: LocalCluster, passfile: Path) -> Config:
@@ -77,7 +68,7 @@ def test_the_coordinator_logs_in_with_the_passfiles_password(federation: Federat
     passfile's password, directly and through a filter view (fedload grants it those); the password is in no
     server or user mapping option and no log event. With a wrong password, the coordinator's query fails with
     postgres_fdw's error naming the shard's server, and without the password in it."""
-    passfile = _passfile(guarded.dir, SECRET)  # where the server's account can reach it
+    passfile = _passfile(guarded, SECRET)
     config = _config(federation, guarded, passfile)
     with capture_logs() as logs:
         assert all(run.succeeded for run in sync(config))
