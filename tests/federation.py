@@ -268,6 +268,18 @@ def runs_exist(fed: Federation) -> bool:
     return fed.superhub_sql("SELECT to_regclass('fedload.runs') IS NOT NULL") == "t"
 
 
+def fedload(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """Run `python -m fedload ARGS` in a child process with an empty stdin; its exit status and output, as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "fedload", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+
+
 def on_terminal(args: list[str], *, stream: str = "stdout", env: dict[str, str] | None = None) -> tuple[int, str]:
     """Run `python -m fedload ARGS` with its stdout (or stderr) on a pseudo-terminal, the other stream discarded;
     its exit status and what the terminal showed."""

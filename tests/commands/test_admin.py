@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.federation import Federation, config_toml, sync
+from tests.federation import Federation, config_toml, fedload, sync
 
 
 def _synced(fed: Federation) -> Path:
@@ -20,17 +20,6 @@ def _synced(fed: Federation) -> Path:
     path.write_text(config_toml(fed))
     assert all(run.outcome == "success" for run in sync(fed.config()))
     return path
-
-
-def _fedload(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "fedload", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def _on_terminal(args: list[str], answer: bytes) -> tuple[int, str]:
@@ -63,7 +52,7 @@ def _partitions(fed: Federation, key: int) -> str:
 def test_unknown_feeder_is_an_error_naming_the_known_ones(federation: Federation) -> None:
     """A name neither configured nor known to the superhub: exit 2, one line naming the known feeders."""
     config = _synced(federation)
-    result = _fedload("feeder", "remove", "nosuch", "--yes", "--config", str(config))
+    result = fedload("feeder", "remove", "nosuch", "--yes", "--config", str(config))
     assert result.returncode == 2
     assert result.stderr == (
         "fedload: feeder nosuch is not configured and the superhub holds no partitions or run history of it; "
@@ -75,7 +64,7 @@ def test_unknown_feeder_is_an_error_naming_the_known_ones(federation: Federation
 def test_without_terminal_or_yes_nothing_is_dropped(federation: Federation) -> None:
     """stdin not a terminal and no --yes: a one-line error saying to pass --yes; the partitions stay."""
     config = _synced(federation)
-    result = _fedload("feeder", "remove", "hub2", "--config", str(config))
+    result = fedload("feeder", "remove", "hub2", "--config", str(config))
     assert result.returncode == 2
     assert result.stderr == "fedload: feeder remove hub2 asks for confirmation on a terminal; pass --yes to remove it\n"
     assert _partitions(federation, 2) == "contexts,hosts"
@@ -99,22 +88,22 @@ def test_removed_feeder_leaves_status(federation: Federation) -> None:
     """After removing an unconfigured feeder, status no longer lists it; a second removal is an unknown name."""
     config = _synced(federation)
     config.write_text(config_toml(federation).split("[feeders.hub3]")[0])
-    result = _fedload("feeder", "remove", "hub3", "--yes", "--config", str(config))
+    result = fedload("feeder", "remove", "hub3", "--yes", "--config", str(config))
     assert result.returncode == 0, result.stderr
     assert result.stdout == (
         "feeder hub3: dropped 2 partitions\n  public.contexts: 1,000 rows\n  public.hosts: 100 rows\n"
         "feeder hub3: forgot its run history (1 run)\n"
     )
-    status = json.loads(_fedload("status", "--json", "--config", str(config)).stdout)
+    status = json.loads(fedload("status", "--json", "--config", str(config)).stdout)
     assert [s["feeder"] for s in status] == ["hub1", "hub2"]
-    assert _fedload("feeder", "remove", "hub3", "--yes", "--config", str(config)).returncode == 2
+    assert fedload("feeder", "remove", "hub3", "--yes", "--config", str(config)).returncode == 2
 
 
 def test_table_option_drops_only_those_tables_and_keeps_history(federation: Federation) -> None:
     """--table drops only the matching tables' partitions; the run history stays; a pattern matching nothing is
     an error."""
     config = _synced(federation)
-    result = _fedload("feeder", "remove", "hub1", "--table", "public.contexts", "--yes", "--config", str(config))
+    result = fedload("feeder", "remove", "hub1", "--table", "public.contexts", "--yes", "--config", str(config))
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         "feeder hub1: dropped 1 partition",
@@ -123,6 +112,6 @@ def test_table_option_drops_only_those_tables_and_keeps_history(federation: Fede
     ]
     assert _partitions(federation, 1) == "hosts"
     assert federation.superhub_sql("SELECT count(*) FROM fedload.runs WHERE feeder = 'hub1'") == "1"
-    nothing = _fedload("feeder", "remove", "hub1", "--table", "public.nosuch", "--yes", "--config", str(config))
+    nothing = fedload("feeder", "remove", "hub1", "--table", "public.nosuch", "--yes", "--config", str(config))
     assert nothing.returncode == 2
     assert "--table public.nosuch matches none of the superhub's tables" in nothing.stderr

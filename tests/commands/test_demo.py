@@ -6,17 +6,10 @@ import json
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 from fedload.localpg import find_installs
-
-
-def fedload(*args: str) -> subprocess.CompletedProcess[str]:
-    """Run the fedload command line in a child process."""
-    return subprocess.run(
-        [sys.executable, "-m", "fedload", *args], capture_output=True, text=True, timeout=300, check=False
-    )
+from tests.federation import fedload
 
 
 def _run(command: str) -> subprocess.CompletedProcess[str]:
@@ -34,7 +27,7 @@ def _run(command: str) -> subprocess.CompletedProcess[str]:
 def test_kept_demo_prints_commands_that_work_and_stops() -> None:
     """With --keep: status, sync and psql run as printed; `demo --stop DIR` stops the clusters and removes DIR."""
     assert find_installs(), "no PostgreSQL server binaries found"
-    demo = fedload("demo", "--keep", "--hosts", "5")
+    demo = fedload("demo", "--keep", "--hosts", "5", timeout_s=300)
     assert demo.returncode == 0, demo.stderr
     base = Path(re.findall(r"Kept running in (\S+)\. Next steps:", demo.stdout)[0])
     try:
@@ -56,18 +49,18 @@ def test_kept_demo_prints_commands_that_work_and_stops() -> None:
         stop = _run(steps["stop the clusters and remove the directory"])
     finally:
         if base.exists():
-            fedload("demo", "--stop", str(base))
+            fedload("demo", "--stop", str(base), timeout_s=300)
     assert stop.returncode == 0, stop.stderr
     assert stop.stdout == f"stopped 4 clusters and removed {base}\n"
     assert not base.exists()
-    again = fedload("demo", "--stop", str(base))
+    again = fedload("demo", "--stop", str(base), timeout_s=300)
     assert again.returncode == 2
     assert again.stderr == f"fedload: {base} is not a directory kept by `fedload demo --keep`; nothing was stopped\n"
 
 
 def test_demo_without_keep_prints_no_commands_that_cannot_work() -> None:
     """Without --keep the clusters are gone, and the demo prints no command that needs them."""
-    demo = fedload("demo", "--hosts", "5")
+    demo = fedload("demo", "--hosts", "5", timeout_s=300)
     assert demo.returncode == 0, demo.stderr
     assert "psql" not in demo.stdout
     assert "--config" not in demo.stdout
@@ -76,7 +69,7 @@ def test_demo_without_keep_prints_no_commands_that_cannot_work() -> None:
 
 def test_kept_demo_with_shards() -> None:
     """`demo --shards 2 --keep`: feeders on two shards, status shows them, psql on "superhub" reads the coordinator."""
-    demo = fedload("demo", "--keep", "--hosts", "5", "--shards", "2")
+    demo = fedload("demo", "--keep", "--hosts", "5", "--shards", "2", timeout_s=300)
     assert demo.returncode == 0, demo.stderr
     base = Path(re.findall(r"Kept running in (\S+)\. Next steps:", demo.stdout)[0])
     try:
@@ -91,7 +84,8 @@ def test_kept_demo_with_shards() -> None:
         psql = _run(steps["query the superhub"])
         assert psql.stdout.split() == ["count", "-------", "30", "(1", "row)"], psql.stderr  # through both shards
     finally:
-        fedload("demo", "--stop", str(base))
+        fedload("demo", "--stop", str(base), timeout_s=300)
     assert (
-        fedload("demo", "--shards", "4").stderr == "fedload: --shards 4: the demo's three feeders fill 1 to 3 shards\n"
+        fedload("demo", "--shards", "4", timeout_s=300).stderr
+        == "fedload: --shards 4: the demo's three feeders fill 1 to 3 shards\n"
     )

@@ -5,7 +5,6 @@ a move that stops part-way leaves it served from one shard, finished by running 
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import sys
 from collections.abc import Awaitable
 from pathlib import Path
@@ -22,19 +21,13 @@ from fedload.results import FeederRun
 from fedload.service.sync import sync_feeders
 from fedload.superhub.coordinator import build_coordinator, moving_feeders
 from fedload.superhub.pipeline import sync_feeder
-from tests.federation import Federation, sync
+from tests.federation import Federation, fedload, sync
 from tests.shards import COUNTS, coord_sql, shard_sql, sharded_toml, with_coordinator
 
 LAYOUT = {"s1": ["hub1", "hub2"], "s2": ["hub3"]}
 BEFORE, AFTER = "1:300,2:200,3:100", "1:300,2:201,3:100"  # hub2 gains a host before each move
 FILTERED = "SELECT count(*) FROM pg_foreign_table WHERE array_to_string(ftoptions, ',') LIKE '%fedload_export%'"
 VIEWS = "SELECT count(*) FROM pg_views WHERE schemaname = 'fedload_export'"
-
-
-def _fedload(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "fedload", *args], capture_output=True, text=True, timeout=120, check=False
-    )
 
 
 def _moved_setup(federation: Federation, *, superhub: str = "") -> tuple[Config, Path]:
@@ -107,7 +100,7 @@ def test_a_feeder_moved_while_readers_run(federation: Federation) -> None:
     assert (coord_sql(federation, FILTERED), views) == ("0", ["0", "0"])
     plan = coord_sql(federation, "EXPLAIN (VERBOSE) SELECT hub_id, count(*) FROM hosts GROUP BY hub_id")
     assert plan.count("Async Foreign Scan") == 2, plan
-    again = _fedload("feeder", "move", "hub2", "--to", "s2", "--config", str(path))
+    again = fedload("feeder", "move", "hub2", "--to", "s2", "--config", str(path), timeout_s=120)
     assert (again.returncode, again.stdout) == (0, "feeder hub2 is on shard s2 already\n")
 
 
@@ -131,7 +124,7 @@ def test_a_failed_load_leaves_the_feeder_served_from_its_old_shard(federation: F
     database = federation.feeders["hub2"]
     federation.cluster.psql(f"ALTER DATABASE {database} ALLOW_CONNECTIONS false")
     try:
-        moved = _fedload("feeder", "move", "hub2", "--to", "s2", "--config", str(path))
+        moved = fedload("feeder", "move", "hub2", "--to", "s2", "--config", str(path), timeout_s=120)
     finally:
         federation.cluster.psql(f"ALTER DATABASE {database} ALLOW_CONNECTIONS true")
     error = [line for line in moved.stderr.splitlines() if line.startswith("fedload:")]
@@ -239,7 +232,7 @@ def test_moving_the_last_feeder_off_a_shard_removes_the_shard_from_the_configura
 def test_move_usage_errors(federation: Federation, argv: list[str], error: str) -> None:
     """An unknown feeder or shard: exit 2, one line."""
     path = sharded_toml(federation, with_coordinator(federation, LAYOUT))
-    moved = _fedload("feeder", "move", *argv, "--config", str(path))
+    moved = fedload("feeder", "move", *argv, "--config", str(path), timeout_s=120)
     assert (moved.returncode, moved.stderr) == (2, error + "\n")
 
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,7 +32,7 @@ from fedload.superhub.coordinator import (
     server_options,
     user_mapping_options,
 )
-from tests.federation import HOST_COLS, DaemonProcess, Federation, require_major, sync
+from tests.federation import HOST_COLS, DaemonProcess, Federation, fedload, require_major, sync
 from tests.shards import (
     COUNTS,
     coord_sql,
@@ -159,13 +157,7 @@ def test_daemon_per_shard(federation: Federation) -> None:
         assert shard_sql(federation, "s1", "SELECT count(*) FROM fedload.schedule") == "2"
         assert shard_sql(federation, "s2", COUNTS.format(table="hosts")) == "3:100"
         assert every.stop() == 0
-        status = subprocess.run(
-            [sys.executable, "-m", "fedload", "status", "--json", "--config", str(path)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        status = fedload("status", "--json", "--config", str(path))
         shown = {s["feeder"]: (s["shard"], s["next_run"] is not None) for s in json.loads(status.stdout)}
         assert (status.returncode, shown) == (0, {"hub1": ("s1", True), "hub2": ("s1", True), "hub3": ("s2", True)})
     finally:
@@ -176,13 +168,7 @@ def test_daemon_per_shard(federation: Federation) -> None:
 def test_daemon_refuses_an_unknown_shard(federation: Federation) -> None:
     """`daemon --shard NAME` for a shard the configuration lacks: exit 2, one line naming the shards."""
     path = sharded_toml(federation, sharded(federation, {"s1": ["hub1", "hub2", "hub3"]}))
-    result = subprocess.run(
-        [sys.executable, "-m", "fedload", "daemon", "--config", str(path), "--shard", "s9"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = fedload("daemon", "--config", str(path), "--shard", "s9")
     assert (result.returncode, result.stderr) == (2, "fedload: unknown shard s9; shards: s1\n")
 
 
@@ -415,13 +401,7 @@ def test_server_options_from_a_dsn_never_carry_its_password() -> None:
 def test_check_config_connects_to_every_shard_and_the_coordinator(federation: Federation) -> None:
     """check-config counts the shards; --connect tries each shard and the coordinator, one line each."""
     path = sharded_toml(federation, with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]}))
-    result = subprocess.run(
-        [sys.executable, "-m", "fedload", "check-config", "--connect", "--config", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = fedload("check-config", "--connect", "--config", str(path), timeout_s=120)
     lines = result.stdout.splitlines()
     assert (result.returncode, lines[0]) == (0, f"{path}: OK (3 feeders, 1 table pattern, 2 shards)"), result
     version = federation.cluster.psql("SHOW server_version").strip()
