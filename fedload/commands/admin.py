@@ -20,7 +20,7 @@ from fedload.english import counted
 from fedload.errors import FeederError, UsageError
 from fedload.log import get_logger
 from fedload.names import TableName, TablePattern
-from fedload.superhub.runs import ensure_superhub, forget_feeder, forget_rejects, note_moved
+from fedload.superhub.runs import ensure_superhub, forget_feeder, note_moved
 from fedload.superhub.schema import read_parents
 from fedload.superhub.session import feeder_lock, superhub_session
 from fedload.superhub.swap import drop_partitions, feeder_partition
@@ -89,10 +89,10 @@ async def drop_feeder(
         dropped = await drop_partitions(conn, tables, name, feeder.key if feeder else None)
         if only:
             return dropped, 0
-        await forget_rejects(conn, name)
-        forgotten = await forget_feeder(conn, name)
-        if moved_to is not None:
-            await note_moved(conn, name, moved_to)
+        async with conn.transaction():  # the history (rejected rows too) goes and the move is noted together
+            forgotten = await forget_feeder(conn, name)
+            if moved_to is not None:
+                await note_moved(conn, name, moved_to)
         return dropped, forgotten
 
 

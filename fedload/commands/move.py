@@ -19,6 +19,7 @@ the new shard serves it. Running the move again finishes it. Without a coordinat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,10 +86,8 @@ async def _run(move: _Move) -> None:
     if not sources:
         print(f"feeder {move.name} is on shard {move.to} already")
         return
-    if move.before.coordinator is None:
-        await _steps(move, sources)
-        return
-    async with moving_feeders(move.before):
+    coordinator = moving_feeders(move.before) if move.before.coordinator else contextlib.nullcontext()
+    async with coordinator:
         await _steps(move, sources)
 
 
