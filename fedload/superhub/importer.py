@@ -456,7 +456,8 @@ def _check_statement(item: Statement) -> None:
         name, value = setting[1].lower(), setting[2].lower()
         if name in _SETTINGS or value in _REQUIRED_SETTINGS.get(name, ()):
             return
-        raise DumpError(f"{_where(item)}: the dump sets {name.decode()} = {value.decode()}, which fedload refuses")
+        setting_text = f"{name.decode(errors='replace')} = {value.decode(errors='replace')}"  # any bytes at all
+        raise DumpError(f"{_where(item)}: the dump sets {setting_text}, which fedload refuses")
     if _HARMLESS.fullmatch(text) is None:
         raise DumpError(f"{_where(item)}: the dump contains a statement fedload does not accept: {_snippet(text)}")
 

@@ -409,6 +409,11 @@ INJECTIONS = {
         rejected=True,
         message="dump line 1: the dump sets standard_conforming_strings = off, which fedload refuses",
     ),
+    "setting not in utf-8": Attack(
+        b"SET client_encoding = '\xd5TF8';\n",
+        rejected=True,
+        message="dump line 1: the dump sets client_encoding = '\ufffdtf8', which fedload refuses",
+    ),
     "search path": Attack(
         b"SET search_path = fedload_parts, public;\n",
         rejected=True,
