@@ -32,7 +32,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import asyncpg
 
 from fedload.config import Config, CoordinatorConfig
-from fedload.errors import ConfigError, FedloadError, SuperhubError
+from fedload.errors import ConfigError, ErrorKind, FedloadError, SuperhubError, internal_error
 from fedload.log import get_logger
 from fedload.names import TableName
 from fedload.superhub.placement import Placement, place
@@ -217,6 +217,9 @@ async def refresh_coordinator(config: Config) -> CoordinatorReport | None:
         return await build_coordinator(config)
     except FedloadError as exc:
         log.error("coordinator.build_failed", error=str(exc), error_kind=exc.kind)
+        return None
+    except Exception as exc:  # a bug in the build: the loads go on all the same, its traceback logged once
+        log.error("coordinator.build_failed", error=internal_error(exc), error_kind=ErrorKind.INTERNAL, exc_info=exc)
         return None
 
 

@@ -14,9 +14,10 @@ import asyncpg
 import pytest
 from structlog.testing import capture_logs
 
+import fedload.superhub.coordinator as coordinator_module
 from fedload.commands.admin import remove_feeder
 from fedload.commands.status import read_status
-from fedload.config import CoordinatorConfig, parse_config
+from fedload.config import Config, CoordinatorConfig, parse_config
 from fedload.errors import ConfigError, SuperhubError
 from fedload.localpg import LocalCluster, find_installs
 from fedload.names import TableName
@@ -531,3 +532,18 @@ def test_metrics_name_each_feeders_shard_and_each_shards_health(federation: Fede
     assert value("fedload_superhub_up") == 0
     assert value("fedload_feeder_last_success_timestamp_seconds", {"feeder": "hub1"}) is not None
     assert value("fedload_feeder_last_success_timestamp_seconds", {"feeder": "hub3"}) is None
+
+
+def test_a_bug_in_the_coordinators_build_is_logged_and_the_loads_go_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """refresh_coordinator (before and after a sync's runs, in the daemon): an exception fedload does not expect
+    is logged once as coordinator.build_failed with kind internal, never raised into the sync or the daemon."""
+    config = parse_config(_document(coordinator={"dsn": "postgresql:///c"}))
+
+    async def broken(_: Config, *, moving: bool = False) -> CoordinatorReport:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(coordinator_module, "build_coordinator", broken)
+    with capture_logs() as logs:
+        assert asyncio.run(coordinator_module.refresh_coordinator(config)) is None
+    failed = [(e["error"], e["error_kind"]) for e in logs if e["event"] == "coordinator.build_failed"]
+    assert failed == [("internal error: RuntimeError: a bug", "internal")]
