@@ -41,10 +41,12 @@ from fedload.superhub.session import superhub_session
 from fedload.superhub.shard_side import (
     EXPORT_SCHEMA,
     ShardState,
+    bound_keys,
     bound_sql,
     create_filter_views,
     drop_filter_views,
     fitted_name,
+    normal_key,
     read_shard,
     text_key,
 )
@@ -52,6 +54,7 @@ from fedload.superhub.shard_side import (
 __all__ = [
     "FDW_SCHEMA",
     "CoordinatorReport",
+    "bound_keys",
     "bound_sql",
     "build_coordinator",
     "foreign_partition_name",
@@ -372,9 +375,11 @@ async def _partitions(
         text = text_key(parent, config.superhub.feeder_key)
         for shard, reads in wanted.placement.reads.items():
             old = existing.pop(server_name(shard), None)
-            bound = bound_sql([config.feeders[n].key for n in reads.feeders], text=text) if reads.feeders else None
+            keys = [config.feeders[n].key for n in reads.feeders]
+            bound = bound_sql(keys, text=text) if reads.feeders else None
             relation = wanted.relation(parent, shard) if reads.feeders else None
-            if old is not None and (old[1], old[2]) == (bound, relation):
+            wanted_keys = frozenset(normal_key(k, text=text) for k in keys)
+            if old is not None and bound_keys(old[1], text=text) == wanted_keys and old[2] == relation:
                 continue
             if old is None and bound is None:
                 continue

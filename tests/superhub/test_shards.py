@@ -27,6 +27,7 @@ from fedload.service.sync import sync_feeders
 from fedload.superhub.bookkeeping import ShardHistories
 from fedload.superhub.coordinator import (
     CoordinatorReport,
+    bound_keys,
     bound_sql,
     build_coordinator,
     foreign_partition_name,
@@ -428,6 +429,11 @@ def test_names_and_bounds_of_foreign_partitions() -> None:
     assert bound_sql([2, "b", "a"], text=True) == "FOR VALUES IN ('2', 'a', 'b')"
     with pytest.raises(ConfigError, match="feeder key 'b' is not an integer"):
         bound_sql([1, "b"])
+    assert bound_keys("FOR VALUES IN (2)") == bound_keys("FOR VALUES IN ('2')") == frozenset({"2"})
+    assert bound_keys("FOR VALUES IN ('-2', 5000000000)") == frozenset({"-2", "5000000000"})
+    assert bound_keys("FOR VALUES IN ('a''b', '1, 2', NULL)", text=True) == frozenset({"a'b", "1, 2"})
+    assert bound_keys("FOR VALUES IN ('x'::character varying)", text=True) == frozenset({"x"})
+    assert bound_keys("DEFAULT") is bound_keys("FOR VALUES IN ('x')") is None
 
 
 def test_daemon_reload_rebuilds_the_coordinator(federation: Federation) -> None:
