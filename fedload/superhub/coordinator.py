@@ -314,12 +314,12 @@ async def _server(conn: asyncpg.Connection, shard: str, dsn: str, coordinator: C
     elif change := _options_change(_parsed(current), wanted, _MANAGED_SERVER_OPTIONS):
         await conn.execute(f"ALTER SERVER {name} {change}")
     mapping = user_mapping_options(dsn, coordinator)
-    current = await conn.fetchval(
+    found = await conn.fetchrow(  # a row whose umoptions is NULL: a mapping without options, not a missing one
         "SELECT umoptions FROM pg_user_mappings WHERE srvname = $1 AND usename = 'public'", server_name(shard)
     )
-    if current is None:
+    if found is None:
         await conn.execute(f"CREATE USER MAPPING FOR PUBLIC SERVER {name} {_options(mapping) if mapping else ''}")
-    elif change := _options_change(_parsed(current), mapping, ("user",)):
+    elif change := _options_change(_parsed(found["umoptions"]), mapping, ("user",)):
         await conn.execute(f"ALTER USER MAPPING FOR PUBLIC SERVER {name} {change}")
 
 

@@ -553,3 +553,21 @@ def test_a_bug_in_the_coordinators_build_is_logged_and_the_loads_go_on(monkeypat
         assert asyncio.run(coordinator_module.refresh_coordinator(config)) is None
     failed = [(e["error"], e["error_kind"]) for e in logs if e["event"] == "coordinator.build_failed"]
     assert failed == [("internal error: RuntimeError: a bug", "internal")]
+
+
+def test_a_user_mapping_without_options_is_kept_build_after_build(
+    federation: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No fdw_user and shard dsns without a user: the PUBLIC user mapping has no options, and every build after
+    the first finds it (it used to take it for a missing one and fail on "user mapping ... already exists")."""
+    monkeypatch.setenv("PGUSER", "postgres")  # fedload's own sessions, as libpq's environment would say
+    config = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
+    document = config.model_dump(mode="json", exclude_none=True)
+    for shard in document["shards"].values():
+        shard["dsn"] = shard["dsn"].replace("postgresql://postgres@/", "postgresql:///")
+    anonymous = parse_config(document)
+    assert user_mapping_options(anonymous.shards["s1"].dsn, CoordinatorConfig(dsn="postgresql:///c")) == {}
+    assert asyncio.run(build_coordinator(anonymous)).attached
+    assert asyncio.run(build_coordinator(anonymous)) == CoordinatorReport()
+    mappings = "SELECT count(*) FROM pg_user_mappings WHERE usename = 'public' AND umoptions IS NULL"
+    assert coord_sql(federation, mappings) == "2"
