@@ -25,7 +25,7 @@ import contextlib
 import itertools
 import random
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -69,6 +69,8 @@ log = get_logger()
 
 FDW_SCHEMA = "fedload_shards"  # the coordinator's foreign partitions
 _LOCK = "SELECT pg_advisory_xact_lock(1717920876, 1)"  # "fedl" class, object 1: one builder at a time
+_TRY_LOCK = "SELECT pg_try_advisory_xact_lock(1717920876, 1)"
+_BUILDERS_WAIT_S = 30.0  # the longest wait for another build to end; then this one fails, to be retried
 _MOVE_LOCK = "1717920876, 2"  # object 2: held by a feeder move, which defers the other builds
 _LOCK_TIMEOUT = "SET LOCAL lock_timeout = '10s'"  # DETACH waits for running reports: not forever
 _MANAGED_SERVER_OPTIONS = ("host", "port", "dbname", "passfile", "async_capable", "fetch_size")
@@ -103,6 +105,7 @@ class CoordinatorReport:
     filtered: list[str] = field(default_factory=list)
     pending: dict[str, str] = field(default_factory=dict)
     deferred: bool = False  # a feeder move held the coordinator: nothing was built
+    superseded: bool = False  # its configuration was no longer the newest before it committed: nothing was built
 
 
 def server_name(shard: str) -> str:
@@ -187,27 +190,47 @@ async def moving_feeders(config: Config, *, wait_s: float = 30.0) -> AsyncIterat
         yield  # the session's end releases the lock
 
 
-async def build_coordinator(config: Config, *, moving: bool = False) -> CoordinatorReport:
+async def build_coordinator(
+    config: Config, *, moving: bool = False, current: Callable[[], bool] | None = None
+) -> CoordinatorReport:
     """Create or bring up to date the coordinator's servers, parents and foreign partitions (see the module).
     While a feeder move holds the coordinator (`moving_feeders`) the build is deferred (`report.deferred`), but
-    for the move's own builds (`moving`)."""
+    for the move's own builds (`moving`). `current`: asked just before the build commits; False (a newer
+    configuration was loaded meanwhile) rolls it back (`report.superseded`), so an old layout never commits last."""
     coordinator = config.coordinator
     if coordinator is None:
         raise ConfigError("there is no [coordinator] section")
     report = CoordinatorReport()
     async with _session(config) as conn:
-        async with conn.transaction():
-            await conn.execute(_LOCK)
+        transaction = conn.transaction()
+        await transaction.start()
+        try:
+            await _builders_lock(conn)
             if not moving and not await conn.fetchval(f"SELECT pg_try_advisory_xact_lock_shared({_MOVE_LOCK})"):
                 log.info("coordinator.build_deferred", reason="a feeder move holds the coordinator")
                 report.deferred = True
-                return report
-            unread = await _build(conn, config, coordinator, report)
-        if unread:
-            await _drop_unread_views(conn, config, unread)
+            else:
+                unread = await _build(conn, config, coordinator, report)
+                report.superseded = current is not None and not current()
+        except BaseException:
+            await asyncio.shield(_rolled_back(transaction))
+            raise
+        if report.deferred or report.superseded:
+            await transaction.rollback()
+            if report.superseded:
+                log.info("coordinator.build_superseded", reason="a newer configuration was loaded meanwhile")
+            return CoordinatorReport(deferred=report.deferred, superseded=report.superseded)
+        await transaction.commit()
+        await _drop_unread_views(conn, config, unread)
     if report.created or report.attached or report.detached:
         log.info("coordinator.built", created=report.created, attached=report.attached, detached=report.detached)
     return report
+
+
+async def _rolled_back(transaction: asyncpg.transaction.Transaction) -> None:
+    """Roll back after a failure; a connection gone meanwhile has rolled back already."""
+    with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+        await transaction.rollback()
 
 
 async def refresh_coordinator(config: Config) -> CoordinatorReport | None:
@@ -229,8 +252,8 @@ async def refresh_coordinator(config: Config) -> CoordinatorReport | None:
 async def _build(
     conn: asyncpg.Connection, config: Config, coordinator: CoordinatorConfig, report: CoordinatorReport
 ) -> set[str]:
-    """The build's steps, in the caller's transaction under the builders' lock; the shards whose filter views some
-    detached foreign partition read (to be dropped once this transaction has committed)."""
+    """The build's steps, in the caller's transaction under the builders' lock; the shards with filter views,
+    some perhaps no longer read (to be dropped once this transaction has committed)."""
     await conn.execute(_LOCK_TIMEOUT)
     parents, shards = await _read_shards(config)
     held = {shard: state.held for shard, state in shards.items()}
@@ -248,9 +271,8 @@ async def _build(
     for parent in parents.values():
         await _parent(conn, parent, config, report)
     unread = await _partitions(conn, list(parents.values()), config, _Wanted(placement, views), report)
-    database = await conn.fetchval("SELECT current_database()")
-    await conn.execute(f"ALTER DATABASE {ident(database)} SET enable_partitionwise_aggregate = on")
-    return unread
+    await _partitionwise(conn)
+    return unread | {shard for shard, state in shards.items() if state.views}
 
 
 async def _read_shards(config: Config) -> tuple[dict[TableName, ParentTable], dict[str, ShardState]]:
@@ -284,6 +306,30 @@ def _note_placement(
         others = sorted(state.held - set(placement.reads[shard].feeders))
         if others or state.unknown:
             log.warning("coordinator.stray_partitions", shard=shard, feeders=others, partitions=list(state.unknown))
+
+
+_PARTITIONWISE = """
+SELECT d.datname, coalesce('enable_partitionwise_aggregate=on' = ANY(s.setconfig), false),
+       pg_has_role(d.datdba, 'USAGE') OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
+FROM pg_database d LEFT JOIN pg_db_role_setting s ON s.setdatabase = d.oid AND s.setrole = 0
+WHERE d.datname = current_database()
+"""
+
+
+async def _partitionwise(conn: asyncpg.Connection) -> None:
+    """`enable_partitionwise_aggregate = on` for the coordinator's database, if it is not set yet: it needs the
+    database's owner, so a coordinator role without ownership gets a warning instead of a failed build."""
+    database, already, owner = await conn.fetchrow(_PARTITIONWISE) or ("", True, False)
+    if already:
+        return
+    if not owner:
+        log.warning(
+            "coordinator.partitionwise_not_set",
+            database=database,
+            hint=f"as its owner: ALTER DATABASE {ident(database)} SET enable_partitionwise_aggregate = on",
+        )
+        return
+    await conn.execute(f"ALTER DATABASE {ident(database)} SET enable_partitionwise_aggregate = on")
 
 
 def _column_list(parent: ParentTable) -> str:
@@ -420,22 +466,41 @@ async def _apply(conn: asyncpg.Connection, changes: Sequence[_Change], report: C
             report.attached.append(f"{change.parent.table}@{change.shard}")
 
 
+async def _builders_lock(conn: asyncpg.Connection) -> None:
+    """The builders' lock, for the caller's transaction, waited for `_BUILDERS_WAIT_S` at most (a build under way
+    ends well before unless it waits for reports itself); SuperhubError then."""
+    await conn.execute(f"SET LOCAL lock_timeout = '{int(_BUILDERS_WAIT_S * 1000)}ms'")
+    try:
+        await conn.execute(_LOCK)
+    except asyncpg.LockNotAvailableError:
+        raise SuperhubError(f"another coordinator build held the builders' lock for {_BUILDERS_WAIT_S:g} s") from None
+    await conn.execute(_LOCK_TIMEOUT)
+
+
 async def _drop_unread_views(conn: asyncpg.Connection, config: Config, shards: Iterable[str]) -> None:
-    """After a build: drop the filter views of `shards` that no foreign partition reads any more. Under the
-    builders' lock, so never a view another build is about to attach; a failure only leaves views behind."""
+    """After a build has committed: drop the filter views of `shards` that no foreign partition reads any more.
+    Under the builders' lock (tried, not waited for), so never a view another build is about to attach. Whatever
+    fails here only leaves views behind for a later build: a warning, never the build's failure."""
+    if not (shards := sorted(set(shards) & set(config.shards))):
+        return
     try:
         async with conn.transaction():
-            await conn.execute(_LOCK)
+            if not await conn.fetchval(_TRY_LOCK):
+                log.info("coordinator.views_not_dropped", shards=shards, reason="another build holds the lock")
+                return
             read: dict[str, set[str]] = {}
             for server, options in await conn.fetch(_READ_VIEWS, FDW_SCHEMA):
                 schema, table = _relation(options)
                 if schema == EXPORT_SCHEMA:
                     read.setdefault(server, set()).add(table)
-            for shard in sorted(set(shards) & set(config.shards)):
-                if dropped := await drop_filter_views(config, shard, read.get(server_name(shard), set())):
+            for shard in shards:
+                dropped, busy = await drop_filter_views(config, shard, read.get(server_name(shard), set()))
+                if dropped:
                     log.info("coordinator.views_dropped", shard=shard, views=dropped)
-    except FedloadError as exc:
-        log.warning("coordinator.views_not_dropped", error=str(exc))
+                if busy:
+                    log.warning("coordinator.views_not_dropped", shard=shard, views=busy, reason="in use")
+    except (FedloadError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+        log.warning("coordinator.views_not_dropped", shards=shards, error=str(exc))
 
 
 async def _locked(conn: asyncpg.Connection, parents: Sequence[ParentTable], config: Config) -> None:

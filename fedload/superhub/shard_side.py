@@ -17,6 +17,8 @@ import hashlib
 from collections.abc import Iterable, Sequence, Set
 from dataclasses import dataclass
 
+import asyncpg
+
 from fedload.config import Config
 from fedload.errors import ConfigError
 from fedload.names import TableName
@@ -55,6 +57,7 @@ class ShardState:
     parents: dict[TableName, ParentTable]
     held: frozenset[str]
     unknown: tuple[str, ...]
+    views: frozenset[str] = frozenset()  # its filter views, read by the coordinator or left to drop
 
 
 def fitted_name(head: str, tail: str) -> str:
@@ -160,7 +163,8 @@ async def read_shard(config: Config, shard: str) -> ShardState:
                     held.add(owner)
                 else:
                     unknown.append(partition)
-    return ShardState(parents, frozenset(held), tuple(unknown))
+        views = frozenset(name for (name,) in await conn.fetch(_VIEWS, EXPORT_SCHEMA))
+    return ShardState(parents, frozenset(held), tuple(unknown), views)
 
 
 def filter_view_name(parent: ParentTable, keys: str) -> str:
@@ -196,14 +200,20 @@ async def create_filter_views(
     return names
 
 
-async def drop_filter_views(config: Config, shard: str, keep: Set[str]) -> list[str]:
-    """Drop the shard's filter views but those in `keep` (which foreign partitions read); the ones dropped."""
-    dropped = []
+async def drop_filter_views(config: Config, shard: str, keep: Set[str]) -> tuple[list[str], list[str]]:
+    """Drop the shard's filter views but those in `keep` (which foreign partitions read); the ones dropped, and
+    those left because a session still used them past a short lock timeout (a later build drops them)."""
+    dropped, busy = [], []
     async with superhub_session(config.for_shard(shard), "coordinator") as conn:
         for (name,) in await conn.fetch(_VIEWS, EXPORT_SCHEMA):
-            if name not in keep:
+            if name in keep:
+                continue
+            try:
                 async with conn.transaction():
                     await conn.execute("SET LOCAL lock_timeout = '2s'")
                     await conn.execute(f"DROP VIEW IF EXISTS {qualified(EXPORT_SCHEMA, name)}")
+            except asyncpg.LockNotAvailableError:
+                busy.append(name)
+            else:
                 dropped.append(name)
-    return dropped
+    return dropped, busy
