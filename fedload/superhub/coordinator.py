@@ -27,7 +27,6 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from urllib.parse import parse_qs, unquote, urlsplit
 
 import asyncpg
 
@@ -35,6 +34,7 @@ from fedload.config import Config, CoordinatorConfig
 from fedload.errors import ConfigError, ErrorKind, FedloadError, SuperhubError, internal_error
 from fedload.log import get_logger
 from fedload.names import TableName
+from fedload.superhub.fdw_dsn import SERVER_OPTIONS, dsn_problems, fdw_options
 from fedload.superhub.placement import Placement, place
 from fedload.superhub.schema import Column, ParentTable, ident, qualified
 from fedload.superhub.session import superhub_session
@@ -73,7 +73,7 @@ _TRY_LOCK = "SELECT pg_try_advisory_xact_lock(1717920876, 1)"
 _BUILDERS_WAIT_S = 30.0  # the longest wait for another build to end; then this one fails, to be retried
 _MOVE_LOCK = "1717920876, 2"  # object 2: held by a feeder move, which defers the other builds
 _LOCK_TIMEOUT = "SET LOCAL lock_timeout = '10s'"  # DETACH waits for running reports: not forever
-_MANAGED_SERVER_OPTIONS = ("host", "port", "dbname", "passfile", "async_capable", "fetch_size")
+_MANAGED_SERVER_OPTIONS = (*sorted(SERVER_OPTIONS), "passfile", "async_capable", "fetch_size")
 _EXISTING = """
 SELECT c.relname, s.srvname, pg_get_expr(c.relpartbound, c.oid) AS bound, f.ftoptions
 FROM pg_inherits i
@@ -119,28 +119,13 @@ def foreign_partition_name(table: TableName, shard: str, *, new: bool = False) -
     return fitted_name(f"{table.schema}.{table.name}", f"@{shard}{'~' if new else ''}")
 
 
-def _dsn_parts(dsn: str) -> dict[str, str]:
-    """host, port, dbname and user of an asyncpg/libpq URI (`postgresql://user@host:port/db?host=...`)."""
-    url = urlsplit(dsn)
-    if url.scheme not in ("postgresql", "postgres"):
-        raise ConfigError(f"a shard's dsn must be a postgresql:// URI for the coordinator, not {url.scheme}://...")
-    query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-    netloc = url.netloc.rpartition("@")[2]
-    host, _, port = netloc.rpartition(":") if ":" in netloc and not netloc.endswith("]") else (netloc, "", "")
-    parts = {
-        "host": query.get("host") or unquote(host).removeprefix("[").removesuffix("]"),
-        "port": query.get("port") or port,
-        "dbname": query.get("dbname") or unquote(url.path.lstrip("/")),
-        "user": query.get("user") or unquote(url.username or ""),
-    }
-    return {k: v for k, v in parts.items() if v}
-
-
 def server_options(dsn: str, coordinator: CoordinatorConfig) -> dict[str, str]:
-    """The foreign server's options for a shard: where it is (from its dsn, never its password), async scans,
-    fetch size, and the passfile the coordinator's server reads a password from."""
-    options = {k: v for k, v in _dsn_parts(dsn).items() if k in ("host", "port", "dbname")}
-    options |= {"async_capable": "true", "fetch_size": str(coordinator.fetch_size)}
+    """The foreign server's options for a shard: every connection setting of its dsn postgres_fdw takes on a
+    server (`fdw_dsn`: where it is, TLS, timeouts ...; never its password), async scans, fetch size, and the
+    passfile the coordinator's server reads a password from. ConfigError for a dsn that cannot be carried."""
+    if problems := dsn_problems(dsn):
+        raise ConfigError(f"a shard's dsn: {'; '.join(problems)}")
+    options = fdw_options(dsn)[0] | {"async_capable": "true", "fetch_size": str(coordinator.fetch_size)}
     if coordinator.fdw_passfile is not None:
         options["passfile"] = str(coordinator.fdw_passfile)
     return options
@@ -148,7 +133,7 @@ def server_options(dsn: str, coordinator: CoordinatorConfig) -> dict[str, str]:
 
 def user_mapping_options(dsn: str, coordinator: CoordinatorConfig) -> dict[str, str]:
     """The user mapping FOR PUBLIC: the role the coordinator logs in as on the shard."""
-    user = coordinator.fdw_user or _dsn_parts(dsn).get("user")
+    user = coordinator.fdw_user or fdw_options(dsn)[1]
     return {"user": user} if user else {}
 
 

@@ -380,14 +380,25 @@ def test_repartitioning_yields_to_reports(federation: Federation) -> None:
 
 
 def test_server_options_from_a_dsn_never_carry_its_password() -> None:
-    """A shard's server: host, port and dbname from its dsn, async and fetch size, the passfile; the password
-    in the dsn goes nowhere, the user mapping names fdw_user or the dsn's user."""
+    """A shard's server: every connection setting of its dsn postgres_fdw takes (TLS, timeouts, keepalives ...),
+    async and fetch size, the passfile; the password in the dsn goes nowhere, the user mapping names fdw_user or
+    the dsn's user."""
     coordinator = CoordinatorConfig(dsn="postgresql:///c", fdw_passfile=Path("/etc/fedload/pgpass"))
-    dsn = "postgresql://loader:secret@db1.example.com:5433/hub?sslmode=require"
+    tls = "sslmode=verify-full&sslrootcert=/etc/ssl/ca.pem&sslcrl=/etc/ssl/crl.pem&channel_binding=require"
+    more = "connect_timeout=5&keepalives_idle=30&target_session_attrs=read-write&gssencmode=disable"
+    dsn = f"postgresql://loader:secret@db1.example.com:5433/hub?{tls}&{more}&passfile=/home/me/.pgpass"
     assert server_options(dsn, coordinator) == {
         "host": "db1.example.com",
         "port": "5433",
         "dbname": "hub",
+        "sslmode": "verify-full",
+        "sslrootcert": "/etc/ssl/ca.pem",
+        "sslcrl": "/etc/ssl/crl.pem",
+        "channel_binding": "require",
+        "connect_timeout": "5",
+        "keepalives_idle": "30",
+        "target_session_attrs": "read-write",
+        "gssencmode": "disable",
         "async_capable": "true",
         "fetch_size": "10000",
         "passfile": "/etc/fedload/pgpass",
@@ -398,6 +409,45 @@ def test_server_options_from_a_dsn_never_carry_its_password() -> None:
     assert server_options(socket, CoordinatorConfig(dsn="postgresql:///c"))["host"] == "/run/postgresql"
     with pytest.raises(ConfigError, match="must be a postgresql:// URI"):
         server_options("host=x dbname=y", coordinator)
+
+
+def test_check_config_refuses_a_shard_dsn_the_coordinator_cannot_carry() -> None:
+    """With a coordinator, a shard dsn setting postgres_fdw cannot take is refused, one line each."""
+    document = _document(coordinator={"dsn": "postgresql:///c"})
+    document["shards"]["s1"]["dsn"] = "postgresql:///s1?sslpassword=x&search_path=app&sslmode=require"
+    assert _problems(document) == [
+        "f.toml: shards.s1.dsn: search_path is not a libpq connection option, so the coordinator's postgres_fdw "
+        "cannot use it",
+        "f.toml: shards.s1.dsn: sslpassword cannot be carried to the coordinator's foreign server: a secret fedload "
+        "never writes into the coordinator",
+    ]
+    del document["coordinator"]  # without a coordinator the dsn is fedload's alone
+    assert parse_config(document).shards["s1"].dsn.endswith("sslmode=require")
+
+
+def test_a_shard_dsns_settings_reach_the_coordinators_connections(federation: Federation) -> None:
+    """application_name in s2's dsn: the coordinator's postgres_fdw connects to s2 under that name (it used to
+    carry only host, port and dbname, so TLS settings such as sslmode were silently dropped)."""
+    config = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
+    document = config.model_dump(mode="json", exclude_none=True)
+    document["shards"]["s2"]["dsn"] += "&application_name=fedload_fdw_s2"
+    config = parse_config(document)
+    assert asyncio.run(build_coordinator(config)).attached
+    names = f"""
+    SELECT string_agg(DISTINCT application_name, ',') FROM pg_stat_activity
+    WHERE datname = '{federation.superhub}_s2' AND pid <> pg_backend_pid()
+    """
+
+    async def read() -> str:
+        assert config.coordinator is not None
+        conn = await asyncpg.connect(config.coordinator.dsn)
+        try:
+            await conn.fetchval("SELECT count(*) FROM hosts")  # its postgres_fdw connections stay open
+            return str(await conn.fetchval(names))
+        finally:
+            await conn.close()
+
+    assert asyncio.run(read()) == "fedload_fdw_s2"
 
 
 def test_check_config_connects_to_every_shard_and_the_coordinator(federation: Federation) -> None:
