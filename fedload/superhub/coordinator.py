@@ -195,7 +195,7 @@ async def build_coordinator(
                 log.info("coordinator.build_deferred", reason="a feeder move holds the coordinator")
                 report.deferred = True
             else:
-                unread = await _build(conn, config, coordinator, report)
+                unread = await _build(conn, config, coordinator, report, moving=moving)
                 report.superseded = current is not None and not current()
         except BaseException:
             await asyncio.shield(_rolled_back(transaction))
@@ -235,7 +235,12 @@ async def refresh_coordinator(config: Config) -> CoordinatorReport | None:
 
 
 async def _build(
-    conn: asyncpg.Connection, config: Config, coordinator: CoordinatorConfig, report: CoordinatorReport
+    conn: asyncpg.Connection,
+    config: Config,
+    coordinator: CoordinatorConfig,
+    report: CoordinatorReport,
+    *,
+    moving: bool = False,
 ) -> set[str]:
     """The build's steps, in the caller's transaction under the builders' lock; the shards with filter views,
     some perhaps no longer read (to be dropped once this transaction has committed)."""
@@ -243,7 +248,7 @@ async def _build(
     parents, shards = await _read_shards(config)
     held = {shard: state.held for shard, state in shards.items()}
     placement = place(config, held, {shard: state.unknown for shard, state in shards.items()})
-    _note_placement(config, placement, shards, report)
+    _note_placement(config, placement, shards, report, moving=moving)
     views = {
         shard: await create_filter_views(config, shard, parents.values(), reads.feeders)
         for shard, reads in placement.reads.items()
@@ -256,6 +261,7 @@ async def _build(
     for parent in parents.values():
         await _parent(conn, parent, config, report)
     unread = await _partitions(conn, list(parents.values()), config, _Wanted(placement, views), report)
+    await _drop_removed_servers(conn, config)
     await _partitionwise(conn)
     return unread | {shard for shard, state in shards.items() if state.views}
 
@@ -280,17 +286,22 @@ async def _read_shards(config: Config) -> tuple[dict[TableName, ParentTable], di
 
 
 def _note_placement(
-    config: Config, placement: Placement, shards: Mapping[str, ShardState], report: CoordinatorReport
+    config: Config, placement: Placement, shards: Mapping[str, ShardState], report: CoordinatorReport, *, moving: bool
 ) -> None:
-    """Log the feeders read from another shard than their own and the shards holding feeders not read from them."""
+    """Log the feeders read from another shard than their own and the shards holding feeders not read from them:
+    a warning (partitions to remove by hand), but in a feeder move's builds, whose old shard drops them next."""
     report.pending = placement.pending(config)
     report.filtered = sorted(shard for shard, reads in placement.reads.items() if reads.filtered)
     for name, served_from in report.pending.items():
         log.info("coordinator.feeder_pending", feeder=name, shard=config.feeders[name].shard, served_from=served_from)
     for shard, state in shards.items():
         others = sorted(state.held - set(placement.reads[shard].feeders))
-        if others or state.unknown:
-            log.warning("coordinator.stray_partitions", shard=shard, feeders=others, partitions=list(state.unknown))
+        if moving and others and not state.unknown:
+            log.info("coordinator.feeders_leaving", shard=shard, feeders=others)
+        elif others or state.unknown:
+            found = {"feeders": others} if others else {}
+            found |= {"partitions": list(state.unknown)} if state.unknown else {}
+            log.warning("coordinator.stray_partitions", shard=shard, **found)
 
 
 _PARTITIONWISE = """
@@ -449,6 +460,26 @@ async def _apply(conn: asyncpg.Connection, changes: Sequence[_Change], report: C
             stable = foreign_partition_name(change.parent.table, change.shard)
             await conn.execute(f"ALTER FOREIGN TABLE {new} RENAME TO {ident(stable)}")
             report.attached.append(f"{change.parent.table}@{change.shard}")
+
+
+_REMOVED_SERVERS = """
+SELECT s.srvname, EXISTS (SELECT FROM pg_foreign_table t WHERE t.ftserver = s.oid)
+FROM pg_foreign_server s JOIN pg_foreign_data_wrapper w ON w.oid = s.srvfdw
+WHERE w.fdwname = 'postgres_fdw' AND s.srvname LIKE 'fedload\\_%' AND s.srvname <> ALL($1::text[])
+"""
+
+
+async def _drop_removed_servers(conn: asyncpg.Connection, config: Config) -> None:
+    """The foreign servers and user mappings of shards no longer configured, once no foreign table uses them
+    (their partitions were detached above). Their filter views stay on their databases: fedload no longer knows
+    how to reach them."""
+    for server, used in await conn.fetch(_REMOVED_SERVERS, [server_name(shard) for shard in config.shards]):
+        if used:
+            log.warning("coordinator.server_kept", server=server, reason="foreign tables still use it")
+            continue
+        await conn.execute(f"DROP USER MAPPING IF EXISTS FOR PUBLIC SERVER {ident(server)}")
+        await conn.execute(f"DROP SERVER {ident(server)}")
+        log.info("coordinator.server_dropped", server=server)
 
 
 async def _builders_lock(conn: asyncpg.Connection) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from structlog.testing import capture_logs
 
 from fedload.commands.admin import remove_feeder
 from fedload.commands.move import move_feeder
@@ -65,7 +66,10 @@ def test_every_key_type_through_build_move_hand_change_new_feeder_and_removal(
     _settled(federation, config, {"hub1": 300, "hub2": 200, "hub3": 100})
 
     path = config_file(federation, config)  # a move: hub1 to s2
-    assert move_feeder(config, path, "hub1", "s2") == 0
+    with capture_logs() as logs:
+        assert move_feeder(config, path, "hub1", "s2") == 0
+    assert [e for e in logs if e["event"] == "coordinator.stray_partitions"] == []  # s1 drops it: no warning
+    assert [e["feeders"] for e in logs if e["event"] == "coordinator.feeders_leaving"] == [["hub1"]]
     config = load_config(path)
     assert shard_sql(federation, "s1", "SELECT count(*) FROM pg_inherits WHERE inhparent = 'hosts'::regclass") == "1"
     _settled(federation, config, {"hub1": 300, "hub2": 200, "hub3": 100})
