@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -361,7 +362,7 @@ def test_repartitioning_yields_to_reports(federation: Federation) -> None:
     document["feeders"]["hub4"] = {**document["feeders"]["hub3"], "key": 4}
     more = parse_config(document)
 
-    async def scenario() -> tuple[str, CoordinatorReport]:
+    async def scenario() -> tuple[str, CoordinatorReport, float]:
         assert config.coordinator is not None
         report = await asyncpg.connect(config.coordinator.dsn)
         try:
@@ -369,11 +370,18 @@ def test_repartitioning_yields_to_reports(federation: Federation) -> None:
                 await report.fetchval("SELECT count(*) FROM hosts")  # holds ACCESS SHARE until it ends
                 with pytest.raises(SuperhubError) as refused:
                     await build_coordinator(more)
-            return str(refused.value), await build_coordinator(more)
+            async with report.transaction():  # a report reading s2's foreign partition itself, not the parent
+                await report.fetchval('SELECT count(*) FROM fedload_shards."public.hosts@s2"')
+                started = time.monotonic()
+                with pytest.raises(SuperhubError):  # the parent's lock covers its partitions: no DETACH waits
+                    await build_coordinator(more)
+                waited = time.monotonic() - started
+            return str(refused.value), await build_coordinator(more), waited
         finally:
             await report.close()
 
-    refused, report = asyncio.run(scenario())
+    refused, report, waited = asyncio.run(scenario())
+    assert waited < 5.0, waited  # swap_max_wait_s = 1, never DETACH's 10 s lock_timeout
     held = "the coordinator's reports held public.contexts, public.hosts for swap_max_wait_s = 1"
     assert refused.startswith(held), refused
     assert sorted(report.attached) == ["public.contexts@s2", "public.hosts@s2"]
