@@ -3,17 +3,19 @@ scale-out path, declarative partitioning with postgres_fdw foreign partitions.
 
 On the coordinator, per configured table, a parent partitioned BY LIST (feeder key) with the shards' columns, and
 per shard one foreign partition `FOR VALUES IN (<keys of that shard's feeders>)` reading the shard's own parent.
-fedload builds it (idempotent) at the start of `sync` and `daemon` when `[coordinator]` is configured:
+fedload builds it (idempotent) beside the runs of `sync` and `daemon` when `[coordinator]` is configured
+(`fedload.service.coordinator_keeper`: retries, and the loads that wait for a build):
 
-- `CREATE EXTENSION IF NOT EXISTS postgres_fdw`; per shard a server `fedload_<shard>` with the host, port and
-  dbname of the shard's dsn, `async_capable` (the shards are read at once) and `fetch_size`, plus `passfile` if
-  configured; a user mapping FOR PUBLIC with `fdw_user` (or the dsn's user), never a password;
+- `CREATE EXTENSION IF NOT EXISTS postgres_fdw`; per shard a server `fedload_<shard>` with the connection settings
+  of the shard's dsn (`fdw_dsn`), `async_capable` (the shards are read at once) and `fetch_size`, plus `passfile`
+  if configured; a user mapping FOR PUBLIC with `fdw_user` (or the dsn's user), never a password;
 - the parents, with the columns read from the shards' catalogs (which must agree);
 - the foreign partitions, one per shard, bound to the keys of the feeders read from it (`placement`): the shard's
   parent itself, or a filter view on the shard while it holds feeders not read from it (`shard_side`); a shard
   whose bound or relation changed gets a new foreign partition, and every old one is detached and every new one
   attached in one transaction, so a reader sees each feeder exactly once;
-- `ALTER DATABASE ... SET enable_partitionwise_aggregate = on`: aggregates grouped by the key run on the shards.
+- `ALTER DATABASE ... SET enable_partitionwise_aggregate = on` (if not set yet, and the role owns the database):
+  aggregates grouped by the key run on the shards.
 
     report = await build_coordinator(config)
 """
