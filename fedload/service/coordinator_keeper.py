@@ -218,6 +218,9 @@ class CoordinatorKeeper:
             except FedloadError as exc:
                 log.warning("coordinator.holdings_unknown", shard=shard, error=str(exc))
                 continue
+            except Exception as exc:  # a bug: its feeders wait for a build, as if the shard could not be reached
+                log.error("coordinator.holdings_unknown", shard=shard, error=internal_error(exc), exc_info=exc)
+                continue
             self._safe |= held & set(names)
         self._state.set()
         self._changed()

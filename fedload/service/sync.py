@@ -47,7 +47,8 @@ async def sync_feeders(
     slots = asyncio.Semaphore(config.superhub.max_parallel_feeders)
     history = ShardHistories()  # one connection (per shard) records every feeder's runs
     pool = worker_pool(config, forked)
-    coordinator = CoordinatorKeeper(config if not dry_run else config.model_copy(update={"coordinator": None}))
+    built = config if not dry_run else config.model_copy(update={"coordinator": None})  # a dry run changes nothing
+    coordinator = CoordinatorKeeper(built, feeders=lambda _: names)
 
     async def one(name: str) -> FeederRun:
         if not await coordinator.ready(name, wait_s=COORDINATOR_WAIT_S):

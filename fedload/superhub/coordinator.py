@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import asyncpg
 
 from fedload.config import Config, CoordinatorConfig
-from fedload.errors import ConfigError, ErrorKind, FedloadError, SuperhubError, internal_error
+from fedload.errors import ConfigError, FedloadError, SuperhubError
 from fedload.log import get_logger
 from fedload.names import TableName
 from fedload.superhub.fdw_dsn import SERVER_OPTIONS, dsn_problems, fdw_options
@@ -61,7 +61,6 @@ __all__ = [
     "build_coordinator",
     "foreign_partition_name",
     "moving_feeders",
-    "refresh_coordinator",
     "server_name",
     "server_options",
     "user_mapping_options",
@@ -218,22 +217,6 @@ async def _rolled_back(transaction: asyncpg.transaction.Transaction) -> None:
     """Roll back after a failure; a connection gone meanwhile has rolled back already."""
     with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
         await transaction.rollback()
-
-
-async def refresh_coordinator(config: Config) -> CoordinatorReport | None:
-    """Build the coordinator if one is configured, as `sync` and `daemon` do before their runs: a failure is
-    logged (`coordinator.build_failed`) and the loads go on, the shards do not depend on it. The build's report;
-    None without a coordinator or when the build failed."""
-    if config.coordinator is None:
-        return None
-    try:
-        return await build_coordinator(config)
-    except FedloadError as exc:
-        log.error("coordinator.build_failed", error=str(exc), error_kind=exc.kind)
-        return None
-    except Exception as exc:  # a bug in the build: the loads go on all the same, its traceback logged once
-        log.error("coordinator.build_failed", error=internal_error(exc), error_kind=ErrorKind.INTERNAL, exc_info=exc)
-        return None
 
 
 async def _build(

@@ -100,4 +100,6 @@ def dsn_problems(dsn: str) -> list[str]:
 def fdw_options(dsn: str) -> tuple[dict[str, str], str | None]:
     """The foreign server's options the dsn carries, and its user (for the user mapping), if any."""
     settings, _ = _parts(dsn)
-    return {k: v for k, v in settings.items() if k in SERVER_OPTIONS}, settings.get("user")
+    first = [k for k in ("host", "hostaddr", "port", "dbname") if k in settings]  # where, then how
+    order = first + [k for k in settings if k not in first and k in SERVER_OPTIONS]
+    return {k: settings[k] for k in order}, settings.get("user")

@@ -15,7 +15,7 @@ import asyncpg
 import pytest
 from structlog.testing import capture_logs
 
-import fedload.superhub.coordinator as coordinator_module
+import fedload.service.coordinator_keeper as keeper_module
 from fedload.commands.admin import remove_feeder
 from fedload.commands.status import read_status
 from fedload.config import Config, CoordinatorConfig, parse_config
@@ -598,19 +598,34 @@ def test_metrics_name_each_feeders_shard_and_each_shards_health(federation: Fede
     assert value("fedload_feeder_last_success_timestamp_seconds", {"feeder": "hub3"}) is None
 
 
-def test_a_bug_in_the_coordinators_build_is_logged_and_the_loads_go_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """refresh_coordinator (before and after a sync's runs, in the daemon): an exception fedload does not expect
-    is logged once as coordinator.build_failed with kind internal, never raised into the sync or the daemon."""
+def test_a_bug_in_the_coordinators_build_is_logged_and_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The coordinator keeper (sync, daemon): an exception fedload does not expect in a build is logged as
+    coordinator.build_failed with kind internal and retried, never raised into the sync or the daemon."""
     config = parse_config(_document(coordinator={"dsn": "postgresql:///c"}))
 
-    async def broken(_: Config, *, moving: bool = False) -> CoordinatorReport:
+    async def broken(_: Config, *, moving: bool = False, current: object = None) -> CoordinatorReport:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(coordinator_module, "build_coordinator", broken)
+    async def unreachable(_: Config, shard: str) -> None:
+        raise SuperhubError(f"shard {shard} cannot be reached")  # never the machine's own PostgreSQL
+
+    monkeypatch.setattr(keeper_module, "build_coordinator", broken)
+    monkeypatch.setattr(keeper_module, "read_shard", unreachable)
+
+    async def keep() -> bool:
+        keeper = keeper_module.CoordinatorKeeper(config, retry_max_s=0.05)
+        keeper.start()
+        try:
+            await asyncio.sleep(0.5)
+            return await keeper.settled(0.1)
+        finally:
+            await keeper.close()
+
     with capture_logs() as logs:
-        assert asyncio.run(coordinator_module.refresh_coordinator(config)) is None
+        assert asyncio.run(keep()) is False
     failed = [(e["error"], e["error_kind"]) for e in logs if e["event"] == "coordinator.build_failed"]
-    assert failed == [("internal error: RuntimeError: a bug", "internal")]
+    assert len(failed) >= 2, failed
+    assert set(failed) == {("internal error: RuntimeError: a bug", "internal")}
 
 
 def test_a_user_mapping_without_options_is_kept_build_after_build(
