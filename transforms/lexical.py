@@ -11,10 +11,11 @@ the same first path a possessive quantifier would, and backtracking, where a mat
 try: failing costs linear time, also on a truncated or hostile dump.
 
 A repetition that can run long (the tokens of a statement, the escapes of a literal) is matched in chunks by
-`possessive()`, because sre keeps state for every iteration of a group until the whole match ends: 200 bytes per
-iteration, 100 times the input for `''''...`. The hot paths (`statement_end`, `tuples_span`, `find_tuples`,
-`find_values`) use bounded repetitions (`{0,N}`) that are faster still, and fall back to the exact patterns for
-what the bounded ones do not cover.
+`possessive()` or `possessive_runs()`, because sre keeps state for every iteration of a group until the whole
+match ends: ~200 bytes per iteration, 100 times the input for a statement of quote pairs. The hot paths
+(`statement_end`, `tuples_span`, `find_tuples`, `find_values`, and the run scanner in transforms.inserts) use
+bounded repetitions (`{0,N}`, at most ~2 MB of state) that are faster still, and fall back to the exact patterns
+for what the bounded ones do not take (E'' literals, nested parentheses, more than N tokens).
 """
 
 from __future__ import annotations
