@@ -83,7 +83,7 @@ def test_long_complete_statements_parse_in_linear_time_and_little_memory(kind: s
 CUT_OFF = st.integers(0, 100)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(STATEMENT_TEXT, min_size=1, max_size=6), st.data())
 def test_statement_end_finds_what_the_exact_pattern_finds(statements: list[str], data: st.DataObject) -> None:
     """statement_end (bounded pieces) and STATEMENT (one exact pattern) agree, also on cut-off input."""
@@ -99,7 +99,7 @@ def test_statement_end_finds_what_the_exact_pattern_finds(statements: list[str],
 TUPLES = st.lists(st.lists(VALUE_TEXT, min_size=1, max_size=4).map(", ".join), min_size=1, max_size=5)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(TUPLES, st.sampled_from([",", " , ", ",\n\t"]))
 def test_tuple_and_value_fast_paths_agree_with_the_exact_patterns(rows: list[str], separator: str) -> None:
     """find_tuples, find_values and tuples_span give what TUPLE and VALUE give."""
