@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
@@ -29,6 +29,7 @@ __all__ = [
     "DumpMode",
     "ExtraColumns",
     "FeederConfig",
+    "JumpHost",
     "ShardConfig",
     "SshConfig",
     "SuperhubConfig",
@@ -39,6 +40,7 @@ __all__ = [
     "load_config",
     "locate_config",
     "parse_config",
+    "split_jump",
     "split_listen_address",
 ]
 
@@ -136,8 +138,35 @@ class SuperhubConfig(_Model):
         return self.max_parallel_feeders if self.worker_processes is None else self.worker_processes
 
 
+class JumpHost(NamedTuple):
+    """A bastion the feeder is reached through: `[user@]host[:port]`."""
+
+    user: str | None
+    host: str
+    port: int
+
+
+_JUMP = re.compile(r"(?:(?P<user>[^@\s:]+)@)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::(?P<port>[0-9]{1,5}))?")
+
+
+def split_jump(text: str) -> JumpHost:
+    """The user (None: the feeder's), host and port (default 22) of "[user@]host[:port]" (an IPv6 host in
+    brackets); ValueError if `text` is not that."""
+    match = _JUMP.fullmatch(text)
+    port = int(match["port"] or 22) if match else 0
+    if match is None or not 1 <= port <= 65535:
+        raise ValueError(f"{text!r} is not [USER@]HOST[:PORT] (say fedload@bastion.example.com:22)")
+    return JumpHost(match["user"], match["host"].strip("[]"), port)
+
+
+def _jump_address(text: str) -> str:
+    split_jump(text)
+    return text
+
+
 class SshConfig(_Model):
-    """How the superhub reaches a feeder over SSH."""
+    """How the superhub reaches a feeder over SSH (through `jump`, a bastion, with the same identity, known_hosts
+    and timeouts, if set)."""
 
     host: str = Field(min_length=1)
     port: int = Field(22, ge=1, le=65535)
@@ -147,6 +176,15 @@ class SshConfig(_Model):
     connect_timeout_s: Seconds = 15.0
     read_timeout_s: Seconds = 300.0
     keepalive_s: Seconds = 15.0
+    jump: Annotated[str, AfterValidator(_jump_address)] | None = None
+
+    @property
+    def jump_host(self) -> JumpHost | None:
+        """The bastion of `jump`, its user defaulting to `user`; None without one."""
+        if self.jump is None:
+            return None
+        jump = split_jump(self.jump)
+        return jump._replace(user=jump.user or self.user)
 
 
 class FeederConfig(_Model):

@@ -121,18 +121,22 @@ class SshProcess:
 
 
 class SshTransport:
-    """Reaches one feeder over SSH."""
+    """Reaches one feeder over SSH, through its bastion (`jump`) if it has one."""
 
     def __init__(self, config: SshConfig) -> None:
         self._config = config
-        self._where = f"feeder {config.host}:{config.port}"
+        self._jump = config.jump_host
+        self._bastion = f"bastion {self._jump.host}:{self._jump.port}" if self._jump else ""
+        via = f" via {self._bastion}" if self._jump else ""
+        self._where = f"feeder {config.host}:{config.port}{via}"
 
-    def _options(self) -> dict[str, Any]:
+    def _options(self, *, port: int, user: str, tunnel: Any = ()) -> dict[str, Any]:
+        """asyncssh's options for the feeder or its bastion: the same key, known_hosts and timeouts for both."""
         config = self._config
         known_hosts = config.known_hosts or Path.home() / ".ssh" / "known_hosts"
         return {
-            "port": config.port,
-            "username": config.user,
+            "port": port,
+            "username": user,
             "client_keys": [str(config.identity)] if config.identity else (),
             "known_hosts": str(known_hosts),
             "agent_path": None,
@@ -146,6 +150,7 @@ class SshTransport:
             "keepalive_count_max": 3,
             "encryption_algs": list(_CIPHERS),
             "config": [],
+            "tunnel": tunnel,
         }
 
     async def open(self, argv: list[str]) -> SshProcess:
@@ -168,17 +173,53 @@ class SshTransport:
         return SshProcess(conn, process, self._config, self._where)
 
     async def _connect(self) -> Any:
-        try:
-            async with asyncio.timeout(self._config.connect_timeout_s + 5):
-                conn = await asyncssh.connect(self._config.host, **self._options())
-        except Exception as exc:  # every failure is translated into one FeederError below
-            raise self._translate(exc) from exc
+        """The connection to the feeder, through its bastion if it has one (closed with it); the whole within
+        the connect timeout (and a margin for asyncssh's own, which covers each step)."""
+        config = self._config
+        async with asyncio.timeout(config.connect_timeout_s + 5) as budget:
+            bastion = await self._connect_bastion(budget) if self._jump else None
+            try:
+                conn = await self._connect_step(
+                    budget,
+                    config.host,
+                    self._options(port=config.port, user=config.user, tunnel=bastion or ()),
+                    self._where,
+                    config.user,
+                )
+            except BaseException:
+                if bastion is not None:
+                    bastion.close()
+                raise
+        if bastion is not None:
+            conn.set_tunnel(bastion)  # closing the feeder's connection closes the bastion's
         log.debug("transport.connected", feeder=self._where)
         return conn
 
-    def _translate(self, exc: BaseException) -> FeederError:
-        """The FeederError for a failure to connect, by what the operator can do about it."""
-        where, config = self._where, self._config
+    async def _connect_bastion(self, budget: asyncio.Timeout) -> Any:
+        assert self._jump is not None
+        user = self._jump.user or self._config.user
+        conn = await self._connect_step(
+            budget, self._jump.host, self._options(port=self._jump.port, user=user), self._bastion, user
+        )
+        log.debug("transport.bastion_connected", feeder=self._where)
+        return conn
+
+    async def _connect_step(
+        self, budget: asyncio.Timeout, host: str, options: dict[str, Any], where: str, user: str
+    ) -> Any:
+        """`asyncssh.connect(host, **options)`; a failure, or the end of `budget`, translated naming `where`."""
+        try:
+            return await asyncssh.connect(host, **options)
+        except asyncio.CancelledError:
+            if budget.expired():
+                raise self._translate(TimeoutError(), where, user) from None
+            raise
+        except Exception as exc:  # every failure is translated into one FeederError below
+            raise self._translate(exc, where, user) from exc
+
+    def _translate(self, exc: BaseException, where: str, user: str) -> FeederError:
+        """The FeederError for a failure to connect to `where` (the feeder or its bastion) as `user`, by what the
+        operator can do about it."""
         rules: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], type[FeederError], str], ...] = (
             (socket.gaierror, FeederUnreachableError, f"cannot resolve the host name of {where}"),
             (
@@ -186,7 +227,7 @@ class SshTransport:
                 FeederHostKeyError,
                 f"the host key of {where} is not in known_hosts or differs",
             ),
-            (asyncssh.PermissionDenied, FeederAuthError, f"{where} refused the key of user {config.user!r}"),
+            (asyncssh.PermissionDenied, FeederAuthError, f"{where} refused the key of user {user!r}"),
             ((TimeoutError, asyncssh.TimeoutError), FeederUnreachableError, f"{where} did not answer in time"),
             (
                 ConnectionRefusedError,
@@ -194,6 +235,11 @@ class SshTransport:
                 f"{where} refused the connection (is sshd running there?)",
             ),
             (OSError, FeederUnreachableError, f"cannot reach {where}"),
+            (
+                asyncssh.ChannelOpenError,  # only through a bastion: it did not open the tunnel
+                FeederUnreachableError,
+                f"{self._bastion} did not forward the connection to feeder {self._config.host}:{self._config.port}",
+            ),
             (
                 (asyncssh.DisconnectError, asyncssh.ConnectionLost),
                 FeederConnectionLostError,

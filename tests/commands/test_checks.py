@@ -210,3 +210,25 @@ def test_check_config_names_the_file_found_in_the_current_directory(tmp_path: Pa
         f"configuration {tmp_path}/fedload.toml (./fedload.toml in the current directory): "
         "OK (0 feeders, 1 table pattern)\n"
     )
+
+
+def test_the_jump_example_is_valid_and_a_bad_jump_is_named(tmp_path: Path) -> None:
+    """The commented bastion feeder of the example, uncommented, is OK; a `jump` that is not [USER@]HOST[:PORT]
+    is one line naming the key, exit 2."""
+    config = example_with_files(tmp_path)
+    lines = config.read_text().splitlines()
+    start = lines.index(
+        "# [feeders.hub-ap1]                 # a feeder reachable only through a bastion (an SSH jump host, as ssh -J)"
+    )
+    uncommented = [line.removeprefix("# ") for line in lines[start : start + 4]]
+    config.write_text("\n".join(lines[:start] + uncommented + lines[start + 4 :]) + "\n")
+    result = check(config)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.endswith(": OK (4 feeders, 6 table patterns)\n")
+    config.write_text(config.read_text().replace('jump = "fedload@bastion.example.com:22"', 'jump = "fedload@:22"'))
+    result = check(config)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        f"fedload: {config}: feeders.hub-ap1.ssh.jump: 'fedload@:22' is not [USER@]HOST[:PORT] "
+        "(say fedload@bastion.example.com:22)\n"
+    )
