@@ -173,49 +173,29 @@ class SshTransport:
         return SshProcess(conn, process, self._config, self._where)
 
     async def _connect(self) -> Any:
-        """The connection to the feeder, through its bastion if it has one (closed with it); the whole within
-        the connect timeout (and a margin for asyncssh's own, which covers each step)."""
-        config = self._config
-        async with asyncio.timeout(config.connect_timeout_s + 5) as budget:
-            bastion = await self._connect_bastion(budget) if self._jump else None
-            try:
-                conn = await self._connect_step(
-                    budget,
-                    config.host,
-                    self._options(port=config.port, user=config.user, tunnel=bastion or ()),
-                    self._where,
-                    config.user,
-                )
-            except BaseException:
-                if bastion is not None:
-                    bastion.close()
-                raise
+        """The connection to the feeder, through its bastion if it has one (then closed with it); both handshakes
+        within one budget: the connect timeout, plus a margin for asyncssh's own, which bounds each."""
+        config, jump = self._config, self._jump
+        bastion: Any = None
+        where, user = (self._bastion, jump.user or config.user) if jump else (self._where, config.user)
+        try:
+            async with asyncio.timeout(config.connect_timeout_s + 5):
+                if jump is not None:
+                    bastion = await asyncssh.connect(jump.host, **self._options(port=jump.port, user=user))
+                    log.debug("transport.bastion_connected", feeder=self._where)
+                    where, user = self._where, config.user
+                options = self._options(port=config.port, user=config.user, tunnel=bastion or ())
+                conn = await asyncssh.connect(config.host, **options)
+        except BaseException as exc:
+            if bastion is not None:
+                bastion.close()
+            if isinstance(exc, Exception):  # every failure is translated into one FeederError below
+                raise self._translate(exc, where, user) from exc
+            raise
         if bastion is not None:
             conn.set_tunnel(bastion)  # closing the feeder's connection closes the bastion's
         log.debug("transport.connected", feeder=self._where)
         return conn
-
-    async def _connect_bastion(self, budget: asyncio.Timeout) -> Any:
-        assert self._jump is not None
-        user = self._jump.user or self._config.user
-        conn = await self._connect_step(
-            budget, self._jump.host, self._options(port=self._jump.port, user=user), self._bastion, user
-        )
-        log.debug("transport.bastion_connected", feeder=self._where)
-        return conn
-
-    async def _connect_step(
-        self, budget: asyncio.Timeout, host: str, options: dict[str, Any], where: str, user: str
-    ) -> Any:
-        """`asyncssh.connect(host, **options)`; a failure, or the end of `budget`, translated naming `where`."""
-        try:
-            return await asyncssh.connect(host, **options)
-        except asyncio.CancelledError:
-            if budget.expired():
-                raise self._translate(TimeoutError(), where, user) from None
-            raise
-        except Exception as exc:  # every failure is translated into one FeederError below
-            raise self._translate(exc, where, user) from exc
 
     def _translate(self, exc: BaseException, where: str, user: str) -> FeederError:
         """The FeederError for a failure to connect to `where` (the feeder or its bastion) as `user`, by what the
