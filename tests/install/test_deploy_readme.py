@@ -22,6 +22,7 @@ import re
 import shutil
 import subprocess
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,7 +161,8 @@ def requirements() -> None:
 
 
 @pytest.fixture
-def machine(tmp_path: Path, requirements: None) -> Machine:
+def machine(tmp_path: Path, requirements: None) -> Iterator[Machine]:
+    """The temporary root and checkout, removed afterwards (a venv, a wheelhouse: up to 170 MB)."""
     root = tmp_path / "root"
     for directory in ("usr/local/bin", "var/lib", "etc"):
         (root / directory).mkdir(parents=True)
@@ -168,7 +170,9 @@ def machine(tmp_path: Path, requirements: None) -> Machine:
     ignored = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*_cache", ".hypothesis", "dist", "wheelhouse")
     shutil.copytree(REPO, checkout, ignore=ignored)
     (root / "remap.toml").write_text(REMAP)
-    return Machine(root, checkout)
+    yield Machine(root, checkout)
+    shutil.rmtree(root)
+    shutil.rmtree(checkout)
 
 
 def version() -> str:
