@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["translate"]
+__all__ = ["exact_name", "translate"]
 
 _PLAIN = re.compile(r"[a-z0-9_$]")
 
@@ -70,3 +70,30 @@ def _plain(text: str, char: str) -> str:
 def _quoted_suggestion(text: str) -> str:
     schema, _, table = text.partition(".")
     return f'{schema}."{table}"' if table else f'"{text}"'
+
+
+def exact_name(text: str) -> list[str]:
+    """The dot-separated parts of a pattern that names exactly one thing (no wildcard, no class), as pg_dump reads
+    them: unquoted letters folded to lower case, quoted text as it is; ValueError for a pattern that is not exact."""
+    parts, current, quoted, i = [], [], False, 0
+    while i < len(text):
+        char = text[i]
+        if char == '"':
+            if quoted and text[i + 1 : i + 2] == '"':
+                current.append('"')
+                i += 1
+            else:
+                quoted = not quoted
+        elif quoted:
+            current.append(char)
+        elif char == ".":
+            parts.append("".join(current))
+            current = []
+        elif _PLAIN.fullmatch(char.lower()):
+            current.append(char.lower())
+        else:
+            raise ValueError(f"{text!r} is a pattern ({char!r} outside double quotes), not one table's name")
+        i += 1
+    if quoted:
+        raise ValueError(f"{text!r} has an unclosed double quote")
+    return [*parts, "".join(current)]

@@ -14,13 +14,11 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import zstandard
-
+from fedload.feeder.compress import gzip_compressor, zstandard_compressor
 from fedload.feeder.errors import one_line
 
 __all__ = [
@@ -118,19 +116,20 @@ def frame(kind: bytes, payload: bytes) -> bytes:
 
 
 def _compressor(compression: str) -> Callable[[bytes], bytes]:
-    if compression == "zstd":
-        return zstandard.ZstdCompressor(level=3, write_checksum=True, write_content_size=True).compress
-    if compression == "gzip":
-        return lambda block: zlib.compress(block, 6, wbits=31)
-    raise ValueError(f"unknown compression {compression!r}")
+    """The compressor a header states, exactly (no fallback): for encoders built on the superhub's side."""
+    exact = zstandard_compressor() if compression == "zstd" else gzip_compressor() if compression == "gzip" else None
+    if exact is None:
+        raise ValueError(f"compression {compression!r} is not available here")
+    return exact.compress
 
 
 class StreamEncoder:
     """Builds the stream on the feeder: `start()`, `data()` as dump text arrives, `finish()` with the trailer."""
 
-    def __init__(self, header: Header) -> None:
+    def __init__(self, header: Header, compress: Callable[[bytes], bytes] | None = None) -> None:
+        """`compress` makes one block's frame for `header.compression` (default: zstandard, or zlib for gzip)."""
         self._header = header
-        self._compress = _compressor(header.compression)
+        self._compress = compress or _compressor(header.compression)
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._sha256 = hashlib.sha256()
