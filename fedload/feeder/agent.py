@@ -92,7 +92,7 @@ def run_agent(options: AgentOptions, out: BinaryIO) -> int:
     )
     encoder = StreamEncoder(header, compressor.compress)
     argv = pg_dump_argv(options)
-    log.debug("agent.dump_started", argv=argv)
+    log.debug("agent.dump_started", argv=argv, compressor=compressor.implementation)
     try:
         process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
     except OSError as exc:
