@@ -151,7 +151,8 @@ def _allowed_dump(options: AgentOptions, allowed: Allowlist) -> AgentOptions:
     if options.pg_dump not in (_DEFAULT_PG_DUMP, allowed.pg_dump):
         raise AgentUsageError(f"refused: pg_dump {options.pg_dump!r}: this key runs only {allowed.pg_dump!r}")
     if tuple(options.pg_dump_args) != allowed.pg_dump_args:
-        raise AgentUsageError(f"refused: the pg_dump arguments {shlex.join(options.pg_dump_args)!r} are not allowed")
+        args = shlex.join(options.pg_dump_args)
+        raise AgentUsageError(f"refused: the pg_dump arguments `{args}` are not the allowed ones (--pg-dump-arg)")
     if options.remap is not None:
         raise AgentUsageError("refused: --remap is not allowed through this key")
     return replace(options, pg_dump=allowed.pg_dump)
