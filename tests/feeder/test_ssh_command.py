@@ -186,3 +186,17 @@ async def test_refused_over_ssh_in_one_line(
     [line] = result.stderr.splitlines()
     assert line.startswith(f"fedload: error: {refusal}")
     assert result.stdout == ""
+
+
+def test_the_example_forced_command_allows_the_example_tables() -> None:
+    """deploy/authorized_keys.example's forced command reads as an allowlist that lets the superhub of the example
+    fedload.toml dump its tables from that database."""
+    repo = Path(__file__).resolve().parents[2]
+    example = repo / "deploy" / "authorized_keys.example"
+    line = next(line for line in example.read_text().splitlines() if line.startswith("command="))
+    argv = shlex.split(line.split('"')[1])
+    allowed = _allowlist(*argv[argv.index("ssh-command") + 1 :])
+    assert argv[:3] == ["/usr/bin/python3", "-I", "/opt/fedload/fedload-agent.pyz"]
+    assert allowed.databases == ("cfdb",)
+    for table in ("__hosts", "__contexts", "__promiselog_repaired"):
+        assert allowed.allows_table(f'"public"."{table}"')
