@@ -9,6 +9,7 @@ else `timestamp [level] event key=value ...` lines. Levels: warning on a termina
 from __future__ import annotations
 
 import datetime
+import functools
 import importlib.util
 import json
 import logging
@@ -23,6 +24,7 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARN
 _stdlib = logging.getLogger("fedload.agent")
 
 
+@functools.lru_cache(maxsize=1)
 def uses_structlog() -> bool:
     """Whether events go through fedload.log and structlog (both importable here), not the standard library."""
     try:
