@@ -15,7 +15,7 @@ import pytest
 from fedload import __version__
 from fedload.stream import StreamDecoder
 from tests.federation import CONTEXT_COLS, HOST_COLS, Federation, sync, write_script
-from tests.feeder.zipapp import build, interpreter_params
+from tests.feeder.zipapp import PYTHONS, build, python_named
 
 _HEAVY = ("pydantic", "asyncpg", "asyncssh", "structlog", "rich", "zstandard", "prometheus_client", "pglast", "tomlkit")
 
@@ -92,10 +92,11 @@ def test_zipapp_imports_nothing_but_the_standard_library(zipapp: Path) -> None:
     assert bare.stdout == f"fedload {__version__}\n"
 
 
-@pytest.mark.parametrize("python", interpreter_params())
-def test_zipapp_loads_what_the_installed_agent_loads(federation: Federation, zipapp: Path, python: str) -> None:
-    """The zipapp run by each Python here (`python -I fedload-agent.pyz`) feeds a real superhub exactly the rows
-    the installed agent does, which are the feeder's."""
+@pytest.mark.parametrize("name", PYTHONS)
+def test_zipapp_loads_what_the_installed_agent_loads(federation: Federation, zipapp: Path, name: str) -> None:
+    """The zipapp run by each Python here (`python -I fedload-agent.pyz`: Debian 12's 3.11.2, pyenv's 3.9, 3.10,
+    3.12, 3.13) feeds a real superhub exactly the rows the installed agent does, which are the feeder's."""
+    python = str(python_named(name))
     installed = sync(federation.config(), "hub1")[0]
     assert installed.outcome == "success", installed.error
     by_installed = _loaded(federation)
