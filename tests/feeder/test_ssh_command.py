@@ -19,7 +19,7 @@ from fedload.feeder.agent_options import AgentOptions
 from fedload.feeder.errors import AgentUsageError
 from fedload.feeder.ssh_command import AGENT_VERSION, PG_DUMP_VERSION, Allowlist, add_arguments, read_request
 from tests.federation import CONTEXT_COLS, HOST_COLS, Federation, sync
-from tests.feeder.zipapp import build
+from tests.feeder.zipapp import build, python_named
 from tests.sshd import OpenSshServer, SshServer, require_openssh
 
 _PG_DUMP = "/usr/lib/postgresql/15/bin/pg_dump"
@@ -115,7 +115,8 @@ def zipapp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(params=["installed", "zipapp"])
 def forced(request: pytest.FixtureRequest, federation: Federation, zipapp: Path, tmp_path: Path) -> Iterator[SshServer]:
     """OpenSSH's sshd whose only command for the test key is `ssh-command`, allowing hub1's database and
-    public.hosts and public.contexts (from the installed fedload, or the zipapp and its arguments in a file)."""
+    public.hosts and public.contexts (from the installed fedload, or the zipapp run by /usr/bin/python3 with its
+    arguments in a file)."""
     require_openssh()  # what feeders run; asyncssh's server is not the one to trust with forced commands
     allowlist = [
         f"--database={federation.cluster.conninfo(federation.feeders['hub1'])}",
@@ -127,7 +128,8 @@ def forced(request: pytest.FixtureRequest, federation: Federation, zipapp: Path,
         command = shlex.join([sys.executable, "-m", "fedload", "agent", "ssh-command", *allowlist])
     else:
         (tmp_path / "agent.args").write_text("\n".join(allowlist) + "\n")
-        command = shlex.join([sys.executable, "-I", str(zipapp), "ssh-command", f"@{tmp_path / 'agent.args'}"])
+        python = str(python_named("system"))  # Debian's own Python, as on a feeder (no zstandard: the zstd program)
+        command = shlex.join([python, "-I", str(zipapp), "ssh-command", f"@{tmp_path / 'agent.args'}"])
     directory = tmp_path / "sshd"
     directory.mkdir()
     server = OpenSshServer(directory, forced_command=command.replace('"', '\\"'))
