@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import struct
 import zlib
 from typing import TypeVar
 
@@ -25,6 +24,7 @@ from fedload import __version__
 from fedload.errors import DumpError
 from fedload.feeder.wire import (
     FORMAT_VERSION,
+    FRAME_HEAD,
     MAGIC,
     MAX_BLOCK_BYTES,
     PROTOCOL_VERSION,
@@ -52,7 +52,6 @@ OLDEST_PROTOCOL = 2  # the oldest agents' protocol this superhub reads
 _MAX_ACCEPTED_BLOCK_BYTES = 4 * MAX_BLOCK_BYTES  # a receiver tolerates senders with larger blocks, to a bound
 _MAX_FRAME_BYTES = _MAX_ACCEPTED_BLOCK_BYTES + (1 << 16)
 _MAX_JSON_BYTES = 1 << 20
-_FRAME_HEAD = struct.Struct(">cI")
 _T = TypeVar("_T")
 
 
@@ -120,7 +119,7 @@ class StreamDecoder:
                 raise DumpError("the feeder's output is not a fedload stream (bad magic bytes)")
             del self._buf[: len(MAGIC)]
             self._magic_seen = True
-        while (frame := self._nextframe()) is not None:
+        while (frame := self._next_frame()) is not None:
             out += self._handle(*frame)
         return out
 
@@ -134,17 +133,17 @@ class StreamDecoder:
         self._verify(self.trailer)
         return self.trailer
 
-    def _nextframe(self) -> tuple[bytes, bytes] | None:
-        if len(self._buf) < _FRAME_HEAD.size:
+    def _next_frame(self) -> tuple[bytes, bytes] | None:
+        if len(self._buf) < FRAME_HEAD.size:
             return None
-        kind, length = _FRAME_HEAD.unpack_from(self._buf)
+        kind, length = FRAME_HEAD.unpack_from(self._buf)
         if length > _MAX_FRAME_BYTES:
             raise DumpError(f"a stream frame claims {length} bytes, more than the {_MAX_FRAME_BYTES} allowed")
-        end = _FRAME_HEAD.size + length
+        end = FRAME_HEAD.size + length
         if len(self._buf) < end:
             return None
         with memoryview(self._buf) as view:  # one copy of the payload, not a bytearray slice and then bytes
-            payload = bytes(view[_FRAME_HEAD.size : end])
+            payload = bytes(view[FRAME_HEAD.size : end])
         del self._buf[:end]
         return kind, payload
 

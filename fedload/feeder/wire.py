@@ -23,6 +23,7 @@ from fedload.feeder.errors import one_line
 
 __all__ = [
     "FORMAT_VERSION",
+    "FRAME_HEAD",
     "MAGIC",
     "MAX_BLOCK_BYTES",
     "PROTOCOL_VERSION",
@@ -30,7 +31,6 @@ __all__ = [
     "StreamEncoder",
     "Trailer",
     "dump_failure",
-    "frame",
 ]
 
 MAGIC = b"FEDLOAD\x01"
@@ -40,7 +40,7 @@ FORMAT_VERSION = 1  # the framing: magic, frame kinds and lengths
 # which reads the same for `a.b` + `c` and `a` + `b.c`.
 PROTOCOL_VERSION = 3
 MAX_BLOCK_BYTES = 1 << 20
-_FRAME_HEAD = struct.Struct(">cI")
+FRAME_HEAD = struct.Struct(">cI")  # kind, payload length
 
 
 @dataclass(frozen=True)  # no slots: Python 3.9
@@ -111,8 +111,9 @@ def dump_failure(pg_dump_exit_status: int, error: str, stderr_tail: str) -> str:
     return f"the feeder's agent failed: {error}" if error else ""
 
 
-def frame(kind: bytes, payload: bytes) -> bytes:
-    return _FRAME_HEAD.pack(kind, len(payload)) + payload
+def _frame(kind: bytes, payload: bytes) -> bytes:
+    """One frame: its head, then `payload`."""
+    return FRAME_HEAD.pack(kind, len(payload)) + payload
 
 
 def _compressor(compression: str) -> Callable[[bytes], bytes]:
@@ -137,7 +138,7 @@ class StreamEncoder:
 
     def start(self) -> bytes:
         """Magic and header frame."""
-        return MAGIC + frame(b"H", json.dumps(asdict(self._header)).encode())
+        return MAGIC + _frame(b"H", json.dumps(asdict(self._header)).encode())
 
     def data(self, text: bytes) -> bytes:
         """Data frames for the blocks that `text` completes (often none)."""
@@ -151,14 +152,14 @@ class StreamEncoder:
         """The last data frames and the trailer frame; `trailer` gives the Trailer fields the agent knows."""
         blocks = self._blocks(final=True)
         summary = Trailer(payload_bytes=self.payload_bytes, payload_sha256=self._sha256.hexdigest(), **trailer)
-        return blocks + frame(b"T", json.dumps(asdict(summary)).encode())
+        return blocks + _frame(b"T", json.dumps(asdict(summary)).encode())
 
     def _blocks(self, *, final: bool) -> bytes:
         if self._pending_bytes < MAX_BLOCK_BYTES and not (final and self._pending_bytes):
             return b""
         text = b"".join(self._pending)
         cut = len(text) if final else len(text) - len(text) % MAX_BLOCK_BYTES
-        frames = [frame(b"D", self._compress(text[i : i + MAX_BLOCK_BYTES])) for i in range(0, cut, MAX_BLOCK_BYTES)]
+        frames = [_frame(b"D", self._compress(text[i : i + MAX_BLOCK_BYTES])) for i in range(0, cut, MAX_BLOCK_BYTES)]
         self._pending = [text[cut:]] if cut < len(text) else []
         self._pending_bytes = len(text) - cut
         return b"".join(frames)
