@@ -4,8 +4,9 @@ sshd runs it whatever the superhub asks for, with the request in `SSH_ORIGINAL_C
 probes of `fedload check-config --connect` (a command ending in `--version`: this agent's version; `pg_dump
 --version`: the allowed pg_dump's), runs `agent dump` when the request stays within this command's own allowlist
 (its arguments, or a file of them given as `@FILE`: the databases, the table patterns, the pg_dump and its extra
-arguments), and refuses anything else with one line on stderr and exit status 2. The request is split with shlex
-and read by the dump's own parser, never given to a shell; the dump runs in this process.
+arguments, the dump modes and compressions), and refuses anything else with one line on stderr and exit status
+2. The request is split with shlex and read by the dump's own parser, never given to a shell; the dump runs in
+this process.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import NoReturn, Union
 
 from fedload import __version__
-from fedload.feeder.agent_options import AgentOptions
+from fedload.feeder.agent_options import COMPRESSIONS, DUMP_MODES, AgentOptions
 from fedload.feeder.agent_options import add_arguments as add_dump_arguments
 from fedload.feeder.errors import AgentError, AgentUsageError, one_line
 from fedload.feeder.table_patterns import exact_name, translate
@@ -44,11 +45,15 @@ class Allowlist:
     tables: tuple[tuple[re.Pattern[str], re.Pattern[str]], ...]  # (schema, name) of each allowed pattern
     pg_dump: str = _DEFAULT_PG_DUMP
     pg_dump_args: tuple[str, ...] = ()
+    modes: tuple[str, ...] = DUMP_MODES
+    compressions: tuple[str, ...] = COMPRESSIONS
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Allowlist:
         """The allowlist `add_arguments`' parser read; AgentUsageError for a pattern that is not schema.table."""
-        return cls(tuple(args.databases), tuple(map(_pattern, args.allowed_tables)), args.pg_dump, tuple(args.args))
+        tables = tuple(map(_pattern, args.allowed_tables))
+        modes, compressions = tuple(args.modes or DUMP_MODES), tuple(args.compressions or COMPRESSIONS)
+        return cls(tuple(args.databases), tables, args.pg_dump, tuple(args.args), modes, compressions)
 
     def allows_table(self, table: str) -> bool:
         """Whether a requested `--table` names exactly one table (schema.name) that an allowed pattern matches."""
@@ -95,6 +100,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="the pg_dump to run and to answer `pg_dump --version` with (default: from PATH); a request may name "
         "only this one or `pg_dump`",
+    )
+    parser.add_argument(
+        "--allow-mode",
+        dest="modes",
+        action="append",
+        choices=DUMP_MODES,
+        help="a dump mode requests may ask for; repeatable (default: any)",
+    )
+    parser.add_argument(
+        "--allow-compression",
+        dest="compressions",
+        action="append",
+        choices=COMPRESSIONS,
+        help="a compression requests may ask for; repeatable (default: any)",
     )
     parser.add_argument(
         "--pg-dump-arg",
@@ -153,6 +172,9 @@ def _allowed_dump(options: AgentOptions, allowed: Allowlist) -> AgentOptions:
     if tuple(options.pg_dump_args) != allowed.pg_dump_args:
         args = shlex.join(options.pg_dump_args)
         raise AgentUsageError(f"refused: the pg_dump arguments `{args}` are not the allowed ones (--pg-dump-arg)")
+    if options.dump_mode not in allowed.modes or options.compression not in allowed.compressions:
+        asked = f"--mode={options.dump_mode} --compression={options.compression}"
+        raise AgentUsageError(f"refused: {asked} is not allowed (--allow-mode, --allow-compression)")
     if options.remap is not None:
         raise AgentUsageError("refused: --remap is not allowed through this key")
     return replace(options, pg_dump=allowed.pg_dump)

@@ -31,7 +31,9 @@ def _allowlist(*args: str) -> Allowlist:
     return Allowlist.from_args(parser.parse_args(list(args)))
 
 
-_ALLOWED = _allowlist("--database", "cfdb", "--allow-table", "public.__*", "--pg-dump", _PG_DUMP)
+_ALLOWED = _allowlist(
+    "--database", "cfdb", "--allow-table", "public.__*", "--pg-dump", _PG_DUMP, "--allow-mode", "copy"
+)
 
 
 def _request(*head: str, **changes: object) -> str:
@@ -82,6 +84,7 @@ def test_version_probes_are_answered(command: str, answer: str) -> None:
         (_request(pg_dump="/bin/sh"), "refused: pg_dump '/bin/sh': this key runs only"),
         (_request(pg_dump_args=["--file=/root/.ssh/authorized_keys"]), "refused: the pg_dump arguments"),
         (_request(remap=Path("/etc/shadow")), "refused: --remap is not allowed"),
+        (_request(dump_mode="inserts"), "refused: --mode=inserts --compression=zstd is not allowed"),
         (_request() + " ; rm -rf /", "refused: the pg_dump arguments `';' rm -rf /` are not"),
         ("fedload agent dump --help", "refused the dump's options: the following arguments are required"),
         ("fedload agent dump --data=cfdb --table=public.__hosts", "refused the dump's options: the following"),
