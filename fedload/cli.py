@@ -14,8 +14,8 @@ import transforms.cli
 from fedload import __version__
 from fedload.commands.helptext import COMMANDS, PROGRAM, PROGRAM_EPILOG
 from fedload.errors import ConfigError, FedloadError, UsageError, one_line
-from fedload.feeder.agent_options import AgentOptions
 from fedload.feeder.agent_options import add_arguments as add_agent_arguments
+from fedload.feeder.ssh_command import add_arguments as add_ssh_command_arguments
 from fedload.log import LOG_FORMATS, configure_logging, pick_level
 from transforms.cli import positive_int
 
@@ -58,17 +58,23 @@ def _run_transform(args: argparse.Namespace) -> int:
 
 
 def _run_agent_dump(args: argparse.Namespace) -> int:
-    from fedload.feeder.agent import run_agent  # noqa: PLC0415 - keep other commands' start-up light
+    from fedload.feeder.main import run_dump  # noqa: PLC0415 - keep other commands' start-up light
 
-    _logging(args, "warning" if args.quiet else "info")
-    options = AgentOptions.from_args(args)
-    if sys.stdout.isatty():
-        raise UsageError("fedload agent dump writes a binary stream; redirect its output or run it over SSH")
-    try:
-        return run_agent(options, sys.stdout.buffer)
-    except BrokenPipeError:
-        print("fedload: error: the receiver closed the stream before the dump was complete", file=sys.stderr)
-        return EXIT_FAILED
+    return run_dump(args)  # the zipapp's `dump` too
+
+
+def _run_agent_ssh_command(args: argparse.Namespace) -> int:
+    from fedload.feeder.main import run_ssh_command  # noqa: PLC0415
+
+    return run_ssh_command(args)  # the zipapp's `ssh-command` too
+
+
+def _run_agent_pack(args: argparse.Namespace) -> int:
+    from fedload.commands.pack import pack  # noqa: PLC0415
+
+    size = pack(args.output)
+    print(f"{args.output}: {size} bytes; run it on a feeder with: python3 -I {args.output.name} dump ...")
+    return EXIT_OK
 
 
 def _add_agent_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
@@ -77,6 +83,15 @@ def _add_agent_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
     dump = _command(agent_commands, "agent dump", _WITHOUT_CONFIG)
     add_agent_arguments(dump)
     dump.set_defaults(run=_run_agent_dump)
+    forced = _command(agent_commands, "agent ssh-command", _WITHOUT_CONFIG)
+    forced.fromfile_prefix_chars = "@"  # @FILE: the allowlist's arguments from FILE, one per line
+    add_ssh_command_arguments(forced)
+    forced.set_defaults(run=_run_agent_ssh_command)
+    pack = _command(agent_commands, "agent pack", _WITHOUT_CONFIG)
+    pack.add_argument(
+        "-o", "--output", type=Path, default=Path("fedload-agent.pyz"), help="where (default: fedload-agent.pyz)"
+    )
+    pack.set_defaults(run=_run_agent_pack)
 
 
 def _run_sync(args: argparse.Namespace) -> int:
