@@ -194,10 +194,8 @@ def configure(machine: Machine, blocks: dict[str, list[str]]) -> None:
     machine.run(blocks["superhub-key"])
     output = machine.run(blocks["superhub-config"])
     assert "SKIPPED (a database server" in output
-    assert (
-        f"configuration {machine.root}/etc/fedload/fedload.toml (from $FEDLOAD_CONFIG): OK (3 feeders, 6 table patterns)"
-        in output
-    ), output
+    config = f"{machine.root}/etc/fedload/fedload.toml"
+    assert f"configuration {config} (from $FEDLOAD_CONFIG): OK (3 feeders, 6 table patterns)" in output, output
 
 
 def test_the_superhub_installs_as_written(machine: Machine) -> None:
