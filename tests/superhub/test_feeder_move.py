@@ -318,14 +318,7 @@ def test_a_move_killed_between_two_steps_is_finished_by_running_it_again(
     directly."""
     _, path = _moved_setup(federation)
     args = ["feeder", "move", "hub2", "--to", "s2", "--config", str(path)]
-    crashed = subprocess.run(
-        [sys.executable, "-c", _CRASH, module, function, str(nth), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert crashed.returncode == 70, crashed.stdout + crashed.stderr
+    _killed_at(module, function, nth, args)
     assert coord_sql(federation, COUNTS.format(table="hosts")) in (BEFORE, AFTER)
     holds = "2:" in shard_sql(federation, "s1", COUNTS.format(table="hosts"))
     history = shard_sql(federation, "s1", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") != "0"
@@ -334,6 +327,35 @@ def test_a_move_killed_between_two_steps_is_finished_by_running_it_again(
     again = fedload(*args, timeout_s=120)
     assert again.returncode == 0, again.stdout + again.stderr
     _assert_moved(federation, path)
+
+
+def _killed_at(module: str, function: str, nth: int, args: list[str]) -> None:
+    """Run fedload with `args`, killed at the `nth` call of `module.function` (`_CRASH`)."""
+    crashed = subprocess.run(
+        [sys.executable, "-c", _CRASH, module, function, str(nth), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert crashed.returncode == 70, crashed.stdout + crashed.stderr
+
+
+def test_a_move_off_a_shard_killed_before_its_drop_is_finished_by_running_it_again(federation: Federation) -> None:
+    """hub3, s2's only feeder, moves to s1 and the move is killed before the drop on s2: the file still names s2
+    (its section too), so the move run again drops hub3 there, and only then removes [shards.s2]."""
+    _, path = _moved_setup(federation)
+    args = ["feeder", "move", "hub3", "--to", "s1", "--config", str(path)]
+    _killed_at("fedload.commands.move", "drop_feeder", 1, args)
+    assert coord_sql(federation, COUNTS.format(table="hosts")) == BEFORE
+    again = fedload(*args, timeout_s=120)
+    assert again.returncode == 0, again.stdout + again.stderr
+    after = load_config(path)
+    assert (sorted(after.shards), after.feeders["hub3"].shard) == (["s1"], "s1")
+    assert shard_sql(federation, "s2", COUNTS.format(table="hosts")) == ""
+    assert shard_sql(federation, "s2", "SELECT feeder || '>' || to_shard FROM fedload.moved") == "hub3>s1"
+    assert coord_sql(federation, COUNTS.format(table="hosts")) == BEFORE
+    assert coord_sql(federation, "SELECT count(*) FROM pg_foreign_table") == "2"
 
 
 def test_a_move_stopped_by_a_run_on_the_old_shard_is_finished_by_running_it_again(
