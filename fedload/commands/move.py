@@ -197,6 +197,11 @@ async def _remove_from(move: _Move, shard: str) -> None:
                 ) from None
             await asyncio.sleep(1.0)
             continue
+        except FedloadError as exc:  # the old shard down, say: the file still names it, a rerun finishes
+            raise MoveError(
+                f"feeder {move.name} is served from shard {move.to}, but dropping it from shard {shard} failed "
+                f"({exc}): run the move again to remove it there"
+            ) from exc
         rows = sum(dropped.values())
         print(
             f"feeder {move.name}: 4/6 dropped from shard {shard}: {counted(len(dropped), 'partition')}, "

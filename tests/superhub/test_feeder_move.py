@@ -15,6 +15,7 @@ import asyncpg
 import pytest
 
 import fedload.commands.move as move_module
+from fedload.commands.admin import drop_feeder
 from fedload.commands.move import MoveError, move_feeder
 from fedload.config import Config, load_config
 from fedload.errors import ConfigError, ErrorKind, SuperhubError
@@ -384,5 +385,32 @@ def test_a_move_stopped_by_a_run_on_the_old_shard_is_finished_by_running_it_agai
     assert (load_config(path).feeders["hub2"].shard, "s1" in load_config(path).shards) == ("s1", True)
     assert shard_sql(federation, "s1", COUNTS.format(table="hosts")) == "1:300,2:200"
     assert coord_sql(federation, COUNTS.format(table="hosts")) == AFTER
+    assert move_feeder(load_config(path), path, "hub2", "s2") == 0
+    _assert_moved(federation, path)
+
+
+def test_a_move_whose_old_shard_goes_down_before_the_drop_is_finished_by_running_it_again(
+    federation: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """s1 refuses connections when the drop begins: the move stops saying hub2 is served from s2 and to run it
+    again; the file still names s1; once s1 is back, the move run again finishes it."""
+    config, path = _moved_setup(federation)
+    s1 = f"{federation.superhub}_s1"
+
+    async def s1_down_then_drop(*args: Any, **kwargs: Any) -> Any:
+        federation.cluster.psql(f"ALTER DATABASE {s1} ALLOW_CONNECTIONS false")
+        return await drop_feeder(*args, **kwargs)
+
+    monkeypatch.setattr(move_module, "drop_feeder", s1_down_then_drop)
+    try:
+        with pytest.raises(MoveError) as stopped:
+            move_feeder(config, path, "hub2", "s2")
+    finally:
+        federation.cluster.psql(f"ALTER DATABASE {s1} ALLOW_CONNECTIONS true")
+    assert str(stopped.value).startswith("feeder hub2 is served from shard s2, but dropping it from shard s1 failed ")
+    assert str(stopped.value).endswith(": run the move again to remove it there"), stopped.value
+    assert load_config(path).feeders["hub2"].shard == "s1"
+    assert coord_sql(federation, COUNTS.format(table="hosts")) == AFTER
+    monkeypatch.undo()
     assert move_feeder(load_config(path), path, "hub2", "s2") == 0
     _assert_moved(federation, path)
