@@ -20,7 +20,7 @@ from fedload.log import LOG_FORMATS, configure_logging, pick_level
 from transforms.cli import positive_int
 
 if TYPE_CHECKING:
-    from fedload.config import Config
+    from fedload.config import Config, ConfigLocation
     from fedload.names import TablePattern
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "main"]
@@ -38,9 +38,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _config(args: argparse.Namespace) -> Config:
-    from fedload.config import find_config_path, load_config  # noqa: PLC0415 - pydantic only where a config is read
+    return _located_config(args)[1]
 
-    return load_config(find_config_path(args.config))
+
+def _located_config(args: argparse.Namespace) -> tuple[ConfigLocation, Config]:
+    """The configuration file chosen (and the rule that chose it), and its content."""
+    from fedload.config import load_config, locate_config  # noqa: PLC0415 - pydantic only where a config is read
+
+    location = locate_config(args.config)
+    return location, load_config(location.path)
 
 
 def _logging(args: argparse.Namespace, configured: str) -> None:
@@ -94,9 +100,9 @@ def _run_daemon(args: argparse.Namespace) -> int:
 def _run_status(args: argparse.Namespace) -> int:
     from fedload.commands.status import run_status  # noqa: PLC0415
 
-    config = _config(args)
+    location, config = _located_config(args)
     _logging(args, "warning")
-    return run_status(config, as_json=args.json)
+    return run_status(config, as_json=args.json, location=location)
 
 
 def _table_pattern(text: str) -> TablePattern:
@@ -181,16 +187,14 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 def _run_check_config(args: argparse.Namespace) -> int:
     from fedload.commands.checks import file_problems  # noqa: PLC0415
-    from fedload.config import find_config_path, load_config  # noqa: PLC0415
     from fedload.english import counted  # noqa: PLC0415
 
-    path = find_config_path(args.config)
-    config = load_config(path)
-    if problems := file_problems(config, path):
+    location, config = _located_config(args)
+    if problems := file_problems(config, location.path):
         raise ConfigError(problems)
     tables = counted(len(config.superhub.tables), "table pattern")
     shards = f", {counted(len(config.shards), 'shard')}" if config.shards else ""
-    print(f"{path}: OK ({counted(len(config.feeders), 'feeder')}, {tables}{shards})", flush=True)
+    print(f"configuration {location}: OK ({counted(len(config.feeders), 'feeder')}, {tables}{shards})", flush=True)
     if not args.connect:
         return EXIT_OK
     from fedload.commands.probe import run_probes  # noqa: PLC0415 - the network only with --connect

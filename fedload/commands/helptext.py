@@ -74,7 +74,8 @@ examples:
     "status": CommandHelp(
         "show each feeder's last sync, data age and last error",
         "Read the superhub's run history: per feeder the last successful sync, the age of its data (STALE when "
-        "older than stale_after_s), rows, duration, the last run's outcome and error, and the next scheduled run. "
+        "older than stale_after_s), rows, duration, the last run's outcome and error, and the next scheduled run, "
+        "under a title naming the configuration file read. "
         "Exit status 0 if no configured feeder is stale, 1 if one is (or the superhub cannot be read), "
         "2 usage or configuration error.",
     ),
@@ -116,7 +117,8 @@ examples:
     "check-config": CommandHelp(
         "check the configuration file and print every problem",
         "Read the configuration file and the files it names (ssh identity and known_hosts, remap files, the "
-        "schema file) and print every problem on a line of its own, naming the key; touches no network. With "
+        "schema file) and print every problem on a line of its own, naming the key; touches no network. Its OK line "
+        "names the file read and why (--config, $FEDLOAD_CONFIG, ./fedload.toml or the default). With "
         "--connect, also try the superhub and every feeder (SSH, agent and pg_dump versions), one OK or FAILED "
         "line each. Exit status 0 if all is well, 1 if --connect found a failure, 2 if the configuration is invalid.",
         """\
