@@ -84,15 +84,20 @@ class _InsertParts:
         return self.first_tuple_end == self.tuples_end
 
     def insert(self) -> Insert:
+        """The statement as an Insert; with one tuple, its tuples are known without splitting them again."""
         columns = self.head["columns"]
         overriding = self.head["overriding"]
-        return Insert(
+        values = self.buf[self.head.end() : self.tuples_end]
+        insert = Insert(
             table=self.head["table"],
             columns=tuple(split_identifiers(columns)) if columns is not None else None,
             overriding=b" ".join(overriding.upper().split()) + b" " if overriding else b"",
-            values=self.buf[self.head.end() : self.tuples_end],
+            values=values,
             on_conflict_do_nothing=self.tail["tail"] is not None,
         )
+        if self.single:
+            insert.__dict__["tuples"] = [values]  # where cached_property keeps its value
+        return insert
 
 
 def format_insert(first: Insert, tuples: list[bytes]) -> bytes:

@@ -11,10 +11,11 @@ the same first path a possessive quantifier would, and backtracking, where a mat
 try: failing costs linear time, also on a truncated or hostile dump.
 
 A repetition that can run long (the tokens of a statement, the escapes of a literal) is matched in chunks by
-`possessive()`, because sre keeps state for every iteration of a group until the whole match ends: 200 bytes per
-iteration, 100 times the input for `''''...`. The hot paths (`statement_end`, `tuples_span`, `find_tuples`,
-`find_values`) use bounded repetitions (`{0,N}`) that are faster still, and fall back to the exact patterns for
-what the bounded ones do not cover.
+`possessive()` or `possessive_runs()`, because sre keeps state for every iteration of a group until the whole
+match ends: ~200 bytes per iteration, 100 times the input for a statement of quote pairs. The hot paths
+(`statement_end`, `tuples_span`, `find_tuples`, `find_values`, and the run scanner in transforms.inserts) use
+bounded repetitions (`{0,N}`, at most ~2 MB of state) that are faster still, and fall back to the exact patterns
+for what the bounded ones do not take (E'' literals, nested parentheses, more than N tokens).
 """
 
 from __future__ import annotations
@@ -45,9 +46,10 @@ __all__ = [
 DEFAULT_SCHEMA = "public"  # where a name without schema is, for pg_dump and fedload
 
 _CHUNK_TOKENS = 1024  # tokens per chunk of a possessive() repetition: memory is one frame per chunk
-_FAST_TOKENS = 1024  # tokens (of a statement piece, a tuple, a value) a bounded fast pattern takes at most
+_FAST_TOKENS = 8192  # tokens (of a statement piece, a tuple, a value) a bounded fast pattern takes at most
 _FAST_ESCAPES = 32  # escapes and '' pairs of an E'' literal the fast statement pattern takes at most
 _FAST_TUPLES = 16  # tuples one call of the fast tuple-list pattern takes at most
+_FAST_LIST_TOKENS = 1024  # tokens of each of those tuples, at most
 _group_names = itertools.count(1)
 
 
@@ -62,6 +64,15 @@ def possessive(tokens: bytes, *, at_least_one: bool = False) -> bytes:
     name = b"_p%d" % next(_group_names)
     chunk = rb"(?:(?=(?P<%s>(?:%s){1,%d}))(?P=%s))" % (name, tokens, _CHUNK_TOKENS, name)
     return chunk + (b"+" if at_least_one else b"*")
+
+
+def possessive_runs(normal: bytes, specials: bytes) -> bytes:
+    """`(?:normal+|specials)*+` for every Python 3, as `possessive()` but faster: each chunk is an unrolled loop,
+    runs of the `normal` class (which no special starts with) between up to _CHUNK_TOKENS specials. A chunk that
+    takes nothing ends the repetition (sre stops a repetition at an empty iteration)."""
+    name = b"_p%d" % next(_group_names)
+    chunk = rb"(?=(?P<%s>%s))(?P=%s)" % (name, _bounded(normal, specials, _CHUNK_TOKENS), name)
+    return rb"(?:%s)*" % chunk
 
 
 def _bounded(normal: bytes, specials: bytes, limit: int) -> bytes:
@@ -79,7 +90,7 @@ _IDENT_CHAR = rb"A-Za-z0-9_$\x80-\xff"
 
 def _escape_string() -> bytes:
     """An E'' literal (a new pattern each time: its named group may appear once per pattern)."""
-    return rb"[Ee]'" + possessive(rb"[^'\\]+|\\.|''") + rb"'(?!')"
+    return rb"[Ee]'" + possessive_runs(rb"[^'\\]", rb"\\.|''") + rb"'(?!')"
 
 
 _ESCAPE_STRING = re.compile(_escape_string(), re.DOTALL)
@@ -103,27 +114,17 @@ _LONE_SPECIAL = rb"(?<=[" + _IDENT_CHAR + rb"])\$|\$(?![" + _IDENT_START + rb"0-
 _STATEMENT_NORMAL = rb"[^;'\"$\-/Ee]"
 
 
-def _statement_specials(escape_string: bytes, *, to_the_end: bool = False) -> bytes:
-    """What breaks a run of `_STATEMENT_NORMAL` characters (a new pattern each time). `to_the_end`: a standard
-    literal, quoted identifier or block comment that the input cuts off matches up to the end of the input instead
-    of failing, which would cost a second, backward pass over it."""
-    cut = rb"|\Z" if to_the_end else b""
-    specials = (
-        rb"'[^']*(?:'%s)" % cut,
-        escape_string,
-        rb'"[^"]*(?:"%s)' % cut,
-        _LINE_COMMENT,
-        rb"/\*.*?(?:\*/%s)" % cut,
-        _dollar_quote(),
-    )
+def _statement_specials(escape_string: bytes) -> bytes:
+    """What breaks a run of `_STATEMENT_NORMAL` characters (a new pattern each time)."""
+    specials = (_STANDARD_STRING, escape_string, _QUOTED_IDENT, _LINE_COMMENT, _BLOCK_COMMENT, _dollar_quote())
     return rb"|".join((*specials, _LONE_SPECIAL))
 
 
-STATEMENT = re.compile(possessive(_STATEMENT_NORMAL + b"+|" + _statement_specials(_escape_string())) + rb";", re.DOTALL)
+STATEMENT = re.compile(possessive_runs(_STATEMENT_NORMAL, _statement_specials(_escape_string())) + rb";", re.DOTALL)
 """One whole SQL statement up to and including its terminating `;` (match at the statement start)."""
 
 _STATEMENT_PIECE = re.compile(
-    _bounded(_STATEMENT_NORMAL, _statement_specials(_ESCAPE_STRING_FAST, to_the_end=True), _FAST_TOKENS), re.DOTALL
+    _bounded(_STATEMENT_NORMAL, _statement_specials(_ESCAPE_STRING_FAST), _FAST_TOKENS), re.DOTALL
 )
 
 
@@ -131,13 +132,14 @@ def statement_end(buf: bytes, pos: int) -> int | None:
     """The end of the statement at `pos` (after its `;`), as `STATEMENT` finds it; None if it is incomplete.
 
     Reads the statement in pieces of a bounded pattern, which never backtracks (nothing follows it). A piece stops
-    at `;`, at its bound, at the end of the input (also inside a literal or comment it cuts off), or where no token
-    matches: an E'' literal with more escapes than a piece takes, or one or a dollar quote the input cuts off."""
+    at `;`, at its bound, at the end of the input, or where no token matches: at a literal or comment the input
+    cuts off (the next piece would scan it again: `_cut_off` looks for its end with bytes.find instead), or at an
+    E'' literal with more escapes than a piece takes, or at a dollar quote the input cuts off."""
     while True:
         piece = _STATEMENT_PIECE.match(buf, pos)
         assert piece is not None  # it matches the empty string
         end = piece.end()
-        if end == len(buf):
+        if end == len(buf) or _cut_off(buf, end):
             return None
         if buf[end] == 0x3B:  # ;
             return end + 1
@@ -149,12 +151,20 @@ def statement_end(buf: bytes, pos: int) -> int | None:
         pos = end
 
 
+def _cut_off(buf: bytes, pos: int) -> bool:
+    """Whether the standard literal, quoted identifier or block comment at `pos` has no end in `buf`."""
+    opener = buf[pos]
+    if opener in b"'\"":
+        return buf.find(opener, pos + 1) < 0
+    return opener == 0x2F and buf.find(b"*/", pos + 2) < 0  # / (else a lone / would have matched)
+
+
 # A quoted identifier is never empty; it ends at a quote that is not the first of a "" pair.
 def _identifier() -> bytes:
     """A quoted identifier (never empty; it ends at a quote that is not the first of a "" pair) or an unquoted one
     (all of it: `tVALUES` is one name). A new pattern each time, as `_escape_string`."""
     return (
-        rb'(?:"(?:[^"]|"")' + possessive(rb'[^"]+|""') + rb'"(?!")'
+        rb'(?:"(?:[^"]|"")' + possessive_runs(rb'[^"]', rb'""') + rb'"(?!")'
         rb"|[" + _IDENT_START + rb"][" + _IDENT_CHAR + rb"]*(?![" + _IDENT_CHAR + rb"]))"
     )
 
@@ -174,14 +184,18 @@ COLUMN_LIST = re.compile(IDENTIFIER)
 
 def _nested_parens(depth: int) -> bytes:
     """A parenthesised group whose literals are opaque, allowing `depth` levels of nested parentheses."""
-    group = rb"\(" + possessive(_tuple_tokens()) + rb"\)"
+    group = rb"\(" + possessive_runs(rb"[^()'\"Ee]", _tuple_specials()) + rb"\)"
     for _ in range(depth):
-        group = rb"\(" + possessive(_tuple_tokens() + rb"|" + group) + rb"\)"
+        group = rb"\(" + possessive_runs(rb"[^()'\"Ee]", _tuple_specials() + rb"|" + group) + rb"\)"
     return group
 
 
+def _tuple_specials() -> bytes:
+    return rb"|".join((_STANDARD_STRING, _escape_string(), rb"[Ee](?!')", _QUOTED_IDENT))
+
+
 def _tuple_tokens() -> bytes:
-    return rb"|".join((rb"[^()'\"Ee]+", _escape_string(), rb"[Ee](?!')", _STANDARD_STRING, _QUOTED_IDENT))
+    return rb"[^()'\"Ee]+|" + _tuple_specials()
 
 
 _TUPLE = _nested_parens(3)
@@ -195,10 +209,12 @@ _FAST_TUPLE = rb"\(" + _bounded(rb"[^()'\"Ee]", _FLAT_SPECIALS, _FAST_TOKENS) + 
 FAST_TUPLE = re.compile(_FAST_TUPLE, re.DOTALL)
 """A tuple as pg_dump writes them (no E'' literal, no parentheses outside literals, at most _FAST_TOKENS
 literals), as `TUPLE` matches it; faster, but for the other tuples it fails."""
-_MORE_FAST_TUPLE = rb"\s*,\s*" + _FAST_TUPLE
+# Tuples of up to _FAST_LIST_TOKENS tokens, up to _FAST_TUPLES of them; `full` matches if there may be more.
+_MORE_FAST_TUPLE = rb"\s*,\s*\(" + _bounded(rb"[^()'\"Ee]", _FLAT_SPECIALS, _FAST_LIST_TOKENS) + rb"\)"
 _FAST_MORE_TUPLES = re.compile(
     rb"(?:%s){0,%d}(?P<full>%s)?" % (_MORE_FAST_TUPLE, _FAST_TUPLES - 1, _MORE_FAST_TUPLE), re.DOTALL
-)  # `full` matches if there may be more
+)
+_MORE_TUPLE_FAST_OR_EXACT = (re.compile(rb"\s*,\s*" + _FAST_TUPLE, re.DOTALL), _MORE_TUPLE)
 _FAST_TUPLES_OR_FAILURE = re.compile(_FAST_TUPLE + rb"|(?=\()", re.DOTALL)  # b"" where a tuple is not fast
 
 
@@ -213,11 +229,11 @@ def tuples_span(buf: bytes, pos: int, endpos: int) -> tuple[int, int] | None:
         more = _FAST_MORE_TUPLES.match(buf, pos, endpos)
         assert more is not None  # it matches the empty string
         pos = more.end()
-        if more["full"] is None:
-            exact = _MORE_TUPLE.match(buf, pos, endpos)  # a tuple that is not fast, or the end
-            if exact is None:
+        if more["full"] is None:  # the end, or a tuple the list pattern does not take
+            one = next(filter(None, (p.match(buf, pos, endpos) for p in _MORE_TUPLE_FAST_OR_EXACT)), None)
+            if one is None:
                 return first.end(), pos
-            pos = exact.end()
+            pos = one.end()
 
 
 def find_tuples(text: bytes) -> list[bytes]:
