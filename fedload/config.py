@@ -17,6 +17,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from fedload.errors import ConfigError
 from fedload.names import TablePattern
+from fedload.superhub.fdw_dsn import dsn_problems
 
 __all__ = [
     "DEFAULT_CONFIG_PATHS",
@@ -348,6 +349,8 @@ def _shard_problems(config: Config) -> list[tuple[tuple[str, ...], str]]:
     ]
     if config.coordinator is not None and (same := by_dsn.get(config.coordinator.dsn.strip())):
         found.append((("coordinator", "dsn"), f"the same as shard {same[0]}'s dsn: the coordinator needs its own"))
+    if config.coordinator is not None:  # each shard's dsn becomes its foreign server's options
+        found += [(("shards", n, "dsn"), p) for n, s in config.shards.items() for p in dsn_problems(s.dsn)]
     return found
 
 

@@ -7,9 +7,11 @@ import os
 from pathlib import Path
 
 import pytest
+import tomlkit
 
 from fedload.config import Config, parse_config
 from fedload.localpg import LocalCluster
+from fedload.superhub.schema import key_literal
 from tests.federation import Federation, config_toml
 
 
@@ -79,3 +81,33 @@ def require_postgres_fdw(cluster: LocalCluster) -> None:
     if str(major) in os.environ.get("FEDLOAD_REQUIRE_MAJORS", "").split(","):
         pytest.fail(f"PostgreSQL {major} in {cluster.install.bindir} lacks postgres_fdw, which is required here")
     pytest.skip(f"PostgreSQL {major} in {cluster.install.bindir} lacks postgres_fdw")
+
+
+def config_file(fed: Federation, config: Config, name: str = "sharded.toml") -> Path:
+    """`config` written as a configuration file (for the commands that rewrite it, `feeder move`)."""
+    path = fed.tmp / name
+    path.write_text(tomlkit.dumps(config.model_dump(mode="json", exclude_none=True)))
+    return path
+
+
+def read_per_feeder(fed: Federation, keys: dict[str, int | str], table: str = "hosts") -> dict[str, object]:
+    """What a coordinator reader sees of each feeder: the GROUP BY rows (a feeder twice would show twice), and per
+    feeder the count of `WHERE key = k`, and the unfiltered total."""
+    grouped = coord_sql(fed, f"SELECT hub_id::text || ':' || count(*) FROM {table} GROUP BY hub_id ORDER BY 1")
+    filtered = {
+        name: int(coord_sql(fed, f"SELECT count(*) FROM {table} WHERE hub_id = {key_literal(key)}"))
+        for name, key in keys.items()
+    }
+    total = int(coord_sql(fed, f"SELECT count(*) FROM {table}"))
+    return {"grouped": sorted(grouped.split()), "filtered": filtered, "total": total}
+
+
+def exactly_once(fed: Federation, keys: dict[str, int | str], rows: dict[str, int]) -> dict[str, object]:
+    """The reading `read_per_feeder` must give when each feeder of `rows` is seen exactly once with its rows (a
+    feeder with no rows has no GROUP BY row)."""
+    by_key = {str(keys[name]): n for name, n in rows.items() if n}
+    return {
+        "grouped": sorted(f"{key}:{n}" for key, n in by_key.items()),
+        "filtered": {name: rows.get(name, 0) for name in keys},
+        "total": sum(rows.values()),
+    }

@@ -30,11 +30,11 @@ from fedload.errors import ConfigError, ErrorKind, FedloadError, UsageError, int
 from fedload.log import get_logger
 from fedload.results import FeederRun, Outcome
 from fedload.service import systemd
+from fedload.service.coordinator_keeper import CoordinatorKeeper
 from fedload.service.daemon_metrics import DaemonMetricsService
 from fedload.service.schedule import FeederSchedule, after_failure, after_success, first_run
 from fedload.service.workers import worker_pool
 from fedload.superhub.bookkeeping import ShardHistories
-from fedload.superhub.coordinator import refresh_coordinator
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.session import prepare_superhub
 
@@ -42,6 +42,7 @@ __all__ = ["Daemon", "run_daemon"]
 
 log = get_logger()
 _BUSY_RETRY_S = 30.0
+_COORDINATOR_RETRY_S = 2.0  # a feeder waiting for the coordinator's build is looked at again this often
 _PREPARE_MAX_S = 60.0  # backoff while the superhub is unreachable: 1, 2, 4 ... 60 s
 _BOOKKEEPING_DRAIN_S = 30.0  # at shutdown, the longest wait for the last schedule writes
 _STORE_SCHEDULE = (
@@ -97,7 +98,9 @@ class Daemon:
         self._wake = asyncio.Event()
         self._stopping = False
         self._reload_requested = False
-        self._pending: set[str] = set()  # feeders the coordinator reads from another shard than their own
+        # The coordinator, built beside the loads; a feeder new to its shard loads once a build has read it there.
+        self._coordinator = CoordinatorKeeper(config, feeders=self._feeders, changed=self._wake.set)
+        self._waiting: set[str] = set()  # feeders due but waiting for the coordinator's build
 
     async def run(self) -> int:
         """Run until SIGTERM/SIGINT; 0 after a clean shutdown. Ready for systemd at once, superhub or not.
@@ -120,6 +123,7 @@ class Daemon:
             watchdog.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watchdog
+            await asyncio.shield(self._coordinator.close())
             await asyncio.shield(self._metrics.close())
             if self._pool is not None:
                 await asyncio.shield(self._pool.close())
@@ -164,10 +168,10 @@ class Daemon:
             try:
                 for shard in self.config.by_shard(self._feeders(self.config)):
                     await prepare_superhub(self.config.for_shard(shard))
-                await self._refresh_coordinator(self.config)
             except FedloadError as exc:
                 await self._wait_to_retry(attempt, exc)
             else:
+                self._coordinator.start()  # in the background: the loads of feeders their shards hold go on
                 return True
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -200,8 +204,7 @@ class Daemon:
             self.config = new
             self._metrics.reconfigured(added, removed)
             log.info("daemon.reloaded", added=added, removed=removed)
-            if new.coordinator is not None:  # feeders may have moved between shards' lists
-                self._spawn(self._refresh_coordinator(new), name="coordinator")
+            self._coordinator.reconfigured(new)  # feeders may have moved between shards' lists
         systemd.notify("READY=1")
 
     def _load(self) -> Config:
@@ -218,11 +221,25 @@ class Daemon:
         for _, name in due:
             if slots <= 0:
                 return
-            if name not in self._running:
+            if name not in self._running and self._may_load(name, now):
                 task = asyncio.create_task(self._sync(name), name=f"sync-{name}")
                 task.add_done_callback(lambda t, n=name: self._finished(n, t))  # type: ignore[misc]
                 self._running[name] = task
                 slots -= 1
+
+    def _may_load(self, name: str, now: float) -> bool:
+        """Whether the feeder may load now; if not (new to its shard, the coordinator not yet built to read it
+        there: the load would show it twice or outside its bound), its run waits for the build."""
+        if self._coordinator.may_load(name):
+            if name in self._waiting:
+                self._waiting.discard(name)
+                log.info("daemon.coordinator_ready", feeder=name)
+            return True
+        if name not in self._waiting:
+            self._waiting.add(name)
+            log.info("daemon.feeder_waits_for_coordinator", feeder=name, shard=self.config.feeders[name].shard)
+        self._schedules[name] = FeederSchedule(now + _COORDINATOR_RETRY_S, self._schedules[name].failures)
+        return False
 
     async def _sync(self, name: str) -> FeederRun:
         """One run of a feeder, in a worker process if the daemon has them."""
@@ -247,9 +264,7 @@ class Daemon:
         previous = self._schedules[name]
         if run is not None and run.outcome is Outcome.SUCCESS:
             self._schedules[name] = after_success(now, interval, self._rng)
-            if name in self._pending:
-                self._pending.discard(name)
-                self._spawn(self._refresh_coordinator(self.config), name="coordinator")
+            self._coordinator.loaded(name)  # a pending feeder: the coordinator is built again to read it there
         elif run is not None and run.outcome is Outcome.BUSY:
             self._schedules[name] = FeederSchedule(now + _BUSY_RETRY_S, previous.failures)
         else:
@@ -264,12 +279,6 @@ class Daemon:
             )
         schedule = self._store.store(self.config.for_feeder(name), name, self._schedules[name])
         self._spawn(schedule, name=f"schedule-{name}")
-
-    async def _refresh_coordinator(self, config: Config) -> None:
-        """Build the coordinator, noting the feeders read from another shard than their own: once one of them has
-        loaded on its own shard, the coordinator is built again to read it there."""
-        if (report := await refresh_coordinator(config)) is not None and not report.deferred:
-            self._pending = set(report.pending)
 
     def _spawn(self, step: Coroutine[Any, Any, None], *, name: str) -> None:
         """Start a bookkeeping task, kept until it is done so that shutdown can wait for it."""
@@ -290,8 +299,10 @@ class Daemon:
         self._wake.clear()
 
     async def _shutdown(self) -> None:
-        """Let the runs finish within the grace period, cancel the rest, then wait for the last schedule writes."""
+        """Let the runs finish within the grace period, cancel the rest, then wait for the last schedule writes.
+        A coordinator build under way is cancelled at once (it rolls back; the next start builds again)."""
         systemd.notify("STOPPING=1")
+        await asyncio.shield(self._coordinator.close())
         await self._drain_runs()
         await asyncio.sleep(0)  # the runs' done callbacks start their schedule writes
         await self._drain(self._bookkeeping, _BOOKKEEPING_DRAIN_S)

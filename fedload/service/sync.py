@@ -16,9 +16,9 @@ from fedload.config import Config
 from fedload.errors import ConfigError, ErrorKind, FedloadError, UsageError, internal_error
 from fedload.log import get_logger
 from fedload.results import FeederRun, Outcome, ProgressCallback
+from fedload.service.coordinator_keeper import CoordinatorKeeper
 from fedload.service.workers import ForkedWorker, fork_workers, reap_forked, worker_pool
 from fedload.superhub.bookkeeping import ShardHistories
-from fedload.superhub.coordinator import refresh_coordinator
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.session import prepare_superhub, superhub_session
 from fedload.transport.command import transport_modules
@@ -26,6 +26,8 @@ from fedload.transport.command import transport_modules
 __all__ = ["expected_sizes", "prepare_superhub", "run_sync", "sync_feeders", "sync_with_display"]
 
 log = get_logger()
+COORDINATOR_WAIT_S = 60.0  # the longest a feeder new to its shard waits for the coordinator's build, or a sync for
+# the build after its runs; the feeder's run then fails, the next sync tries again
 
 
 async def sync_feeders(
@@ -45,39 +47,57 @@ async def sync_feeders(
     slots = asyncio.Semaphore(config.superhub.max_parallel_feeders)
     history = ShardHistories()  # one connection (per shard) records every feeder's runs
     pool = worker_pool(config, forked)
+    built = config if not dry_run else config.model_copy(update={"coordinator": None})  # a dry run changes nothing
+    coordinator = CoordinatorKeeper(built, feeders=lambda _: names)
 
     async def one(name: str) -> FeederRun:
+        if not await coordinator.ready(name, wait_s=COORDINATOR_WAIT_S):
+            return _not_built(name, config)
         async with slots:
             started = time.monotonic()
             feeder_config = config.for_feeder(name)  # with shards, the feeder's shard is its superhub
             try:
                 if pool is None:
-                    return await sync_feeder(name, feeder_config, progress=progress, dry_run=dry_run, history=history)
-                return await pool.run(name, feeder_config, history=history, progress=progress, dry_run=dry_run)
+                    run = await sync_feeder(name, feeder_config, progress=progress, dry_run=dry_run, history=history)
+                else:
+                    run = await pool.run(name, feeder_config, history=history, progress=progress, dry_run=dry_run)
             except Exception as exc:  # both report a run's failures: this is a bug around the run,
                 # which fails this feeder only, never the others' runs or the sync's summary
                 log.error("sync.run_crashed", feeder=name, exc_info=exc)
                 return FeederRun.failed(
                     name, internal_error(exc), kind=ErrorKind.INTERNAL, seconds=time.monotonic() - started
                 )
+        if run.succeeded and not dry_run:
+            coordinator.loaded(name)  # given another shard: the coordinator is built again to read it there
+        return run
 
     try:
         if pool is not None:  # the workers start while the superhub is prepared
             pool.start_ahead(min(len(names), config.superhub.max_parallel_feeders))
-        built = None
         if not dry_run:
             for shard in config.by_shard(names):
                 await prepare_superhub(config.for_shard(shard))
-            built = await refresh_coordinator(config)  # before the runs: a feeder new to a shard is in its bound first
+        coordinator.start()  # beside the runs: a feeder new to its shard waits for it, the others go on
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(one(name)) for name in names]
-        if built is not None and any(t.result().succeeded and t.result().feeder in built.pending for t in tasks):
-            await refresh_coordinator(config)  # a feeder given another shard is now loaded there: read it there
+        if not await coordinator.settled(COORDINATOR_WAIT_S):
+            log.warning("sync.coordinator_not_built", pending=sorted(coordinator.pending), wait_s=COORDINATOR_WAIT_S)
     finally:
+        await asyncio.shield(coordinator.close())
         if pool is not None:
             await asyncio.shield(pool.close())
         await asyncio.shield(history.close())
     return [task.result() for task in tasks]
+
+
+def _not_built(name: str, config: Config) -> FeederRun:
+    """The run of a feeder new to its shard when the coordinator could not be built to read it there."""
+    error = (
+        f"feeder {name} is not loaded on shard {config.feeders[name].shard}: the coordinator could not be built to "
+        f"read it there within {COORDINATOR_WAIT_S:g} s (see coordinator.build_failed), and a load before that "
+        "would show it twice or outside its bound"
+    )
+    return FeederRun.failed(name, error, kind=ErrorKind.SUPERHUB, seconds=0.0)
 
 
 _LAST_SIZES = """

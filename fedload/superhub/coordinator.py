@@ -3,17 +3,19 @@ scale-out path, declarative partitioning with postgres_fdw foreign partitions.
 
 On the coordinator, per configured table, a parent partitioned BY LIST (feeder key) with the shards' columns, and
 per shard one foreign partition `FOR VALUES IN (<keys of that shard's feeders>)` reading the shard's own parent.
-fedload builds it (idempotent) at the start of `sync` and `daemon` when `[coordinator]` is configured:
+fedload builds it (idempotent) beside the runs of `sync` and `daemon` when `[coordinator]` is configured
+(`fedload.service.coordinator_keeper`: retries, and the loads that wait for a build):
 
-- `CREATE EXTENSION IF NOT EXISTS postgres_fdw`; per shard a server `fedload_<shard>` with the host, port and
-  dbname of the shard's dsn, `async_capable` (the shards are read at once) and `fetch_size`, plus `passfile` if
-  configured; a user mapping FOR PUBLIC with `fdw_user` (or the dsn's user), never a password;
+- `CREATE EXTENSION IF NOT EXISTS postgres_fdw`; per shard a server `fedload_<shard>` with the connection settings
+  of the shard's dsn (`fdw_dsn`), `async_capable` (the shards are read at once) and `fetch_size`, plus `passfile`
+  if configured; a user mapping FOR PUBLIC with `fdw_user` (or the dsn's user), never a password;
 - the parents, with the columns read from the shards' catalogs (which must agree);
 - the foreign partitions, one per shard, bound to the keys of the feeders read from it (`placement`): the shard's
   parent itself, or a filter view on the shard while it holds feeders not read from it (`shard_side`); a shard
   whose bound or relation changed gets a new foreign partition, and every old one is detached and every new one
   attached in one transaction, so a reader sees each feeder exactly once;
-- `ALTER DATABASE ... SET enable_partitionwise_aggregate = on`: aggregates grouped by the key run on the shards.
+- `ALTER DATABASE ... SET enable_partitionwise_aggregate = on` (if not set yet, and the role owns the database):
+  aggregates grouped by the key run on the shards.
 
     report = await build_coordinator(config)
 """
@@ -25,26 +27,28 @@ import contextlib
 import itertools
 import random
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from urllib.parse import parse_qs, unquote, urlsplit
 
 import asyncpg
 
 from fedload.config import Config, CoordinatorConfig
-from fedload.errors import ConfigError, ErrorKind, FedloadError, SuperhubError, internal_error
+from fedload.errors import ConfigError, FedloadError, SuperhubError
 from fedload.log import get_logger
 from fedload.names import TableName
+from fedload.superhub.fdw_dsn import SERVER_OPTIONS, dsn_problems, fdw_options
 from fedload.superhub.placement import Placement, place
 from fedload.superhub.schema import Column, ParentTable, ident, qualified
 from fedload.superhub.session import superhub_session
 from fedload.superhub.shard_side import (
     EXPORT_SCHEMA,
     ShardState,
+    bound_keys,
     bound_sql,
     create_filter_views,
     drop_filter_views,
     fitted_name,
+    normal_key,
     read_shard,
     text_key,
 )
@@ -52,11 +56,11 @@ from fedload.superhub.shard_side import (
 __all__ = [
     "FDW_SCHEMA",
     "CoordinatorReport",
+    "bound_keys",
     "bound_sql",
     "build_coordinator",
     "foreign_partition_name",
     "moving_feeders",
-    "refresh_coordinator",
     "server_name",
     "server_options",
     "user_mapping_options",
@@ -66,9 +70,11 @@ log = get_logger()
 
 FDW_SCHEMA = "fedload_shards"  # the coordinator's foreign partitions
 _LOCK = "SELECT pg_advisory_xact_lock(1717920876, 1)"  # "fedl" class, object 1: one builder at a time
+_TRY_LOCK = "SELECT pg_try_advisory_xact_lock(1717920876, 1)"
+_BUILDERS_WAIT_S = 30.0  # the longest wait for another build to end; then this one fails, to be retried
 _MOVE_LOCK = "1717920876, 2"  # object 2: held by a feeder move, which defers the other builds
 _LOCK_TIMEOUT = "SET LOCAL lock_timeout = '10s'"  # DETACH waits for running reports: not forever
-_MANAGED_SERVER_OPTIONS = ("host", "port", "dbname", "passfile", "async_capable", "fetch_size")
+_MANAGED_SERVER_OPTIONS = (*sorted(SERVER_OPTIONS), "passfile", "async_capable", "fetch_size")
 _EXISTING = """
 SELECT c.relname, s.srvname, pg_get_expr(c.relpartbound, c.oid) AS bound, f.ftoptions
 FROM pg_inherits i
@@ -100,6 +106,7 @@ class CoordinatorReport:
     filtered: list[str] = field(default_factory=list)
     pending: dict[str, str] = field(default_factory=dict)
     deferred: bool = False  # a feeder move held the coordinator: nothing was built
+    superseded: bool = False  # its configuration was no longer the newest before it committed: nothing was built
 
 
 def server_name(shard: str) -> str:
@@ -113,28 +120,13 @@ def foreign_partition_name(table: TableName, shard: str, *, new: bool = False) -
     return fitted_name(f"{table.schema}.{table.name}", f"@{shard}{'~' if new else ''}")
 
 
-def _dsn_parts(dsn: str) -> dict[str, str]:
-    """host, port, dbname and user of an asyncpg/libpq URI (`postgresql://user@host:port/db?host=...`)."""
-    url = urlsplit(dsn)
-    if url.scheme not in ("postgresql", "postgres"):
-        raise ConfigError(f"a shard's dsn must be a postgresql:// URI for the coordinator, not {url.scheme}://...")
-    query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-    netloc = url.netloc.rpartition("@")[2]
-    host, _, port = netloc.rpartition(":") if ":" in netloc and not netloc.endswith("]") else (netloc, "", "")
-    parts = {
-        "host": query.get("host") or unquote(host).removeprefix("[").removesuffix("]"),
-        "port": query.get("port") or port,
-        "dbname": query.get("dbname") or unquote(url.path.lstrip("/")),
-        "user": query.get("user") or unquote(url.username or ""),
-    }
-    return {k: v for k, v in parts.items() if v}
-
-
 def server_options(dsn: str, coordinator: CoordinatorConfig) -> dict[str, str]:
-    """The foreign server's options for a shard: where it is (from its dsn, never its password), async scans,
-    fetch size, and the passfile the coordinator's server reads a password from."""
-    options = {k: v for k, v in _dsn_parts(dsn).items() if k in ("host", "port", "dbname")}
-    options |= {"async_capable": "true", "fetch_size": str(coordinator.fetch_size)}
+    """The foreign server's options for a shard: every connection setting of its dsn postgres_fdw takes on a
+    server (`fdw_dsn`: where it is, TLS, timeouts ...; never its password), async scans, fetch size, and the
+    passfile the coordinator's server reads a password from. ConfigError for a dsn that cannot be carried."""
+    if problems := dsn_problems(dsn):
+        raise ConfigError(f"a shard's dsn: {'; '.join(problems)}")
+    options = fdw_options(dsn)[0] | {"async_capable": "true", "fetch_size": str(coordinator.fetch_size)}
     if coordinator.fdw_passfile is not None:
         options["passfile"] = str(coordinator.fdw_passfile)
     return options
@@ -142,7 +134,7 @@ def server_options(dsn: str, coordinator: CoordinatorConfig) -> dict[str, str]:
 
 def user_mapping_options(dsn: str, coordinator: CoordinatorConfig) -> dict[str, str]:
     """The user mapping FOR PUBLIC: the role the coordinator logs in as on the shard."""
-    user = coordinator.fdw_user or _dsn_parts(dsn).get("user")
+    user = coordinator.fdw_user or fdw_options(dsn)[1]
     return {"user": user} if user else {}
 
 
@@ -184,55 +176,64 @@ async def moving_feeders(config: Config, *, wait_s: float = 30.0) -> AsyncIterat
         yield  # the session's end releases the lock
 
 
-async def build_coordinator(config: Config, *, moving: bool = False) -> CoordinatorReport:
+async def build_coordinator(
+    config: Config, *, moving: bool = False, current: Callable[[], bool] | None = None
+) -> CoordinatorReport:
     """Create or bring up to date the coordinator's servers, parents and foreign partitions (see the module).
     While a feeder move holds the coordinator (`moving_feeders`) the build is deferred (`report.deferred`), but
-    for the move's own builds (`moving`)."""
+    for the move's own builds (`moving`). `current`: asked just before the build commits; False (a newer
+    configuration was loaded meanwhile) rolls it back (`report.superseded`), so an old layout never commits last."""
     coordinator = config.coordinator
     if coordinator is None:
         raise ConfigError("there is no [coordinator] section")
     report = CoordinatorReport()
     async with _session(config) as conn:
-        async with conn.transaction():
-            await conn.execute(_LOCK)
+        transaction = conn.transaction()
+        await transaction.start()
+        try:
+            await _builders_lock(conn)
             if not moving and not await conn.fetchval(f"SELECT pg_try_advisory_xact_lock_shared({_MOVE_LOCK})"):
                 log.info("coordinator.build_deferred", reason="a feeder move holds the coordinator")
                 report.deferred = True
-                return report
-            unread = await _build(conn, config, coordinator, report)
-        if unread:
-            await _drop_unread_views(conn, config, unread)
+            else:
+                unread = await _build(conn, config, coordinator, report, moving=moving)
+                report.superseded = current is not None and not current()
+        except BaseException:
+            await asyncio.shield(_rolled_back(transaction))
+            raise
+        if report.deferred or report.superseded:
+            await transaction.rollback()
+            if report.superseded:
+                log.info("coordinator.build_superseded", reason="a newer configuration was loaded meanwhile")
+            return CoordinatorReport(deferred=report.deferred, superseded=report.superseded)
+        await transaction.commit()
+        await _drop_unread_views(conn, config, unread)
     if report.created or report.attached or report.detached:
         log.info("coordinator.built", created=report.created, attached=report.attached, detached=report.detached)
     return report
 
 
-async def refresh_coordinator(config: Config) -> CoordinatorReport | None:
-    """Build the coordinator if one is configured, as `sync` and `daemon` do before their runs: a failure is
-    logged (`coordinator.build_failed`) and the loads go on, the shards do not depend on it. The build's report;
-    None without a coordinator or when the build failed."""
-    if config.coordinator is None:
-        return None
-    try:
-        return await build_coordinator(config)
-    except FedloadError as exc:
-        log.error("coordinator.build_failed", error=str(exc), error_kind=exc.kind)
-        return None
-    except Exception as exc:  # a bug in the build: the loads go on all the same, its traceback logged once
-        log.error("coordinator.build_failed", error=internal_error(exc), error_kind=ErrorKind.INTERNAL, exc_info=exc)
-        return None
+async def _rolled_back(transaction: asyncpg.transaction.Transaction) -> None:
+    """Roll back after a failure; a connection gone meanwhile has rolled back already."""
+    with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+        await transaction.rollback()
 
 
 async def _build(
-    conn: asyncpg.Connection, config: Config, coordinator: CoordinatorConfig, report: CoordinatorReport
+    conn: asyncpg.Connection,
+    config: Config,
+    coordinator: CoordinatorConfig,
+    report: CoordinatorReport,
+    *,
+    moving: bool = False,
 ) -> set[str]:
-    """The build's steps, in the caller's transaction under the builders' lock; the shards whose filter views some
-    detached foreign partition read (to be dropped once this transaction has committed)."""
+    """The build's steps, in the caller's transaction under the builders' lock; the shards with filter views,
+    some perhaps no longer read (to be dropped once this transaction has committed)."""
     await conn.execute(_LOCK_TIMEOUT)
     parents, shards = await _read_shards(config)
     held = {shard: state.held for shard, state in shards.items()}
     placement = place(config, held, {shard: state.unknown for shard, state in shards.items()})
-    _note_placement(config, placement, shards, report)
+    _note_placement(config, placement, shards, report, moving=moving)
     views = {
         shard: await create_filter_views(config, shard, parents.values(), reads.feeders)
         for shard, reads in placement.reads.items()
@@ -245,9 +246,9 @@ async def _build(
     for parent in parents.values():
         await _parent(conn, parent, config, report)
     unread = await _partitions(conn, list(parents.values()), config, _Wanted(placement, views), report)
-    database = await conn.fetchval("SELECT current_database()")
-    await conn.execute(f"ALTER DATABASE {ident(database)} SET enable_partitionwise_aggregate = on")
-    return unread
+    await _drop_removed_servers(conn, config)
+    await _partitionwise(conn)
+    return unread | {shard for shard, state in shards.items() if state.views}
 
 
 async def _read_shards(config: Config) -> tuple[dict[TableName, ParentTable], dict[str, ShardState]]:
@@ -270,17 +271,46 @@ async def _read_shards(config: Config) -> tuple[dict[TableName, ParentTable], di
 
 
 def _note_placement(
-    config: Config, placement: Placement, shards: Mapping[str, ShardState], report: CoordinatorReport
+    config: Config, placement: Placement, shards: Mapping[str, ShardState], report: CoordinatorReport, *, moving: bool
 ) -> None:
-    """Log the feeders read from another shard than their own and the shards holding feeders not read from them."""
+    """Log the feeders read from another shard than their own and the shards holding feeders not read from them:
+    a warning (partitions to remove by hand), but in a feeder move's builds, whose old shard drops them next."""
     report.pending = placement.pending(config)
     report.filtered = sorted(shard for shard, reads in placement.reads.items() if reads.filtered)
     for name, served_from in report.pending.items():
         log.info("coordinator.feeder_pending", feeder=name, shard=config.feeders[name].shard, served_from=served_from)
     for shard, state in shards.items():
         others = sorted(state.held - set(placement.reads[shard].feeders))
-        if others or state.unknown:
-            log.warning("coordinator.stray_partitions", shard=shard, feeders=others, partitions=list(state.unknown))
+        if moving and others and not state.unknown:
+            log.info("coordinator.feeders_leaving", shard=shard, feeders=others)
+        elif others or state.unknown:
+            found = {"feeders": others} if others else {}
+            found |= {"partitions": list(state.unknown)} if state.unknown else {}
+            log.warning("coordinator.stray_partitions", shard=shard, **found)
+
+
+_PARTITIONWISE = """
+SELECT d.datname, coalesce('enable_partitionwise_aggregate=on' = ANY(s.setconfig), false),
+       pg_has_role(d.datdba, 'USAGE') OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
+FROM pg_database d LEFT JOIN pg_db_role_setting s ON s.setdatabase = d.oid AND s.setrole = 0
+WHERE d.datname = current_database()
+"""
+
+
+async def _partitionwise(conn: asyncpg.Connection) -> None:
+    """`enable_partitionwise_aggregate = on` for the coordinator's database, if it is not set yet: it needs the
+    database's owner, so a coordinator role without ownership gets a warning instead of a failed build."""
+    database, already, owner = await conn.fetchrow(_PARTITIONWISE) or ("", True, False)
+    if already:
+        return
+    if not owner:
+        log.warning(
+            "coordinator.partitionwise_not_set",
+            database=database,
+            hint=f"as its owner: ALTER DATABASE {ident(database)} SET enable_partitionwise_aggregate = on",
+        )
+        return
+    await conn.execute(f"ALTER DATABASE {ident(database)} SET enable_partitionwise_aggregate = on")
 
 
 def _column_list(parent: ParentTable) -> str:
@@ -311,12 +341,12 @@ async def _server(conn: asyncpg.Connection, shard: str, dsn: str, coordinator: C
     elif change := _options_change(_parsed(current), wanted, _MANAGED_SERVER_OPTIONS):
         await conn.execute(f"ALTER SERVER {name} {change}")
     mapping = user_mapping_options(dsn, coordinator)
-    current = await conn.fetchval(
+    found = await conn.fetchrow(  # a row whose umoptions is NULL: a mapping without options, not a missing one
         "SELECT umoptions FROM pg_user_mappings WHERE srvname = $1 AND usename = 'public'", server_name(shard)
     )
-    if current is None:
+    if found is None:
         await conn.execute(f"CREATE USER MAPPING FOR PUBLIC SERVER {name} {_options(mapping) if mapping else ''}")
-    elif change := _options_change(_parsed(current), mapping, ("user",)):
+    elif change := _options_change(_parsed(found["umoptions"]), mapping, ("user",)):
         await conn.execute(f"ALTER USER MAPPING FOR PUBLIC SERVER {name} {change}")
 
 
@@ -372,9 +402,11 @@ async def _partitions(
         text = text_key(parent, config.superhub.feeder_key)
         for shard, reads in wanted.placement.reads.items():
             old = existing.pop(server_name(shard), None)
-            bound = bound_sql([config.feeders[n].key for n in reads.feeders], text=text) if reads.feeders else None
+            keys = [config.feeders[n].key for n in reads.feeders]
+            bound = bound_sql(keys, text=text) if reads.feeders else None
             relation = wanted.relation(parent, shard) if reads.feeders else None
-            if old is not None and (old[1], old[2]) == (bound, relation):
+            wanted_keys = frozenset(normal_key(k, text=text) for k in keys)
+            if old is not None and bound_keys(old[1], text=text) == wanted_keys and old[2] == relation:
                 continue
             if old is None and bound is None:
                 continue
@@ -415,22 +447,61 @@ async def _apply(conn: asyncpg.Connection, changes: Sequence[_Change], report: C
             report.attached.append(f"{change.parent.table}@{change.shard}")
 
 
+_REMOVED_SERVERS = """
+SELECT s.srvname, EXISTS (SELECT FROM pg_foreign_table t WHERE t.ftserver = s.oid)
+FROM pg_foreign_server s JOIN pg_foreign_data_wrapper w ON w.oid = s.srvfdw
+WHERE w.fdwname = 'postgres_fdw' AND s.srvname LIKE 'fedload\\_%' AND s.srvname <> ALL($1::text[])
+"""
+
+
+async def _drop_removed_servers(conn: asyncpg.Connection, config: Config) -> None:
+    """The foreign servers and user mappings of shards no longer configured, once no foreign table uses them
+    (their partitions were detached above). Their filter views stay on their databases: fedload no longer knows
+    how to reach them."""
+    for server, used in await conn.fetch(_REMOVED_SERVERS, [server_name(shard) for shard in config.shards]):
+        if used:
+            log.warning("coordinator.server_kept", server=server, reason="foreign tables still use it")
+            continue
+        await conn.execute(f"DROP USER MAPPING IF EXISTS FOR PUBLIC SERVER {ident(server)}")
+        await conn.execute(f"DROP SERVER {ident(server)}")
+        log.info("coordinator.server_dropped", server=server)
+
+
+async def _builders_lock(conn: asyncpg.Connection) -> None:
+    """The builders' lock, for the caller's transaction, waited for `_BUILDERS_WAIT_S` at most (a build under way
+    ends well before unless it waits for reports itself); SuperhubError then."""
+    await conn.execute(f"SET LOCAL lock_timeout = '{int(_BUILDERS_WAIT_S * 1000)}ms'")
+    try:
+        await conn.execute(_LOCK)
+    except asyncpg.LockNotAvailableError:
+        raise SuperhubError(f"another coordinator build held the builders' lock for {_BUILDERS_WAIT_S:g} s") from None
+    await conn.execute(_LOCK_TIMEOUT)
+
+
 async def _drop_unread_views(conn: asyncpg.Connection, config: Config, shards: Iterable[str]) -> None:
-    """After a build: drop the filter views of `shards` that no foreign partition reads any more. Under the
-    builders' lock, so never a view another build is about to attach; a failure only leaves views behind."""
+    """After a build has committed: drop the filter views of `shards` that no foreign partition reads any more.
+    Under the builders' lock (tried, not waited for), so never a view another build is about to attach. Whatever
+    fails here only leaves views behind for a later build: a warning, never the build's failure."""
+    if not (shards := sorted(set(shards) & set(config.shards))):
+        return
     try:
         async with conn.transaction():
-            await conn.execute(_LOCK)
+            if not await conn.fetchval(_TRY_LOCK):
+                log.info("coordinator.views_not_dropped", shards=shards, reason="another build holds the lock")
+                return
             read: dict[str, set[str]] = {}
             for server, options in await conn.fetch(_READ_VIEWS, FDW_SCHEMA):
                 schema, table = _relation(options)
                 if schema == EXPORT_SCHEMA:
                     read.setdefault(server, set()).add(table)
-            for shard in sorted(set(shards) & set(config.shards)):
-                if dropped := await drop_filter_views(config, shard, read.get(server_name(shard), set())):
+            for shard in shards:
+                dropped, busy = await drop_filter_views(config, shard, read.get(server_name(shard), set()))
+                if dropped:
                     log.info("coordinator.views_dropped", shard=shard, views=dropped)
-    except FedloadError as exc:
-        log.warning("coordinator.views_not_dropped", error=str(exc))
+                if busy:
+                    log.warning("coordinator.views_not_dropped", shard=shard, views=busy, reason="in use")
+    except (FedloadError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+        log.warning("coordinator.views_not_dropped", shards=shards, error=str(exc))
 
 
 async def _locked(conn: asyncpg.Connection, parents: Sequence[ParentTable], config: Config) -> None:

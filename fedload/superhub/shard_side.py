@@ -17,6 +17,8 @@ import hashlib
 from collections.abc import Iterable, Sequence, Set
 from dataclasses import dataclass
 
+import asyncpg
+
 from fedload.config import Config
 from fedload.errors import ConfigError
 from fedload.names import TableName
@@ -26,12 +28,14 @@ from fedload.superhub.session import setup_superhub, superhub_session
 __all__ = [
     "EXPORT_SCHEMA",
     "ShardState",
+    "bound_keys",
     "bound_sql",
     "create_filter_views",
     "drop_filter_views",
     "filter_view_name",
     "fitted_name",
     "key_list",
+    "normal_key",
     "read_shard",
     "text_key",
 ]
@@ -53,6 +57,7 @@ class ShardState:
     parents: dict[TableName, ParentTable]
     held: frozenset[str]
     unknown: tuple[str, ...]
+    views: frozenset[str] = frozenset()  # its filter views, read by the coordinator or left to drop
 
 
 def fitted_name(head: str, tail: str) -> str:
@@ -74,6 +79,59 @@ def key_list(keys: Iterable[int | str], *, text: bool = False) -> str:
 def bound_sql(keys: Iterable[int | str], *, text: bool = False) -> str:
     """A LIST partition bound for `keys`, as pg_get_expr prints it (see `key_list`)."""
     return f"FOR VALUES IN ({key_list(keys, text=text)})"
+
+
+def normal_key(key: int | str, *, text: bool = False) -> str:
+    """A feeder key as a partition bound holds it, for comparing: `-2`, `2` (integer column), `'02'` stays `02` for
+    a text one."""
+    return str(key) if text else str(_integer(key))
+
+
+def bound_keys(bound: str, *, text: bool = False) -> frozenset[str] | None:
+    """The keys of a LIST partition bound as `pg_get_expr` prints it, each as `normal_key` gives it: it quotes
+    some values and not others (`IN (2)` for integer, `IN ('2')` for bigint and smallint, `IN ('-2')` for a negative
+    integer, `IN ('a''b')` for text), so the text is read by its grammar, never compared as a string. None for a
+    DEFAULT partition or anything else that is not a list of keys."""
+    head, tail = "FOR VALUES IN (", ")"
+    if not (bound.startswith(head) and bound.endswith(tail)):
+        return None
+    values, rest = [], bound[len(head) : -len(tail)]
+    while rest:
+        value, rest = _bound_value(rest.lstrip(" ,"))
+        if value is None:
+            return None
+        values.append(value)
+        rest = rest.lstrip(" ")
+    try:
+        return frozenset(normal_key(v, text=text) for v in values if v != "NULL")
+    except ConfigError:  # not an integer in an integer bound: not a bound this reader understands
+        return None
+
+
+def _bound_value(text: str) -> tuple[str | None, str]:
+    """The first value of a bound's list (unquoted) and what follows it (a `::type` cast is skipped)."""
+    if text.startswith("'"):
+        end, chars = 1, []
+        while end < len(text):
+            if text[end] == "'" and text[end + 1 : end + 2] == "'":
+                chars.append("'")
+                end += 2
+            elif text[end] == "'":
+                break
+            else:
+                chars.append(text[end])
+                end += 1
+        else:
+            return None, ""
+        value, rest = "".join(chars), text[end + 1 :]
+    else:
+        cut = min((i for i in (text.find(","), text.find("::")) if i >= 0), default=len(text))
+        value, rest = text[:cut].strip(), text[cut:]
+        if not value:
+            return None, ""
+    if rest.startswith("::"):  # a cast PostgreSQL may print after a literal: up to the next top-level comma
+        rest = rest[rest.find(",") :] if "," in rest else ""
+    return value, rest
 
 
 def _integer(key: int | str) -> int:
@@ -99,13 +157,14 @@ async def read_shard(config: Config, shard: str) -> ShardState:
         unknown: list[str] = []
         for parent in parents.values():
             text = text_key(parent, config.superhub.feeder_key)
-            owners = {bound_sql([feeder.key], text=text): name for name, feeder in config.feeders.items()}
+            owners = {frozenset([normal_key(f.key, text=text)]): name for name, f in config.feeders.items()}
             for partition, bound in await conn.fetch(_PARTITIONS, parent.sql_name):
-                if (owner := owners.get(bound)) is not None:
+                if (owner := owners.get(bound_keys(bound, text=text) or frozenset())) is not None:
                     held.add(owner)
                 else:
                     unknown.append(partition)
-    return ShardState(parents, frozenset(held), tuple(unknown))
+        views = frozenset(name for (name,) in await conn.fetch(_VIEWS, EXPORT_SCHEMA))
+    return ShardState(parents, frozenset(held), tuple(unknown), views)
 
 
 def filter_view_name(parent: ParentTable, keys: str) -> str:
@@ -141,14 +200,20 @@ async def create_filter_views(
     return names
 
 
-async def drop_filter_views(config: Config, shard: str, keep: Set[str]) -> list[str]:
-    """Drop the shard's filter views but those in `keep` (which foreign partitions read); the ones dropped."""
-    dropped = []
+async def drop_filter_views(config: Config, shard: str, keep: Set[str]) -> tuple[list[str], list[str]]:
+    """Drop the shard's filter views but those in `keep` (which foreign partitions read); the ones dropped, and
+    those left because a session still used them past a short lock timeout (a later build drops them)."""
+    dropped, busy = [], []
     async with superhub_session(config.for_shard(shard), "coordinator") as conn:
         for (name,) in await conn.fetch(_VIEWS, EXPORT_SCHEMA):
-            if name not in keep:
+            if name in keep:
+                continue
+            try:
                 async with conn.transaction():
                     await conn.execute("SET LOCAL lock_timeout = '2s'")
                     await conn.execute(f"DROP VIEW IF EXISTS {qualified(EXPORT_SCHEMA, name)}")
+            except asyncpg.LockNotAvailableError:
+                busy.append(name)
+            else:
                 dropped.append(name)
-    return dropped
+    return dropped, busy

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import asyncpg
 import pytest
 from structlog.testing import capture_logs
 
-import fedload.superhub.coordinator as coordinator_module
+import fedload.service.coordinator_keeper as keeper_module
 from fedload.commands.admin import remove_feeder
 from fedload.commands.status import read_status
 from fedload.config import Config, CoordinatorConfig, parse_config
@@ -27,6 +28,7 @@ from fedload.service.sync import sync_feeders
 from fedload.superhub.bookkeeping import ShardHistories
 from fedload.superhub.coordinator import (
     CoordinatorReport,
+    bound_keys,
     bound_sql,
     build_coordinator,
     foreign_partition_name,
@@ -360,7 +362,7 @@ def test_repartitioning_yields_to_reports(federation: Federation) -> None:
     document["feeders"]["hub4"] = {**document["feeders"]["hub3"], "key": 4}
     more = parse_config(document)
 
-    async def scenario() -> tuple[str, CoordinatorReport]:
+    async def scenario() -> tuple[str, CoordinatorReport, float]:
         assert config.coordinator is not None
         report = await asyncpg.connect(config.coordinator.dsn)
         try:
@@ -368,25 +370,43 @@ def test_repartitioning_yields_to_reports(federation: Federation) -> None:
                 await report.fetchval("SELECT count(*) FROM hosts")  # holds ACCESS SHARE until it ends
                 with pytest.raises(SuperhubError) as refused:
                     await build_coordinator(more)
-            return str(refused.value), await build_coordinator(more)
+            async with report.transaction():  # a report reading s2's foreign partition itself, not the parent
+                await report.fetchval('SELECT count(*) FROM fedload_shards."public.hosts@s2"')
+                started = time.monotonic()
+                with pytest.raises(SuperhubError):  # the parent's lock covers its partitions: no DETACH waits
+                    await build_coordinator(more)
+                waited = time.monotonic() - started
+            return str(refused.value), await build_coordinator(more), waited
         finally:
             await report.close()
 
-    refused, report = asyncio.run(scenario())
+    refused, report, waited = asyncio.run(scenario())
+    assert waited < 5.0, waited  # swap_max_wait_s = 1, never DETACH's 10 s lock_timeout
     held = "the coordinator's reports held public.contexts, public.hosts for swap_max_wait_s = 1"
     assert refused.startswith(held), refused
     assert sorted(report.attached) == ["public.contexts@s2", "public.hosts@s2"]
 
 
 def test_server_options_from_a_dsn_never_carry_its_password() -> None:
-    """A shard's server: host, port and dbname from its dsn, async and fetch size, the passfile; the password
-    in the dsn goes nowhere, the user mapping names fdw_user or the dsn's user."""
+    """A shard's server: every connection setting of its dsn postgres_fdw takes (TLS, timeouts, keepalives ...),
+    async and fetch size, the passfile; the password in the dsn goes nowhere, the user mapping names fdw_user or
+    the dsn's user."""
     coordinator = CoordinatorConfig(dsn="postgresql:///c", fdw_passfile=Path("/etc/fedload/pgpass"))
-    dsn = "postgresql://loader:secret@db1.example.com:5433/hub?sslmode=require"
+    tls = "sslmode=verify-full&sslrootcert=/etc/ssl/ca.pem&sslcrl=/etc/ssl/crl.pem&channel_binding=require"
+    more = "connect_timeout=5&keepalives_idle=30&target_session_attrs=read-write&gssencmode=disable"
+    dsn = f"postgresql://loader:secret@db1.example.com:5433/hub?{tls}&{more}&passfile=/home/me/.pgpass"
     assert server_options(dsn, coordinator) == {
         "host": "db1.example.com",
         "port": "5433",
         "dbname": "hub",
+        "sslmode": "verify-full",
+        "sslrootcert": "/etc/ssl/ca.pem",
+        "sslcrl": "/etc/ssl/crl.pem",
+        "channel_binding": "require",
+        "connect_timeout": "5",
+        "keepalives_idle": "30",
+        "target_session_attrs": "read-write",
+        "gssencmode": "disable",
         "async_capable": "true",
         "fetch_size": "10000",
         "passfile": "/etc/fedload/pgpass",
@@ -397,6 +417,45 @@ def test_server_options_from_a_dsn_never_carry_its_password() -> None:
     assert server_options(socket, CoordinatorConfig(dsn="postgresql:///c"))["host"] == "/run/postgresql"
     with pytest.raises(ConfigError, match="must be a postgresql:// URI"):
         server_options("host=x dbname=y", coordinator)
+
+
+def test_check_config_refuses_a_shard_dsn_the_coordinator_cannot_carry() -> None:
+    """With a coordinator, a shard dsn setting postgres_fdw cannot take is refused, one line each."""
+    document = _document(coordinator={"dsn": "postgresql:///c"})
+    document["shards"]["s1"]["dsn"] = "postgresql:///s1?sslpassword=x&search_path=app&sslmode=require"
+    assert _problems(document) == [
+        "f.toml: shards.s1.dsn: search_path is not a libpq connection option, so the coordinator's postgres_fdw "
+        "cannot use it",
+        "f.toml: shards.s1.dsn: sslpassword cannot be carried to the coordinator's foreign server: a secret fedload "
+        "never writes into the coordinator",
+    ]
+    del document["coordinator"]  # without a coordinator the dsn is fedload's alone
+    assert parse_config(document).shards["s1"].dsn.endswith("sslmode=require")
+
+
+def test_a_shard_dsns_settings_reach_the_coordinators_connections(federation: Federation) -> None:
+    """application_name in s2's dsn: the coordinator's postgres_fdw connects to s2 under that name (it used to
+    carry only host, port and dbname, so TLS settings such as sslmode were silently dropped)."""
+    config = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
+    document = config.model_dump(mode="json", exclude_none=True)
+    document["shards"]["s2"]["dsn"] += "&application_name=fedload_fdw_s2"
+    config = parse_config(document)
+    assert asyncio.run(build_coordinator(config)).attached
+    names = f"""
+    SELECT string_agg(DISTINCT application_name, ',') FROM pg_stat_activity
+    WHERE datname = '{federation.superhub}_s2' AND pid <> pg_backend_pid()
+    """
+
+    async def read() -> str:
+        assert config.coordinator is not None
+        conn = await asyncpg.connect(config.coordinator.dsn)
+        try:
+            await conn.fetchval("SELECT count(*) FROM hosts")  # its postgres_fdw connections stay open
+            return str(await conn.fetchval(names))
+        finally:
+            await conn.close()
+
+    assert asyncio.run(read()) == "fedload_fdw_s2"
 
 
 def test_check_config_connects_to_every_shard_and_the_coordinator(federation: Federation) -> None:
@@ -431,6 +490,11 @@ def test_names_and_bounds_of_foreign_partitions() -> None:
     assert bound_sql([2, "b", "a"], text=True) == "FOR VALUES IN ('2', 'a', 'b')"
     with pytest.raises(ConfigError, match="feeder key 'b' is not an integer"):
         bound_sql([1, "b"])
+    assert bound_keys("FOR VALUES IN (2)") == bound_keys("FOR VALUES IN ('2')") == frozenset({"2"})
+    assert bound_keys("FOR VALUES IN ('-2', 5000000000)") == frozenset({"-2", "5000000000"})
+    assert bound_keys("FOR VALUES IN ('a''b', '1, 2', NULL)", text=True) == frozenset({"a'b", "1, 2"})
+    assert bound_keys("FOR VALUES IN ('x'::character varying)", text=True) == frozenset({"x"})
+    assert bound_keys("DEFAULT") is bound_keys("FOR VALUES IN ('x')") is None
 
 
 def test_daemon_reload_rebuilds_the_coordinator(federation: Federation) -> None:
@@ -537,16 +601,49 @@ def test_metrics_name_each_feeders_shard_and_each_shards_health(federation: Fede
     assert value("fedload_feeder_last_success_timestamp_seconds", {"feeder": "hub3"}) is None
 
 
-def test_a_bug_in_the_coordinators_build_is_logged_and_the_loads_go_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    """refresh_coordinator (before and after a sync's runs, in the daemon): an exception fedload does not expect
-    is logged once as coordinator.build_failed with kind internal, never raised into the sync or the daemon."""
+def test_a_bug_in_the_coordinators_build_is_logged_and_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The coordinator keeper (sync, daemon): an exception fedload does not expect in a build is logged as
+    coordinator.build_failed with kind internal and retried, never raised into the sync or the daemon."""
     config = parse_config(_document(coordinator={"dsn": "postgresql:///c"}))
 
-    async def broken(_: Config, *, moving: bool = False) -> CoordinatorReport:
+    async def broken(_: Config, *, moving: bool = False, current: object = None) -> CoordinatorReport:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(coordinator_module, "build_coordinator", broken)
+    async def unreachable(_: Config, shard: str) -> None:
+        raise SuperhubError(f"shard {shard} cannot be reached")  # never the machine's own PostgreSQL
+
+    monkeypatch.setattr(keeper_module, "build_coordinator", broken)
+    monkeypatch.setattr(keeper_module, "read_shard", unreachable)
+
+    async def keep() -> bool:
+        keeper = keeper_module.CoordinatorKeeper(config, retry_max_s=0.05)
+        keeper.start()
+        try:
+            await asyncio.sleep(0.5)
+            return await keeper.settled(0.1)
+        finally:
+            await keeper.close()
+
     with capture_logs() as logs:
-        assert asyncio.run(coordinator_module.refresh_coordinator(config)) is None
+        assert asyncio.run(keep()) is False
     failed = [(e["error"], e["error_kind"]) for e in logs if e["event"] == "coordinator.build_failed"]
-    assert failed == [("internal error: RuntimeError: a bug", "internal")]
+    assert len(failed) >= 2, failed
+    assert set(failed) == {("internal error: RuntimeError: a bug", "internal")}
+
+
+def test_a_user_mapping_without_options_is_kept_build_after_build(
+    federation: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No fdw_user and shard dsns without a user: the PUBLIC user mapping has no options, and every build after
+    the first finds it (it used to take it for a missing one and fail on "user mapping ... already exists")."""
+    monkeypatch.setenv("PGUSER", "postgres")  # fedload's own sessions, as libpq's environment would say
+    config = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
+    document = config.model_dump(mode="json", exclude_none=True)
+    for shard in document["shards"].values():
+        shard["dsn"] = shard["dsn"].replace("postgresql://postgres@/", "postgresql:///")
+    anonymous = parse_config(document)
+    assert user_mapping_options(anonymous.shards["s1"].dsn, CoordinatorConfig(dsn="postgresql:///c")) == {}
+    assert asyncio.run(build_coordinator(anonymous)).attached
+    assert asyncio.run(build_coordinator(anonymous)) == CoordinatorReport()
+    mappings = "SELECT count(*) FROM pg_user_mappings WHERE usename = 'public' AND umoptions IS NULL"
+    assert coord_sql(federation, mappings) == "2"
