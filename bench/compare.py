@@ -1,10 +1,11 @@
 """This checkout against another revision, on the same machine, in one run, interleaved: ratios new/old.
 
-    uv run python bench/compare.py --against REV [--feeders 100] [--rows 2000] [--reps 3] [--dumps 10] [--pin]
+    uv run python bench/compare.py --against REV [--new REV] [--feeders 100] [--rows 2000] [--reps 3] [--dumps 10]
 
 "new" is the checkout this script runs from (its working tree, uncommitted changes included, with the Python of
-`uv run`); "old" is REV, checked out with `git worktree add --detach` into a temporary directory and given its own
-environment there by `uv sync --frozen --no-dev --compile-bytecode` (REV's lock file, REV's dependencies). Each
+`uv run`), or with `--new REV2` that revision, built as REV is (then editing the working tree during the run
+changes nothing); "old" is REV, checked out with `git worktree add --detach` into a temporary directory and given
+its own environment there by `uv sync --frozen --no-dev --compile-bytecode` (REV's lock file, REV's dependencies). Each
 side runs its own interpreter, `TREE/.venv/bin/python -m fedload ...`, and everything fedload starts from it runs
 that interpreter too (a local agent is `sys.executable -m fedload`, a worker `sys.executable -m
 fedload.service.worker` or a fork), so REV's code is what runs in its agents and workers; the script checks that
@@ -36,6 +37,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -113,7 +115,7 @@ def child_env() -> dict[str, str]:
 
 
 @contextmanager
-def old_side(rev: str, keep: bool) -> Iterator[Side]:
+def built_side(name: str, rev: str, keep: bool) -> Iterator[Side]:
     """REV in a temporary worktree with its own environment; removed at the end unless `keep`."""
     commit = git("rev-parse", "--verify", f"{rev}^{{commit}}")
     tree = Path(tempfile.mkdtemp(prefix=f"fedload-compare-{commit[:10]}-"))
@@ -124,7 +126,7 @@ def old_side(rev: str, keep: bool) -> Iterator[Side]:
         python = getattr(sys, "_base_executable", sys.executable)  # the same interpreter as this side's
         build = [uv, "sync", "--frozen", "--no-dev", "--compile-bytecode", "--quiet", "--python", python]
         run_checked(build, tree, "uv sync of REV")
-        yield Side("old", f"{rev} ({commit[:10]})", tree, tree / ".venv" / "bin" / "python")
+        yield Side(name, f"{rev} ({commit[:10]})", tree, tree / ".venv" / "bin" / "python")
     finally:
         if keep:
             print(f"kept {tree} (remove with: git worktree remove --force {tree})")
@@ -132,11 +134,16 @@ def old_side(rev: str, keep: bool) -> Iterator[Side]:
             git("worktree", "remove", "--force", str(tree))
 
 
-def new_side() -> Side:
-    """This checkout, with the interpreter running this script."""
+@contextmanager
+def new_side(rev: str | None, keep: bool) -> Iterator[Side]:
+    """REV built as `built_side` does, or by default this checkout with the interpreter running this script."""
+    if rev is not None:
+        with built_side("new", rev, keep) as side:
+            yield side
+        return
     head = git("rev-parse", "--short=10", "HEAD")
     dirty = " + uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else ""
-    return Side("new", f"working tree ({head}{dirty})", REPO, Path(sys.executable))
+    yield Side("new", f"working tree ({head}{dirty})", REPO, Path(sys.executable))
 
 
 def prepare(side: Side) -> None:
@@ -280,13 +287,14 @@ def parse_args() -> argparse.Namespace:
     """The command line."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--against", required=True, metavar="REV", help="the revision to compare with (old)")
+    parser.add_argument("--new", metavar="REV", help="a revision as new (default: this working tree)")
     parser.add_argument("--feeders", type=positive_int, default=100, help="feeders per round (default 100)")
     parser.add_argument("--rows", type=positive_int, default=2000, help="rows per feeder (default 2000)")
     parser.add_argument("--reps", type=positive_int, default=3, help="repetitions of the two rounds (default 3)")
     parser.add_argument("--dumps", type=int, default=10, help="one-table agent dumps per side (default 10)")
     parser.add_argument("--parallel", type=positive_int, default=2, help="max_parallel_feeders (default 2)")
     parser.add_argument("--pin", action="store_true", help="feeder side on CPU 0, superhub side on CPU 1")
-    parser.add_argument("--keep-build", action="store_true", help="keep REV's temporary worktree")
+    parser.add_argument("--keep-build", action="store_true", help="keep the temporary worktrees")
     common.add_common_arguments(parser)
     return parser.parse_args()
 
@@ -301,10 +309,14 @@ def pin_clusters(setup: Setup) -> None:
 def main() -> int:
     """Build REV, create the feeders once, run the sides interleaved, print the ratios; 1 on any problem."""
     args = parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up (clusters, worktrees) when stopped
     os.environ.pop("PYTHONPATH", None)
     print(common.machine_line())
-    new = new_side()
-    with old_side(args.against, args.keep_build) as old, common.Workspace(common.pick_install(args.pg_major)) as work:
+    with (
+        new_side(args.new, args.keep_build) as new,
+        built_side("old", args.against, args.keep_build) as old,
+        common.Workspace(common.pick_install(args.pg_major)) as work,
+    ):
         sides = [new, old]
         for side in sides:
             prepare(side)
