@@ -94,6 +94,7 @@ class _FeederSync:
         self._committed = False  # the swap's transaction has committed: the feeder's new data is in
         self._parents: dict[TableName, ParentTable] | Exception = {}  # read before the lock, or why it failed
         self._opening: asyncio.Task[FeederProcess] | None = None  # the dump started before the lock
+        self._partitions: dict[TableName, str] = {}  # the feeder's partitions after the swap, for ANALYZE
 
     def phase(self, phase: str) -> None:
         """Enter a phase (then the outcome) and tell the progress display."""
@@ -289,6 +290,7 @@ class _FeederSync:
             )
         finally:
             _note_swap(self.record, stats)
+        self._partitions = stats.partitions
         await forget_rejects(conn, self.name, except_run=self.run_id)
 
     async def _analyze(self, conn: asyncpg.Connection, parents: Iterable[ParentTable]) -> None:
@@ -298,7 +300,8 @@ class _FeederSync:
             return
         self.phase(Phase.ANALYZE)
         policy = SwapPolicy.from_config(self.config.superhub)
-        await analyze_partitions(conn, parents, self.name, self.feeder.key, policy)
+        partitions = self._partitions
+        await analyze_partitions(conn, parents, self.name, self.feeder.key, policy, partitions=partitions)
 
     def _succeeded(self, importer: Importer) -> None:
         self.record.outcome = Outcome.SUCCESS
