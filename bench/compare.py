@@ -8,10 +8,12 @@ changes nothing); "old" is REV, checked out with `git worktree add --detach` int
 its own environment there by `uv sync --frozen --no-dev --compile-bytecode` (REV's lock file, REV's dependencies). Each
 side runs its own interpreter, `TREE/.venv/bin/python -m fedload ...`, and everything fedload starts from it runs
 that interpreter too (a local agent is `sys.executable -m fedload`, a worker `sys.executable -m
-fedload.service.worker` or a fork), so REV's code is what runs in its agents and workers; the script checks that
-each interpreter imports `fedload` and `transforms` from its own tree, with PYTHONPATH removed from the
-environment. Both trees and both environments get their bytecode compiled first (this machine sets
-PYTHONDONTWRITEBYTECODE, see README.md), so neither side pays for compiling.
+fedload.service.worker` or a fork), so REV's code is what runs in its agents and workers. Each side's commands run
+in its own tree, as `python -m` puts the current directory first on sys.path (run from this checkout, the old
+side's `-m fedload` would import this checkout's code); the script checks that each interpreter imports
+`fedload` and `transforms` from its own tree there, with PYTHONPATH removed from the environment. Both trees and
+both environments get their bytecode compiled first (this machine sets PYTHONDONTWRITEBYTECODE, see README.md),
+so neither side pays for compiling.
 
 The workload is bench_scale.py's: --feeders feeder databases of --rows rows in `hosts` and `contexts` (with its
 schema drift) over three feeder clusters, local transport, `max_parallel_feeders = --parallel`. One repetition of a
@@ -155,8 +157,8 @@ def prepare(side: Side) -> None:
     compile_all = [str(side.python), "-m", "compileall", "-q", "-j", "0"]
     run_checked([*compile_all, "fedload", "transforms", purelib], side.tree, f"compileall ({side.name})")
     code = "import fedload, transforms; print(fedload.__file__); print(transforms.__file__)"
-    found = subprocess.run(
-        [str(side.python), "-c", code], capture_output=True, text=True, check=True, cwd="/", env=child_env()
+    found = subprocess.run(  # from the side's tree, as its commands run: `-m` and `-c` import from there first
+        [str(side.python), "-c", code], capture_output=True, text=True, check=True, cwd=side.tree, env=child_env()
     ).stdout.split()
     if not all(Path(path).resolve().is_relative_to(side.tree.resolve()) for path in found):
         sys.exit(f"the {side.name} interpreter {side.python} imports {found}, not from {side.tree}")
@@ -216,12 +218,12 @@ def scale_once(setup: Setup, side: Side, rep: int, samples: Samples) -> list[str
     config.write_text(config_text(setup, side, db, schema))
     dsn = setup.superhub.dsn(db)
     python = side.argv("1" if setup.pin else None)
-    first = bench_scale.run_round(config, dsn, setup.count, 1, None, python=python)
+    first = bench_scale.run_round(config, dsn, setup.count, 1, None, python=python, cwd=side.tree)
     got = bench_scale.superhub_counts(setup.superhub, db)
     problems = [*first.failures, *bench_scale.check_counts(f"{side.name} rep {rep} round 1", got, old)]
     toggle(setup.feeders, changed, on=True)
     try:
-        second = bench_scale.run_round(config, dsn, setup.count, 2, (old, new), python=python)
+        second = bench_scale.run_round(config, dsn, setup.count, 2, (old, new), python=python, cwd=side.tree)
     finally:
         toggle(setup.feeders, changed, on=False)
     got = bench_scale.superhub_counts(setup.superhub, db)
@@ -241,7 +243,7 @@ def dump_once(setup: Setup, side: Side, samples: Samples) -> list[str]:
     cluster = setup.feeders.cluster_of(1)
     argv = [*side.argv("0" if setup.pin else None), "-m", "fedload", "agent", "dump", "--quiet"]
     argv += ["--database", cluster.conninfo("f1"), "--table", DUMP_TABLE, "--pg-dump", cluster.install.tool("pg_dump")]
-    measured = common.run_measured(argv)
+    measured = common.run_measured(argv, cwd=side.tree)
     samples.add("agent dump s (one table)", measured.seconds)
     return [] if measured.status == 0 else [f"{side.name}: agent dump exited {measured.status}"]
 
