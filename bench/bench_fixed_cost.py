@@ -15,7 +15,7 @@ Measured per round:
 - per run: the run's wall (the sync's JSON), the agent's wall (GNU time: from its start to its exit, pg_dump's
   start and the transport included), and the superhub server's time by phase: every statement the run's session
   and the history connection sent (`log_min_duration_statement = 0`; parse, bind and execute steps counted
-  apart), sorted into session (reset, locks, transaction control), bookkeeping checks, catalog reads, staging
+  apart), sorted into session (reset, locks, BEGIN, savepoints), COMMIT, bookkeeping checks, catalog reads, staging
   DDL, COPY, index/constraints, the swap, ANALYZE and the history writes; with the number of statements (round
   trips) per run.
 """
@@ -51,7 +51,8 @@ PHASES = [
     ("index/constraints", r"ADD PRIMARY KEY|ADD CONSTRAINT|^CREATE (UNIQUE )?INDEX|ADD UNIQUE"),
     ("swap", r"^LOCK |DETACH PARTITION|ATTACH PARTITION|SET SCHEMA|RENAME TO|LOCK_TIMEOUT|^DROP TABLE|RELPARTBOUND"),
     ("catalog", r"PG_CATALOG|PG_CLASS|PG_ATTRIBUTE|PG_INDEX|PG_CONSTRAINT|SEARCH_PATH|TO_REGCLASS|PG_INHERITS"),
-    ("session", r"ADVISORY|APPLICATION_NAME|^BEGIN|^COMMIT|^ROLLBACK|SAVEPOINT|^RESET|^SET |^CLOSE|^UNLISTEN|PG_ADVI"),
+    ("commit", r"^COMMIT"),
+    ("session", r"ADVISORY|APPLICATION_NAME|^BEGIN|^ROLLBACK|SAVEPOINT|^RESET|^SET |^CLOSE|^UNLISTEN|PG_ADVI"),
 ]
 _PHASES = [(name, re.compile(pattern)) for name, pattern in PHASES]
 
