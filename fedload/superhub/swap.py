@@ -223,10 +223,10 @@ async def _polite(conn: asyncpg.Connection, plan: _SwapPlan, stats: SwapStats) -
 async def _attempt(conn: asyncpg.Connection, plan: _SwapPlan, stats: SwapStats, lock_timeout_s: float) -> None:
     """One try, in a savepoint: a lock timeout undoes the swap, not the load."""
     exclusive = [t.parent.sql_name for t in plan.tables if plan.policy.method_for(t.parent) is SwapMethod.PARTITION]
-    lock_timeout = f"SET LOCAL lock_timeout = '{max(1, int(lock_timeout_s * 1000))}ms'"
-    lock = [f"LOCK TABLE {', '.join(exclusive)} IN ACCESS EXCLUSIVE MODE"] if exclusive else []
     async with conn.transaction():
-        await conn.execute(";\n".join([lock_timeout, *lock]))  # one round trip
+        await conn.execute(f"SET LOCAL lock_timeout = '{max(1, int(lock_timeout_s * 1000))}ms'")
+        if exclusive:  # a statement of its own: pg_stat_activity shows the swap waiting as "LOCK TABLE ..."
+            await conn.execute(f"LOCK TABLE {', '.join(exclusive)} IN ACCESS EXCLUSIVE MODE")
         stats.waited_ms = _ms_since(plan.started)
         for table in plan.tables:
             method = plan.policy.method_for(table.parent)
