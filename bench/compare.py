@@ -218,21 +218,27 @@ def scale_once(setup: Setup, side: Side, rep: int, samples: Samples) -> list[str
     config.write_text(config_text(setup, side, db, schema))
     dsn = setup.superhub.dsn(db)
     python = side.argv("1" if setup.pin else None)
+    server = common.postmaster_pid(setup.superhub)
+    cpu_before = common.tree_cpu_seconds(server)
     first = bench_scale.run_round(config, dsn, setup.count, 1, None, python=python, cwd=side.tree)
+    cpu_first = common.tree_cpu_seconds(server)
     got = bench_scale.superhub_counts(setup.superhub, db)
     problems = [*first.failures, *bench_scale.check_counts(f"{side.name} rep {rep} round 1", got, old)]
     toggle(setup.feeders, changed, on=True)
     try:
+        cpu_before_second = common.tree_cpu_seconds(server)
         second = bench_scale.run_round(config, dsn, setup.count, 2, (old, new), python=python, cwd=side.tree)
+        cpu_second = common.tree_cpu_seconds(server) - cpu_before_second
     finally:
         toggle(setup.feeders, changed, on=False)
     got = bench_scale.superhub_counts(setup.superhub, db)
     problems += [*second.failures, *bench_scale.check_counts(f"{side.name} rep {rep} round 2", got, new)]
     problems += [f"{side.name} rep {rep} torn total: {t}" for t in second.seen.torn]
     setup.superhub.psql(f"DROP DATABASE {db} WITH (FORCE)")
-    for r in (first, second):
+    for r, server_cpu in ((first, cpu_first - cpu_before), (second, cpu_second)):
         samples.add(f"round {r.number} s", r.seconds)
         samples.add(f"round {r.number} CPU s (sync+agents)", r.cpu_s)
+        samples.add(f"round {r.number} superhub server CPU s", server_cpu)
     samples.add("round 2 reader p99 ms", bench_scale.percentile(second.seen.latencies_s, 99) * 1000)
     print(f"  {side.name} rep {rep}: round 1 {first.seconds:.2f} s, round 2 {second.seconds:.2f} s", flush=True)
     return [f"{side.name} rep {rep}: {p}" for p in problems]
