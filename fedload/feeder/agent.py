@@ -17,10 +17,11 @@ from typing import IO, BinaryIO
 
 from fedload import __version__
 from fedload._tail import Tail
-from fedload.errors import ConfigError, FeederError
 from fedload.feeder.agent_options import AgentOptions
-from fedload.log import get_logger
-from fedload.stream import Header, StreamEncoder, dump_failure
+from fedload.feeder.compress import choose_compressor
+from fedload.feeder.errors import AgentError, AgentUsageError
+from fedload.feeder.logs import get_logger
+from fedload.feeder.wire import Header, StreamEncoder, dump_failure
 from transforms import Transformer, TransformError, TransformOptions, load_remap
 
 __all__ = ["AgentOptions", "pg_dump_argv", "run_agent"]
@@ -57,7 +58,7 @@ def _pg_dump_version(pg_dump: str) -> str:
             [pg_dump, "--version"], capture_output=True, timeout=_VERSION_TIMEOUT_S, check=True, text=True
         )
     except (OSError, subprocess.SubprocessError) as exc:
-        raise FeederError(f"cannot run {pg_dump} --version on the feeder: {exc}") from exc
+        raise AgentError(f"cannot run {pg_dump} --version on the feeder: {exc}") from exc
     found = _PG_DUMP_VERSION.search(result.stdout)
     return found[1] if found else result.stdout.strip().rsplit(" ", 1)[-1]
 
@@ -81,21 +82,22 @@ class _StderrTail:
 
 
 def run_agent(options: AgentOptions, out: BinaryIO) -> int:
-    """Write the fedload stream of one dump to `out`: 0 when the dump is complete, else FeederError saying why.
+    """Write the fedload stream of one dump to `out`: 0 when the dump is complete, else AgentError saying why.
 
     The stream's trailer says the same, so the superhub reports the same line.
     """
     transform = _transform_options(options)
+    compressor = choose_compressor(options.compression)
     header = Header(
-        options.compression, options.dump_mode, __version__, _pg_dump_version(options.pg_dump), list(options.tables)
+        compressor.compression, options.dump_mode, __version__, _pg_dump_version(options.pg_dump), list(options.tables)
     )
-    encoder = StreamEncoder(header)
+    encoder = StreamEncoder(header, compressor.compress)
     argv = pg_dump_argv(options)
-    log.debug("agent.dump_started", argv=argv)
+    log.debug("agent.dump_started", argv=argv, compressor=compressor.implementation)
     try:
         process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
     except OSError as exc:
-        raise FeederError(f"cannot start {options.pg_dump}: {exc}") from exc
+        raise AgentError(f"cannot start {options.pg_dump}: {exc}") from exc
     try:
         with _killed_when_reader_leaves(process, out):
             failure = _stream(process, Transformer(transform), encoder, out)
@@ -107,7 +109,7 @@ def run_agent(options: AgentOptions, out: BinaryIO) -> int:
         except subprocess.TimeoutExpired:  # killed, yet not gone (stuck in the kernel): say so, keep the error
             log.warning("agent.pg_dump_not_reaped", pid=process.pid, waited_s=_EXIT_TIMEOUT_S)
     if failure:
-        raise FeederError(failure)
+        raise AgentError(failure)
     return 0
 
 
@@ -152,7 +154,7 @@ def _transform_options(options: AgentOptions) -> TransformOptions:
     try:
         remap = load_remap(options.remap) if options.remap else None
     except TransformError as exc:
-        raise ConfigError(str(exc)) from exc
+        raise AgentUsageError(str(exc)) from exc
     return TransformOptions(options.rows_per_statement, options.max_statement_bytes, remap)
 
 
