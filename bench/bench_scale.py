@@ -267,13 +267,24 @@ class Round:
     swap_lock_ms: list[float]
 
 
-def run_round(config: Path, dsn: str, feeders: int, number: int, expected: tuple[Counts, Counts] | None) -> Round:
-    """`python -m fedload sync --json` under the monitor (and the reader if `expected` is given)."""
+def run_round(
+    config: Path,
+    dsn: str,
+    feeders: int,
+    number: int,
+    expected: tuple[Counts, Counts] | None,
+    *,
+    python: Sequence[str] = (sys.executable,),
+    cwd: Path | None = None,
+) -> Round:
+    """`python -m fedload sync --json` under the monitor (and the reader if `expected` is given); `python` is the
+    interpreter's command line (another checkout's, or under `taskset`), `cwd` its directory (`-m` imports from
+    there first: another checkout's tree runs with its own)."""
     load = os.getloadavg()[0]
     log = config.with_suffix(f".round{number}.log").open("wb")
-    argv = [sys.executable, "-m", "fedload", "sync", "--json", "--config", str(config)]
+    argv = [*python, "-m", "fedload", "sync", "--json", "--config", str(config)]
     with common.timed() as elapsed:
-        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log)
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, cwd=cwd)
         with Monitor(dsn, process.pid, expected) as monitor:
             assert process.stdout is not None
             out = process.stdout.read()

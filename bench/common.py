@@ -385,12 +385,13 @@ class Measured:
     stdout: bytes
 
 
-def run_measured(argv: Sequence[str], *, stderr: Path | None = None) -> Measured:
-    """Run a command; wall time, its own peak RSS and CPU time (wait4: other children of ours do not count)."""
+def run_measured(argv: Sequence[str], *, stderr: Path | None = None, cwd: Path | None = None) -> Measured:
+    """Run a command (in `cwd`); wall time, its own peak RSS and CPU time (wait4: other children of ours do not
+    count)."""
     err = stderr.open("wb") if stderr else subprocess.DEVNULL
     try:
         with timed() as elapsed:
-            process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err)
+            process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, cwd=cwd)
             assert process.stdout is not None
             out = process.stdout.read()
             _, wait_status, usage = os.wait4(process.pid, 0)

@@ -3,7 +3,8 @@ it, one at a time, on its own core. Started as `python -m fedload.service.worker
 one end of a Unix socket pair and MODULEs to import before it says it is ready (those its runs would import lazily, so a
 worker started ahead does not pay for them in its first run); the messages (fedload.service._pipe) are, from the parent:
 
-- `("run", feeder, config, dry_run)`: sync one feeder; answered by `("done", FeederRun)`;
+- `("run", feeder, config, dry_run)`: sync one feeder; answered by `("done", FeederRun)`; `config` None: the
+  configuration of the worker's last run (the parent sends a configuration once, not at every run);
 - `("history", request_id, result)` or `("history_error", request_id, message, kind)`: the parent's answer to a
   run-history request (`kind`: the ErrorKind of its failure);
 - `("cancel",)`: cancel the run under way (its transaction rolls back, its record says so);
@@ -122,13 +123,16 @@ async def _serve(fd: int) -> None:
     reader, writer = await asyncio.open_unix_connection(sock=socket.socket(fileno=fd))
     history = _ParentHistory(writer)
     run: asyncio.Task[None] | None = None
+    config: Config | None = None  # the last configuration the parent sent
     writer.write(frame(("ready",)))
     try:
         while True:
             message = await receive(reader)
             kind = message[0]
             if kind == "run":
-                run = _start_run(run, writer, history, *message[1:])
+                feeder, sent, dry_run = message[1:]
+                config = sent or config
+                run = _start_run(run, writer, history, feeder, config, dry_run)
             elif kind == "history":
                 history.answer(message[1], result=message[2])
             elif kind == "history_error":
@@ -147,11 +151,14 @@ async def _serve(fd: int) -> None:
 
 def _start_run(
     run: asyncio.Task[None] | None, writer: asyncio.StreamWriter, history: _ParentHistory, *request: Any
-) -> asyncio.Task[None]:
+) -> asyncio.Task[None] | None:
     """The task of the run the parent asks for; refused (as crashed) while another run is under way."""
     if run is not None and not run.done():
         log.error("worker.busy", feeder=request[0])
         writer.write(frame(("crashed", "the worker process is still running another feeder's run")))
+        return run
+    if request[1] is None:  # a bug of the parent's: it never sent a configuration
+        writer.write(frame(("crashed", "the worker process was asked for a run without a configuration")))
         return run
     run = asyncio.create_task(_run(writer, history, *request))
     run.add_done_callback(functools.partial(_answer_cancelled, writer))

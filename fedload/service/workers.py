@@ -206,6 +206,7 @@ class _Worker:
     def __init__(self, process: _Process, reader: asyncio.StreamReader, writer: Any) -> None:
         self.process, self._reader, self._writer = process, reader, writer
         self.inbox: asyncio.Queue[Any] = asyncio.Queue()
+        self.config_sent: Config | None = None  # the configuration the worker has (sent with an earlier run)
         self._reading = asyncio.create_task(self._read())
 
     @classmethod
@@ -423,7 +424,10 @@ class _WorkerRun:
 
     async def result(self, dry_run: bool) -> FeederRun:
         """The run's result: the worker's, or a failed one if the worker died, crashed or went silent."""
-        self.worker.send("run", self.feeder, self.config, dry_run)
+        worker, config = self.worker, self.config
+        worker.send("run", self.feeder, None if worker.config_sent is config else config, dry_run)
+        worker.config_sent = config  # pickled once per worker and configuration, not at every run: its size
+        # grows with the feeders, so sending it each run cost O(feeders) per run
         bound_s = self.config.superhub.run_timeout_s + SILENT_MARGIN_S
         try:
             async with asyncio.timeout(bound_s):

@@ -1,6 +1,11 @@
-"""One feeder's run, in the order of its phases (`_FeederSync._sync`): connect, lock, start the run's record, read
-the expected parents, open the dump, load, verify, index, swap, commit, analyze, finish the record. Each step that
-needs undoing is an `async with` whose exit is shielded from cancellation.
+"""One feeder's run, in the order of its phases (`_FeederSync._sync`): connect, read the expected parents and start
+the feeder's dump, lock, start the run's record, load, verify, index, swap, commit, analyze, finish the record.
+Each step that needs undoing is an `async with` whose exit is shielded from cancellation.
+
+The dump starts before the lock and the record: the agent's start (a process, pg_dump's connection; over SSH a
+session too) is most of a small feeder's run, and the superhub's steps before the load overlap it. Whatever
+ends the run before the load (busy, moved away, a failure) stops that dump; an error of the parents' read is
+raised where the run records it, as before.
 
 A dry run does all of it but the lock, the swap and the record, inside a transaction that it rolls back.
 """
@@ -20,12 +25,13 @@ from fedload.log import get_logger
 from fedload.names import TableName
 from fedload.results import FeederRun, Outcome, Phase, Progress, ProgressCallback
 from fedload.stream import Header, Trailer
+from fedload.superhub import parents_cache
 from fedload.superhub.bookkeeping import Bookkeeping, RunHistory
 from fedload.superhub.importer import Importer, ImportPolicy
 from fedload.superhub.kept_sessions import reused_session
 from fedload.superhub.receive import DumpReceiver
 from fedload.superhub.runs import RunRecord, ensure_superhub, forget_rejects, moved_away
-from fedload.superhub.schema import ParentTable, read_parents, unmatched_patterns
+from fedload.superhub.schema import ParentTable, unmatched_patterns
 from fedload.superhub.session import (
     best_effort,
     connect_superhub,
@@ -35,7 +41,7 @@ from fedload.superhub.session import (
     superhub_session,
 )
 from fedload.superhub.swap import SwapPolicy, SwapStats, analyze_partitions, describe_swap, swap_in
-from fedload.transport import Transport
+from fedload.transport import FeederProcess, Transport
 from fedload.transport.command import dump_command, transport_for
 from transforms import Item, Remap, RemapError, load_remap
 
@@ -86,6 +92,9 @@ class _FeederSync:
         self.plan: list[str] = []
         self._deadline = asyncio.timeout(config.superhub.run_timeout_s)
         self._committed = False  # the swap's transaction has committed: the feeder's new data is in
+        self._parents: dict[TableName, ParentTable] | Exception = {}  # read before the lock, or why it failed
+        self._opening: asyncio.Task[FeederProcess] | None = None  # the dump started before the lock
+        self._partitions: dict[TableName, str] = {}  # the feeder's partitions after the swap, for ANALYZE
 
     def phase(self, phase: str) -> None:
         """Enter a phase (then the outcome) and tell the progress display."""
@@ -110,22 +119,53 @@ class _FeederSync:
         """The run's phases in order."""
         async with reused_session(self.config, self.name) as conn:
             await ensure_superhub(conn)
-            async with feeder_lock(conn, self.name) as locked:
-                if not locked:
-                    error = f"feeder {self.name} is being synced by another fedload process"
-                    self.record = RunRecord(outcome=Outcome.BUSY, error=error)
-                    return
-                async with self._recorded(history):
-                    if (moved := await moved_away(conn, self.name)) is not None:
-                        raise moved
-                    parents = await self._expected_parents(conn)
-                    remap = await asyncio.to_thread(_read_remap, self.feeder)
-                    async with self._dump(parents) as receiver, conn.transaction():
-                        importer = await self._load(conn, receiver, parents, remap)
-                        await self._swap(conn, importer)
-                    self._committed = True
-                    self._succeeded(importer)
-                    await self._analyze(conn, parents.values())
+            try:
+                await self._start_dump_early(conn)
+                await self._locked_run(conn, history)
+            finally:
+                await asyncio.shield(self._stop_unused_dump())
+
+    async def _locked_run(self, conn: asyncpg.Connection, history: RunHistory) -> None:
+        """The run's phases under the feeder's lock, recorded."""
+        async with feeder_lock(conn, self.name) as locked:
+            if not locked:
+                error = f"feeder {self.name} is being synced by another fedload process"
+                self.record = RunRecord(outcome=Outcome.BUSY, error=error)
+                return
+            async with self._recorded(history):
+                if (moved := await moved_away(conn, self.name)) is not None:
+                    raise moved
+                if isinstance(parents := self._parents, Exception):
+                    raise parents
+                remap = await asyncio.to_thread(_read_remap, self.feeder)
+                async with self._dump(parents) as receiver, conn.transaction():
+                    importer = await self._load(conn, receiver, parents, remap)
+                    await self._swap(conn, importer)
+                self._committed = True
+                self._succeeded(importer)
+                await self._analyze(conn, parents.values())
+
+    async def _start_dump_early(self, conn: asyncpg.Connection) -> None:
+        """Read the expected parents and start the feeder's dump of them; a failed read is kept for the run."""
+        try:
+            self._parents = await self._expected_parents(conn)
+        except Exception as exc:  # noqa: BLE001 - raised again inside the run's record (`_locked_run`)
+            self._parents = exc
+            return
+        command = dump_command(self.feeder, self.config, self._parents)
+        self._opening = asyncio.get_running_loop().create_task(self._transport.open(command))
+
+    async def _stop_unused_dump(self) -> None:
+        """Stop the dump started early if the run ended before loading it (busy, moved away, failed)."""
+        opening, self._opening = self._opening, None
+        if opening is None:
+            return
+        opening.cancel()  # a start still under way is undone by the transport
+        try:
+            process = await opening
+        except BaseException:  # noqa: BLE001 - cancelled or could not start: nothing runs
+            return
+        await process.cancel()
 
     async def _dry_run(self) -> None:
         """The run's phases up to the swap, which only describes what it would do; then all is rolled back."""
@@ -170,7 +210,7 @@ class _FeederSync:
     async def _expected_parents(self, conn: asyncpg.Connection) -> dict[TableName, ParentTable]:
         """The parents this feeder's dump must fill: every configured pattern matches one, exclusions aside."""
         superhub = self.config.superhub
-        parents = await read_parents(conn, superhub.tables, superhub.feeder_key)
+        parents = await parents_cache.cached_parents(conn, superhub.dsn, superhub.tables, superhub.feeder_key)
         if unmatched := unmatched_patterns(superhub.tables, parents):
             raise ConfigError(
                 f"superhub.tables: {', '.join(repr(str(p)) for p in unmatched)} match(es) no partitioned table on "
@@ -182,7 +222,11 @@ class _FeederSync:
     @contextlib.asynccontextmanager
     async def _dump(self, parents: Iterable[TableName]) -> AsyncIterator[DumpReceiver]:
         """The feeder's dump of `parents`, streaming; the feeder's command is stopped after the block."""
-        process = await self._transport.open(dump_command(self.feeder, self.config, parents))
+        opening, self._opening = self._opening, None
+        if opening is not None:
+            process = await opening
+        else:
+            process = await self._transport.open(dump_command(self.feeder, self.config, parents))
         receiver = DumpReceiver(process, framed=self.feeder.agent, feeder=self.name)
         try:
             yield receiver
@@ -246,6 +290,7 @@ class _FeederSync:
             )
         finally:
             _note_swap(self.record, stats)
+        self._partitions = stats.partitions
         await forget_rejects(conn, self.name, except_run=self.run_id)
 
     async def _analyze(self, conn: asyncpg.Connection, parents: Iterable[ParentTable]) -> None:
@@ -255,7 +300,8 @@ class _FeederSync:
             return
         self.phase(Phase.ANALYZE)
         policy = SwapPolicy.from_config(self.config.superhub)
-        await analyze_partitions(conn, parents, self.name, self.feeder.key, policy)
+        partitions = self._partitions
+        await analyze_partitions(conn, parents, self.name, self.feeder.key, policy, partitions=partitions)
 
     def _succeeded(self, importer: Importer) -> None:
         self.record.outcome = Outcome.SUCCESS
@@ -264,6 +310,7 @@ class _FeederSync:
     def _note_error(self, exc: BaseException) -> None:
         """Keep the reason a run fails, and its kind, in the words the caller will see."""
         kind, error = self._failure(exc)
+        parents_cache.forget()  # whatever failed, the next run reads the parents from the catalog again
         if self._committed:  # only what came after the swap failed
             error += "; the new data had been swapped in before"
         self.record.outcome, self.record.error_kind, self.record.error = Outcome.FAILED, kind, error

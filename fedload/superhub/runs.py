@@ -169,19 +169,17 @@ async def moved_away(conn: asyncpg.Connection, feeder: str) -> ConfigError | Non
 
 
 async def start_run(conn: asyncpg.Connection, feeder: str) -> int:
-    """Record a new run (marking runs of this feeder that never finished as abandoned); its id."""
-    await conn.execute(
-        "UPDATE fedload.runs SET outcome = $2, finished_at = now(), error = 'the run never finished' "
-        "WHERE feeder = $1 AND outcome = $3",
-        feeder,
-        Outcome.ABANDONED,
-        Outcome.RUNNING,
-    )
+    """Record a new run (marking runs of this feeder that never finished as abandoned, in the same statement); its
+    id."""
     run_id: int = await conn.fetchval(
+        "WITH abandoned AS (UPDATE fedload.runs SET outcome = $4, finished_at = now(), "
+        "error = 'the run never finished' WHERE feeder = $1 AND outcome = $5) "
         "INSERT INTO fedload.runs (feeder, host, pid) VALUES ($1, $2, $3) RETURNING id",
         feeder,
         socket.gethostname(),
         os.getpid(),
+        Outcome.ABANDONED,
+        Outcome.RUNNING,
     )
     return run_id
 

@@ -12,6 +12,7 @@ Method "mvcc": DELETE the partition's rows and INSERT the staging table's (the f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import itertools
 import random
@@ -76,18 +77,31 @@ LIMIT 1
 """
 
 
+# The swap's one look-up per table: the feeder's partition, and whether the partition's stable name ($4) will be
+# free once that partition is dropped (nobody holds it, or that partition itself does).
+_SWAP_LOOKUP = f"""
+SELECT part::text, coalesce(to_regclass($4) IS NULL OR to_regclass($4) = part, false)
+FROM (SELECT ({_FEEDER_PARTITION.replace("c.oid::regclass::text", "c.oid::regclass")})) AS found (part)
+"""  # noqa: S608 - our own query
+
+
 async def feeder_partition(
     conn: asyncpg.Connection, parent: TableName, feeder: str, key: int | str | None
 ) -> str | None:
     """The feeder's current partition of `parent` (SQL name), found by its bound (the feeder's key) or by the
     names fedload gives partitions; None if it has none."""
+    found: str | None = await conn.fetchval(_FEEDER_PARTITION, parent.sql, *_partition_ids(parent, feeder, key))
+    return found
+
+
+def _partition_ids(parent: TableName, feeder: str, key: int | str | None) -> tuple[list[str], list[str]]:
+    """How the feeder's partition of `parent` is recognised: its bounds as PostgreSQL prints them, its names."""
     bounds = [f"FOR VALUES IN ({literal})" for literal in _key_literals(key)]
     names = [
         qualified(PARTS_SCHEMA, partition_name(parent, feeder)),
         qualified(PARTS_SCHEMA, _legacy_partition_name(parent.name, feeder)),
     ]
-    found: str | None = await conn.fetchval(_FEEDER_PARTITION, parent.sql, bounds, names)
-    return found
+    return bounds, names
 
 
 def _key_literals(key: int | str | None) -> set[str]:
@@ -140,6 +154,7 @@ class SwapStats:
     waited_ms: float = 0.0  # from the start until the successful attempt held its locks (or until it gave up)
     cancelled: int = 0  # queries cancelled by the escalation
     lock_failed: bool = False  # gave up for want of locks
+    partitions: dict[TableName, str] = field(default_factory=dict)  # the feeder's partition of each parent (SQL)
 
 
 Connect = Callable[[], Awaitable[asyncpg.Connection]]
@@ -210,11 +225,12 @@ async def _attempt(conn: asyncpg.Connection, plan: _SwapPlan, stats: SwapStats, 
     exclusive = [t.parent.sql_name for t in plan.tables if plan.policy.method_for(t.parent) is SwapMethod.PARTITION]
     async with conn.transaction():
         await conn.execute(f"SET LOCAL lock_timeout = '{max(1, int(lock_timeout_s * 1000))}ms'")
-        if exclusive:
+        if exclusive:  # a statement of its own: pg_stat_activity shows the swap waiting as "LOCK TABLE ..."
             await conn.execute(f"LOCK TABLE {', '.join(exclusive)} IN ACCESS EXCLUSIVE MODE")
         stats.waited_ms = _ms_since(plan.started)
         for table in plan.tables:
-            await _swap_table(conn, table, plan.feeder, plan.key, plan.policy.method_for(table.parent))
+            method = plan.policy.method_for(table.parent)
+            stats.partitions[table.parent.table] = await _swap_table(conn, table, plan.feeder, plan.key, method)
 
 
 async def _escalated(conn: asyncpg.Connection, plan: _SwapPlan, stats: SwapStats, connect: Connect) -> None:
@@ -271,29 +287,36 @@ def _ms_since(started: float) -> float:
 
 async def _swap_table(
     conn: asyncpg.Connection, table: StagedTable, feeder: str, key: int | str, method: SwapMethod
-) -> None:
+) -> str:
+    """Swap one table in; the feeder's partition of its parent afterwards (SQL name)."""
     started = time.monotonic()
     parent = table.parent
-    old = await feeder_partition(conn, parent.table, feeder, key)
-    if old is not None and method is SwapMethod.MVCC:
+    if method is SwapMethod.MVCC and (old := await feeder_partition(conn, parent.table, feeder, key)) is not None:
         await _replace_rows(conn, table, old)
+        partition = old
     else:
-        if old is not None:
-            await conn.execute(f"ALTER TABLE {parent.sql_name} DETACH PARTITION {old}")
-            await conn.execute(f"DROP TABLE {old}")
-        await _attach(conn, table, feeder, key)
+        partition = await _replace_partition(conn, table, feeder, key)
     log.debug("swap.table", table=parent.qualified_name, method=method.value, ms=_ms_since(started))
+    return partition
 
 
-async def _attach(conn: asyncpg.Connection, table: StagedTable, feeder: str, key: int | str) -> None:
-    """ATTACH the staging table as the feeder's partition and give it the partition's stable name."""
+async def _replace_partition(conn: asyncpg.Connection, table: StagedTable, feeder: str, key: int | str) -> str:
+    """DETACH and DROP the feeder's partition (if any), ATTACH the staging table in its place and give it the
+    partition's stable name: one look-up, then the statements in one round trip. The partition (SQL name)."""
     parent = table.parent
-    await conn.execute(
-        f"ALTER TABLE {parent.sql_name} ATTACH PARTITION {table.stage_sql} FOR VALUES IN ({key_literal(key)})"
-    )
-    await conn.execute(f"ALTER TABLE {table.stage_sql} SET SCHEMA {ident(PARTS_SCHEMA)}")
-    name = await _free_partition_name(conn, parent.table, feeder)
-    await conn.execute(f"ALTER TABLE {qualified(PARTS_SCHEMA, table.stage_name)} RENAME TO {ident(name)}")
+    name = partition_name(parent.table, feeder)
+    bounds, names = _partition_ids(parent.table, feeder, key)
+    row = await conn.fetchrow(_SWAP_LOOKUP, parent.table.sql, bounds, names, qualified(PARTS_SCHEMA, name))
+    old, name_free = (row[0], row[1]) if row is not None else (None, False)
+    final = name if name_free else _taken_name_alternative(parent.table, feeder)
+    statements = [f"ALTER TABLE {parent.sql_name} DETACH PARTITION {old}", f"DROP TABLE {old}"] if old else []
+    statements += [
+        f"ALTER TABLE {parent.sql_name} ATTACH PARTITION {table.stage_sql} FOR VALUES IN ({key_literal(key)})",
+        f"ALTER TABLE {table.stage_sql} SET SCHEMA {ident(PARTS_SCHEMA)}",
+        f"ALTER TABLE {qualified(PARTS_SCHEMA, table.stage_name)} RENAME TO {ident(final)}",
+    ]
+    await conn.execute(";\n".join(statements))
+    return qualified(PARTS_SCHEMA, final)
 
 
 async def _replace_rows(conn: asyncpg.Connection, table: StagedTable, partition: str) -> None:
@@ -307,28 +330,50 @@ async def _replace_rows(conn: asyncpg.Connection, table: StagedTable, partition:
     await conn.execute(f"DROP TABLE {table.stage_sql}")
 
 
-async def _free_partition_name(conn: asyncpg.Connection, parent: TableName, feeder: str) -> str:
-    """The partition's stable name, or, if another table has taken it, that name with a hash of the parent."""
-    name = partition_name(parent, feeder)
-    if await conn.fetchval("SELECT to_regclass($1)", qualified(PARTS_SCHEMA, name)) is None:
-        return name
+def _taken_name_alternative(parent: TableName, feeder: str) -> str:
+    """The partition's name when another table has taken its stable name: that name with a hash of the parent."""
     digest = hashlib.sha256(f"{parent.schema}\0{parent.name}".encode()).hexdigest()[:8]
     return _shortened(f"{parent.schema}.{parent.name}_{digest}", feeder)
 
 
 async def analyze_partitions(
-    conn: asyncpg.Connection, parents: Iterable[ParentTable], feeder: str, key: int | str, policy: SwapPolicy
+    conn: asyncpg.Connection,
+    parents: Iterable[ParentTable],
+    feeder: str,
+    key: int | str,
+    policy: SwapPolicy,
+    *,
+    partitions: Mapping[TableName, str] | None = None,
 ) -> None:
     """ANALYZE the feeder's partitions of the parent tables, after their swap committed: readers are not
     blocked by it, and a failure only costs planner statistics until autovacuum runs. A partition swapped by
     DELETE and INSERT (mvcc) is vacuumed in the same pass: its old rows are dead now, and nobody else frees them
-    before autovacuum comes by."""
+    before autovacuum comes by. `partitions`: the ones the swap named (`SwapStats.partitions`), not looked up
+    again; the plain ANALYZEs go in one statement."""
+    known = partitions or {}
+    plain: list[tuple[ParentTable, str]] = []
     for parent in sorted(parents, key=lambda p: p.table):
-        command = "VACUUM (ANALYZE)" if policy.method_for(parent) is SwapMethod.MVCC else "ANALYZE"
         try:
-            table = await feeder_partition(conn, parent.table, feeder, key)
-            if table is not None:
-                await conn.execute(f"{command} {table}")
+            table = known.get(parent.table) or await feeder_partition(conn, parent.table, feeder, key)
+            if table is not None and policy.method_for(parent) is SwapMethod.MVCC:
+                await conn.execute(f"VACUUM (ANALYZE) {table}")
+            elif table is not None:
+                plain.append((parent, table))
+        except asyncpg.PostgresError as exc:
+            log.warning("swap.analyze_failed", feeder=feeder, table=str(parent.table), error=str(exc))
+    await _analyze(conn, plain, feeder)
+
+
+async def _analyze(conn: asyncpg.Connection, tables: list[tuple[ParentTable, str]], feeder: str) -> None:
+    """ANALYZE the tables in one statement; if it fails, one by one, so each failure is told and the rest done."""
+    if not tables:
+        return
+    with contextlib.suppress(asyncpg.PostgresError):
+        await conn.execute(f"ANALYZE {', '.join(table for _, table in tables)}")
+        return
+    for parent, table in tables:
+        try:
+            await conn.execute(f"ANALYZE {table}")
         except asyncpg.PostgresError as exc:
             log.warning("swap.analyze_failed", feeder=feeder, table=str(parent.table), error=str(exc))
 
