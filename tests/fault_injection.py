@@ -111,7 +111,18 @@ def _no_backoff() -> None:
     setattr(daemon, "after_failure", at_interval)  # noqa: B010 - a name the module imported, not exported
 
 
-SABOTAGES: dict[str, Callable[[], None]] = {"no-grace": _no_grace, "no-backoff": _no_backoff}
+def _passwords_logged() -> None:
+    """The dump command lines are logged with the passwords of their connection strings."""
+    from fedload.transport import local  # noqa: PLC0415 - only where sabotaged
+
+    setattr(local, "without_passwords", str)  # noqa: B010 - a name the module imported
+
+
+SABOTAGES: dict[str, Callable[[], None]] = {
+    "no-grace": _no_grace,
+    "no-backoff": _no_backoff,
+    "passwords-logged": _passwords_logged,
+}
 
 
 def _patch(fault: Fault, setattr_: Patch) -> None:

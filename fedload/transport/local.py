@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from fedload._tail import Tail
 from fedload.errors import FeederCommandError, FeederTimeoutError
-from fedload.log import get_logger
+from fedload.log import get_logger, without_passwords
 
 __all__ = ["LocalProcess", "LocalTransport"]
 
@@ -89,5 +89,5 @@ class LocalTransport:
             )
         except OSError as exc:
             raise FeederCommandError(f"cannot start the local dump command {argv[0]}: {exc.strerror or exc}") from exc
-        log.debug("transport.local_started", argv=argv, pid=process.pid)
+        log.debug("transport.local_started", argv=[without_passwords(a) for a in argv], pid=process.pid)
         return LocalProcess(process, self._read_timeout_s)
