@@ -19,6 +19,7 @@ from tests.conftest import Category
 from tests.fault_injection import sabotage_environment
 from tests.federation import (
     AGENT,
+    CONTEXT_COLS,
     HOST_COLS,
     DaemonProcess,
     Federation,
@@ -29,6 +30,7 @@ from tests.federation import (
     sync,
     write_script,
 )
+from tests.mid_copy import feeder_rows, mid_copy_agent, rows_in_flight
 
 # Per feeder, the pause between a failed run's end and the next run's start, for each run that follows a failure.
 _PAUSES_AFTER_FAILURES = """
@@ -129,41 +131,52 @@ class Stopped:
     seconds: float
     outcome: str
     error: str | None
-    data: str
+    data: tuple[str, str]
+    after_resume_s: float | None  # from the agent's resuming its stream to the daemon's exit (None: never resumed)
 
 
 def sigterm_while_paused(
     fed: Federation, start_daemon: Callable[..., DaemonProcess], *, pause_s: float, grace_s: float, **env: str
-) -> tuple[Stopped, str]:
-    """hub1 synced once, changed, then loaded by a daemon whose agent pauses `pause_s` after the stream's first
-    5000 bytes; SIGTERM when it pauses. What the stop did, and hub1's data before."""
+) -> tuple[Stopped, tuple[str, str]]:
+    """hub1 synced once, grown past several stream blocks, then loaded by a daemon whose agent pauses `pause_s`
+    after the first half of its stream; SIGTERM once the superhub's COPY has rows in flight. What the stop did,
+    and hub1's rows before."""
     assert sync(fed.config(), "hub1")[0].outcome == "success"
-    before = fed.digest(fed.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1")
-    fed.cluster.psql("INSERT INTO hosts (hostkey) VALUES ('new')", dbname=fed.feeders["hub1"])
-    paused = fed.tmp / "paused"
+    before = feeder_rows(fed)
+    mid_copy_agent(fed)  # grows hub1; the agent below cuts its stream the same way
+    stream, half = fed.tmp / "s.bin", f"$(( $(stat -c %s {fed.tmp}/s.bin) / 2 ))"
     slow = write_script(
         fed.tmp / "slow.sh",
-        f'{AGENT} "$@" > {fed.tmp}/s.bin\nhead -c 5000 {fed.tmp}/s.bin; touch {paused}; sleep {pause_s}\n'
-        f"tail -c +5001 {fed.tmp}/s.bin\n",
+        f'{AGENT} "$@" > {stream}\nhead -c {half} {stream}; sleep {pause_s}; date +%s.%N > {fed.tmp}/resumed\n'
+        f"tail -c +$(({half} + 1)) {stream}\n",
     )
     text = config_toml(fed, interval_s=3600, agent_command=slow).split("[feeders.hub2]")[0]
     daemon = start_daemon(text.replace("shutdown_grace_s = 1", f"shutdown_grace_s = {grace_s}"), env or None)
-    daemon.wait_for("hub1 paused mid-load", paused.exists)
+    daemon.wait_for("hub1 mid-COPY", lambda: runs_exist(fed) and rows_in_flight(fed) > 0, timeout_s=120)
     started = time.monotonic()
     assert daemon.stop() == 0
-    seconds = time.monotonic() - started
+    seconds, stopped_at = time.monotonic() - started, time.time()
+    resumed = fed.tmp / "resumed"
+    resumed_s = stopped_at - float(resumed.read_text()) if resumed.exists() else None
     last = fed.superhub_sql("SELECT outcome || '|' || coalesce(error, '') FROM fedload.runs ORDER BY id DESC LIMIT 1")
     outcome, _, error = last.partition("|")
-    data = fed.digest(fed.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1")
-    return Stopped(seconds, outcome, error or None, data), before
+    return Stopped(seconds, outcome, error or None, feeder_rows(fed), resumed_s), before
+
+
+def feeder_digests(fed: Federation, feeder: str) -> tuple[str, str]:
+    """A feeder's own rows of every table, as `feeder_rows` reads them on the superhub."""
+    db = fed.feeders[feeder]
+    return fed.digest(db, "hosts", HOST_COLS), fed.digest(db, "contexts", CONTEXT_COLS)
 
 
 def assert_finished_within_grace(stopped: Stopped, fed: Federation, *, pause_s: float, grace_s: float) -> None:
-    """The run that could finish within the grace period did: success, the new data in, the stop as long as the
-    rest of the pause and less than the grace period."""
+    """The run that could finish within the grace period did: success, the new data in, the daemon gone after the
+    agent resumed its stream and within the grace period."""
     assert (stopped.outcome, stopped.error) == ("success", None)
-    assert stopped.data == fed.digest(fed.feeders["hub1"], "hosts", HOST_COLS)
-    assert pause_s - 1.0 <= stopped.seconds < grace_s, stopped
+    assert stopped.data == feeder_digests(fed, "hub1")
+    assert stopped.seconds < grace_s, stopped
+    assert stopped.after_resume_s is not None, stopped  # the daemon waited for the rest of the stream
+    assert 0 <= stopped.after_resume_s < grace_s, stopped
 
 
 def test_sigterm_lets_a_run_that_can_finish_within_the_grace_period_finish(
