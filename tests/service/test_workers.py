@@ -21,6 +21,7 @@ import structlog
 from fedload.config import Config, SshConfig, parse_config
 from fedload.errors import ConfigError
 from fedload.results import FeederRun
+from fedload.service import workers
 from fedload.service._pipe import frame
 from fedload.service.sync import prepare_superhub, sync_feeders
 from fedload.service.worker import PROCESS_NAME
@@ -530,6 +531,7 @@ _CTRL_C_WHILE_A_WORKER_STARTS = """
 import asyncio, os, signal
 signal.signal(signal.SIGINT, lambda *_: None)
 from fedload.service._pipe import frame
+from fedload.service import workers
 from fedload.service.workers import WorkerPool, _Worker
 
 async def main() -> None:
@@ -558,3 +560,81 @@ def test_ctrl_c_while_a_started_worker_imports_prints_no_traceback() -> None:
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
     assert "KeyboardInterrupt" not in done.stderr
+
+
+def process_gone(pid: int) -> bool:
+    """Whether process `pid` has ended (a zombie counts as ended)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "State:\tZ" in status
+
+
+def cancel_a_stopped_worker(fed: Federation, monkeypatch: pytest.MonkeyPatch) -> tuple[float, bool, list[Any]]:
+    """CANCEL_WAIT_S = 2; hub1 mid-COPY in a worker, which is then SIGSTOPped (it cannot answer), and the run
+    cancelled: the seconds until the cancel returned, whether the worker had ended then, the log events."""
+    monkeypatch.setattr(workers, "CANCEL_WAIT_S", 2.0)
+    slow = with_workers(fed, 1)
+    slow.feeders["hub1"] = slow.feeders["hub1"].model_copy(update={"agent_command": [mid_copy_agent(fed)]})
+
+    async def scenario() -> tuple[float, bool]:
+        pool, history, pid = WorkerPool(1), Bookkeeping(), 0
+        try:
+            task = asyncio.create_task(pool.run("hub1", slow, history=history))
+            await rows_in_flight_soon(fed)
+            (pid,) = worker_pids()
+            os.kill(pid, signal.SIGSTOP)
+            started = time.monotonic()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(task, WAIT_S)
+            return time.monotonic() - started, process_gone(pid)
+        finally:
+            if pid and not process_gone(pid):
+                os.kill(pid, signal.SIGKILL)  # left by a sabotaged kill: the pool must not wait for it
+            await pool.close()
+            await history.close()
+
+    with structlog.testing.capture_logs() as logs:
+        seconds, gone = asyncio.run(scenario())
+    return seconds, gone, logs
+
+
+def assert_killed_after_the_wait(seconds: float, gone: bool, logs: list[Any]) -> None:
+    """The unanswered cancel ended with the worker killed once CANCEL_WAIT_S (2 s) had passed, not before."""
+    assert gone, "the worker was still there when the cancel returned"
+    assert [e["waited_s"] for e in logs if e["event"] == "worker.killed"] == [2.0]
+    assert 2.0 <= seconds < 2.0 + 10.0, seconds
+
+
+def test_a_worker_that_does_not_answer_a_cancel_is_killed_after_the_wait(
+    federation: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that cannot answer a cancel (stopped) is killed CANCEL_WAIT_S after it (made 2 s here; 30 s in
+    fedload): measured; its run's transaction ends with its session: old data kept, no staging left."""
+    assert sync(federation.config(), "hub1")[0].outcome == "success"
+    before = feeder_rows(federation)
+    seconds, gone, logs = cancel_a_stopped_worker(federation, monkeypatch)
+    assert_killed_after_the_wait(seconds, gone, logs)
+    assert feeder_rows(federation) == before
+    deadline = time.monotonic() + WAIT_S
+    while staging_leftovers(federation) != "0":  # the killed worker's session ends when the server notices
+        assert time.monotonic() < deadline, "staging left by the killed worker"
+        time.sleep(0.1)
+
+
+def test_negative_control_a_worker_left_alive_after_the_wait_is_seen(
+    federation: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Negative control of the kill after an unanswered cancel: with the kill sabotaged (a no-op), the check of
+    the worker's end fails."""
+
+    async def spared(self: Any) -> None:
+        return None
+
+    monkeypatch.setattr(_Worker, "kill", spared)
+    assert sync(federation.config(), "hub1")[0].outcome == "success"
+    seconds, gone, logs = cancel_a_stopped_worker(federation, monkeypatch)
+    with pytest.raises(AssertionError):
+        assert_killed_after_the_wait(seconds, gone, logs)
