@@ -174,11 +174,18 @@ def _run_guards(copy: Path, sabotage: Sabotage) -> tuple[str, str, float]:
         except subprocess.TimeoutExpired:
             return "caught (timed out)", " ".join(group), time.monotonic() - started
         if result.returncode == 1:
-            failed = [line for line in result.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
-            return "caught", (failed or ["?"])[0][:160], time.monotonic() - started
+            return "caught", _evidence(result.stdout), time.monotonic() - started
         if result.returncode != 0:
             return f"error (pytest exit {result.returncode})", result.stdout[-300:], time.monotonic() - started
     return "MISSED", "every guarding test passed", time.monotonic() - started
+
+
+def _evidence(output: str) -> str:
+    """The failed test and the first line of what failed in it."""
+    lines = output.splitlines()
+    failed = next((line.split(" - ")[0] for line in lines if line.startswith(("FAILED", "ERROR"))), "?")
+    error = next((line[1:].strip() for line in lines if line.startswith("E ")), "")
+    return f"{failed.split('::')[-1]}: {error}"[:200]
 
 
 def _pytest_groups(tests: tuple[str, ...]) -> list[list[str]]:

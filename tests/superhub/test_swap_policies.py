@@ -18,7 +18,8 @@ from structlog.testing import capture_logs
 
 from fedload.commands.status import read_status
 from fedload.config import Config, SuperhubConfig
-from fedload.superhub import blockers, swap
+from fedload.names import TableName
+from fedload.superhub import blockers, pipeline, swap
 from fedload.superhub.pipeline import FeederRun
 from tests.federation import Federation, new_database, staging_leftovers, sync
 
@@ -432,6 +433,37 @@ def test_negative_control_a_non_atomic_mvcc_swap_is_seen(
     with pytest.raises(AssertionError):
         assert_only_whole_totals(sessions.seen, totals, totals.old, totals.new)
     assert "1:0:0" in sessions.seen
+
+
+def test_negative_control_a_partition_swap_detached_apart_is_seen(
+    federation: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Negative control of the partition swap's atomicity: with hub1's old hosts partition detached and dropped in
+    a transaction of its own (committed, 1 s before the swap attaches the new one), the counting reader's check
+    fails: it saw hub1 without hosts."""
+    original = swap.swap_in
+    dsn = federation.cluster.dsn(federation.superhub)
+
+    async def detached_apart(conn: asyncpg.Connection, *args: Any, **kwargs: Any) -> Any:
+        other = await asyncpg.connect(dsn)
+        try:
+            old = await swap.feeder_partition(other, TableName("public", "hosts"), "hub1", 1)
+            await other.execute(f"ALTER TABLE hosts DETACH PARTITION {old}; DROP TABLE {old}")
+        finally:
+            await other.close()
+        await asyncio.sleep(1.0)
+        return await original(conn, *args, **kwargs)
+
+    config = swap_config(federation)
+    totals = first_sync_then_change(federation, config)
+    monkeypatch.setattr(pipeline, "swap_in", detached_apart)
+    with Sessions(federation).running(reports=0) as sessions:
+        run, _ = timed_sync(config)
+        time.sleep(0.3)
+    assert run.outcome == "success", run.error
+    with pytest.raises(AssertionError):
+        assert_only_whole_totals(sessions.seen, totals, totals.old, totals.new)
+    assert any(line.startswith("1:0:") for line in sessions.seen), sorted(sessions.seen)
 
 
 def test_partition_swap_retries_until_a_held_lock_is_released(federation: Federation) -> None:
