@@ -52,7 +52,7 @@ def assert_backoff_grows(pauses: list[float], interval_s: float) -> None:
     assert len(pauses) >= 3, pauses
     for n, pause in enumerate(pauses, start=1):
         planned = interval_s * 2 ** (n - 1)
-        assert 0.9 * planned - 0.05 <= pause <= 1.1 * planned + 1.0, (n, planned, pauses)
+        assert 0.9 * planned - 0.05 <= pause <= 1.1 * planned + 2.0, (n, planned, pauses)  # + a run's start-up
 
 
 def test_daemon_syncs_repeatedly_backs_off_and_recovers(

@@ -75,6 +75,12 @@ class Sessions:
                 self.seen.update(out.split())
             time.sleep(0.02)
 
+    def wait_to_see(self, line: str, timeout_s: float = 10.0) -> None:
+        """Wait until the counting reader has seen `line` (bounded: the check after it says if it never did)."""
+        deadline = time.monotonic() + timeout_s
+        while line not in self.seen and time.monotonic() < deadline:
+            time.sleep(0.02)
+
     def _start(self, target: Any) -> None:
         thread = threading.Thread(target=target, daemon=True)
         thread.start()
@@ -246,7 +252,7 @@ def test_partition_swap_cancels_blocking_reports(federation: Federation) -> None
     totals = first_sync_then_change(federation, config)
     with held(federation) as session, capture_logs() as events, Sessions(federation).running() as sessions:
         run, seconds = timed_sync(config)
-        time.sleep(0.3)  # the counter sees the new total
+        sessions.wait_to_see(totals.new)
     assert run.outcome == "success", run.error
     assert seconds < BOUND_S
     cancelled = [e for e in events if e["event"] == "swap.blocker_cancelled"]
@@ -386,7 +392,7 @@ def mvcc_swap_under_reports(fed: Federation, methods: dict[str, Any]) -> tuple[F
     partition = fed.superhub_sql(HUB1_PARTITION)
     with Sessions(fed).running() as sessions:
         run, seconds = timed_sync(config)
-        time.sleep(0.3)
+        sessions.wait_to_see(totals.new)
     assert seconds < BOUND_S
     return run, totals, sessions, partition
 
@@ -459,7 +465,7 @@ def test_negative_control_a_partition_swap_detached_apart_is_seen(
     monkeypatch.setattr(pipeline, "swap_in", detached_apart)
     with Sessions(federation).running(reports=0) as sessions:
         run, _ = timed_sync(config)
-        time.sleep(0.3)
+        sessions.wait_to_see(totals.new)
     assert run.outcome == "success", run.error
     with pytest.raises(AssertionError):
         assert_only_whole_totals(sessions.seen, totals, totals.old, totals.new)
