@@ -19,10 +19,18 @@ _COPY_IN_FLIGHT = (
 )
 
 
+HALF_STREAM_BYTES = 1_200_000  # of a grown feeder's compressed stream: past its first block, short of its end
+
+
+def grow(fed: Federation, feeder: str = "hub1") -> None:
+    """Give `feeder` 60,000 more contexts rows: its stream spans several 1 MiB blocks (~2.5 MB compressed)."""
+    fed.cluster.psql(_GROWTH, dbname=fed.feeders[feeder])
+
+
 def mid_copy_agent(fed: Federation, feeder: str = "hub1") -> str:
     """Grow `feeder` past several stream blocks; an agent command that sends the first half of its stream, then
     hangs (60 s): its run stays mid-COPY with rows in flight."""
-    fed.cluster.psql(_GROWTH, dbname=fed.feeders[feeder])
+    grow(fed, feeder)
     stream = fed.tmp / f"{feeder}.bin"
     return write_script(
         fed.tmp / f"mid_copy_{feeder}.sh",

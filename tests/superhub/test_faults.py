@@ -39,6 +39,7 @@ from tests.federation import (
     sync,
     write_script,
 )
+from tests.mid_copy import HALF_STREAM_BYTES, grow, wait_rows_in_flight
 from tests.sshd import SshServer
 
 GROWTH = (
@@ -140,11 +141,18 @@ def test_network_cut_mid_stream(sshd: SshServer, federation: Federation, categor
     assert sync(config, "hub1")[0].outcome == "success"
     before = hub1_digest(federation)
     changed_on_feeder(federation)
-    gate = Gate.around(federation.tmp, after_bytes=2000)
+    grow(federation)
+    gate = Gate.around(federation.tmp, after_bytes=HALF_STREAM_BYTES)
 
-    started = time.monotonic()
-    run = gate.sync_with_fault(config, sshd.kill if cut == "killed" else sshd.freeze, timeout_s=30)
-    assert time.monotonic() - started < 20
+    cut_at: list[float] = []
+
+    def cut_mid_copy() -> None:
+        wait_rows_in_flight(federation)  # the load's COPY has rows in flight
+        (sshd.kill if cut == "killed" else sshd.freeze)()
+        cut_at.append(time.monotonic())
+
+    run = gate.sync_with_fault(config, cut_mid_copy, timeout_s=60)
+    assert time.monotonic() - cut_at[0] < 20  # read_timeout_s = 4, keepalives every second
     assert_old_data_kept(federation, before, run, "connection", "sent nothing")
     assert federation.superhub_sql("SELECT outcome FROM fedload.runs ORDER BY id DESC LIMIT 1") == "failed"
 
@@ -204,10 +212,11 @@ def test_superhub_crash_mid_load(federation: Federation, own_superhub: LocalClus
     superhub = Federation(own_superhub, "superhub", {}, federation.tmp)  # digests of the superhub's side
     before = hub1_digest(superhub)
     changed_on_feeder(federation)
-    gate = Gate.around(federation.tmp, after_bytes=2000)
+    grow(federation)
+    gate = Gate.around(federation.tmp, after_bytes=HALF_STREAM_BYTES)
 
     def crash_and_recover() -> None:
-        time.sleep(0.5)  # the load's transaction is open and has rows
+        wait_rows_in_flight(superhub)  # the load's COPY has rows in flight
         own_superhub.halt(mode="immediate")
         own_superhub.resume()
 
