@@ -11,19 +11,19 @@ from tests.federation import AGENT, CONTEXT_COLS, HOST_COLS, Federation, write_s
 
 _GROWTH = (
     "INSERT INTO contexts (hostkey, contextname) SELECT 'SHA=' || g, md5(g::text) || md5(random()::text) "
-    "FROM generate_series(1, 60000) g"
-)  # ~4.5 MB of dump text: four or five stream blocks
+    "FROM generate_series(1, 30000) g"
+)  # ~2.3 MB of dump text: three stream blocks, ~1.1 MB compressed
 _COPY_IN_FLIGHT = (
     "SELECT coalesce(max(tuples_processed), 0) FROM pg_stat_progress_copy p JOIN pg_stat_activity a USING (pid) "
     "WHERE a.application_name = 'fedload {feeder}'"
 )
 
 
-HALF_STREAM_BYTES = 1_200_000  # of a grown feeder's compressed stream: past its first block, short of its end
+HALF_STREAM_BYTES = 800_000  # of a grown feeder's compressed stream: past its first block, short of its end
 
 
 def grow(fed: Federation, feeder: str = "hub1") -> None:
-    """Give `feeder` 60,000 more contexts rows: its stream spans several 1 MiB blocks (~2.5 MB compressed)."""
+    """Give `feeder` 30,000 more contexts rows: its stream spans three 1 MiB blocks (~1.1 MB compressed)."""
     fed.cluster.psql(_GROWTH, dbname=fed.feeders[feeder])
 
 
