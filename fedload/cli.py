@@ -14,13 +14,13 @@ import transforms.cli
 from fedload import __version__
 from fedload.commands.helptext import COMMANDS, PROGRAM, PROGRAM_EPILOG
 from fedload.errors import ConfigError, FedloadError, UsageError, one_line
-from fedload.feeder.agent_options import AgentOptions
 from fedload.feeder.agent_options import add_arguments as add_agent_arguments
+from fedload.feeder.ssh_command import add_arguments as add_ssh_command_arguments
 from fedload.log import LOG_FORMATS, configure_logging, pick_level
 from transforms.cli import positive_int
 
 if TYPE_CHECKING:
-    from fedload.config import Config
+    from fedload.config import Config, ConfigLocation
     from fedload.names import TablePattern
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "main"]
@@ -38,9 +38,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _config(args: argparse.Namespace) -> Config:
-    from fedload.config import find_config_path, load_config  # noqa: PLC0415 - pydantic only where a config is read
+    return _located_config(args)[1]
 
-    return load_config(find_config_path(args.config))
+
+def _located_config(args: argparse.Namespace) -> tuple[ConfigLocation, Config]:
+    """The configuration file chosen (and the rule that chose it), and its content."""
+    from fedload.config import load_config, locate_config  # noqa: PLC0415 - pydantic only where a config is read
+
+    location = locate_config(args.config)
+    return location, load_config(location.path)
 
 
 def _logging(args: argparse.Namespace, configured: str) -> None:
@@ -52,17 +58,23 @@ def _run_transform(args: argparse.Namespace) -> int:
 
 
 def _run_agent_dump(args: argparse.Namespace) -> int:
-    from fedload.feeder.agent import run_agent  # noqa: PLC0415 - keep other commands' start-up light
+    from fedload.feeder.main import run_dump  # noqa: PLC0415 - keep other commands' start-up light
 
-    _logging(args, "warning" if args.quiet else "info")
-    options = AgentOptions.from_args(args)
-    if sys.stdout.isatty():
-        raise UsageError("fedload agent dump writes a binary stream; redirect its output or run it over SSH")
-    try:
-        return run_agent(options, sys.stdout.buffer)
-    except BrokenPipeError:
-        print("fedload: error: the receiver closed the stream before the dump was complete", file=sys.stderr)
-        return EXIT_FAILED
+    return run_dump(args)  # the zipapp's `dump` too
+
+
+def _run_agent_ssh_command(args: argparse.Namespace) -> int:
+    from fedload.feeder.main import run_ssh_command  # noqa: PLC0415
+
+    return run_ssh_command(args)  # the zipapp's `ssh-command` too
+
+
+def _run_agent_pack(args: argparse.Namespace) -> int:
+    from fedload.commands.pack import pack  # noqa: PLC0415
+
+    size = pack(args.output)
+    print(f"{args.output}: {size} bytes; run it on a feeder with: python3 -I {args.output.name} dump ...")
+    return EXIT_OK
 
 
 def _add_agent_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
@@ -71,6 +83,15 @@ def _add_agent_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
     dump = _command(agent_commands, "agent dump", _WITHOUT_CONFIG)
     add_agent_arguments(dump)
     dump.set_defaults(run=_run_agent_dump)
+    forced = _command(agent_commands, "agent ssh-command", _WITHOUT_CONFIG)
+    forced.fromfile_prefix_chars = "@"  # @FILE: the allowlist's arguments from FILE, one per line
+    add_ssh_command_arguments(forced)
+    forced.set_defaults(run=_run_agent_ssh_command)
+    pack = _command(agent_commands, "agent pack", _WITHOUT_CONFIG)
+    pack.add_argument(
+        "-o", "--output", type=Path, default=Path("fedload-agent.pyz"), help="where (default: fedload-agent.pyz)"
+    )
+    pack.set_defaults(run=_run_agent_pack)
 
 
 def _run_sync(args: argparse.Namespace) -> int:
@@ -94,9 +115,9 @@ def _run_daemon(args: argparse.Namespace) -> int:
 def _run_status(args: argparse.Namespace) -> int:
     from fedload.commands.status import run_status  # noqa: PLC0415
 
-    config = _config(args)
+    location, config = _located_config(args)
     _logging(args, "warning")
-    return run_status(config, as_json=args.json)
+    return run_status(config, as_json=args.json, location=location)
 
 
 def _table_pattern(text: str) -> TablePattern:
@@ -181,16 +202,14 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 def _run_check_config(args: argparse.Namespace) -> int:
     from fedload.commands.checks import file_problems  # noqa: PLC0415
-    from fedload.config import find_config_path, load_config  # noqa: PLC0415
     from fedload.english import counted  # noqa: PLC0415
 
-    path = find_config_path(args.config)
-    config = load_config(path)
-    if problems := file_problems(config, path):
+    location, config = _located_config(args)
+    if problems := file_problems(config, location.path):
         raise ConfigError(problems)
     tables = counted(len(config.superhub.tables), "table pattern")
     shards = f", {counted(len(config.shards), 'shard')}" if config.shards else ""
-    print(f"{path}: OK ({counted(len(config.feeders), 'feeder')}, {tables}{shards})", flush=True)
+    print(f"configuration {location}: OK ({counted(len(config.feeders), 'feeder')}, {tables}{shards})", flush=True)
     if not args.connect:
         return EXIT_OK
     from fedload.commands.probe import run_probes  # noqa: PLC0415 - the network only with --connect

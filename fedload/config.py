@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import tomllib
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
@@ -21,11 +23,13 @@ __all__ = [
     "BadRows",
     "Compression",
     "Config",
+    "ConfigLocation",
     "CoordinatorConfig",
     "DaemonConfig",
     "DumpMode",
     "ExtraColumns",
     "FeederConfig",
+    "JumpHost",
     "ShardConfig",
     "SshConfig",
     "SuperhubConfig",
@@ -34,7 +38,9 @@ __all__ = [
     "TransformConfig",
     "find_config_path",
     "load_config",
+    "locate_config",
     "parse_config",
+    "split_jump",
     "split_listen_address",
 ]
 
@@ -132,8 +138,35 @@ class SuperhubConfig(_Model):
         return self.max_parallel_feeders if self.worker_processes is None else self.worker_processes
 
 
+class JumpHost(NamedTuple):
+    """A bastion the feeder is reached through: `[user@]host[:port]`."""
+
+    user: str | None
+    host: str
+    port: int
+
+
+_JUMP = re.compile(r"(?:(?P<user>[^@\s:]+)@)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::(?P<port>[0-9]{1,5}))?")
+
+
+def split_jump(text: str) -> JumpHost:
+    """The user (None: the feeder's), host and port (default 22) of "[user@]host[:port]" (an IPv6 host in
+    brackets); ValueError if `text` is not that."""
+    match = _JUMP.fullmatch(text)
+    port = int(match["port"] or 22) if match else 0
+    if match is None or not 1 <= port <= 65535:
+        raise ValueError(f"{text!r} is not [USER@]HOST[:PORT] (say fedload@bastion.example.com:22)")
+    return JumpHost(match["user"], match["host"].strip("[]"), port)
+
+
+def _jump_address(text: str) -> str:
+    split_jump(text)
+    return text
+
+
 class SshConfig(_Model):
-    """How the superhub reaches a feeder over SSH."""
+    """How the superhub reaches a feeder over SSH (through `jump`, a bastion, with the same identity, known_hosts
+    and timeouts, if set)."""
 
     host: str = Field(min_length=1)
     port: int = Field(22, ge=1, le=65535)
@@ -143,6 +176,15 @@ class SshConfig(_Model):
     connect_timeout_s: Seconds = 15.0
     read_timeout_s: Seconds = 300.0
     keepalive_s: Seconds = 15.0
+    jump: Annotated[str, AfterValidator(_jump_address)] | None = None
+
+    @property
+    def jump_host(self) -> JumpHost | None:
+        """The bastion of `jump`, its user defaulting to `user`; None without one."""
+        if self.jump is None:
+            return None
+        jump = split_jump(self.jump)
+        return jump._replace(user=jump.user or self.user)
 
 
 class FeederConfig(_Model):
@@ -315,17 +357,71 @@ def _key_value(key: int | str) -> str:
     return str(int(text)) if text.lstrip("-").isdigit() else text
 
 
-def find_config_path(explicit: Path | None, environ: Mapping[str, str] = os.environ) -> Path:
-    """--config, else $FEDLOAD_CONFIG, else ./fedload.toml, else /etc/fedload/fedload.toml."""
+@dataclass(frozen=True, slots=True)
+class ConfigLocation:
+    """The configuration file to read and the rule that chose it ("from $FEDLOAD_CONFIG" ...)."""
+
+    path: Path
+    chosen_by: str
+
+    @property
+    def whole_path(self) -> Path:
+        """The path from the root (as given if the current directory is gone)."""
+        return _whole(self.path)
+
+    def __str__(self) -> str:
+        """ "/etc/fedload/fedload.toml (from $FEDLOAD_CONFIG)": the whole path, for people to see which file."""
+        return f"{self.whole_path} ({self.chosen_by})"
+
+
+def _whole(path: Path) -> Path:
+    """`path` from the root where the current directory is known, else as given."""
+    try:
+        return path.absolute()
+    except OSError:  # the current directory was removed
+        return path
+
+
+def locate_config(explicit: Path | None, environ: Mapping[str, str] = os.environ) -> ConfigLocation:
+    """--config, else $FEDLOAD_CONFIG, else ./fedload.toml, else /etc/fedload/fedload.toml; ConfigError if none
+    is there, or a directory to look in cannot be searched by this user."""
     if explicit is not None:
-        return explicit
+        return ConfigLocation(explicit, "given by --config")
     if environ.get(CONFIG_ENV):
-        return Path(environ[CONFIG_ENV])
-    for candidate in DEFAULT_CONFIG_PATHS:
-        if candidate.is_file():
-            return candidate
+        return ConfigLocation(Path(environ[CONFIG_ENV]), f"from ${CONFIG_ENV}")
+    here, default = DEFAULT_CONFIG_PATHS
+    if _exists(here):
+        return ConfigLocation(here, "./fedload.toml in the current directory")
+    if _exists(default):
+        return ConfigLocation(default, "the default, as there is no ./fedload.toml")
     searched = ", ".join(str(p) for p in DEFAULT_CONFIG_PATHS)
     raise ConfigError(f"no configuration file: give --config PATH, set ${CONFIG_ENV}, or create one of {searched}")
+
+
+def _exists(candidate: Path) -> bool:
+    """Whether `candidate` is a file; ConfigError, one line, if its directory cannot be searched by this user."""
+    try:
+        return candidate.is_file()
+    except OSError as exc:
+        relative = not candidate.is_absolute()
+        shown, where = f"{'./' if relative else ''}{candidate}", _whole(candidate).parent
+        elsewhere = ", or run fedload from a directory this user can read (cd /)" if relative else ""
+        raise ConfigError(
+            f"cannot look for {shown} in {where}: {exc.strerror or exc} for user {_user()}; "
+            f"give --config PATH or set ${CONFIG_ENV}{elsewhere}"
+        ) from None
+
+
+def _user() -> str:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:  # a uid without a name
+        return str(os.geteuid())
+
+
+def find_config_path(explicit: Path | None, environ: Mapping[str, str] = os.environ) -> Path:
+    """The path `locate_config` chooses."""
+    return locate_config(explicit, environ).path
 
 
 def load_config(path: Path) -> Config:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from transforms.errors import printable
+from fedload.feeder.errors import one_line
 
 __all__ = [
     "ConfigError",
@@ -126,10 +126,3 @@ def internal_error(exc: BaseException) -> str:
     """How an exception fedload did not expect (a bug, a library failing in an unforeseen way) reads in a run's
     error: "internal error: <class>: <message>", on one line."""
     return one_line(f"internal error: {type(exc).__name__}: {exc}".removesuffix(": "), limit=None)
-
-
-def one_line(text: str, limit: int | None = 500) -> str:
-    """`text` (a command's stderr, say) as one line for an error message: whitespace collapsed, its last `limit`
-    characters kept, since a tail says what went wrong; control characters escaped, never sent to a terminal."""
-    flat = printable(" ".join(text.split()))
-    return flat if limit is None or len(flat) <= limit else "..." + flat[-limit:]

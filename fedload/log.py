@@ -2,6 +2,10 @@
 
 - Format: JSON lines under systemd (`JOURNAL_STREAM` is set) or with `--log-format json`; rendered lines for people
   everywhere else (a terminal, a file, a pipe), unless `--log-format json`.
+- Priority: where stderr is the journal's stream itself (`JOURNAL_STREAM` names its device and inode), each line
+  starts with its syslog priority, sd-daemon's `<N>` (`<3>` error, `<4>` warning, `<6>` info, `<7>` debug), which
+  journald strips and keeps as the entry's priority: `journalctl -p err` finds the errors. A child whose stderr is
+  a pipe (an agent the daemon runs locally) inherits the variable but not the stream, and writes no prefix.
 - Level: on a terminal, warnings and errors (`-v` adds info, `-vv` debug); elsewhere (a file, the journal, the
   superhub reading an agent) the configured level, `info` unless `log_level` says otherwise.
 
@@ -64,6 +68,30 @@ def _use_json(log_format: str) -> bool:
     return log_format == "json" or (log_format == "auto" and "JOURNAL_STREAM" in os.environ)
 
 
+# syslog priorities (sd-daemon.h's SD_ERR ...) by structlog's level names
+_PRIORITIES = {"debug": 7, "info": 6, "warning": 4, "error": 3, "critical": 2}
+
+
+def _stderr_is_journal() -> bool:
+    """Whether stderr is the stream systemd connected to the journal: JOURNAL_STREAM is "DEVICE:INODE" of it."""
+    device, _, inode = os.environ.get("JOURNAL_STREAM", "").partition(":")
+    try:
+        stat = os.fstat(sys.stderr.fileno())
+        return (stat.st_dev, stat.st_ino) == (int(device), int(inode))
+    except (AttributeError, ValueError, OSError):  # no variable, no stderr file, or not numbers
+        return False
+
+
+def _with_priority(render: Any) -> Any:
+    """`render`, each line prefixed with its event's syslog priority (`<3>` for an error ...)."""
+
+    def rendered(logger: Any, method_name: str, event_dict: Any) -> str:
+        priority = _PRIORITIES.get(event_dict.get("level", ""), _PRIORITIES["info"])
+        return f"<{priority}>{render(logger, method_name, event_dict)}"
+
+    return rendered
+
+
 class _StderrLogger:
     """Writes each rendered event to the `sys.stderr` of the moment, so rich's live display can place it above."""
 
@@ -119,6 +147,8 @@ def _apply() -> None:
         if _use_json(log_format)
         else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     )
+    if _stderr_is_journal():
+        renderer = _with_priority(renderer)
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

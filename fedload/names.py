@@ -17,11 +17,10 @@ from typing import Any
 from pydantic import GetCoreSchemaHandler
 from pydantic_core import core_schema
 
+from fedload.feeder.table_patterns import translate
 from transforms.lexical import DEFAULT_SCHEMA, split_identifiers, unquote_identifier
 
 __all__ = ["DEFAULT_SCHEMA", "TableName", "TablePattern", "quote_ident"]
-
-_PLAIN = re.compile(r"[a-z0-9_$]")
 
 
 def quote_ident(name: str) -> str:
@@ -62,7 +61,7 @@ class TablePattern:
     __slots__ = ("_name", "_schema", "text")
 
     def __init__(self, text: str) -> None:
-        parts = _translate(text)
+        parts = translate(text)
         if len(parts) != 2:
             raise ValueError(f"{text!r} is not schema.table (write the schema, e.g. {DEFAULT_SCHEMA}.{text})")
         if not all(parts):
@@ -94,62 +93,3 @@ class TablePattern:
             core_schema.str_schema(),
             serialization=core_schema.plain_serializer_function_ser_schema(str),
         )
-
-
-def _translate(text: str) -> list[str]:
-    """The pattern's dot-separated parts as regular expressions; ValueError for what cannot match as written."""
-    parts, current, quoted, i = [], [], False, 0
-    while i < len(text):
-        char = text[i]
-        if char == '"':
-            if quoted and text[i + 1 : i + 2] == '"':
-                current.append('"')
-                i += 1
-            else:
-                quoted = not quoted
-        elif quoted:
-            current.append(re.escape(char))
-        elif char == ".":
-            parts.append("".join(current))
-            current = []
-        elif char in "*?":
-            current.append(".*" if char == "*" else ".")
-        elif char == "[":
-            end = text.find("]", i + 1)
-            if end < 0:
-                raise ValueError(f"{text!r} has a '[' without its ']'")
-            current.append("[" + _class_body(text, text[i + 1 : end]) + "]")
-            i = end
-        else:
-            current.append(_plain(text, char))
-        i += 1
-    if quoted:
-        raise ValueError(f"{text!r} has an unclosed double quote")
-    parts.append("".join(current))
-    return parts
-
-
-def _class_body(text: str, body: str) -> str:
-    if not body or not all(_PLAIN.fullmatch(c) or c in "-^" for c in body):
-        raise ValueError(f"{text!r}: a [...] class may hold only lower-case letters, digits, _, $, - and ^")
-    return body.replace("$", "\\$")
-
-
-def _plain(text: str, char: str) -> str:
-    if char.isupper():
-        lower = text.lower()
-        raise ValueError(
-            f"{text!r} has upper-case letters outside double quotes, which PostgreSQL folds to lower case: "
-            f"write {lower!r} for the lower-case table, or quote the name to keep its case "
-            f"(e.g. {_quoted_suggestion(text)!r})"
-        )
-    if not _PLAIN.fullmatch(char):
-        raise ValueError(
-            f"{text!r}: {char!r} may appear only inside double quotes (unquoted: letters, digits, _, $, * ? [...])"
-        )
-    return re.escape(char)
-
-
-def _quoted_suggestion(text: str) -> str:
-    schema, _, table = text.partition(".")
-    return f'{schema}."{table}"' if table else f'"{text}"'

@@ -4,6 +4,8 @@
 `DumpSplitter` splits a dump into statements and COPY blocks for other consumers (the superhub importer).
 """
 
+from __future__ import annotations
+
 from transforms.batch import DEFAULT_MAX_STATEMENT_BYTES, DEFAULT_ROWS_PER_STATEMENT, InsertBatcher
 from transforms.errors import DumpSyntaxError, RemapError, TransformError
 from transforms.inserts import Insert, format_insert, parse_insert, qualified_name, split_tuple

@@ -9,10 +9,13 @@ from dataclasses import dataclass
 
 from transforms.lexical import (
     DEFAULT_SCHEMA,
-    INSERT_STATEMENT,
-    TUPLE,
-    VALUE,
+    FAST_TUPLE,
+    INSERT_HEAD,
+    INSERT_TAIL,
+    find_tuples,
+    find_values,
     split_identifiers,
+    tuples_span,
     unquote_identifier,
 )
 
@@ -35,7 +38,7 @@ class Insert:
     @functools.cached_property
     def tuples(self) -> list[bytes]:
         """Each tuple's text, parentheses included."""
-        return TUPLE.findall(self.values)
+        return find_tuples(self.values)
 
     def with_tuples(self, tuples: list[bytes], columns: tuple[bytes, ...] | None) -> Insert:
         """This INSERT with other tuples and columns."""
@@ -51,20 +54,50 @@ class Insert:
 
 def parse_insert(statement: bytes) -> Insert | None:
     """The parts of an `INSERT INTO t [(cols)] VALUES (...), ...;` statement; None for any other statement."""
-    match = INSERT_STATEMENT.fullmatch(statement)
-    return None if match is None else _from_match(match)
+    parts = _InsertParts.match(statement, 0, len(statement))
+    return None if parts is None else parts.insert()
 
 
-def _from_match(match: re.Match[bytes]) -> Insert:
-    columns = match["columns"]
-    overriding = match["overriding"]
-    return Insert(
-        table=match["table"],
-        columns=tuple(split_identifiers(columns)) if columns is not None else None,
-        overriding=b" ".join(overriding.upper().split()) + b" " if overriding else b"",
-        values=match["tuples"],
-        on_conflict_do_nothing=match["tail"] is not None,
-    )
+@dataclass(frozen=True)
+class _InsertParts:
+    """Where the parts of an INSERT statement are: its head up to VALUES, its tuples, its tail."""
+
+    buf: bytes
+    head: re.Match[bytes]
+    first_tuple_end: int
+    tuples_end: int
+    tail: re.Match[bytes]
+
+    @classmethod
+    def match(cls, buf: bytes, pos: int, end: int) -> _InsertParts | None:
+        """The INSERT that is all of buf[pos:end] (`;` included), or None."""
+        head = INSERT_HEAD.match(buf, pos, end)
+        span = tuples_span(buf, head.end(), end) if head is not None else None
+        tail = INSERT_TAIL.fullmatch(buf, span[1], end) if span is not None else None
+        if head is None or span is None or tail is None:
+            return None
+        return cls(buf, head, span[0], span[1], tail)
+
+    @property
+    def single(self) -> bool:
+        """Whether the statement has one tuple."""
+        return self.first_tuple_end == self.tuples_end
+
+    def insert(self) -> Insert:
+        """The statement as an Insert; with one tuple, its tuples are known without splitting them again."""
+        columns = self.head["columns"]
+        overriding = self.head["overriding"]
+        values = self.buf[self.head.end() : self.tuples_end]
+        insert = Insert(
+            table=self.head["table"],
+            columns=tuple(split_identifiers(columns)) if columns is not None else None,
+            overriding=b" ".join(overriding.upper().split()) + b" " if overriding else b"",
+            values=values,
+            on_conflict_do_nothing=self.tail["tail"] is not None,
+        )
+        if self.single:
+            insert.__dict__["tuples"] = [values]  # where cached_property keeps its value
+        return insert
 
 
 def format_insert(first: Insert, tuples: list[bytes]) -> bytes:
@@ -90,7 +123,7 @@ def format_insert(first: Insert, tuples: list[bytes]) -> bytes:
 
 def split_tuple(tuple_text: bytes) -> list[bytes]:
     """The values of one `( ... )` tuple, stripped of surrounding whitespace."""
-    return [value.strip() for value in VALUE.findall(tuple_text, 1, len(tuple_text) - 1)]
+    return [value.strip() for value in find_values(tuple_text, 1, len(tuple_text) - 1)]
 
 
 def qualified_name(table: bytes) -> str:
@@ -109,44 +142,41 @@ def table_key(table: bytes) -> tuple[str, str]:
 class InsertRunMatcher:
     """Finds runs of consecutive single-row INSERTs that share their text up to and after the tuple.
 
-    pg_dump's `--inserts` output is such runs. One regex call finds where a run ends and one `findall` takes
-    its tuples, so per-row work stays in C. Runs compare bytes exactly, so a statement in a run parses exactly
-    like the run's first statement.
+    pg_dump's `--inserts` output is such runs. One pattern, anchored at each statement in turn (a scanner), checks
+    a statement and takes its tuple in one pass, so per-row work stays in C. Runs compare bytes exactly, so a
+    statement in a run parses exactly like the run's first statement.
     """
 
     _CACHE_LIMIT = 256
 
     def __init__(self) -> None:
-        self._patterns: dict[tuple[bytes, bytes], tuple[re.Pattern[bytes], re.Pattern[bytes]]] = {}
+        self._patterns: dict[tuple[bytes, bytes], re.Pattern[bytes]] = {}
 
     def first(self, buf: bytes, pos: int, end: int) -> tuple[Insert, tuple[bytes, bytes] | None] | None:
         """The INSERT in buf[pos:end] and, if it has a single tuple, the text before and after it, which a run of
         like statements shares; None if not an INSERT."""
-        match = INSERT_STATEMENT.fullmatch(buf, pos, end)
-        if match is None:
+        parts = _InsertParts.match(buf, pos, end)
+        if parts is None:
             return None
-        single = match.start("more") == match.end("more")
-        run = (buf[pos : match.start("tuples")], buf[match.end("tuples") : end]) if single else None
-        return _from_match(match), run
+        run = (buf[pos : parts.head.end()], buf[parts.tuples_end : end]) if parts.single else None
+        return parts.insert(), run
 
     def extend(self, buf: bytes, pos: int, prefix: bytes, suffix: bytes) -> tuple[list[bytes], int]:
-        """The tuples of the complete statements like prefix(tuple)suffix that follow at `pos`, and their end."""
-        run, rows = self._compiled(prefix, suffix)
-        match = run.match(buf, pos)
-        assert match is not None  # the pattern matches the empty string
-        if match.end() == pos:
-            return [], pos
-        return rows.findall(buf, pos, match.end()), match.end()
+        """The tuples of the complete statements like prefix(tuple)suffix that follow at `pos`, and their end.
 
-    def _compiled(self, prefix: bytes, suffix: bytes) -> tuple[re.Pattern[bytes], re.Pattern[bytes]]:
+        The run ends before a statement whose tuple is not as pg_dump writes them (`FAST_TUPLE`): that statement
+        starts the next run (parsed by `first`), as a statement cut off by the end of the buffer does."""
+        # Pattern.scanner: CPython's (and PyPy's) anchored match-after-match, which re.Scanner is built on.
+        scanner = self._compiled(prefix, suffix).scanner(buf, pos)  # type: ignore[attr-defined]
+        matches: list[re.Match[bytes]] = list(iter(scanner.match, None))
+        return [match[1] for match in matches], matches[-1].end() if matches else pos
+
+    def _compiled(self, prefix: bytes, suffix: bytes) -> re.Pattern[bytes]:
         key = (prefix, suffix)
-        patterns = self._patterns.get(key)
-        if patterns is None:
+        pattern = self._patterns.get(key)
+        if pattern is None:
             if len(self._patterns) >= self._CACHE_LIMIT:
                 self._patterns.clear()
-            one = rb"[ \t\r\n]*+" + re.escape(prefix) + rb"(" + TUPLE.pattern + rb")" + re.escape(suffix)
-            patterns = self._patterns[key] = (
-                re.compile(rb"(?:" + one + rb")*+", re.DOTALL),
-                re.compile(one, re.DOTALL),
-            )
-        return patterns
+            one = rb"[ \t\r\n]*" + re.escape(prefix) + rb"(" + FAST_TUPLE.pattern + rb")" + re.escape(suffix)
+            pattern = self._patterns[key] = re.compile(one, re.DOTALL)
+        return pattern

@@ -15,10 +15,11 @@ schema means `public`.
 from __future__ import annotations
 
 import re
-import tomllib
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from transforms.errors import RemapError
 from transforms.lexical import DEFAULT_SCHEMA
@@ -47,7 +48,7 @@ def _copy_text(literal: str) -> bytes:
     return literal.encode()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ColumnPlan:
     """How to build the output columns from one dump column list: an index into the input, or a constant."""
 
@@ -64,11 +65,11 @@ class ColumnPlan:
         """Output COPY fields from input COPY fields."""
         return [
             fields[s] if isinstance(s, int) else c or b""
-            for s, c in zip(self.sources, self.copy_constants, strict=True)
+            for s, c in zip(self.sources, self.copy_constants)  # built together, of one length
         ]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class TableRemap:
     """The remap rules of one table."""
 
@@ -117,7 +118,7 @@ class TableRemap:
         return ColumnPlan(len(dump_columns), tuple(columns), tuple(sources), tuple(constants))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Remap:
     """Remap rules by table (`schema.name`)."""
 
@@ -130,12 +131,33 @@ class Remap:
 
 def load_remap(path: Path) -> Remap:
     """Read and validate a remap file."""
+    toml = _toml_parser()
+    if toml is None:
+        version = ".".join(map(str, sys.version_info[:3]))
+        raise RemapError(
+            f"cannot read remap file {path}: Python {version} has no TOML parser (tomllib comes with 3.11): "
+            "install tomli, or run with Python 3.11 or newer"
+        )
     try:
         with path.open("rb") as file:
-            document = tomllib.load(file)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+            document = toml.load(file)
+    except (OSError, ValueError) as exc:  # ValueError: TOMLDecodeError, and UnicodeDecodeError
         raise RemapError(f"cannot read remap file {path}: {exc}") from exc
     return parse_remap(document, source=str(path))
+
+
+def _toml_parser() -> Any:  # the module tomllib, or tomli with the same API
+    """The standard library's tomllib (3.11+); before, tomli if installed (the parser tomllib was made from),
+    else None. Imported when a remap file is read: the transformer itself needs neither."""
+    if sys.version_info >= (3, 11):
+        import tomllib  # noqa: PLC0415
+
+        return tomllib
+    try:
+        import tomli  # type: ignore[import-not-found]  # noqa: PLC0415
+    except ImportError:
+        return None
+    return tomli
 
 
 def parse_remap(document: Mapping[str, object], source: str = "remap") -> Remap:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Union
 
 from transforms.errors import DumpSyntaxError, printable
 from transforms.inserts import Insert, InsertRunMatcher
-from transforms.lexical import COPY_FROM_STDIN, STATEMENT
+from transforms.lexical import COPY_FROM_STDIN, possessive, statement_end
 
 __all__ = [
     "MAX_STATEMENT_BYTES_IN",
@@ -37,23 +38,23 @@ _COMMAND_WORDS = frozenset(
     b"PREPARE REASSIGN REFRESH REINDEX RELEASE RESET REVOKE ROLLBACK SAVEPOINT SECURITY SELECT SET SHOW START "
     b"TABLE TRUNCATE UNLISTEN UPDATE VACUUM VALUES WITH".split()
 )
-_FILLER = re.compile(rb"(?:[ \t\r\n\f]++|--[^\n]*+\n)++")
-_FIRST_WORD = re.compile(rb"(?:/\*.*?\*/\s*+)*+([A-Za-z]*+)(.?)", re.DOTALL)
+_FILLER = re.compile(possessive(rb"[ \t\r\n\f]+|--[^\n]*\n", at_least_one=True))
+_FIRST_WORD = re.compile(rb"(?:/\*.*?\*/\s*)*([A-Za-z]*)(.?)", re.DOTALL)  # never fails: no backtracking
 _WORD_WINDOW = 4096
-_REST_OF_LINE = re.compile(rb"[ \t\r]*+\n")
+_REST_OF_LINE = re.compile(rb"[ \t\r]*\n")
 # A line starting with `\.` inside COPY data: the end marker, or an error. A regex, not bytes.find: sre's literal
 # search measured 1-2x faster than bytes.find(b"\n\\.") on COPY text, never slower (bench/bench_receive.py).
 _COPY_END_CANDIDATE = re.compile(rb"\n\\\.")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Verbatim:
     """Whitespace and `--` comments between statements."""
 
     text: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class MetaCommand:
     """A psql backslash command line, such as pg_dump's `\\restrict KEY` (newline included)."""
 
@@ -62,7 +63,7 @@ class MetaCommand:
     offset: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Statement:
     """One SQL statement, `;` included."""
 
@@ -71,7 +72,7 @@ class Statement:
     offset: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class InsertRows:
     """One INSERT statement, or a run of consecutive ones with the same target, parsed; `line` is the first's."""
 
@@ -80,7 +81,7 @@ class InsertRows:
     offset: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class CopyStart:
     """A `COPY name (columns) FROM stdin;` line (newline included); CopyRows and a CopyEnd follow."""
 
@@ -91,21 +92,21 @@ class CopyStart:
     columns: bytes | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class CopyRows:
     """Whole lines of COPY text-format data."""
 
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class CopyEnd:
     """The `\\.` line that ends a COPY block."""
 
     text: bytes
 
 
-Item = Verbatim | MetaCommand | Statement | InsertRows | CopyStart | CopyRows | CopyEnd
+Item = Union[Verbatim, MetaCommand, Statement, InsertRows, CopyStart, CopyRows, CopyEnd]
 
 
 class DumpSplitter:
@@ -200,18 +201,18 @@ class DumpSplitter:
     def _statement(self, pos: int, eof: bool) -> tuple[Item, int] | None:
         buf = self._buf
         self._check_command_word(pos, eof)
-        match = STATEMENT.match(buf, pos)
-        if match is None:
+        end = statement_end(buf, pos)
+        if end is None:
             self._incomplete_statement(pos, eof)
             return None
         if buf[pos : pos + 6].upper() == b"INSERT":
-            return self._insert_run(pos, match.end())
-        copy = COPY_FROM_STDIN.fullmatch(buf, pos, match.end())
+            return self._insert_run(pos, end)
+        copy = COPY_FROM_STDIN.fullmatch(buf, pos, end)
         if copy is None:
-            return Statement(buf[pos : match.end()], *self._where(pos)), match.end()
-        line_end = _REST_OF_LINE.match(buf, match.end())
+            return Statement(buf[pos:end], *self._where(pos)), end
+        line_end = _REST_OF_LINE.match(buf, end)
         if line_end is None:
-            self._copy_header_without_newline(pos, match.end(), eof)
+            self._copy_header_without_newline(pos, end, eof)
             return None
         line, offset = self._where(pos)
         start = CopyStart(buf[pos : line_end.end()], line, offset, copy["table"], copy["columns"])

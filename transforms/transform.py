@@ -47,7 +47,7 @@ def announced_tables(text: bytes) -> list[tuple[str, str]]:
 TableKey = tuple[str, str]  # a table's (schema, name), as PostgreSQL stores them
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class TransformOptions:
     """What the transform does besides passing the dump through."""
 
@@ -56,7 +56,7 @@ class TransformOptions:
     remap: Remap | None = None
 
 
-@dataclass(slots=True)
+@dataclass
 class TransformStats:
     """Counts of one transform run."""
 
@@ -111,7 +111,7 @@ class Transformer:
             return self._verbatim(item.text)
         if isinstance(item, CopyStart):
             return [*self._batcher.flush(), self._copy_start(item)]
-        if isinstance(item, MetaCommand | CopyEnd):
+        if isinstance(item, (MetaCommand, CopyEnd)):
             return [*self._batcher.flush(), item.text]
         raise AssertionError(item)
 

@@ -79,18 +79,19 @@ async def drop_feeder(
     config: Config, name: str, only: Sequence[TablePattern] = (), *, moved_to: str | None = None
 ) -> tuple[dict[TableName, int], int]:
     """Under the feeder's run lock, drop its partitions (of the `only` tables) and, for the whole feeder, forget its
-    history; `moved_to`: note there that it moved to that shard (`fedload feeder move`). The partitions dropped
-    with their rows, and the runs forgotten. FeederBusyError while a run of it holds the lock."""
+    history; `moved_to`: note there that it moved to that shard (`fedload feeder move`). All in one transaction:
+    a crash or an error leaves the feeder as it was, never its partitions gone and its history kept. The
+    partitions dropped with their rows, and the runs forgotten. FeederBusyError while a run of it holds the lock."""
     feeder = config.feeders.get(name)
     async with superhub_session(config) as conn, feeder_lock(conn, name) as locked:
         if not locked:
             raise FeederBusyError(f"feeder {name} is being synced right now; try again when the run has finished")
         tables = await _tables(conn, config, only)
-        dropped = await drop_partitions(conn, tables, name, feeder.key if feeder else None)
-        if only:
-            return dropped, 0
-        async with conn.transaction():  # the history (rejected rows too) goes and the move is noted together
-            forgotten = await forget_feeder(conn, name)
+        async with conn.transaction():
+            dropped = await drop_partitions(conn, tables, name, feeder.key if feeder else None)
+            if only:
+                return dropped, 0
+            forgotten = await forget_feeder(conn, name)  # the rejected rows too
             if moved_to is not None:
                 await note_moved(conn, name, moved_to)
         return dropped, forgotten

@@ -181,6 +181,8 @@ def _explain(superhub: LocalCluster, console: Console, shards: int = 0) -> None:
     else:
         console.print("\n[bold]On the superhub, each table holds every feeder's rows, partitioned by hub_id:[/]")
     console.print(superhub.psql(f"{_COUNTS} ORDER BY 1, 2", dbname="superhub").replace("|", "  "))
+    if shards:
+        _print_plan(superhub, console)
     console.print("Drift handled: hub1 lacks hosts.site -> superhub default; hub2's extra hosts.uptime_s dropped:")
     console.print(
         superhub.psql("SELECT hub_id, site, count(*) FROM __hosts GROUP BY 1, 2 ORDER BY 1", dbname="superhub")
@@ -196,6 +198,17 @@ def _explain(superhub: LocalCluster, console: Console, shards: int = 0) -> None:
         )
     if not shards:
         console.print(superhub.psql(history, dbname="superhub").replace("|", "  "), markup=False)
+
+
+def _print_plan(coordinator: LocalCluster, console: Console) -> None:
+    """The coordinator's plan of the counts above: the shards scanned at once, each counting its own rows."""
+    console.print(
+        "[bold]Its plan[/] (EXPLAIN (VERBOSE, COSTS OFF)): every shard scanned at once (Async Foreign Scan), each "
+        "counting its own rows (Relations: Aggregate on ..., the Remote SQL's GROUP BY):",
+        highlight=False,
+    )
+    plan = coordinator.psql(f"EXPLAIN (VERBOSE, COSTS OFF) {_COUNTS} ORDER BY 1, 2", dbname="superhub")
+    console.print(plan.rstrip("\n"), markup=False, highlight=False, soft_wrap=True)
 
 
 def _fedload_command() -> str:

@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from fedload.feeder.helptext import AGENT_COMMANDS, CommandHelp
 
 __all__ = ["COMMANDS", "PROGRAM", "PROGRAM_EPILOG", "CommandHelp"]
-
-
-class CommandHelp(NamedTuple):
-    """The summary in the command list, the description atop the command's help, and its examples."""
-
-    summary: str
-    description: str
-    examples: str = ""
 
 
 PROGRAM = (
@@ -39,18 +31,21 @@ examples:
     "agent": CommandHelp(
         "commands that run on a feeder (the superhub starts them over SSH)",
         "Commands that run on a feeder host. The superhub starts `fedload agent dump` over SSH; run it by hand to "
-        "check that a feeder can dump.",
+        "check that a feeder can dump. `agent ssh-command` is the forced command for the superhub's key; "
+        "`agent pack` builds the same agent as one file, for feeders without fedload installed.",
     ),
-    "agent dump": CommandHelp(
-        "dump the feeder's tables as a compressed, self-checking stream on stdout",
-        "Run pg_dump on this feeder for the given tables, pass its output through the transformer and a compressor, "
-        "and write a fedload stream on stdout. The stream ends with pg_dump's exit status and a checksum, so the "
-        "superhub tells a complete dump from a broken one; if pg_dump fails, its message is also printed on stderr "
-        "and the exit status is 1. Extra pg_dump arguments (connection options such as --host) may follow a '--'.",
+    "agent dump": AGENT_COMMANDS["dump"],
+    "agent ssh-command": AGENT_COMMANDS["ssh-command"],
+    "agent pack": CommandHelp(
+        "build the agent as one file, a zipapp to copy onto feeders",
+        "Write a zipapp holding the agent, the transformer and the stream writer, nothing else: it runs with a "
+        "feeder's own python3 (3.9 or later) in isolated mode, with no package installed (zstd through the "
+        "zstandard module or the zstd program if present, else gzip). The build is reproducible: the same fedload "
+        "gives the same bytes.",
         """\
 examples:
-  fedload agent dump --database cfdb --table 'public.__*' > /dev/null && echo 'this feeder can dump'
-  fedload agent dump --database cfdb --table public.__hosts -- --host /run/postgresql | wc -c""",
+  fedload agent pack -o fedload-agent.pyz
+  scp fedload-agent.pyz hub-eu1:/opt/fedload/ && ssh hub-eu1 python3 -I /opt/fedload/fedload-agent.pyz --version""",
     ),
     "sync": CommandHelp(
         "sync some or all feeders once, now, and print a summary",
@@ -74,7 +69,8 @@ examples:
     "status": CommandHelp(
         "show each feeder's last sync, data age and last error",
         "Read the superhub's run history: per feeder the last successful sync, the age of its data (STALE when "
-        "older than stale_after_s), rows, duration, the last run's outcome and error, and the next scheduled run. "
+        "older than stale_after_s), rows, duration, the last run's outcome and error, and the next scheduled run, "
+        "under a title naming the configuration file read. "
         "Exit status 0 if no configured feeder is stale, 1 if one is (or the superhub cannot be read), "
         "2 usage or configuration error.",
     ),
@@ -116,7 +112,8 @@ examples:
     "check-config": CommandHelp(
         "check the configuration file and print every problem",
         "Read the configuration file and the files it names (ssh identity and known_hosts, remap files, the "
-        "schema file) and print every problem on a line of its own, naming the key; touches no network. With "
+        "schema file) and print every problem on a line of its own, naming the key; touches no network. Its OK line "
+        "names the file read and why (--config, $FEDLOAD_CONFIG, ./fedload.toml or the default). With "
         "--connect, also try the superhub and every feeder (SSH, agent and pg_dump versions), one OK or FAILED "
         "line each. Exit status 0 if all is well, 1 if --connect found a failure, 2 if the configuration is invalid.",
         """\

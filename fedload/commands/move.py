@@ -7,13 +7,19 @@ Under the coordinator's move lock (other builds wait for the move, `moving_feede
 2. the feeder is synced on the new shard (its run history starts there);
 3. the coordinator is built again: the new shard holds the feeder now, so it is read from there, and the old shard
    through a filter (one coordinator transaction: never missing, never twice);
-4. the configuration file names the new shard (one key changes; a shard left without feeders is removed from it);
-5. on the shards that held it before, its partitions are dropped, its history is forgotten, and the move is
-   noted, so that a daemon still running the old configuration is refused there instead of loading it again;
+4. on the shards that held it before, in one transaction each, its partitions are dropped, its history is
+   forgotten, and the move is noted, so that a daemon still running the old configuration is refused there
+   instead of loading it again;
+5. the configuration file names the new shard (one key changes; a shard left without feeders is removed from it);
 6. the coordinator is built from the new configuration: the old shard is read directly again.
 
-A failure stops the move where it is and says where the feeder is served from; the old data is dropped only after
-the new shard serves it. Running the move again finishes it. Without a coordinator, steps 1, 3 and 6 are skipped.
+The configuration is rewritten last, once the old shards hold nothing of the feeder: until then it still names
+the old shard, so a move that stopped or crashed anywhere (even between two steps) is finished by running it
+again, which sees the old shard in the file and does every step again (a load, then drops of what is left). A
+failure stops the move and says where the feeder is served from; the old data is dropped only after the new
+shard serves it. A move found done (the file names the new shard, no other shard holds the feeder) still builds
+the coordinator, which finishes a move that stopped before step 6. Without a coordinator, steps 1, 3 and 6 are
+skipped.
 """
 
 from __future__ import annotations
@@ -85,6 +91,7 @@ async def _run(move: _Move) -> None:
     sources = sorted((holders | {move.came_from}) - {move.to})
     if not sources:
         print(f"feeder {move.name} is on shard {move.to} already")
+        await _finish_build(move.before, move.name)
         return
     coordinator = moving_feeders(move.before) if move.before.coordinator else contextlib.nullcontext()
     async with coordinator:
@@ -98,9 +105,9 @@ async def _holders(config: Config, name: str) -> set[str]:
 
 async def _steps(move: _Move, sources: list[str]) -> None:
     run = await _load_and_switch(move)
-    await _name_new_shard(move, sources)
     for shard in sources:
         await _remove_from(move, shard)
+    await _name_new_shard(move, sources)
     try:
         final = await asyncio.to_thread(load_config, move.path)
         await _build(move, "6/6 coordinator: reads the shards directly again", config=final, failed="")
@@ -132,17 +139,28 @@ async def _load_and_switch(move: _Move) -> FeederRun:
 
 
 async def _name_new_shard(move: _Move, sources: list[str]) -> None:
-    """Step 4: the configuration file names the new shard."""
+    """Step 5: the configuration file names the new shard."""
     name, to = move.name, move.to
     try:
         emptied = await asyncio.to_thread(set_feeder_shard, move.path, name, to)
     except FedloadError as exc:
         raise MoveError(
-            f'feeder {name} is served from shard {to}, but {exc}; set feeders.{name}.shard = "{to}" there by hand '
-            f"and run the move again to remove it from {', '.join(sources)}"
+            f"feeder {name} is served from shard {to} and gone from {', '.join(sources)}, but {exc}; "
+            f'set feeders.{name}.shard = "{to}" there by hand, or run the move again'
         ) from exc
     gone = f" and no longer has [shards.{emptied[0]}], which has no feeders left" if emptied else ""
-    print(f"feeder {name}: 4/6 {move.path} names shard {to}{gone}", flush=True)
+    print(f"feeder {name}: 5/6 {move.path} names shard {to}{gone}", flush=True)
+
+
+async def _finish_build(config: Config, name: str) -> None:
+    """A move found done: build the coordinator from the file, which names the new shard (a move that stopped
+    before its last build left the old shard read through a filter)."""
+    if config.coordinator is None:
+        return
+    try:
+        await build_coordinator(config)
+    except FedloadError as exc:
+        print(f"feeder {name}: the coordinator's build failed ({exc}); its next build reads the shards directly")
 
 
 async def _build(move: _Move, step: str, *, failed: str, config: Config | None = None) -> CoordinatorReport | None:
@@ -166,7 +184,7 @@ async def _allow_on(move: _Move) -> None:
 
 
 async def _remove_from(move: _Move, shard: str) -> None:
-    """Step 5 on one old shard, waiting a while for a run of the feeder there (an old daemon) to end."""
+    """Step 4 on one old shard, waiting a while for a run of the feeder there (an old daemon) to end."""
     deadline = time.monotonic() + _BUSY_WAIT_S
     while True:
         try:
@@ -179,9 +197,14 @@ async def _remove_from(move: _Move, shard: str) -> None:
                 ) from None
             await asyncio.sleep(1.0)
             continue
+        except FedloadError as exc:  # the old shard down, say: the file still names it, a rerun finishes
+            raise MoveError(
+                f"feeder {move.name} is served from shard {move.to}, but dropping it from shard {shard} failed "
+                f"({exc}): run the move again to remove it there"
+            ) from exc
         rows = sum(dropped.values())
         print(
-            f"feeder {move.name}: 5/6 dropped from shard {shard}: {counted(len(dropped), 'partition')}, "
+            f"feeder {move.name}: 4/6 dropped from shard {shard}: {counted(len(dropped), 'partition')}, "
             f"{counted(rows, 'row')}, {counted(runs, 'recorded run')}",
             flush=True,
         )

@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fedload.commands.output import print_table
-from fedload.config import Config
+from fedload.config import Config, ConfigLocation
 from fedload.english import counted
 from fedload.errors import ErrorKind, FedloadError
 from fedload.log import get_logger
@@ -158,8 +158,8 @@ def _status(r: asyncpg.Record, stale_after_s: float, shard: str | None = None) -
     )
 
 
-def _table(statuses: list[FeederStatus]) -> Table:
-    table = Table(title="fedload status")
+def _table(statuses: list[FeederStatus], location: ConfigLocation | None) -> Table:
+    table = Table(title="fedload status" + (f", configuration {location}" if location else ""))
     sharded = any(s.shard is not None for s in statuses)
     for column in (
         *("feeder", *(["shard"] if sharded else []), "last success", "data age", "rows", "seconds"),
@@ -202,11 +202,13 @@ def _last_run(s: FeederStatus) -> str:
     return (s.last_outcome or "-") + failures + (" [running]" if s.running else "")
 
 
-def run_status(config: Config, *, as_json: bool) -> int:
-    """Print the status; 1 if some configured feeder is stale, else 0."""
+def run_status(config: Config, *, as_json: bool, location: ConfigLocation | None = None) -> int:
+    """Print the status, headed by the configuration file read (`location`; in JSON, each feeder's
+    "configuration"); 1 if some configured feeder is stale, else 0."""
     statuses = asyncio.run(read_status(config))
     if as_json:
-        print(json.dumps([asdict(s) for s in statuses], default=str))
+        read = {"configuration": str(location.whole_path)} if location else {}
+        print(json.dumps([asdict(s) | read for s in statuses], default=str))
     else:
-        print_table(_table(statuses), Console())
+        print_table(_table(statuses, location), Console())
     return 1 if any(s.stale and s.configured for s in statuses) else 0

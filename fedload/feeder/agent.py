@@ -7,6 +7,7 @@ memory stays bounded; a slow reader on the other end of stdout (the SSH channel)
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import select
 import subprocess
@@ -16,10 +17,11 @@ from typing import IO, BinaryIO
 
 from fedload import __version__
 from fedload._tail import Tail
-from fedload.errors import ConfigError, FeederError
 from fedload.feeder.agent_options import AgentOptions
-from fedload.log import get_logger
-from fedload.stream import Header, StreamEncoder, dump_failure
+from fedload.feeder.compress import choose_compressor
+from fedload.feeder.errors import AgentError, AgentUsageError
+from fedload.feeder.logs import get_logger
+from fedload.feeder.wire import Header, StreamEncoder, dump_failure
 from transforms import Transformer, TransformError, TransformOptions, load_remap
 
 __all__ = ["AgentOptions", "pg_dump_argv", "run_agent"]
@@ -27,7 +29,7 @@ __all__ = ["AgentOptions", "pg_dump_argv", "run_agent"]
 _READ_BYTES = 1 << 20
 _VERSION_TIMEOUT_S = 30.0
 _EXIT_TIMEOUT_S = 60.0
-_READER_POLL_S = 0.5
+_WATCHER_EXIT_TIMEOUT_S = 5.0
 _PG_DUMP_VERSION = re.compile(r"\(PostgreSQL\) (\S+)")  # "pg_dump (PostgreSQL) 15.20 (Debian 15.20-0+deb12u1)"
 _SERVER_VERSION = re.compile(rb"^-- Dumped from database version (\S+)", re.MULTILINE)
 
@@ -56,7 +58,7 @@ def _pg_dump_version(pg_dump: str) -> str:
             [pg_dump, "--version"], capture_output=True, timeout=_VERSION_TIMEOUT_S, check=True, text=True
         )
     except (OSError, subprocess.SubprocessError) as exc:
-        raise FeederError(f"cannot run {pg_dump} --version on the feeder: {exc}") from exc
+        raise AgentError(f"cannot run {pg_dump} --version on the feeder: {exc}") from exc
     found = _PG_DUMP_VERSION.search(result.stdout)
     return found[1] if found else result.stdout.strip().rsplit(" ", 1)[-1]
 
@@ -80,21 +82,22 @@ class _StderrTail:
 
 
 def run_agent(options: AgentOptions, out: BinaryIO) -> int:
-    """Write the fedload stream of one dump to `out`: 0 when the dump is complete, else FeederError saying why.
+    """Write the fedload stream of one dump to `out`: 0 when the dump is complete, else AgentError saying why.
 
     The stream's trailer says the same, so the superhub reports the same line.
     """
     transform = _transform_options(options)
+    compressor = choose_compressor(options.compression)
     header = Header(
-        options.compression, options.dump_mode, __version__, _pg_dump_version(options.pg_dump), list(options.tables)
+        compressor.compression, options.dump_mode, __version__, _pg_dump_version(options.pg_dump), list(options.tables)
     )
-    encoder = StreamEncoder(header)
+    encoder = StreamEncoder(header, compressor.compress)
     argv = pg_dump_argv(options)
-    log.debug("agent.dump_started", argv=argv)
+    log.debug("agent.dump_started", argv=argv, compressor=compressor.implementation)
     try:
         process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
     except OSError as exc:
-        raise FeederError(f"cannot start {options.pg_dump}: {exc}") from exc
+        raise AgentError(f"cannot start {options.pg_dump}: {exc}") from exc
     try:
         with _killed_when_reader_leaves(process, out):
             failure = _stream(process, Transformer(transform), encoder, out)
@@ -106,7 +109,7 @@ def run_agent(options: AgentOptions, out: BinaryIO) -> int:
         except subprocess.TimeoutExpired:  # killed, yet not gone (stuck in the kernel): say so, keep the error
             log.warning("agent.pg_dump_not_reaped", pid=process.pid, waited_s=_EXIT_TIMEOUT_S)
     if failure:
-        raise FeederError(failure)
+        raise AgentError(failure)
     return 0
 
 
@@ -114,37 +117,44 @@ def run_agent(options: AgentOptions, out: BinaryIO) -> int:
 def _killed_when_reader_leaves(process: subprocess.Popen[bytes], out: BinaryIO) -> Iterator[None]:
     """Kill pg_dump as soon as the reader of `out` goes away (the superhub gave up and closed the channel), even
     while pg_dump sends nothing, say waiting for a lock on the feeder: it would otherwise hold its snapshot and
-    locks until its next write failed, and every retry would add one more."""
+    locks until its next write failed, and every retry would add one more.
+
+    The watcher sleeps in poll() without a timeout and is woken by closing a pipe when the dump ends, so the agent
+    exits as soon as its dump does (a polling watcher cost its timeout at every exit)."""
     try:
         fd = out.fileno()
     except (AttributeError, OSError, ValueError):  # not a file (a test's buffer): nobody to watch
         yield
         return
-    done = threading.Event()
-    watcher = threading.Thread(target=_watch_reader, args=(fd, process, done), daemon=True)
+    wake_read, wake_write = os.pipe()
+    watcher = threading.Thread(target=_watch_reader, args=(fd, wake_read, process), daemon=True)
     watcher.start()
     try:
         yield
     finally:
-        done.set()
-        watcher.join(timeout=_READER_POLL_S * 2)
+        os.close(wake_write)  # the watcher's end of the pipe reports POLLHUP: the dump is over
+        watcher.join(timeout=_WATCHER_EXIT_TIMEOUT_S)
 
 
-def _watch_reader(fd: int, process: subprocess.Popen[bytes], done: threading.Event) -> None:
+def _watch_reader(fd: int, wake: int, process: subprocess.Popen[bytes]) -> None:
+    """Wait for the reader of `fd` to go away (kill pg_dump) or for `wake` to be closed (return); owns `wake`."""
     poller = select.poll()
     poller.register(fd, select.POLLERR | select.POLLHUP)  # reported for a pipe or socket whose reader has gone
-    while not done.is_set():
-        if poller.poll(_READER_POLL_S * 1000) and process.poll() is None:
+    poller.register(wake, select.POLLIN | select.POLLHUP)
+    try:
+        events = poller.poll()  # bounded by the dump: its end closes the other end of `wake`
+        if any(ready == fd for ready, _ in events) and process.poll() is None:
             log.warning("agent.reader_gone", pid=process.pid)
             process.kill()
-            return
+    finally:
+        os.close(wake)
 
 
 def _transform_options(options: AgentOptions) -> TransformOptions:
     try:
         remap = load_remap(options.remap) if options.remap else None
     except TransformError as exc:
-        raise ConfigError(str(exc)) from exc
+        raise AgentUsageError(str(exc)) from exc
     return TransformOptions(options.rows_per_statement, options.max_statement_bytes, remap)
 
 

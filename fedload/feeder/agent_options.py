@@ -21,7 +21,7 @@ DUMP_MODES = ("copy", "inserts")
 COMPRESSIONS = ("zstd", "gzip")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)  # no slots: Python 3.9
 class AgentOptions:
     """What to dump and how to send it."""
 

@@ -92,7 +92,7 @@ class Daemon:
         self._pool = worker_pool(config)
         # Started once too: a reload that changes daemon.metrics_listen takes effect at the next start.
         self._metrics = DaemonMetricsService(
-            config.daemon.metrics_listen, self._history, self._pool, lambda: self.config
+            config.daemon.metrics_listen, self._history, self._pool, lambda: self.config, shard=shard
         )
         self._wake = asyncio.Event()
         self._stopping = False

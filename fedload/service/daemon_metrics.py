@@ -1,8 +1,10 @@
 """The daemon's metrics at work: served on `daemon.metrics_listen`, fed by its finished runs, refreshed from the run
 history at start, after each run and every `_REFRESH_S` (that query is also the superhub check of
-`fedload_superhub_up`). Without `metrics_listen` nothing is served and nothing is queried.
+`fedload_superhub_up`). Without `metrics_listen` nothing is served and nothing is queried. A daemon per shard
+(`shard`) exports that shard's feeders and checks that shard only: the series of several daemons add up, one per
+feeder and one per shard.
 
-    metrics = DaemonMetricsService(config.daemon.metrics_listen, history, pool, lambda: daemon.config)
+    metrics = DaemonMetricsService(config.daemon.metrics_listen, history, pool, lambda: daemon.config, shard="s1")
     metrics.start(config.feeders)  # ConfigError if the address cannot be used
     metrics.record(run)            # from the daemon's done callback, for every run
     await metrics.close()
@@ -17,7 +19,7 @@ from collections.abc import Callable, Iterable
 
 import asyncpg
 
-from fedload.config import Config, split_listen_address
+from fedload.config import Config, FeederConfig, split_listen_address
 from fedload.errors import FedloadError, internal_error
 from fedload.log import get_logger
 from fedload.results import FeederRun
@@ -38,10 +40,17 @@ class DaemonMetricsService:
     """See the module docstring."""
 
     def __init__(
-        self, listen: str | None, history: ShardHistories, pool: WorkerPool | None, config: Callable[[], Config]
+        self,
+        listen: str | None,
+        history: ShardHistories,
+        pool: WorkerPool | None,
+        config: Callable[[], Config],
+        *,
+        shard: str | None = None,
     ) -> None:
         self.metrics = DaemonMetrics()
         self._listen, self._history, self._pool, self._config = listen, history, pool, config
+        self._only = shard  # a daemon per shard (`--shard`): only its feeders and its shard
         self._server: MetricsServer | None = None
         self._refresher: asyncio.Task[None] | None = None
         self._poke = asyncio.Event()
@@ -56,7 +65,7 @@ class DaemonMetricsService:
         """Serve the metrics and start refreshing them; nothing without `metrics_listen`."""
         if self._listen is None:
             return
-        self.metrics.add_feeders(feeders)
+        self.metrics.add_feeders(name for name in feeders if name in self._mine(self._config()))
         self.metrics.superhub_up.set(0)
         self._server = MetricsServer.start(self.metrics.registry, *split_listen_address(self._listen))
         log.info("daemon.metrics_serving", listen=self._listen, port=self._server.port)
@@ -101,9 +110,10 @@ class DaemonMetricsService:
     async def _refresh(self) -> None:
         self.metrics.workers.set(0 if self._pool is None else self._pool.processes)
         config = self._config()
-        self.metrics.set_shards({name: feeder.shard for name, feeder in config.feeders.items()})
+        mine = self._mine(config)
+        self.metrics.set_shards({name: feeder.shard for name, feeder in mine.items()})
         errors: list[str] = []
-        for shard, feeders in config.by_shard().items():  # one group, shard None, without shards
+        for shard, feeders in config.by_shard(mine).items():  # one group, shard None, without shards
             try:
                 self.metrics.apply_history(await self._read_states(config.for_shard(shard), feeders))
             except (FedloadError, OSError, TimeoutError) as exc:
@@ -112,6 +122,10 @@ class DaemonMetricsService:
             else:
                 self._shard(shard, up=True)
         self._superhub(up=not errors, error="; ".join(errors) or None)
+
+    def _mine(self, config: Config) -> dict[str, FeederConfig]:
+        """The feeders this daemon exports: all, or its shard's."""
+        return {n: f for n, f in config.feeders.items() if self._only is None or f.shard == self._only}
 
     async def _read_states(self, superhub: Config, feeders: list[str]) -> list[FeederState]:
         """The feeders' states, from the history of the superhub (the shard) they load into."""

@@ -3,7 +3,8 @@
 Counters and histograms count the runs this daemon finished (worker processes' runs too, once, in the main
 process), from its start. Gauges about a feeder's state (its last success and last run, the failures since) are
 read from `fedload.runs` (see `fedload.superhub.feeder_states`), so that they survive a restart and agree with
-`fedload status`. The registry is the daemon's own, never prometheus_client's global one.
+`fedload status`. The registry is the daemon's own, never prometheus_client's global one; it also holds
+prometheus_client's standard collectors (`process_*`, `python_info`, `python_gc_*`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    Info,
+    PlatformCollector,
+    ProcessCollector,
+    start_http_server,
+)
 
 from fedload import __version__
 from fedload.errors import ConfigError, ErrorKind
@@ -67,10 +78,12 @@ class DaemonMetrics:
             "feeder_swap_lock_failures", "Runs since the last success that failed for want of locks.", feeder
         )
         self.superhub_up = self._gauge(
-            "superhub_up", "1 if the last bookkeeping query on the superhub (with shards: on every shard) worked."
+            "superhub_up",
+            "1 if the last bookkeeping query on the superhub (with shards: on every shard this daemon loads) worked.",
         )
         # With shards: which shard each feeder loads into, as a series to join on (`* on (feeder)
-        # group_left (shard) fedload_feeder_info`), and each shard's own check.
+        # group_left (shard) fedload_feeder_info`), and each shard's own check. A daemon per shard exports its own
+        # shard's feeders and check only, so the series of several daemons add up.
         self.feeder_info = self._gauge(
             "feeder_info",
             "1 per feeder, with its shard (empty without shards).",
@@ -82,6 +95,9 @@ class DaemonMetrics:
         self.shard_up = self._gauge("shard_up", "1 if the last bookkeeping query on the shard worked.", ["shard"])
         self.workers = self._gauge("worker_processes", "Worker processes running feeders.")
         Info("fedload_build", "fedload's version.", registry=self.registry).info({"version": __version__})
+        ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, process_resident_memory_bytes, ...
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
 
     def _counter(self, name: str, doc: str, labels: list[str]) -> Counter:
         return Counter(f"fedload_{name}", doc, labels, registry=self.registry)

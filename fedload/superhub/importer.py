@@ -56,18 +56,20 @@ _REQUIRED_SETTINGS = {b"client_encoding": (b"'utf8'",), b"standard_conforming_st
 _SET = re.compile(rb"SET\s++(?:SESSION\s++)?(\w++)\s*+(?:=|TO)\s*+('[^']*+'|[\w.+-]++)\s*+;", re.IGNORECASE)
 _HARMLESS = re.compile(
     rb"SELECT\s++pg_catalog\.set_config\('search_path',\s*+'',\s*+false\)\s*+;"
-    rb"|SELECT\s++pg_catalog\.setval\('(?:[^']|'')++',\s*+-?\d++,\s*+(?:true|false)\)\s*+;",
+    rb"|SELECT\s++pg_catalog\.setval\('(?>(?:[^']|'')+)',\s*+-?\d++,\s*+(?:true|false)\)\s*+;",
     re.IGNORECASE,
 )
 _META = re.compile(rb"\\(?:un)?restrict\s++[A-Za-z0-9]++\s*+")
+# A repeated group is an atomic group, never a possessive one: Python 3.11.0-3.11.4 (Debian 12's 3.11.2) let a
+# possessive group keep the half of an iteration that failed, accepting '(1,)' (CPython gh-106052, fixed in 3.11.5).
 _LITERAL = (  # unrolled loops ([^']*+ runs in C), commonest alternative first: this runs once per value
-    rb"(?:'[^']*+(?:''[^']*+)*+'"
+    rb"(?:'[^']*+(?>(?:''[^']*+)*)'"
     rb"|(?i:NULL|TRUE|FALSE|DEFAULT)"
     rb"|[+-]?(?:\d++(?:\.\d*+)?|\.\d++)(?:[eE][+-]?\d++)?"
-    rb"|[Ee]'[^'\\]*+(?:(?:\\.|'')[^'\\]*+)*+'"
+    rb"|[Ee]'[^'\\]*+(?>(?:(?:\\.|'')[^'\\]*+)*)'"
     rb"|[BbXx]'[0-9A-Fa-f]*+')"
 )
-_LITERAL_TUPLE = re.compile(rb"\(\s*+" + _LITERAL + rb"(?:\s*+,\s*+" + _LITERAL + rb")*+\s*+\)", re.DOTALL)
+_LITERAL_TUPLE = re.compile(rb"\(\s*+" + _LITERAL + rb"(?>(?:\s*+,\s*+" + _LITERAL + rb")*)\s*+\)", re.DOTALL)
 _ROWS_PER_INSERT = 1000
 
 
@@ -402,7 +404,7 @@ def _identifiers(columns: bytes) -> list[bytes]:
 def _literal_rows(width: int) -> re.Pattern[bytes]:
     """Comma-separated tuples of exactly `width` plain literals each: one regular expression call per batch."""
     row = rb"\(\s*+" + _LITERAL + rb"(?:\s*+,\s*+" + _LITERAL + rb"){%d}\s*+\)" % (width - 1)
-    return re.compile(row + rb"(?:," + row + rb")*+", re.DOTALL)
+    return re.compile(row + rb"(?>(?:," + row + rb")*)", re.DOTALL)
 
 
 def _checked_tuples(insert: Insert, plan: ColumnPlan | None, item: InsertRows) -> list[bytes]:

@@ -30,7 +30,8 @@ CSV_QUOTE = "'"
 CSV_NULL = "NULL"
 """The CSV null marker of the COPY: NULL unquoted, as an INSERT writes it."""
 
-_STRING = rb"'[^']*+(?:''[^']*+)*+'"
+# Repeated groups are atomic, not possessive: see importer._LITERAL (Python before 3.11.5 matched those wrongly).
+_STRING = rb"'[^']*+(?>(?:''[^']*+)*)'"
 _INTEGER = rb"[+-]?\d++"
 _UNSIGNED_DECIMAL = rb"(?:\d++(?:\.\d*+)?|\.\d++)(?:[eE][+-]?\d++)?"
 _DECIMAL = rb"(?:\+?|-(?=[0.]*+[1-9]))" + _UNSIGNED_DECIMAL  # a minus only before a non-zero mantissa
@@ -58,7 +59,7 @@ def copy_rows_pattern(base_types: tuple[str, ...]) -> re.Pattern[bytes]:
     """Comma-separated tuples whose values, column by column, mean the same to COPY as to an INSERT."""
     values = rb"\s*+,\s*+".join(_value(t) for t in base_types)
     row = rb"\(\s*+" + values + rb"\s*+\)"
-    return re.compile(row + rb"(?:\s*+,\s*+" + row + rb")*+", re.DOTALL)
+    return re.compile(row + rb"(?>(?:\s*+,\s*+" + row + rb")*)", re.DOTALL)
 
 
 def csv_rows(tuples: bytes) -> bytes:

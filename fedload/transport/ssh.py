@@ -121,18 +121,22 @@ class SshProcess:
 
 
 class SshTransport:
-    """Reaches one feeder over SSH."""
+    """Reaches one feeder over SSH, through its bastion (`jump`) if it has one."""
 
     def __init__(self, config: SshConfig) -> None:
         self._config = config
-        self._where = f"feeder {config.host}:{config.port}"
+        self._jump = config.jump_host
+        self._bastion = f"bastion {self._jump.host}:{self._jump.port}" if self._jump else ""
+        via = f" via {self._bastion}" if self._jump else ""
+        self._where = f"feeder {config.host}:{config.port}{via}"
 
-    def _options(self) -> dict[str, Any]:
+    def _options(self, *, port: int, user: str, tunnel: Any = ()) -> dict[str, Any]:
+        """asyncssh's options for the feeder or its bastion: the same key, known_hosts and timeouts for both."""
         config = self._config
         known_hosts = config.known_hosts or Path.home() / ".ssh" / "known_hosts"
         return {
-            "port": config.port,
-            "username": config.user,
+            "port": port,
+            "username": user,
             "client_keys": [str(config.identity)] if config.identity else (),
             "known_hosts": str(known_hosts),
             "agent_path": None,
@@ -146,6 +150,7 @@ class SshTransport:
             "keepalive_count_max": 3,
             "encryption_algs": list(_CIPHERS),
             "config": [],
+            "tunnel": tunnel,
         }
 
     async def open(self, argv: list[str]) -> SshProcess:
@@ -168,17 +173,33 @@ class SshTransport:
         return SshProcess(conn, process, self._config, self._where)
 
     async def _connect(self) -> Any:
+        """The connection to the feeder, through its bastion if it has one (then closed with it); both handshakes
+        within one budget: the connect timeout, plus a margin for asyncssh's own, which bounds each."""
+        config, jump = self._config, self._jump
+        bastion: Any = None
+        where, user = (self._bastion, jump.user or config.user) if jump else (self._where, config.user)
         try:
-            async with asyncio.timeout(self._config.connect_timeout_s + 5):
-                conn = await asyncssh.connect(self._config.host, **self._options())
-        except Exception as exc:  # every failure is translated into one FeederError below
-            raise self._translate(exc) from exc
+            async with asyncio.timeout(config.connect_timeout_s + 5):
+                if jump is not None:
+                    bastion = await asyncssh.connect(jump.host, **self._options(port=jump.port, user=user))
+                    log.debug("transport.bastion_connected", feeder=self._where)
+                    where, user = self._where, config.user
+                options = self._options(port=config.port, user=config.user, tunnel=bastion or ())
+                conn = await asyncssh.connect(config.host, **options)
+        except BaseException as exc:
+            if bastion is not None:
+                bastion.close()
+            if isinstance(exc, Exception):  # every failure is translated into one FeederError below
+                raise self._translate(exc, where, user) from exc
+            raise
+        if bastion is not None:
+            conn.set_tunnel(bastion)  # closing the feeder's connection closes the bastion's
         log.debug("transport.connected", feeder=self._where)
         return conn
 
-    def _translate(self, exc: BaseException) -> FeederError:
-        """The FeederError for a failure to connect, by what the operator can do about it."""
-        where, config = self._where, self._config
+    def _translate(self, exc: BaseException, where: str, user: str) -> FeederError:
+        """The FeederError for a failure to connect to `where` (the feeder or its bastion) as `user`, by what the
+        operator can do about it."""
         rules: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], type[FeederError], str], ...] = (
             (socket.gaierror, FeederUnreachableError, f"cannot resolve the host name of {where}"),
             (
@@ -186,7 +207,7 @@ class SshTransport:
                 FeederHostKeyError,
                 f"the host key of {where} is not in known_hosts or differs",
             ),
-            (asyncssh.PermissionDenied, FeederAuthError, f"{where} refused the key of user {config.user!r}"),
+            (asyncssh.PermissionDenied, FeederAuthError, f"{where} refused the key of user {user!r}"),
             ((TimeoutError, asyncssh.TimeoutError), FeederUnreachableError, f"{where} did not answer in time"),
             (
                 ConnectionRefusedError,
@@ -194,6 +215,11 @@ class SshTransport:
                 f"{where} refused the connection (is sshd running there?)",
             ),
             (OSError, FeederUnreachableError, f"cannot reach {where}"),
+            (
+                asyncssh.ChannelOpenError,  # only through a bastion: it did not open the tunnel
+                FeederUnreachableError,
+                f"{self._bastion} did not forward the connection to feeder {self._config.host}:{self._config.port}",
+            ),
             (
                 (asyncssh.DisconnectError, asyncssh.ConnectionLost),
                 FeederConnectionLostError,

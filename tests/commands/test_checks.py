@@ -10,7 +10,7 @@ import pytest
 
 from fedload import __version__
 from fedload.commands.probe import probe_feeder
-from fedload.config import FeederConfig
+from fedload.config import FeederConfig, locate_config
 from fedload.localpg import LocalCluster
 from tests.federation import Federation, config_toml
 from tests.sshd import SshServer, keygen
@@ -97,7 +97,7 @@ def test_keys_written_as_number_and_string_are_the_same_key(tmp_path: Path) -> N
     assert result.returncode == 2
     assert result.stderr == f"fedload: {config}: (top level): feeder keys must be unique: east and west share key 1\n"
     config.write_text(head + feeder.format("east", 1))
-    assert check(config).stdout == f"{config}: OK (1 feeder, 1 table pattern)\n"
+    assert check(config).stdout == f"configuration {config} (given by --config): OK (1 feeder, 1 table pattern)\n"
 
 
 def test_connect_tries_the_superhub_and_every_feeder(federation: Federation) -> None:
@@ -167,3 +167,68 @@ async def test_connect_over_ssh(sshd: SshServer, cluster: LocalCluster, tmp_path
     wrong = feeder.model_copy(update={"ssh": sshd.ssh_config(known_hosts=tmp_path / "other")})
     [failed] = await probe_feeder("east", wrong)
     assert failed.line().startswith("feeder east connection: FAILED: the host key of feeder 127.0.0.1:")
+
+
+@pytest.mark.parametrize("rule", ["--config", "$FEDLOAD_CONFIG", "./fedload.toml", "/etc/fedload/fedload.toml"])
+def test_the_file_read_and_the_rule_that_chose_it_are_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rule: str
+) -> None:
+    """Each place the configuration may come from is named with its rule, the path whole (from the root)."""
+    here, default = tmp_path / "here", tmp_path / "etc-fedload.toml"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    monkeypatch.setattr("fedload.config.DEFAULT_CONFIG_PATHS", (Path("fedload.toml"), default))
+    given = tmp_path / "given.toml"
+    environ = {"FEDLOAD_CONFIG": str(given)} if rule == "$FEDLOAD_CONFIG" else {}
+    for path in (given, default, here / "fedload.toml")[: 3 if rule == "./fedload.toml" else 2]:
+        path.write_text("")
+    location = locate_config(given if rule == "--config" else None, environ)
+    expected = {
+        "--config": (given, "given by --config"),
+        "$FEDLOAD_CONFIG": (given, "from $FEDLOAD_CONFIG"),
+        "./fedload.toml": (here / "fedload.toml", "./fedload.toml in the current directory"),
+        "/etc/fedload/fedload.toml": (default, "the default, as there is no ./fedload.toml"),
+    }[rule]
+    assert (location.whole_path, location.chosen_by) == expected
+    assert str(location) == f"{expected[0]} ({expected[1]})"
+
+
+def test_check_config_names_the_file_found_in_the_current_directory(tmp_path: Path) -> None:
+    """Run where a fedload.toml lies, check-config says it read that one, with its whole path and why."""
+    (tmp_path / "fedload.toml").write_text('[superhub]\ndsn = "x"\ntables = ["public.t"]\n')
+    result = subprocess.run(
+        [sys.executable, "-m", "fedload", "check-config"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == (
+        f"configuration {tmp_path}/fedload.toml (./fedload.toml in the current directory): "
+        "OK (0 feeders, 1 table pattern)\n"
+    )
+
+
+def test_the_jump_example_is_valid_and_a_bad_jump_is_named(tmp_path: Path) -> None:
+    """The commented bastion feeder of the example, uncommented, is OK; a `jump` that is not [USER@]HOST[:PORT]
+    is one line naming the key, exit 2."""
+    config = example_with_files(tmp_path)
+    lines = config.read_text().splitlines()
+    start = lines.index(
+        "# [feeders.hub-ap1]                 # a feeder reachable only through a bastion (an SSH jump host, as ssh -J)"
+    )
+    uncommented = [line.removeprefix("# ") for line in lines[start : start + 4]]
+    config.write_text("\n".join(lines[:start] + uncommented + lines[start + 4 :]) + "\n")
+    result = check(config)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.endswith(": OK (4 feeders, 6 table patterns)\n")
+    config.write_text(config.read_text().replace('jump = "fedload@bastion.example.com:22"', 'jump = "fedload@:22"'))
+    result = check(config)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        f"fedload: {config}: feeders.hub-ap1.ssh.jump: 'fedload@:22' is not [USER@]HOST[:PORT] "
+        "(say fedload@bastion.example.com:22)\n"
+    )

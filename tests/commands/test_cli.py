@@ -266,12 +266,17 @@ def test_piped_sync_summary_and_status_keep_whole_values(federation: Federation)
 
     status = fedload("--config", str(config), "status")
     lines = status.stdout.decode().splitlines()
+    assert lines[0] == f"# fedload status, configuration {config} (given by --config)"
     assert lines[1].split("\t")[:3] == ["feeder", "last success", "data age"]
     rows = {line.split("\t")[0]: line.split("\t") for line in lines[2:]}
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", rows["hub1"][1])
     assert rows["hub2"][1:3] == ["-", "never STALE"]
     assert rows["hub2"][-1] == hub2[-1]
     assert status.returncode == 1
+    as_json = fedload("status", "--json", env={**os.environ, "FEDLOAD_CONFIG": str(config)})
+    assert {(s["feeder"], s["configuration"]) for s in json.loads(as_json.stdout)} == {
+        (name, str(config)) for name in federation.feeders
+    }
 
 
 @pytest.mark.parametrize(

@@ -68,7 +68,9 @@ def test_demo_without_keep_prints_no_commands_that_cannot_work() -> None:
 
 
 def test_kept_demo_with_shards() -> None:
-    """`demo --shards 2 --keep`: feeders on two shards, status shows them, psql on "superhub" reads the coordinator."""
+    """`demo --shards 2 --keep`: feeders on two shards, status shows them, the coordinator's plan of its counts shows
+    the shards scanned at once, each aggregating its own rows; psql on "superhub" reads the coordinator; a plain
+    `feeder move` there warns of no stray partitions."""
     demo = fedload("demo", "--keep", "--hosts", "5", "--shards", "2", timeout_s=300)
     assert demo.returncode == 0, demo.stderr
     base = Path(re.findall(r"Kept running in (\S+)\. Next steps:", demo.stdout)[0])
@@ -76,6 +78,11 @@ def test_kept_demo_with_shards() -> None:
         steps = {what: command.strip() for command, what in re.findall(r"^  (.+?)    # (.+)$", demo.stdout, re.M)}
         status = _run(steps["each feeder's last sync"] + " --json")
         assert status.returncode == 0, status.stderr
+        plan = demo.stdout.split("Its plan", 1)[1].split("Drift handled", 1)[0]
+        for table in ("__hosts", "__agentstatus", "__contexts"):  # each shard aggregates its own rows, at once
+            for shard in ("s1", "s2"):
+                assert f'Relations: Aggregate on (fedload_shards."public.{table}@{shard}"' in plan, plan
+        assert plan.count("Async Foreign Scan") == 6, plan
         assert [(s["feeder"], s["shard"]) for s in json.loads(status.stdout)] == [
             ("hub1", "s1"),
             ("hub2", "s2"),
@@ -83,6 +90,10 @@ def test_kept_demo_with_shards() -> None:
         ]
         psql = _run(steps["query the superhub"])
         assert psql.stdout.split() == ["count", "-------", "30", "(1", "row)"], psql.stderr  # through both shards
+        config = shlex.split(steps["each feeder's last sync"])[-1]
+        moved = fedload("feeder", "move", "hub1", "--to", "s2", "--config", config, timeout_s=300)
+        assert moved.returncode == 0, moved.stdout + moved.stderr
+        assert "stray_partitions" not in moved.stderr, moved.stderr  # nothing stray in a plain move
     finally:
         fedload("demo", "--stop", str(base), timeout_s=300)
     assert (

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 import re
 import shutil
 import socket
@@ -11,6 +13,7 @@ import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -20,7 +23,8 @@ from fedload.config import parse_config
 from fedload.errors import ConfigError, ErrorKind
 from fedload.results import FeederRun, Outcome
 from fedload.service.metrics import DaemonMetrics, FeederState
-from tests.federation import DaemonProcess, Federation, config_toml, runs_exist, successes, write_script
+from tests.federation import DaemonProcess, Federation, config_toml, runs_exist, successes, sync, write_script
+from tests.shards import sharded, sharded_toml
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -150,7 +154,15 @@ def test_metrics_agree_with_the_run_history(
     assert samples["fedload_superhub_up", ()] == 1
     assert samples["fedload_worker_processes", ()] >= 1
     assert samples["fedload_build_info", (("version", __version__),)] == 1
+    assert samples["process_resident_memory_bytes", ()] > 0  # prometheus_client's standard collectors
+    assert samples["process_start_time_seconds", ()] > 0
+    assert ("python_info", (("implementation", "CPython"), *sorted(_python_version().items()))) in samples
     assert daemon.stop() == 0
+
+
+def _python_version() -> dict[str, str]:
+    major, minor, patchlevel = (str(part) for part in sys.version_info[:3])
+    return {"major": major, "minor": minor, "patchlevel": patchlevel, "version": ".".join((major, minor, patchlevel))}
 
 
 def test_a_restarted_daemon_reports_freshness_from_the_history(
@@ -253,6 +265,8 @@ def test_deploy_files_name_only_exported_metrics() -> None:
     )
     metrics.record_run(FeederRun.failed("hub1", "unreachable", kind=ErrorKind.TRANSPORT, seconds=1.0))
     metrics.apply_history([FeederState("hub1", last_success_s=1.0, last_run_s=1.0, failures=0, swap_lock_failures=0)])
+    metrics.set_shards({"hub1": "s1"})
+    metrics.shard_up.labels("s1").set(1)
     exported = {s.name for family in metrics.registry.collect() for s in family.samples}
     files = ("fedload-alerts.yml", "prometheus.yml", "grafana-dashboard.json")
     named = {name for f in files for name in re.findall(r"\bfedload_[a-z_]+", (DEPLOY / f).read_text())}
@@ -271,3 +285,208 @@ def test_alert_rules_are_valid_and_fire_when_they_should() -> None:
             argv, capture_output=True, text=True, timeout=60, check=False, cwd=Path(__file__).parent / "alerts"
         )
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+# Two daemons, one per shard, as Prometheus scrapes them: the instance label each target gets.
+_INSTANCES = {"s1": "s1-daemon:9498", "s2": "s2-daemon:9498"}
+_PHASE_MIN = (10, 40)  # minutes of the promtool test holding each scrape: all up, then shard s1 down
+
+
+def _series(name: str, labels: tuple[tuple[str, str], ...], instance: str) -> str:
+    """A promtool series selector: the sample's labels plus the target's job and instance."""
+    tags = (("job", "fedload"), ("instance", instance), *labels)
+    return name + "{" + ", ".join(f"{key}={json.dumps(value)}" for key, value in tags) + "}"
+
+
+def _as_input_series(phases: list[Samples], instance: str, t0: float) -> list[dict[str, str]]:
+    """One daemon's scrapes as promtool input series, each scrape held for its phase's minutes; timestamps made
+    relative to the first scrape (t0 is minute 0); a series absent from a scrape is missing (`_`) there."""
+
+    def value(name: str, sample: float) -> str:
+        return str(round(sample - t0)) if name.endswith("_timestamp_seconds") else repr(sample)
+
+    out = []
+    for name, labels in sorted({key for phase in phases for key in phase}):
+        values = [
+            (value(name, phase[name, labels]) if (name, labels) in phase else "_") + f"x{minutes - 1}"
+            for phase, minutes in zip(phases, _PHASE_MIN, strict=True)
+        ]
+        if all(math.isfinite(phase.get((name, labels), 0.0)) for phase in phases):
+            out.append({"series": _series(name, labels, instance), "values": " ".join(values)})
+    out += [{"series": _series("up", (), instance), "values": f"1x{sum(_PHASE_MIN) - 1}"}]
+    return out
+
+
+def _humanize_duration(seconds: float) -> str:
+    """Prometheus's humanizeDuration for minutes to an hour."""
+    whole = int(seconds)
+    assert 60 <= whole < 3600
+    return f"{whole // 60}m {whole % 60}s"
+
+
+def _expected(samples: dict[str, list[Samples]], t0: float) -> dict[str, Any]:
+    """The promtool tests of the joins and alerts over the two daemons' scrapes: each feeder once, with its shard;
+    the stale and failing alerts once per feeder; the superhub alert for shard s1 only."""
+    first, down = samples["s1"][0], samples["s1"][1]
+    failures = first["fedload_feeder_consecutive_failures", (("feeder", "hub2"),)]
+    stale_at_s = 45 * 60
+    stale = []
+    for shard, feeder in (("s1", "hub1"), ("s1", "hub2"), ("s2", "hub3")):
+        last = samples[shard][1]["fedload_feeder_last_success_timestamp_seconds", (("feeder", feeder),)]
+        age = _humanize_duration(stale_at_s - round(last - t0))
+        stale.append(
+            {
+                "exp_labels": {
+                    "severity": "warning",
+                    "job": "fedload",
+                    "instance": _INSTANCES[shard],
+                    "feeder": feeder,
+                },
+                "exp_annotations": {
+                    "summary": f"feeder {feeder}: data older than 30 minutes",
+                    "description": f"The last successful sync of {feeder} ended {age} ago (fedload status shows its "
+                    "last error).",
+                },
+            }
+        )
+    assert down["fedload_shard_up", (("shard", "s1"),)] == 0
+    joined = [
+        {"labels": '{feeder="hub1", instance="s1-daemon:9498", job="fedload", shard="s1"}', "value": 0},
+        {"labels": '{feeder="hub2", instance="s1-daemon:9498", job="fedload", shard="s1"}', "value": failures},
+        {"labels": '{feeder="hub3", instance="s2-daemon:9498", job="fedload", shard="s2"}', "value": 0},
+    ]
+    a = _INSTANCES["s1"]
+    return {
+        "promql_expr_test": [
+            {
+                "expr": "fedload_feeder_consecutive_failures * on (feeder) group_left (shard) fedload_feeder_info",
+                "eval_time": "5m",
+                "exp_samples": joined,
+            },
+            {
+                "expr": "count(fedload_feeder_info) by (shard)",
+                "eval_time": "5m",
+                "exp_samples": [
+                    {"labels": '{shard="s1"}', "value": 2},
+                    {"labels": '{shard="s2"}', "value": 1},
+                ],
+            },
+        ],
+        "alert_rule_test": [
+            {
+                "eval_time": "5m",
+                "alertname": "FedloadFeederFailing",
+                "exp_alerts": [
+                    {
+                        "exp_labels": {"severity": "warning", "job": "fedload", "instance": a, "feeder": "hub2"},
+                        "exp_annotations": {
+                            "summary": f"feeder hub2: {failures:g} runs failed in a row",
+                            "description": 'See fedload_run_failures_total{feeder="hub2"} for the kind of error, '
+                            "fedload status for the last one.",
+                        },
+                    }
+                ],
+            },
+            {"eval_time": "45m", "alertname": "FedloadFeederStale", "exp_alerts": stale},
+            {"eval_time": "9m", "alertname": "FedloadSuperhubDown", "exp_alerts": []},
+            {
+                "eval_time": "16m",
+                "alertname": "FedloadSuperhubDown",
+                "exp_alerts": [
+                    {
+                        "exp_labels": {"severity": "critical", "job": "fedload", "instance": a, "shard": "s1"},
+                        "exp_annotations": {
+                            "summary": f"fedload cannot reach shard s1 ({a})",
+                            "description": "The daemon's bookkeeping query on shard s1 has failed for 5 minutes; "
+                            "no feeder of that shard can sync.",
+                        },
+                    }
+                ],
+            },
+        ],
+    }
+
+
+def _scrape_when(daemon: DaemonProcess, port: int, what: str, ready: Callable[[Samples], bool]) -> Samples:
+    """The first scrape for which `ready` holds (within 60 s)."""
+    found: list[Samples] = []
+
+    def check() -> bool:
+        found.append(scrape(port))
+        return ready(found[-1])
+
+    daemon.wait_for(what, check)
+    return found[-1]
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (Debian: apt install prometheus)")
+def test_two_daemons_one_per_shard_add_up_in_one_promtool_test(federation: Federation) -> None:
+    """`fedload daemon --shard s1` and `--shard s2`, scraped before and while shard s1 is down, are the input of one
+    promtool rule test: the README's join on fedload_feeder_info gives each feeder once with its shard, the
+    failing and stale alerts fire once per feeder, FedloadSuperhubDown once, for shard s1; each daemon serves the
+    process_* metrics."""
+    config = sharded(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
+    assert all(run.succeeded for run in sync(config))
+    hub2, s1 = federation.feeders["hub2"], f"{federation.superhub}_s1"
+    federation.cluster.psql(f"ALTER DATABASE {hub2} ALLOW_CONNECTIONS false")  # hub2 fails from now on
+    daemons: dict[str, DaemonProcess] = {}
+    try:
+        for _ in range(3):
+            assert not sync(config, "hub2")[0].succeeded
+        path = sharded_toml(federation, config)
+        text = path.read_text().replace("interval_s = 0.5", "interval_s = 3600")
+        path.write_text(text.replace("[daemon]\n", '[daemon]\nmetrics_listen = "127.0.0.1:0"\n'))
+        for shard in ("s1", "s2"):
+            daemons[shard] = DaemonProcess(path, federation.tmp / f"{shard}.log", None, "--shard", shard)
+        ports = {shard: metrics_port(daemon) for shard, daemon in daemons.items()}
+        up: dict[str, list[Samples]] = {
+            shard: [
+                _scrape_when(
+                    daemon,
+                    ports[shard],
+                    f"{shard}'s daemon up",
+                    lambda got: (
+                        got.get(("fedload_superhub_up", ())) == 1
+                        and got.get(("fedload_feeder_consecutive_failures", (("feeder", "hub2"),)), 3) >= 3
+                    ),
+                )
+            ]
+            for shard, daemon in daemons.items()
+        }
+        t0 = time.time()
+        federation.cluster.psql(f"ALTER DATABASE {s1} ALLOW_CONNECTIONS false")
+        federation.cluster.psql(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{s1}'")
+        up["s1"].append(
+            _scrape_when(daemons["s1"], ports["s1"], "s1 down", lambda got: got[("fedload_superhub_up", ())] == 0)
+        )
+        up["s2"].append(scrape(ports["s2"]))
+    finally:
+        federation.cluster.psql(f"ALTER DATABASE {s1} ALLOW_CONNECTIONS true")
+        federation.cluster.psql(f"ALTER DATABASE {hub2} ALLOW_CONNECTIONS true")
+        for daemon in daemons.values():
+            daemon.stop()
+            daemon.close_log()
+    for shard, phases in up.items():
+        assert {dict(labels)["feeder"] for name, labels in phases[0] if name == "fedload_feeder_info"} == set(
+            config.by_shard()[shard]
+        )
+        assert phases[0]["process_resident_memory_bytes", ()] > 0
+        assert phases[0]["process_cpu_seconds_total", ()] > 0
+    assert up["s2"][1]["fedload_superhub_up", ()] == 1
+    test = {
+        "rule_files": [str(DEPLOY / "fedload-alerts.yml")],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [s for shard in up for s in _as_input_series(up[shard], _INSTANCES[shard], t0)],
+                **_expected(up, t0),
+            }
+        ],
+    }
+    rules = federation.tmp / "two-daemons.test.yml"
+    rules.write_text(json.dumps(test, indent=1))
+    done = subprocess.run(
+        ["promtool", "test", "rules", str(rules)], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]

@@ -5,6 +5,7 @@ a move that stops part-way leaves it served from one shard, finished by running 
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
 from collections.abc import Awaitable
 from pathlib import Path
@@ -14,6 +15,7 @@ import asyncpg
 import pytest
 
 import fedload.commands.move as move_module
+from fedload.commands.admin import drop_feeder
 from fedload.commands.move import MoveError, move_feeder
 from fedload.config import Config, load_config
 from fedload.errors import ConfigError, ErrorKind, SuperhubError
@@ -21,6 +23,7 @@ from fedload.results import FeederRun
 from fedload.service.sync import sync_feeders
 from fedload.superhub.coordinator import build_coordinator, moving_feeders
 from fedload.superhub.pipeline import sync_feeder
+from fedload.superhub.runs import try_feeder_lock
 from tests.federation import Federation, fedload, sync
 from tests.shards import COUNTS, coord_sql, shard_sql, sharded_toml, with_coordinator
 
@@ -83,8 +86,8 @@ def test_a_feeder_moved_while_readers_run(federation: Federation) -> None:
         "feeder hub2: 1/6 coordinator: reads it from where it is, and shard s2 through a filter",
         "feeder hub2: 2/6 loading on shard s2",
         "feeder hub2: 3/6 coordinator: reads it from shard s2",
-        f"feeder hub2: 4/6 {path} names shard s2",
-        "feeder hub2: 5/6 dropped from shard s1: 2 partitions, 2,200 rows, 1 recorded run",
+        "feeder hub2: 4/6 dropped from shard s1: 2 partitions, 2,200 rows, 1 recorded run",
+        f"feeder hub2: 5/6 {path} names shard s2",
         "feeder hub2: 6/6 coordinator: reads the shards directly again",
         "feeder hub2: moved to shard s2 (2,201 rows loaded there)",
     ]
@@ -186,8 +189,8 @@ def test_a_configuration_that_cannot_be_written_leaves_the_feeder_served_from_th
     federation: Federation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The file cannot be written (as root here no file is unwritable, so the write fails by a patch): the move
-    stops after the switch, saying hub2 is served from s2 and what to do; s1 still holds it, filtered out; a
-    coordinator built from the old configuration reads hub2 from s1 again, never both."""
+    stops after the drop on s1, saying hub2 is served from s2 and what to do; a coordinator built from the old
+    configuration reads hub2 from s2, the only shard holding it; the move run again finishes."""
     config, path = _moved_setup(federation)
 
     def unwritable(*_: Any) -> list[str]:
@@ -197,14 +200,17 @@ def test_a_configuration_that_cannot_be_written_leaves_the_feeder_served_from_th
     with pytest.raises(MoveError) as stopped:
         move_feeder(config, path, "hub2", "s2")
     assert str(stopped.value) == (
-        f"feeder hub2 is served from shard s2, but {path}: cannot write it: Read-only file system; set "
-        'feeders.hub2.shard = "s2" there by hand and run the move again to remove it from s1'
+        f"feeder hub2 is served from shard s2 and gone from s1, but {path}: cannot write it: Read-only file system; "
+        'set feeders.hub2.shard = "s2" there by hand, or run the move again'
     )
     assert coord_sql(federation, COUNTS.format(table="hosts")) == AFTER
-    assert shard_sql(federation, "s1", COUNTS.format(table="hosts")) == "1:300,2:200"
-    runs = asyncio.run(sync_feeders(config, ["hub1"]))  # the old configuration's build: s1 holds hub2 again
+    assert shard_sql(federation, "s1", COUNTS.format(table="hosts")) == "1:300"
+    runs = asyncio.run(sync_feeders(config, ["hub1"]))  # the old configuration's build: only s2 holds hub2
     assert runs[0].succeeded
-    assert coord_sql(federation, COUNTS.format(table="hosts")) == BEFORE
+    assert coord_sql(federation, COUNTS.format(table="hosts")) == AFTER
+    monkeypatch.undo()
+    assert move_feeder(load_config(path), path, "hub2", "s2") == 0
+    _assert_moved(federation, path)
 
 
 def test_moving_the_last_feeder_off_a_shard_removes_the_shard_from_the_configuration(
@@ -256,3 +262,155 @@ def test_other_builds_wait_for_a_move(federation: Federation) -> None:
         "another feeder move or a coordinator build held the coordinator for 0.5 s",
         False,
     )
+
+
+def _assert_moved(federation: Federation, path: Path) -> None:
+    """hub2's move to s2 is complete: the file names s2; s1 holds nothing of it, no history, and notes the move; s2
+    holds it; the coordinator reads it once, from s2, and both shards directly."""
+    assert load_config(path).feeders["hub2"].shard == "s2"
+    assert shard_sql(federation, "s1", COUNTS.format(table="hosts")) == "1:300"
+    assert shard_sql(federation, "s1", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") == "0"
+    assert shard_sql(federation, "s1", "SELECT feeder || '>' || to_shard FROM fedload.moved") == "hub2>s2"
+    assert shard_sql(federation, "s2", COUNTS.format(table="hosts")) == "2:201,3:100"
+    assert coord_sql(federation, COUNTS.format(table="hosts")) == AFTER
+    views = [shard_sql(federation, shard, VIEWS) for shard in ("s1", "s2")]
+    assert (coord_sql(federation, FILTERED), views) == ("0", ["0", "0"])
+
+
+# `python -c _CRASH MODULE NAME N ARGS...`: fedload's command line with ARGS, the process killed (no cleanup, no
+# rollback but the server's) at the Nth call of MODULE.NAME, before that call does anything.
+_CRASH = """
+import os, sys
+from importlib import import_module
+from fedload.cli import main
+
+module, name, nth = sys.argv[1], sys.argv[2], int(sys.argv[3])
+target = import_module(module)
+original, calls = getattr(target, name), []
+
+def crashing(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == nth:
+        os._exit(70)
+    return original(*args, **kwargs)
+
+setattr(target, name, crashing)
+sys.exit(main(sys.argv[4:]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("module", "function", "nth"),
+    [
+        pytest.param("fedload.commands.move", "sync_feeder", 1, id="after-1-build"),
+        pytest.param("fedload.commands.move", "build_coordinator", 2, id="after-2-load"),
+        pytest.param("fedload.commands.move", "drop_feeder", 1, id="after-3-switch"),
+        pytest.param("fedload.commands.admin", "forget_feeder", 1, id="inside-4-drop"),
+        pytest.param("fedload.commands.move", "set_feeder_shard", 1, id="after-4-drop"),
+        pytest.param("fedload.commands.move", "build_coordinator", 3, id="after-5-configuration"),
+    ],
+)
+def test_a_move_killed_between_two_steps_is_finished_by_running_it_again(
+    federation: Federation, module: str, function: str, nth: int
+) -> None:
+    """The move's process is killed between two of its steps (or inside the drop on s1, between its partitions and
+    its history): the coordinator still reads hub2 once, s1 holds hub2 with its history or neither, and the move
+    run again finishes it: hub2 only on s2, s1 clean with the move noted, the file naming s2, the shards read
+    directly."""
+    _, path = _moved_setup(federation)
+    args = ["feeder", "move", "hub2", "--to", "s2", "--config", str(path)]
+    _killed_at(module, function, nth, args)
+    assert coord_sql(federation, COUNTS.format(table="hosts")) in (BEFORE, AFTER)
+    holds = "2:" in shard_sql(federation, "s1", COUNTS.format(table="hosts"))
+    history = shard_sql(federation, "s1", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") != "0"
+    noted = shard_sql(federation, "s1", "SELECT count(*) FROM fedload.moved") != "0"
+    assert (holds, history, noted) in ((True, True, False), (False, False, True)), (holds, history, noted)
+    again = fedload(*args, timeout_s=120)
+    assert again.returncode == 0, again.stdout + again.stderr
+    _assert_moved(federation, path)
+
+
+def _killed_at(module: str, function: str, nth: int, args: list[str]) -> None:
+    """Run fedload with `args`, killed at the `nth` call of `module.function` (`_CRASH`)."""
+    crashed = subprocess.run(
+        [sys.executable, "-c", _CRASH, module, function, str(nth), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert crashed.returncode == 70, crashed.stdout + crashed.stderr
+
+
+def test_a_move_off_a_shard_killed_before_its_drop_is_finished_by_running_it_again(federation: Federation) -> None:
+    """hub3, s2's only feeder, moves to s1 and the move is killed before the drop on s2: the file still names s2
+    (its section too), so the move run again drops hub3 there, and only then removes [shards.s2]."""
+    _, path = _moved_setup(federation)
+    args = ["feeder", "move", "hub3", "--to", "s1", "--config", str(path)]
+    _killed_at("fedload.commands.move", "drop_feeder", 1, args)
+    assert coord_sql(federation, COUNTS.format(table="hosts")) == BEFORE
+    again = fedload(*args, timeout_s=120)
+    assert again.returncode == 0, again.stdout + again.stderr
+    after = load_config(path)
+    assert (sorted(after.shards), after.feeders["hub3"].shard) == (["s1"], "s1")
+    assert shard_sql(federation, "s2", COUNTS.format(table="hosts")) == ""
+    assert shard_sql(federation, "s2", "SELECT feeder || '>' || to_shard FROM fedload.moved") == "hub3>s1"
+    assert coord_sql(federation, COUNTS.format(table="hosts")) == BEFORE
+    assert coord_sql(federation, "SELECT count(*) FROM pg_foreign_table") == "2"
+
+
+def test_a_move_stopped_by_a_run_on_the_old_shard_is_finished_by_running_it_again(
+    federation: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run of hub2 on s1 (an old daemon) holds its run lock past the drop's wait: the move stops with s1 still
+    named in the file and holding hub2, filtered out; once the run is over, the move run again finishes it."""
+    config, path = _moved_setup(federation)
+    monkeypatch.setattr(move_module, "_BUSY_WAIT_S", 0.5)
+
+    async def stopped_by_a_run() -> str:
+        run = await asyncpg.connect(config.for_shard("s1").superhub.dsn)
+        try:
+            assert await try_feeder_lock(run, "hub2")
+            with pytest.raises(MoveError) as stopped:
+                await asyncio.to_thread(move_feeder, config, path, "hub2", "s2")
+            return str(stopped.value)
+        finally:
+            await run.close()
+
+    stopped = asyncio.run(stopped_by_a_run())
+    assert stopped == (
+        "feeder hub2 is served from shard s2, but a run of it on shard s1 held it for 0.5 s: run the move again to "
+        "remove it there"
+    )
+    assert (load_config(path).feeders["hub2"].shard, "s1" in load_config(path).shards) == ("s1", True)
+    assert shard_sql(federation, "s1", COUNTS.format(table="hosts")) == "1:300,2:200"
+    assert coord_sql(federation, COUNTS.format(table="hosts")) == AFTER
+    assert move_feeder(load_config(path), path, "hub2", "s2") == 0
+    _assert_moved(federation, path)
+
+
+def test_a_move_whose_old_shard_goes_down_before_the_drop_is_finished_by_running_it_again(
+    federation: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """s1 refuses connections when the drop begins: the move stops saying hub2 is served from s2 and to run it
+    again; the file still names s1; once s1 is back, the move run again finishes it."""
+    config, path = _moved_setup(federation)
+    s1 = f"{federation.superhub}_s1"
+
+    async def s1_down_then_drop(*args: Any, **kwargs: Any) -> Any:
+        federation.cluster.psql(f"ALTER DATABASE {s1} ALLOW_CONNECTIONS false")
+        return await drop_feeder(*args, **kwargs)
+
+    monkeypatch.setattr(move_module, "drop_feeder", s1_down_then_drop)
+    try:
+        with pytest.raises(MoveError) as stopped:
+            move_feeder(config, path, "hub2", "s2")
+    finally:
+        federation.cluster.psql(f"ALTER DATABASE {s1} ALLOW_CONNECTIONS true")
+    assert str(stopped.value).startswith("feeder hub2 is served from shard s2, but dropping it from shard s1 failed ")
+    assert str(stopped.value).endswith(": run the move again to remove it there"), stopped.value
+    assert load_config(path).feeders["hub2"].shard == "s1"
+    assert coord_sql(federation, COUNTS.format(table="hosts")) == AFTER
+    monkeypatch.undo()
+    assert move_feeder(load_config(path), path, "hub2", "s2") == 0
+    _assert_moved(federation, path)

@@ -404,7 +404,10 @@ def test_check_config_connects_to_every_shard_and_the_coordinator(federation: Fe
     path = sharded_toml(federation, with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]}))
     result = fedload("check-config", "--connect", "--config", str(path), timeout_s=120)
     lines = result.stdout.splitlines()
-    assert (result.returncode, lines[0]) == (0, f"{path}: OK (3 feeders, 1 table pattern, 2 shards)"), result
+    assert (result.returncode, lines[0]) == (
+        0,
+        f"configuration {path} (given by --config): OK (3 feeders, 1 table pattern, 2 shards)",
+    ), result
     version = federation.cluster.psql("SHOW server_version").strip()
     assert lines[1:6] == [
         f"shard s1: OK (PostgreSQL {version})",

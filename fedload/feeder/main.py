@@ -1,0 +1,123 @@
+"""The agent's commands, one code path for `fedload agent dump|ssh-command` and the zipapp's `dump|ssh-command`:
+parse, set up logging, run, and report a failure as one line on stderr (exit 1; 2 for usage and refusals).
+
+`main` is the zipapp's entry point (`python3 -I fedload-agent.pyz dump ...`, `... ssh-command ...`,
+`... --version`); it also takes `agent dump ...`, the command the superhub sends, so the zipapp can be a feeder's
+`agent_command` as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import textwrap
+from collections.abc import Callable
+from typing import NoReturn
+
+from fedload import __version__
+from fedload.feeder import ssh_command
+from fedload.feeder.agent_options import AgentOptions
+from fedload.feeder.agent_options import add_arguments as add_dump_arguments
+from fedload.feeder.errors import EXIT_USAGE, AgentError, AgentUsageError, one_line
+from fedload.feeder.helptext import AGENT_COMMANDS
+from fedload.feeder.logs import LOG_FORMATS, configure
+
+__all__ = ["add_dump_arguments", "add_ssh_command_arguments", "main", "run_dump"]
+
+
+def add_logging_arguments(parser: argparse.ArgumentParser) -> None:
+    """-v and --log-format, as `fedload`'s global options (the zipapp has no others)."""
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="log info too (-vv: debug)")
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="auto",
+        help="json: JSON lines; human: rendered lines; auto (default): JSON under systemd, else human",
+    )
+
+
+def add_ssh_command_arguments(parser: argparse.ArgumentParser) -> None:
+    """The forced command's allowlist; `@FILE` reads more arguments from FILE, one per line."""
+    parser.fromfile_prefix_chars = "@"
+    ssh_command.add_arguments(parser)
+
+
+def run_dump(args: argparse.Namespace) -> int:
+    """`agent dump`: the stream on stdout; a failure as one line on stderr."""
+    configure(verbose=args.verbose, quiet=args.quiet, log_format=args.log_format)
+    return _reported(lambda: _dump(AgentOptions.from_args(args)))
+
+
+def run_ssh_command(args: argparse.Namespace) -> int:
+    """`agent ssh-command`: what SSH_ORIGINAL_COMMAND asks for, if allowed; else one line and exit 2."""
+    return _reported(lambda: _forced(args))
+
+
+def _forced(args: argparse.Namespace) -> int:
+    allowed = ssh_command.Allowlist.from_args(args)
+    request = ssh_command.read_request(os.environ.get("SSH_ORIGINAL_COMMAND"), allowed)
+    if isinstance(request, str):
+        return ssh_command.answer_version(request, allowed)
+    configure(verbose=args.verbose, quiet=request.quiet, log_format=args.log_format)
+    return _dump(request)
+
+
+def _dump(options: AgentOptions) -> int:
+    from fedload.feeder.agent import run_agent  # noqa: PLC0415 - the transformer only for a dump
+
+    if sys.stdout.isatty():
+        raise AgentUsageError("fedload agent dump writes a binary stream; redirect its output or run it over SSH")
+    try:
+        return run_agent(options, sys.stdout.buffer)
+    except BrokenPipeError:
+        raise AgentError("the receiver closed the stream before the dump was complete") from None
+
+
+def _reported(command: Callable[[], int]) -> int:
+    try:
+        return command()
+    except AgentError as exc:
+        print(f"fedload: error: {one_line(str(exc), limit=None)}", file=sys.stderr, flush=True)
+        return exc.exit_status
+    except KeyboardInterrupt:
+        print("fedload: interrupted", file=sys.stderr)
+        return 130
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with exit status 2 and one line for usage errors."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser(prog: str = "fedload-agent.pyz") -> argparse.ArgumentParser:
+    """The zipapp's command line: dump, ssh-command, --version."""
+    parser = _Parser(prog=prog, description="fedload's feeder agent, as one file.")
+    parser.add_argument("--version", action="version", version=f"fedload {__version__}")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True, parser_class=_Parser)
+    for name, add, run in (
+        ("dump", add_dump_arguments, run_dump),
+        ("ssh-command", add_ssh_command_arguments, run_ssh_command),
+    ):
+        text = AGENT_COMMANDS[name]
+        command = commands.add_parser(
+            name,
+            help=text.summary,
+            description=textwrap.fill(text.description),
+            epilog=text.examples or None,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        add(command)
+        add_logging_arguments(command)
+        command.set_defaults(run=run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The zipapp's entry point: 0 success, 1 the dump failed, 2 usage error or a refused request."""
+    words = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(words[1:] if words[:1] == ["agent"] else words)
+    run: Callable[[argparse.Namespace], int] = args.run
+    return run(args)

@@ -1,0 +1,99 @@
+"""psql-style `schema.table` patterns as regular expressions: the one reading of `superhub.tables`, of
+`exclude_tables` (through `fedload.names.TablePattern`) and of the tables a feeder's forced command allows.
+
+Standard library only: it also runs in the agent's zipapp on the feeder's own Python (3.9 and later).
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["exact_name", "translate"]
+
+_PLAIN = re.compile(r"[a-z0-9_$]")
+
+
+def translate(text: str) -> list[str]:
+    """The pattern's dot-separated parts as regular expressions; ValueError for what cannot match as written."""
+    parts, current, quoted, i = [], [], False, 0
+    while i < len(text):
+        char = text[i]
+        if char == '"':
+            if quoted and text[i + 1 : i + 2] == '"':
+                current.append('"')
+                i += 1
+            else:
+                quoted = not quoted
+        elif quoted:
+            current.append(re.escape(char))
+        elif char == ".":
+            parts.append("".join(current))
+            current = []
+        elif char in "*?":
+            current.append(".*" if char == "*" else ".")
+        elif char == "[":
+            end = text.find("]", i + 1)
+            if end < 0:
+                raise ValueError(f"{text!r} has a '[' without its ']'")
+            current.append("[" + _class_body(text, text[i + 1 : end]) + "]")
+            i = end
+        else:
+            current.append(_plain(text, char))
+        i += 1
+    if quoted:
+        raise ValueError(f"{text!r} has an unclosed double quote")
+    parts.append("".join(current))
+    return parts
+
+
+def _class_body(text: str, body: str) -> str:
+    if not body or not all(_PLAIN.fullmatch(c) or c in "-^" for c in body):
+        raise ValueError(f"{text!r}: a [...] class may hold only lower-case letters, digits, _, $, - and ^")
+    return body.replace("$", "\\$")
+
+
+def _plain(text: str, char: str) -> str:
+    if char.isupper():
+        lower = text.lower()
+        raise ValueError(
+            f"{text!r} has upper-case letters outside double quotes, which PostgreSQL folds to lower case: "
+            f"write {lower!r} for the lower-case table, or quote the name to keep its case "
+            f"(e.g. {_quoted_suggestion(text)!r})"
+        )
+    if not _PLAIN.fullmatch(char):
+        raise ValueError(
+            f"{text!r}: {char!r} may appear only inside double quotes (unquoted: letters, digits, _, $, * ? [...])"
+        )
+    return re.escape(char)
+
+
+def _quoted_suggestion(text: str) -> str:
+    schema, _, table = text.partition(".")
+    return f'{schema}."{table}"' if table else f'"{text}"'
+
+
+def exact_name(text: str) -> list[str]:
+    """The dot-separated parts of a pattern that names exactly one thing (no wildcard, no class), as pg_dump reads
+    them: unquoted letters folded to lower case, quoted text as it is; ValueError for a pattern that is not exact."""
+    parts, current, quoted, i = [], [], False, 0
+    while i < len(text):
+        char = text[i]
+        if char == '"':
+            if quoted and text[i + 1 : i + 2] == '"':
+                current.append('"')
+                i += 1
+            else:
+                quoted = not quoted
+        elif quoted:
+            current.append(char)
+        elif char == ".":
+            parts.append("".join(current))
+            current = []
+        elif _PLAIN.fullmatch(char.lower()):
+            current.append(char.lower())
+        else:
+            raise ValueError(f"{text!r} is a pattern ({char!r} outside double quotes), not one table's name")
+        i += 1
+    if quoted:
+        raise ValueError(f"{text!r} has an unclosed double quote")
+    return [*parts, "".join(current)]

@@ -1,0 +1,165 @@
+"""What the feeder's agent writes: the fedload stream's framing, header, trailer and encoder (spec:
+docs/stream-format.md; the superhub's reader is fedload/stream.py).
+
+    stream  = MAGIC header-frame data-frame* trailer-frame          (then end of input)
+    frame   = kind:1 byte  length:uint32 big-endian  payload
+    kinds   = b"H" header JSON, b"D" one compressed block, b"T" trailer JSON
+
+Standard library only (the compressor is chosen by fedload/feeder/compress.py): this runs in the agent's zipapp
+on the feeder's own Python, 3.9 and later.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from fedload.feeder.compress import gzip_compressor, zstandard_compressor
+from fedload.feeder.errors import one_line
+
+__all__ = [
+    "FORMAT_VERSION",
+    "FRAME_HEAD",
+    "MAGIC",
+    "MAX_BLOCK_BYTES",
+    "PROTOCOL_VERSION",
+    "Header",
+    "StreamEncoder",
+    "Trailer",
+    "dump_failure",
+]
+
+MAGIC = b"FEDLOAD\x01"
+FORMAT_VERSION = 1  # the framing: magic, frame kinds and lengths
+# What the header and trailer hold. 1: agents 0.1, which stated no protocol; 2: the trailer lists `tables`;
+# 3: the trailer names tables as [schema, name] pairs (`rows`: [schema, name, rows]), not as `schema.name` text,
+# which reads the same for `a.b` + `c` and `a` + `b.c`.
+PROTOCOL_VERSION = 3
+MAX_BLOCK_BYTES = 1 << 20
+FRAME_HEAD = struct.Struct(">cI")  # kind, payload length
+
+
+@dataclass(frozen=True)  # no slots: Python 3.9
+class Header:
+    """What the agent states before the dump."""
+
+    compression: str
+    dump_mode: str
+    agent_version: str
+    pg_dump_version: str
+    tables: list[str]
+    format: int = FORMAT_VERSION
+    protocol: int = PROTOCOL_VERSION  # absent from agents before 0.2: protocol 1
+
+
+@dataclass(frozen=True)  # no slots: Python 3.9
+class Trailer:
+    """What the agent states after the dump: whether it is complete, and what it holds."""
+
+    pg_dump_exit_status: int
+    payload_bytes: int
+    payload_sha256: str
+    # Rows per table, and every table pg_dump wrote, empty ones too (None: an agent before 0.2); as
+    # (schema, name) pairs since protocol 3, as `schema.name` text before: read them with `row_counts` and
+    # `table_keys`.
+    rows: list[tuple[str, str, int]] | dict[str, int] = field(default_factory=list)
+    tables: list[tuple[str, str]] | list[str] | None = None
+    server_version: str = ""
+    error: str = ""
+    stderr_tail: str = ""
+
+    def row_counts(self) -> dict[tuple[str, str], int]:
+        """The rows the agent saw per (schema, name)."""
+        if isinstance(self.rows, dict):
+            return {_protocol2_key(table): rows for table, rows in self.rows.items()}
+        return {(schema, name): rows for schema, name, rows in self.rows}
+
+    def table_keys(self) -> set[tuple[str, str]] | None:
+        """(schema, name) of every table pg_dump wrote; None from an agent before 0.2, which did not say."""
+        if self.tables is None:
+            return None
+        return {table if isinstance(table, tuple) else _protocol2_key(table) for table in self.tables}
+
+    @property
+    def succeeded(self) -> bool:
+        """pg_dump exited 0 and the agent found nothing wrong."""
+        return self.pg_dump_exit_status == 0 and not self.error
+
+    @property
+    def failure(self) -> str:
+        """Why the dump failed on the feeder, as one sentence (empty if it succeeded); the agent prints it too."""
+        return dump_failure(self.pg_dump_exit_status, self.error, self.stderr_tail)
+
+
+def _protocol2_key(table: str) -> tuple[str, str]:
+    """A protocol 2 agent's `schema.name`, split at its first dot: right unless the schema's name has a dot."""
+    schema, _, name = table.partition(".")
+    return schema, name
+
+
+def dump_failure(pg_dump_exit_status: int, error: str, stderr_tail: str) -> str:
+    """One line saying why a dump failed: pg_dump's exit status and its own message, or the agent's error."""
+    # pg_dump exiting non-zero on its own explains a cut-off dump; killed by a signal, it was most likely stopped by
+    # the agent because of `error`.
+    if pg_dump_exit_status > 0 or (pg_dump_exit_status < 0 and not error):
+        tail = f": {one_line(stderr_tail)}" if stderr_tail.strip() else " and printed nothing on stderr"
+        return f"pg_dump failed on the feeder with exit status {pg_dump_exit_status}{tail}"
+    return f"the feeder's agent failed: {error}" if error else ""
+
+
+def _frame(kind: bytes, payload: bytes) -> bytes:
+    """One frame: its head, then `payload`."""
+    return FRAME_HEAD.pack(kind, len(payload)) + payload
+
+
+def _compressor(compression: str) -> Callable[[bytes], bytes]:
+    """The compressor a header states, exactly (no fallback): for encoders built on the superhub's side."""
+    exact = zstandard_compressor() if compression == "zstd" else gzip_compressor() if compression == "gzip" else None
+    if exact is None:
+        raise ValueError(f"compression {compression!r} is not available here")
+    return exact.compress
+
+
+class StreamEncoder:
+    """Builds the stream on the feeder: `start()`, `data()` as dump text arrives, `finish()` with the trailer."""
+
+    def __init__(self, header: Header, compress: Callable[[bytes], bytes] | None = None) -> None:
+        """`compress` makes one block's frame for `header.compression` (default: zstandard, or zlib for gzip)."""
+        self._header = header
+        self._compress = compress or _compressor(header.compression)
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self._sha256 = hashlib.sha256()
+        self.payload_bytes = 0
+
+    def start(self) -> bytes:
+        """Magic and header frame."""
+        return MAGIC + _frame(b"H", json.dumps(asdict(self._header)).encode())
+
+    def data(self, text: bytes) -> bytes:
+        """Data frames for the blocks that `text` completes (often none)."""
+        self._sha256.update(text)
+        self.payload_bytes += len(text)
+        self._pending.append(text)
+        self._pending_bytes += len(text)
+        return self._blocks(final=False)
+
+    def finish(self, **trailer: Any) -> bytes:
+        """The last data frames and the trailer frame; `trailer` gives the Trailer fields the agent knows."""
+        blocks = self._blocks(final=True)
+        summary = Trailer(payload_bytes=self.payload_bytes, payload_sha256=self._sha256.hexdigest(), **trailer)
+        return blocks + _frame(b"T", json.dumps(asdict(summary)).encode())
+
+    def _blocks(self, *, final: bool) -> bytes:
+        if self._pending_bytes < MAX_BLOCK_BYTES and not (final and self._pending_bytes):
+            return b""
+        text = b"".join(self._pending)
+        cut = len(text) if final else len(text) - len(text) % MAX_BLOCK_BYTES
+        frames = [_frame(b"D", self._compress(text[i : i + MAX_BLOCK_BYTES])) for i in range(0, cut, MAX_BLOCK_BYTES)]
+        self._pending = [text[cut:]] if cut < len(text) else []
+        self._pending_bytes = len(text) - cut
+        return b"".join(frames)

@@ -1,0 +1,170 @@
+"""`fedload agent pack`: the agent as one file, run by a feeder's own Python with no package installed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from fedload import __version__
+from fedload.stream import StreamDecoder
+from tests.federation import CONTEXT_COLS, HOST_COLS, Federation, sync, write_script
+from tests.feeder.zipapp import PYTHONS, build, python_named
+
+_HEAVY = ("pydantic", "asyncpg", "asyncssh", "structlog", "rich", "zstandard", "prometheus_client", "pglast", "tomlkit")
+
+
+@pytest.fixture(scope="module")
+def zipapp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The zipapp, built once for the module."""
+    return build(tmp_path_factory.mktemp("zipapp"))
+
+
+def test_pack_is_reproducible_and_holds_only_the_agent(zipapp: Path, tmp_path: Path) -> None:
+    """Two builds give the same bytes: a shebang for python3, then the agent's, the transformer's and the stream
+    writer's modules, nothing else."""
+    again = build(tmp_path)
+    assert again.read_bytes() == zipapp.read_bytes()
+    assert zipapp.read_bytes().startswith(b"#!/usr/bin/env python3\n")
+    assert os.access(zipapp, os.X_OK)
+    with zipfile.ZipFile(zipapp) as archive:
+        names = archive.namelist()
+        assert {entry.date_time for entry in archive.infolist()} == {(1980, 1, 1, 0, 0, 0)}
+    assert names == sorted(names)
+    repo = Path(__file__).resolve().parents[2]
+    expected = {"__main__.py", "fedload/__init__.py", "fedload/_tail.py"}
+    expected |= {path.relative_to(repo).as_posix() for path in (repo / "fedload" / "feeder").glob("*.py")}
+    expected |= {path.relative_to(repo).as_posix() for path in (repo / "transforms").glob("*.py")}
+    assert set(names) == expected
+
+
+def test_pack_from_the_command_line(tmp_path: Path) -> None:
+    """`fedload agent pack -o FILE` writes the file and says so; an unwritable place is one line, exit 2."""
+    done = subprocess.run(
+        [sys.executable, "-m", "fedload", "agent", "pack", "-o", str(tmp_path / "a.pyz")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"{tmp_path / 'a.pyz'}: ")
+    assert zipfile.is_zipfile(tmp_path / "a.pyz")
+    refused = subprocess.run(
+        [sys.executable, "-m", "fedload", "agent", "pack", "-o", str(tmp_path / "no" / "a.pyz")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert refused.returncode == 2
+    assert refused.stderr.startswith(f"fedload: cannot write {tmp_path / 'no' / 'a.pyz'}: ")
+    assert len(refused.stderr.splitlines()) == 1
+
+
+_IMPORTS = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import fedload.feeder.main, fedload.feeder.agent
+print(fedload.feeder.agent.__file__)
+print(*sorted({name.partition(".")[0] for name in sys.modules}))
+"""
+
+
+def test_zipapp_imports_nothing_but_the_standard_library(zipapp: Path) -> None:
+    """Run by this environment's Python, where every dependency is installed, the agent's modules come from the
+    archive and import none of them; with no site-packages at all (-S) it answers --version."""
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", _IMPORTS, str(zipapp)], capture_output=True, text=True, check=True, timeout=60
+    )
+    where, modules = done.stdout.splitlines()
+    assert where.startswith(str(zipapp))
+    assert not set(modules.split()) & set(_HEAVY)
+    bare = subprocess.run(
+        [sys.executable, "-I", "-S", str(zipapp), "--version"], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert bare.stdout == f"fedload {__version__}\n"
+
+
+@pytest.mark.parametrize("name", PYTHONS)
+def test_zipapp_loads_what_the_installed_agent_loads(federation: Federation, zipapp: Path, name: str) -> None:
+    """The zipapp run by each Python here (`python -I fedload-agent.pyz`: Debian 12's 3.11.2, pyenv's 3.9, 3.10,
+    3.12, 3.13) feeds a real superhub exactly the rows the installed agent does, which are the feeder's."""
+    python = str(python_named(name))
+    installed = sync(federation.config(), "hub1")[0]
+    assert installed.outcome == "success", installed.error
+    by_installed = _loaded(federation)
+    run = sync(federation.config(agent_command=[python, "-I", str(zipapp)]), "hub1")[0]
+    assert run.outcome == "success", run.error
+    assert _loaded(federation) == by_installed == _feeder_rows(federation)
+
+
+_COMPRESSORS = {  # site-packages (zstandard), the zstd program on PATH, the stream's compression, the agent's
+    "zstandard": (True, False, "zstd", "the zstandard module"),
+    "zstd-program": (False, True, "zstd", "the zstd program"),
+    "gzip": (False, False, "gzip", "zlib"),
+}
+
+
+@pytest.mark.parametrize("case", _COMPRESSORS)
+def test_each_compressor_is_read_by_the_superhub(
+    federation: Federation, zipapp: Path, tmp_path: Path, case: str
+) -> None:
+    """zstd through zstandard (if importable), else the zstd program (if on PATH), else gzip: the stream's header
+    says which, the agent logs it, and the superhub loads each exactly."""
+    site, zstd_program, compression, compressor = _COMPRESSORS[case]
+    zstd = shutil.which("zstd")
+    if zstd_program and zstd is None:
+        pytest.skip("the zstd program is not installed (Debian: apt-get install zstd)")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    if zstd_program:
+        assert zstd is not None
+        (bin_dir / "zstd").symlink_to(zstd)
+    log = tmp_path / "agent.log"
+    python = [sys.executable, "-I", *([] if site else ["-S"])]  # -S: no site-packages, so no zstandard
+    # The superhub sends `agent dump --quiet ...`; this wrapper adds -vv (after `agent dump`) and keeps the log.
+    wrapper = write_script(
+        tmp_path / "agent.sh",
+        f'shift 2\nPATH={bin_dir} exec {" ".join(python)} {zipapp} dump -vv --log-format json "$@" 2>{log}\n',
+    )
+    run = sync(federation.config(agent_command=[wrapper]), "hub1")[0]
+    assert run.outcome == "success", (run.error, log.read_text())
+    assert _loaded(federation) == _feeder_rows(federation)
+    events = {event["event"]: event for event in map(json.loads, log.read_text().splitlines())}
+    assert events["agent.dump_started"]["compressor"].startswith(compressor)
+    if compression == "gzip":
+        assert events["agent.compression_fallback"]["using"] == "gzip (zlib)"
+        assert events["agent.compression_fallback"]["level"] == "warning"
+    database = federation.cluster.conninfo(federation.feeders["hub1"])
+    pg_dump = federation.cluster.install.tool("pg_dump")
+    stream = subprocess.run(
+        [*python, str(zipapp), "dump", "--database", database, "--table", "public.hosts", "--pg-dump", pg_dump],
+        capture_output=True,
+        check=True,
+        timeout=60,
+        env={"PATH": str(bin_dir)},
+    ).stdout
+    decoder = StreamDecoder("hub1")
+    assert b"".join(decoder.feed(stream)).count(b"\n") > 300
+    decoder.close()
+    assert decoder.header is not None
+    assert decoder.header.compression == compression
+
+
+def _loaded(fed: Federation) -> tuple[str, str]:
+    return (
+        fed.digest(fed.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1"),
+        fed.digest(fed.superhub, "contexts", CONTEXT_COLS, "WHERE hub_id = 1"),
+    )
+
+
+def _feeder_rows(fed: Federation) -> tuple[str, str]:
+    db = fed.feeders["hub1"]
+    return fed.digest(db, "hosts", HOST_COLS), fed.digest(db, "contexts", CONTEXT_COLS)
