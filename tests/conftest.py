@@ -9,7 +9,7 @@ Tally: each fault or adversarial test names its category; the summary prints tri
 
 A test asks for the `category` fixture and calls it with a name such as "fault:superhub-restart"; fuzz tests
 may also count the inputs they tried with `category.inputs(n)`. A test "survived" when none of its phases failed;
-a skipped test (say, a mount that is not allowed here) is not counted.
+a skipped test (say, a mount that is not allowed here) is not tried, and its category says how many were skipped.
 """
 
 from __future__ import annotations
@@ -80,6 +80,7 @@ class Tally:
     tried: int = 0
     survived: int = 0
     inputs: int = 0
+    skipped: int = 0
 
 
 @dataclass(slots=True)
@@ -93,13 +94,15 @@ class _Registry:
         reports from a pytest-xdist worker to the process that prints the tally)."""
         passed = report.nodeid not in self.failed
         self.failed.discard(report.nodeid)
-        if report.nodeid in self.skipped:
-            self.skipped.discard(report.nodeid)
-            return
+        skipped = report.nodeid in self.skipped
+        self.skipped.discard(report.nodeid)
         properties = report.user_properties
         inputs = sum(int(str(value)) for key, value in properties if key == _INPUTS)
         for name in dict.fromkeys(str(value) for key, value in properties if key == _CATEGORY):
             tally = self.tallies.setdefault(name, Tally())
+            if skipped:
+                tally.skipped += 1
+                continue
             tally.tried += 1
             tally.survived += passed
             tally.inputs += inputs
@@ -150,5 +153,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for name, tally in sorted(_REGISTRY.tallies.items()):
         inputs = f"  ({tally.inputs} inputs)" if tally.inputs else ""
         flag = "" if tally.survived == tally.tried else "  <- not all survived"
+        flag += f"  <- {tally.skipped} skipped" if tally.skipped else ""
         counts = f"{tally.tried:>3} tried  {tally.survived:>3} survived"
         terminalreporter.write_line(f"{name:<{width}}  {counts}{inputs}{flag}")

@@ -5,6 +5,10 @@ its forked or started workers, the daemon), `fault_environment(fault, directory)
 whose Python imports a `sitecustomize` that installs the fault from `FEDLOAD_TEST_FAULT` at start-up, so the
 fault lives in every process of the command, wherever the stage runs (a run in a worker, its history in the
 parent).
+
+Sabotages (`sabotage_environment(name, directory)`, `FEDLOAD_TEST_SABOTAGE`): the same way into child processes,
+a named break of one safety mechanism (`SABOTAGES`), for the negative controls: the test of a promise, run against
+a daemon whose mechanism is broken, must fail.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import pytest
 from transforms import CopyRows
 
 ENV = "FEDLOAD_TEST_FAULT"
+SABOTAGE_ENV = "FEDLOAD_TEST_SABOTAGE"
 STAGES = ("connect", "load", "swap", "analyze", "history")
 _REPO = Path(__file__).resolve().parent.parent
 
@@ -56,17 +61,68 @@ def install(fault: Fault, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def install_from_env() -> None:
-    """Inject the fault that FEDLOAD_TEST_FAULT names, if any, into this process for its life."""
+    """Inject the fault that FEDLOAD_TEST_FAULT names, and the sabotage FEDLOAD_TEST_SABOTAGE names, if any, into
+    this process for its life."""
     if text := os.environ.get(ENV):
         _patch(Fault.parse(text), setattr)
+    if name := os.environ.get(SABOTAGE_ENV):
+        SABOTAGES[name]()
 
 
 def fault_environment(fault: Fault, directory: Path) -> dict[str, str]:
     """The environment for a fedload command (and every Python process it starts) with `fault` injected."""
+    return {**_hooked_environment(directory), ENV: str(fault)}
+
+
+def sabotage_environment(name: str, directory: Path) -> dict[str, str]:
+    """The environment for a fedload command (and every Python process it starts) with sabotage `name` in."""
+    assert name in SABOTAGES, name
+    return {**_hooked_environment(directory), SABOTAGE_ENV: name}
+
+
+def _hooked_environment(directory: Path) -> dict[str, str]:
     hook = "from tests.fault_injection import install_from_env\ninstall_from_env()\n"
     (directory / "sitecustomize.py").write_text(hook)
     path = os.pathsep.join(p for p in (str(directory), str(_REPO), os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, ENV: str(fault), "PYTHONPATH": path}
+    return {**os.environ, "PYTHONPATH": path}
+
+
+def _no_grace() -> None:
+    """SIGTERM cancels the running syncs at once, as if `shutdown_grace_s` were 0."""
+    from fedload.service.daemon import Daemon  # noqa: PLC0415 - only where sabotaged
+
+    drain = Daemon._drain_runs
+
+    async def drain_at_once(self: Any) -> None:
+        self._grace_s = 0.0
+        await drain(self)
+
+    setattr(Daemon, "_drain_runs", drain_at_once)  # noqa: B010 - a private method
+
+
+def _no_backoff() -> None:
+    """A failing feeder is retried at its plain interval while its failures are still counted."""
+    from fedload.service import daemon  # noqa: PLC0415 - only where sabotaged
+    from fedload.service.schedule import FeederSchedule  # noqa: PLC0415
+
+    def at_interval(now: float, interval_s: float, previous: FeederSchedule, *_: Any, **__: Any) -> FeederSchedule:
+        return FeederSchedule(now + interval_s, previous.failures + 1)
+
+    setattr(daemon, "after_failure", at_interval)  # noqa: B010 - a name the module imported, not exported
+
+
+def _passwords_logged() -> None:
+    """The dump command lines are logged with the passwords of their connection strings."""
+    from fedload.transport import local  # noqa: PLC0415 - only where sabotaged
+
+    setattr(local, "without_passwords", str)  # noqa: B010 - a name the module imported
+
+
+SABOTAGES: dict[str, Callable[[], None]] = {
+    "no-grace": _no_grace,
+    "no-backoff": _no_backoff,
+    "passwords-logged": _passwords_logged,
+}
 
 
 def _patch(fault: Fault, setattr_: Patch) -> None:

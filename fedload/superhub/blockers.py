@@ -28,6 +28,7 @@ FROM pg_stat_activity WHERE pid = ANY(pg_blocking_pids($1)) ORDER BY pid
 """
 _STATEMENT_TIMEOUT_S = 5.0
 _FEDLOAD_APPLICATION = "fedload"  # connect_superhub() names fedload's sessions "fedload <purpose>"
+_CANCEL = "SELECT pg_cancel_backend($1)"  # a name of its own: a test's negative control swaps in a terminate
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +114,7 @@ async def _handle(
     fields = _fields(blocker)
     if action is Action.CANCEL:
         try:
-            sent = await conn.fetchval("SELECT pg_cancel_backend($1)", blocker.pid, timeout=_STATEMENT_TIMEOUT_S)
+            sent = await conn.fetchval(_CANCEL, blocker.pid, timeout=_STATEMENT_TIMEOUT_S)
         except asyncpg.InsufficientPrivilegeError as exc:  # another role's query, and no pg_signal_backend
             log.warning("swap.cancel_refused", swap_pid=swap_pid, error=str(exc), **fields)
             return

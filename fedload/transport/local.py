@@ -10,11 +10,12 @@ from collections.abc import Mapping
 
 from fedload._tail import Tail
 from fedload.errors import FeederCommandError, FeederTimeoutError
-from fedload.log import get_logger
+from fedload.log import get_logger, without_passwords
 
 __all__ = ["LocalProcess", "LocalTransport"]
 
 _WAIT_TIMEOUT_S = 30.0
+_DRAIN_TIMEOUT_S = 5.0
 log = get_logger()
 
 
@@ -67,6 +68,17 @@ class LocalProcess:
         self._stderr_task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):  # its own failure must not hide the run's
             await self._stderr_task
+        await self._drain_stdout()
+
+    async def _drain_stdout(self) -> None:
+        """Read what the killed command left in its stdout pipe, to its end (bounded): asyncio closes the pipe, and
+        the process's transport, only at end of file, and a reader that stopped mid-stream left reading paused,
+        so a run cancelled mid-COPY would leak the pipe."""
+        assert self._process.stdout is not None
+        with contextlib.suppress(TimeoutError, OSError, RuntimeError):  # RuntimeError: another reader waits
+            async with asyncio.timeout(_DRAIN_TIMEOUT_S):
+                while await self._process.stdout.read(1 << 16):
+                    pass
 
 
 class LocalTransport:
@@ -89,5 +101,5 @@ class LocalTransport:
             )
         except OSError as exc:
             raise FeederCommandError(f"cannot start the local dump command {argv[0]}: {exc.strerror or exc}") from exc
-        log.debug("transport.local_started", argv=argv, pid=process.pid)
+        log.debug("transport.local_started", argv=[without_passwords(a) for a in argv], pid=process.pid)
         return LocalProcess(process, self._read_timeout_s)

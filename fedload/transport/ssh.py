@@ -27,7 +27,7 @@ from fedload.errors import (
     FeederUnreachableError,
     one_line,
 )
-from fedload.log import get_logger
+from fedload.log import get_logger, without_passwords
 
 __all__ = ["SshProcess", "SshTransport"]
 
@@ -169,7 +169,7 @@ class SshTransport:
         except BaseException:  # cancelled while it starts: the connection (and the command) must not outlive it
             conn.close()
             raise
-        log.debug("transport.started", feeder=self._where, argv=argv)
+        log.debug("transport.started", feeder=self._where, argv=[without_passwords(a) for a in argv])
         return SshProcess(conn, process, self._config, self._where)
 
     async def _connect(self) -> Any:

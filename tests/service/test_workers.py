@@ -21,6 +21,7 @@ import structlog
 from fedload.config import Config, SshConfig, parse_config
 from fedload.errors import ConfigError
 from fedload.results import FeederRun
+from fedload.service import workers
 from fedload.service._pipe import frame
 from fedload.service.sync import prepare_superhub, sync_feeders
 from fedload.service.worker import PROCESS_NAME
@@ -29,8 +30,6 @@ from fedload.superhub import kept_sessions
 from fedload.superhub.bookkeeping import Bookkeeping
 from fedload.transport.command import transport_modules
 from tests.federation import (
-    AGENT,
-    HOST_COLS,
     Federation,
     assert_feeders_equal_partitions,
     children_running,
@@ -39,6 +38,7 @@ from tests.federation import (
     sync,
     write_script,
 )
+from tests.mid_copy import feeder_rows, mid_copy_agent, rows_in_flight_soon, wait_rows_in_flight
 
 WAIT_S = 30.0
 
@@ -89,13 +89,6 @@ def test_no_workers_runs_in_process(federation: Federation) -> None:
     assert [e for e in logs if e["event"] == "import.table_loaded"]
 
 
-def slow_agent(fed: Federation) -> str:
-    """An agent that sends the start of its dump, then hangs: its run stays in the load phase."""
-    return write_script(
-        fed.tmp / "slow.sh", f'{AGENT} "$@" > {fed.tmp}/s.bin\nhead -c 4000 {fed.tmp}/s.bin; sleep 60\n'
-    )
-
-
 async def wait_for(fed: Federation, sql: str, want: str) -> None:
     deadline = time.monotonic() + WAIT_S
     while await asyncio.to_thread(fed.superhub_sql, sql) != want:
@@ -103,53 +96,55 @@ async def wait_for(fed: Federation, sql: str, want: str) -> None:
         await asyncio.sleep(0.1)
 
 
-LOADING = "SELECT count(*) FROM pg_tables WHERE schemaname = 'fedload_stage'"
-
-
 def test_a_worker_killed_mid_load_fails_only_its_run(federation: Federation) -> None:
-    """SIGKILL of the worker loading hub1: hub1's run fails saying so, its old data and record stay right, the
-    other feeder succeeds, and the next run of hub1 gets a new worker and succeeds."""
+    """SIGKILL of the worker loading hub1, mid-COPY with rows in flight: hub1's run fails saying so, its old data
+    and record stay right, hub2 in the other worker succeeds, and the next run of hub1 gets a new worker and
+    succeeds."""
     config = federation.config()
     assert [r.outcome for r in sync(config)] == ["success"] * 3
-    before = federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1")
+    before = feeder_rows(federation)
     slow = with_workers(federation, 2)
-    slow.feeders["hub1"] = slow.feeders["hub1"].model_copy(update={"agent_command": [slow_agent(federation)]})
+    slow.feeders["hub1"] = slow.feeders["hub1"].model_copy(update={"agent_command": [mid_copy_agent(federation)]})
 
     async def kill_mid_load() -> list[FeederRun]:
-        syncing = asyncio.create_task(sync_feeders(slow, ["hub1"]))
-        await wait_for(federation, "SELECT count(*) FROM fedload.runs WHERE outcome = 'running'", "1")
-        await asyncio.sleep(1.0)  # into the load: staging tables created in its transaction
-        (pid,) = worker_pids()
+        syncing = asyncio.create_task(sync_feeders(slow, ["hub1", "hub2"]))
+        await wait_for(federation, "SELECT count(*) FROM fedload.runs WHERE outcome = 'success'", "4")  # hub2
+        await rows_in_flight_soon(federation)
+        (pid,) = [pid for pid in worker_pids() if children(pid)]  # hub1's: its agent hangs; hub2's is idle
         os.kill(pid, signal.SIGKILL)
         return await asyncio.wait_for(syncing, WAIT_S)
 
-    (run,) = asyncio.run(kill_mid_load())
+    run, other = asyncio.run(kill_mid_load())
+    assert other.outcome == "success", other.error
     assert run.outcome == "failed"
     assert "the worker process" in (run.error or ""), run.error
     assert "killed by signal SIGKILL" in (run.error or ""), run.error
-    assert federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1") == before
+    assert feeder_rows(federation) == before
     assert staging_leftovers(federation) == "0"
-    last = federation.superhub_sql("SELECT outcome || ': ' || error FROM fedload.runs ORDER BY id DESC LIMIT 1")
+    last = federation.superhub_sql(
+        "SELECT outcome || ': ' || error FROM fedload.runs WHERE feeder = 'hub1' ORDER BY id DESC LIMIT 1"
+    )
     assert last.startswith("failed: the worker process"), last
     assert "SIGKILL" in last
     runs = asyncio.run(sync_feeders(with_workers(federation, 2), ["hub1", "hub2"]))
     assert [r.outcome for r in runs] == ["success"] * 2, [r.error for r in runs]
+    assert_feeders_equal_partitions(federation, {"hub1": 1, "hub2": 2})
 
 
 def test_cancelling_a_run_cancels_it_in_its_worker(federation: Federation) -> None:
     """The caller's cancellation reaches the worker: the run's transaction rolls back, its record says
     cancelled, the worker survives for the next run."""
     assert [r.outcome for r in sync(federation.config())] == ["success"] * 3
-    before = federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1")
+    before = feeder_rows(federation)
     slow = with_workers(federation, 1)
-    slow.feeders["hub1"] = slow.feeders["hub1"].model_copy(update={"agent_command": [slow_agent(federation)]})
+    slow.feeders["hub1"] = slow.feeders["hub1"].model_copy(update={"agent_command": [mid_copy_agent(federation)]})
     fast = with_workers(federation, 1)
 
     async def cancel_then_run() -> tuple[FeederRun, list[int], list[int]]:
         pool, history = WorkerPool(1), Bookkeeping()
         try:
             task = asyncio.create_task(pool.run("hub1", slow, history=history))
-            await wait_for(federation, "SELECT count(*) FROM fedload.runs WHERE outcome = 'running'", "1")
+            await rows_in_flight_soon(federation)
             first = worker_pids()
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -164,7 +159,7 @@ def test_cancelling_a_run_cancels_it_in_its_worker(federation: Federation) -> No
     assert run.outcome == "success", run.error
     assert len(first) == 1
     assert first == after  # the same worker ran the next feeder
-    assert federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1") == before
+    assert feeder_rows(federation) == before
     assert staging_leftovers(federation) == "0"
     outcome = federation.superhub_sql(
         "SELECT outcome || ': ' || error FROM fedload.runs WHERE feeder = 'hub1' ORDER BY id DESC LIMIT 1"
@@ -353,16 +348,16 @@ def test_a_forked_worker_killed_mid_load_fails_only_its_run(federation: Federati
     """SIGKILL of the forked worker loading hub1: its run fails saying how the worker died, its old data and no
     staging table stay, hub2 succeeds in the other worker, and `fedload sync` exits 1."""
     assert [r.outcome for r in sync(federation.config())] == ["success"] * 3
-    before = federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1")
+    before = feeder_rows(federation)
     hub1_running = "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub1' AND outcome = 'running'"
     hub2_done = "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2' AND outcome = 'success'"
-    with fedload_sync(cli_config(federation, slow_agent(federation)), "hub1", "hub2") as sync_process:
+    with fedload_sync(cli_config(federation, mid_copy_agent(federation)), "hub1", "hub2") as sync_process:
         try:
             deadline = time.monotonic() + WAIT_S
             while federation.superhub_sql(hub1_running) != "1" or federation.superhub_sql(hub2_done) != "2":
                 assert time.monotonic() < deadline, "hub1 never started, or hub2 never finished"
                 time.sleep(0.1)
-            time.sleep(1.0)  # into hub1's load: staging tables created in its transaction
+            wait_rows_in_flight(federation)  # hub1's COPY has rows in flight
             workers = forked_workers(sync_process.pid)
             (hub1_worker,) = [pid for pid in workers if children(pid)]  # its agent hangs; hub2's worker is idle
             os.kill(hub1_worker, signal.SIGKILL)
@@ -374,7 +369,7 @@ def test_a_forked_worker_killed_mid_load_fails_only_its_run(federation: Federati
     assert runs["hub2"]["outcome"] == "success", runs["hub2"]
     assert runs["hub1"]["outcome"] == "failed"
     assert "killed by signal SIGKILL" in runs["hub1"]["error"], runs["hub1"]
-    assert federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1") == before
+    assert feeder_rows(federation) == before
     assert staging_leftovers(federation) == "0"
 
 
@@ -383,9 +378,16 @@ def test_ctrl_c_of_fedload_sync_cancels_the_runs_in_its_workers(federation: Fede
     leave it to the sync, which cancels the run; its record says cancelled, the old data stays, no traceback, no
     worker left behind."""
     assert [r.outcome for r in sync(federation.config())] == ["success"] * 3
-    before = federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1")
+    before = feeder_rows(federation)
     hub1_running = "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub1' AND outcome = 'running'"
-    argv = [sys.executable, "-m", "fedload", "sync", "--config", str(cli_config(federation, slow_agent(federation)))]
+    argv = [
+        sys.executable,
+        "-m",
+        "fedload",
+        "sync",
+        "--config",
+        str(cli_config(federation, mid_copy_agent(federation))),
+    ]
     with subprocess.Popen(
         [*argv, "hub1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     ) as sync_process:
@@ -394,7 +396,7 @@ def test_ctrl_c_of_fedload_sync_cancels_the_runs_in_its_workers(federation: Fede
             while federation.superhub_sql(hub1_running) != "1":
                 assert time.monotonic() < deadline, "hub1 never started"
                 time.sleep(0.1)
-            time.sleep(1.0)
+            wait_rows_in_flight(federation)
             workers = forked_workers(sync_process.pid)
             os.killpg(sync_process.pid, signal.SIGINT)
             _, stderr = sync_process.communicate(timeout=20)  # before: the worker hung until killed after 30 s
@@ -402,7 +404,7 @@ def test_ctrl_c_of_fedload_sync_cancels_the_runs_in_its_workers(federation: Fede
             sync_process.kill()
     assert "Traceback" not in stderr, stderr
     assert sync_process.returncode != 0
-    assert federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1") == before
+    assert feeder_rows(federation) == before
     assert staging_leftovers(federation) == "0"
     last = federation.superhub_sql("SELECT outcome || ': ' || error FROM fedload.runs ORDER BY id DESC LIMIT 1")
     assert last == "failed: the run was cancelled", last
@@ -529,6 +531,7 @@ _CTRL_C_WHILE_A_WORKER_STARTS = """
 import asyncio, os, signal
 signal.signal(signal.SIGINT, lambda *_: None)
 from fedload.service._pipe import frame
+from fedload.service import workers
 from fedload.service.workers import WorkerPool, _Worker
 
 async def main() -> None:
@@ -557,3 +560,81 @@ def test_ctrl_c_while_a_started_worker_imports_prints_no_traceback() -> None:
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
     assert "KeyboardInterrupt" not in done.stderr
+
+
+def process_gone(pid: int) -> bool:
+    """Whether process `pid` has ended (a zombie counts as ended)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "State:\tZ" in status
+
+
+def cancel_a_stopped_worker(fed: Federation, monkeypatch: pytest.MonkeyPatch) -> tuple[float, bool, list[Any]]:
+    """CANCEL_WAIT_S = 2; hub1 mid-COPY in a worker, which is then SIGSTOPped (it cannot answer), and the run
+    cancelled: the seconds until the cancel returned, whether the worker had ended then, the log events."""
+    monkeypatch.setattr(workers, "CANCEL_WAIT_S", 2.0)
+    slow = with_workers(fed, 1)
+    slow.feeders["hub1"] = slow.feeders["hub1"].model_copy(update={"agent_command": [mid_copy_agent(fed)]})
+
+    async def scenario() -> tuple[float, bool]:
+        pool, history, pid = WorkerPool(1), Bookkeeping(), 0
+        try:
+            task = asyncio.create_task(pool.run("hub1", slow, history=history))
+            await rows_in_flight_soon(fed)
+            (pid,) = worker_pids()
+            os.kill(pid, signal.SIGSTOP)
+            started = time.monotonic()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(task, WAIT_S)
+            return time.monotonic() - started, process_gone(pid)
+        finally:
+            if pid and not process_gone(pid):
+                os.kill(pid, signal.SIGKILL)  # left by a sabotaged kill: the pool must not wait for it
+            await pool.close()
+            await history.close()
+
+    with structlog.testing.capture_logs() as logs:
+        seconds, gone = asyncio.run(scenario())
+    return seconds, gone, logs
+
+
+def assert_killed_after_the_wait(seconds: float, gone: bool, logs: list[Any]) -> None:
+    """The unanswered cancel ended with the worker killed once CANCEL_WAIT_S (2 s) had passed, not before."""
+    assert gone, "the worker was still there when the cancel returned"
+    assert [e["waited_s"] for e in logs if e["event"] == "worker.killed"] == [2.0]
+    assert 2.0 <= seconds < 2.0 + 10.0, seconds
+
+
+def test_a_worker_that_does_not_answer_a_cancel_is_killed_after_the_wait(
+    federation: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that cannot answer a cancel (stopped) is killed CANCEL_WAIT_S after it (made 2 s here; 30 s in
+    fedload): measured; its run's transaction ends with its session: old data kept, no staging left."""
+    assert sync(federation.config(), "hub1")[0].outcome == "success"
+    before = feeder_rows(federation)
+    seconds, gone, logs = cancel_a_stopped_worker(federation, monkeypatch)
+    assert_killed_after_the_wait(seconds, gone, logs)
+    assert feeder_rows(federation) == before
+    deadline = time.monotonic() + WAIT_S
+    while staging_leftovers(federation) != "0":  # the killed worker's session ends when the server notices
+        assert time.monotonic() < deadline, "staging left by the killed worker"
+        time.sleep(0.1)
+
+
+def test_negative_control_a_worker_left_alive_after_the_wait_is_seen(
+    federation: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Negative control of the kill after an unanswered cancel: with the kill sabotaged (a no-op), the check of
+    the worker's end fails."""
+
+    async def spared(self: Any) -> None:
+        return None
+
+    monkeypatch.setattr(_Worker, "kill", spared)
+    assert sync(federation.config(), "hub1")[0].outcome == "success"
+    seconds, gone, logs = cancel_a_stopped_worker(federation, monkeypatch)
+    with pytest.raises(AssertionError):
+        assert_killed_after_the_wait(seconds, gone, logs)

@@ -14,6 +14,7 @@ from fedload.service.sync import prepare_superhub, sync_feeders
 from fedload.superhub.bookkeeping import Bookkeeping
 from fedload.superhub.pipeline import sync_feeder
 from tests.federation import AGENT, Federation, write_script
+from tests.mid_copy import mid_copy_agent, rows_in_flight_soon
 
 _FEDLOAD_CONNECTIONS = (
     "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'fedload%' AND datname = current_database()"
@@ -60,11 +61,9 @@ def test_a_sync_holds_one_bookkeeping_connection(federation: Federation) -> None
 
 
 def test_a_cancelled_run_leaves_the_shared_connection_usable(federation: Federation) -> None:
-    """A run cancelled mid-load records its outcome; the next feeder's run records through the same connection."""
-    slow = write_script(
-        federation.tmp / "slow.sh",
-        f'{AGENT} "$@" > {federation.tmp}/s.bin\nhead -c 4000 {federation.tmp}/s.bin; sleep 30\n',
-    )
+    """A run cancelled mid-load (its COPY has rows in flight) records its outcome; the next feeder's run records
+    through the same connection."""
+    slow = mid_copy_agent(federation)
     config = federation.config()
 
     async def scenario() -> FeederRun:
@@ -72,7 +71,7 @@ def test_a_cancelled_run_leaves_the_shared_connection_usable(federation: Federat
         history = Bookkeeping()
         try:
             task = asyncio.create_task(sync_feeder("hub1", federation.config(agent_command=[slow]), history=history))
-            await asyncio.sleep(3)
+            await rows_in_flight_soon(federation)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,8 @@ from structlog.testing import capture_logs
 from fedload.config import Config, parse_config
 from fedload.localpg import LocalCluster, find_installs
 from fedload.superhub.coordinator import build_coordinator
-from tests.federation import Federation, sync
+from tests.fault_injection import sabotage_environment
+from tests.federation import DaemonProcess, Federation, config_toml, fedload, sync
 from tests.shards import COUNTS, require_postgres_fdw
 
 READER, SECRET = "fdw_reader", "Pa55-word-of-the-reader"
@@ -93,4 +96,103 @@ def test_the_coordinator_logs_in_with_the_passfiles_password(federation: Federat
     message = str(refused.value)
     assert 'could not connect to server "fedload_s' in message, message
     assert "password authentication failed" in message, message
-    assert SECRET not in message
+    assert "not-the-password" not in message  # the password the server was sent (the right one is not in it)
+
+
+FEEDER_SECRET = "Feeder-s3cret-in-the-conninfo"
+WRONG_SECRET = "Not-the-superhub-s3cret"
+
+
+def _secret_config(fed: Federation, guarded: LocalCluster) -> str:
+    """A daemon's configuration with passwords in both connection strings: the superhub's dsn (fdw_reader's
+    password, SCRAM: it must be right) and hub1's feeder conninfo (a role that does not exist: every dump fails);
+    debug logging, metrics on any free port."""
+    text = config_toml(fed, interval_s=0.5).split("[feeders.hub3]")[0]
+    text = text.replace('log_level = "info"', 'log_level = "debug"')
+    text = text.replace(
+        fed.cluster.dsn(fed.superhub), f"postgresql://{READER}:{SECRET}@/sh?host={guarded.dir}&port={guarded.port}"
+    )
+    hub1 = fed.cluster.conninfo(fed.feeders["hub1"])
+    text = text.replace(hub1, hub1.replace("user=postgres", f"user=nobody password={FEEDER_SECRET}"))
+    return text.replace("[daemon]\n", '[daemon]\nmetrics_listen = "127.0.0.1:0"\n')
+
+
+def secrets_seen(text: str) -> list[str]:
+    """The test's passwords that `text` contains."""
+    return [secret for secret in (SECRET, FEEDER_SECRET, WRONG_SECRET) if secret in text]
+
+
+@dataclass
+class Exposed:
+    """Everything an operator sees of a daemon's runs: its log (main process and workers), fedload.runs' errors,
+    `fedload status --json`, /metrics, and a `fedload sync` whose superhub password is wrong."""
+
+    log: str
+    errors: str
+    status: str
+    metrics: str
+    refused: str
+
+    def secrets(self) -> dict[str, list[str]]:
+        found = {name: secrets_seen(str(value)) for name, value in vars(self).items()}
+        return {name: seen for name, seen in found.items() if seen}
+
+
+def exposed_by_a_failing_feeder(
+    fed: Federation, guarded: LocalCluster, start_daemon: Callable[..., DaemonProcess], env: dict[str, str] | None
+) -> Exposed:
+    """Run a daemon with passwords in its dsns until hub1 has failed twice and hub2 succeeded; what it showed."""
+    guarded.psql(f"CREATE DATABASE sh OWNER {READER}")
+    text = _secret_config(fed, guarded)
+    daemon = start_daemon(text, env)
+    runs = (
+        "SELECT count(*) FILTER (WHERE feeder = 'hub1' AND outcome = 'failed') || ':' || "
+        "count(*) FILTER (WHERE feeder = 'hub2' AND outcome = 'success') FROM fedload.runs"
+    )
+
+    def enough() -> bool:
+        if guarded.psql("SELECT to_regclass('fedload.runs') IS NOT NULL", dbname="sh").strip() != "t":
+            return False
+        failed, succeeded = (int(n) for n in guarded.psql(runs, dbname="sh").strip().split(":"))
+        return failed >= 2 and succeeded >= 1
+
+    daemon.wait_for("hub1 failing, hub2 loaded", enough)
+    port = next(int(str(e["port"])) for e in daemon.events() if e["event"] == "daemon.metrics_serving")
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        metrics = response.read().decode()
+    config = fed.tmp / "fedload.toml"
+    status = fedload("status", "--json", "--config", str(config))
+    assert daemon.stop() == 0
+    wrong = fed.tmp / "wrong.toml"
+    wrong.write_text(text.replace(SECRET, WRONG_SECRET))
+    refused = fedload("sync", "--config", str(wrong), "hub2")
+    assert "password authentication failed" in refused.stderr, refused
+    assert refused.returncode != 0, refused
+    errors = guarded.psql("SELECT string_agg(coalesce(error, ''), '|') FROM fedload.runs", dbname="sh")
+    assert "nobody" in errors, errors  # the feeder's connection failed, and said so
+    return Exposed(
+        daemon.log_path.read_text(), errors, status.stdout + status.stderr, metrics, refused.stdout + refused.stderr
+    )
+
+
+def test_a_password_in_a_dsn_is_in_no_log_error_status_or_metric(
+    federation: Federation, guarded: LocalCluster, start_daemon: Callable[..., DaemonProcess]
+) -> None:
+    """Passwords inside the superhub's dsn and a feeder's conninfo, a feeder whose connection fails, a daemon
+    logging at debug with worker processes: no password in its log (the workers' lines included), in
+    fedload.runs' errors, `fedload status`, /metrics, nor in the error of a sync whose password is wrong."""
+    exposed = exposed_by_a_failing_feeder(federation, guarded, start_daemon, None)
+    assert '"event": "worker.started"' in exposed.log  # the workers' lines are in the log read
+    assert exposed.secrets() == {}
+
+
+def test_negative_control_a_password_logged_by_a_worker_is_seen(
+    federation: Federation, guarded: LocalCluster, start_daemon: Callable[..., DaemonProcess]
+) -> None:
+    """Negative control: with the dump command lines logged unredacted (in the workers, where the runs are), the
+    same check finds the feeder's password in the daemon's log."""
+    env = sabotage_environment("passwords-logged", federation.tmp)
+    exposed = exposed_by_a_failing_feeder(federation, guarded, start_daemon, env)
+    with pytest.raises(AssertionError):
+        assert exposed.secrets() == {}
+    assert exposed.secrets() == {"log": [FEEDER_SECRET]}

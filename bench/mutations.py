@@ -1,0 +1,231 @@
+"""Mutation check (not part of the suite): break one safety mechanism at a time in a scratch copy of the repository,
+run the tests that guard it there, and say which sabotage no test caught.
+
+    uv run python bench/mutations.py            # every sabotage
+    uv run python bench/mutations.py NAME ...   # some (--list names them)
+
+The scratch copy is HEAD's files (`git archive`: commit first) in a temporary directory; its tests run with this
+checkout's environment, the copy's `fedload` first on PYTHONPATH (child processes inherit it). A sabotage is
+"caught" when its tests fail, "MISSED" when they all pass, "not applied" when its code is no longer where it was
+(update the sabotage). Each run of a guard takes 15-90 s (`-n 0`, stopping at the first failure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RUN_TIMEOUT_S = 900
+
+
+@dataclass(frozen=True)
+class Sabotage:
+    """Replace `old` by `new` in `path`; `tests` (pytest arguments) must then fail."""
+
+    name: str
+    promise: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+_MVCC_APART = """import os
+other = await asyncpg.connect(
+    host=os.path.dirname(conn._addr), port=int(conn._addr.rsplit(".", 1)[1]),
+    user=conn._params.user, database=conn._params.database,
+)
+await other.execute(f"DELETE FROM {partition}")
+await other.close()
+await asyncio.sleep(1.0)
+await conn.execute(f"DELETE FROM {partition}")  # noqa: S608 - catalog name"""
+
+_EMPTIED_FIRST = """for parent in sorted(parents.values(), key=lambda p: p.qualified_name)[:1]:
+                        key_column = self.config.superhub.feeder_key
+                        await conn.execute(f"DELETE FROM {parent.sql_name} WHERE {key_column} = {self.feeder.key!r}")
+                    async with self._dump(parents) as receiver, conn.transaction():"""
+
+SABOTAGES = (
+    Sabotage(
+        "mvcc-emptied-apart",
+        "mvcc swap: readers see old or new, never empty",
+        "fedload/superhub/swap.py",
+        'await conn.execute(f"DELETE FROM {partition}")  # noqa: S608 - catalog name',
+        _MVCC_APART.replace("\n", "\n    "),
+        ("tests/superhub/test_swap_policies.py::test_mvcc_swap_never_waits_for_readers",),
+    ),
+    Sabotage(
+        "terminate-not-cancel",
+        "cancel, never terminate, a blocking report",
+        "fedload/superhub/blockers.py",
+        '_CANCEL = "SELECT pg_cancel_backend($1)"',
+        '_CANCEL = "SELECT pg_terminate_backend($1)"',
+        ("tests/superhub/test_swap_policies.py::test_partition_swap_cancels_blocking_reports",),
+    ),
+    Sabotage(
+        "idle-and-fedload-cancelled",
+        "other fedload sessions and idle transactions are waited for",
+        "fedload/superhub/blockers.py",
+        'if blocker.state != "active":\n        return Action.WAIT',
+        'if blocker.application == "nobody":\n        return Action.WAIT',
+        ("tests/superhub/test_swap_policies.py::test_other_fedload_sessions_and_idle_transactions_are_waited_for",),
+    ),
+    Sabotage(
+        "cancel-refusal-silent",
+        "swap.cancel_refused is logged without pg_signal_backend",
+        "fedload/superhub/blockers.py",
+        'log.warning("swap.cancel_refused"',
+        'log.debug("swap.cancel_skipped"',
+        ("tests/superhub/test_swap_policies.py", "-k", "may_not"),
+    ),
+    Sabotage(
+        "grace-zero",
+        "SIGTERM: running syncs finish within shutdown_grace_s",
+        "fedload/service/daemon.py",
+        "_, pending = await asyncio.wait(running, timeout=self._grace_s)",
+        "_, pending = await asyncio.wait(running, timeout=0)",
+        ("tests/service/test_daemon.py", "-k", "can_finish"),
+    ),
+    Sabotage(
+        "no-backoff",
+        "a failing feeder backs off exponentially",
+        "fedload/service/schedule.py",
+        "delay = min(max(cap_s, interval_s), min(interval_s, 30.0) * 2 ** (failures - 1))",
+        "delay = interval_s",
+        ("tests/service/test_daemon.py", "-k", "backs_off"),
+    ),
+    Sabotage(
+        "no-kill-after-cancel",
+        "a worker that does not answer a cancel is killed after CANCEL_WAIT_S",
+        "fedload/service/workers.py",
+        "waited_s=CANCEL_WAIT_S)\n            await self.worker.kill()",
+        "waited_s=CANCEL_WAIT_S)",
+        ("tests/service/test_workers.py", "-k", "does_not_answer"),
+    ),
+    Sabotage(
+        "filter-view-removed",
+        "a moving feeder is read from one shard at every moment",
+        "fedload/superhub/coordinator.py",
+        "if self.placement.reads[shard].filtered:",
+        "if False:",
+        ("tests/superhub/test_feeder_move.py::test_a_feeder_moved_while_readers_run",),
+    ),
+    Sabotage(
+        "password-logged",
+        "a password in a dsn is in no log",
+        "fedload/transport/local.py",
+        "argv=[without_passwords(a) for a in argv]",
+        "argv=argv",
+        ("tests/superhub/test_coordinator_auth.py", "-k", "password_in_a_dsn"),
+    ),
+    Sabotage(
+        "old-contexts-emptied",
+        "old data intact after each fault (every table)",
+        "fedload/superhub/pipeline.py",
+        "async with self._dump(parents) as receiver, conn.transaction():",
+        _EMPTIED_FIRST,
+        (
+            "tests/superhub/test_faults.py",
+            "-k",
+            "stopped_mid_dump or disk_full",
+            "tests/service/test_workers.py",
+            "-k",
+            "killed_mid_load",
+        ),
+    ),
+)
+
+
+def _scratch_copy(directory: Path) -> None:
+    """HEAD's files in `directory` (`git archive`: no worktree registered in the repository)."""
+    directory.mkdir()
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", "HEAD"], capture_output=True, check=True, timeout=120)
+    subprocess.run(["tar", "-x", "-C", str(directory)], input=archive.stdout, check=True, timeout=120)
+
+
+def _apply(copy: Path, sabotage: Sabotage) -> str | None:
+    """Put the sabotage in; the file's text before, or None if its code is not (once) where it was."""
+    path = copy / sabotage.path
+    text = path.read_text()
+    if text.count(sabotage.old) != 1:
+        return None
+    path.write_text(text.replace(sabotage.old, sabotage.new))
+    return text
+
+
+def _run_guards(copy: Path, sabotage: Sabotage) -> tuple[str, str, float]:
+    """Run the guarding tests on the sabotaged copy: the verdict, the evidence (first failure), the seconds."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(copy), os.environ.get("PYTHONPATH")]))}
+    groups = _pytest_groups(sabotage.tests)
+    started = time.monotonic()
+    for group in groups:
+        argv = [sys.executable, "-m", "pytest", "-n", "0", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:logging"]
+        try:
+            result = subprocess.run(
+                [*argv, *group], cwd=copy, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False
+            )
+        except subprocess.TimeoutExpired:
+            return "caught (timed out)", " ".join(group), time.monotonic() - started
+        if result.returncode == 1:
+            return "caught", _evidence(result.stdout), time.monotonic() - started
+        if result.returncode != 0:
+            return f"error (pytest exit {result.returncode})", result.stdout[-300:], time.monotonic() - started
+    return "MISSED", "every guarding test passed", time.monotonic() - started
+
+
+def _evidence(output: str) -> str:
+    """The failed test and the first line of what failed in it."""
+    lines = output.splitlines()
+    failed = next((line.split(" - ")[0] for line in lines if line.startswith(("FAILED", "ERROR"))), "?")
+    error = next((line[1:].strip() for line in lines if line.startswith("E ")), "")
+    return f"{failed.split('::')[-1]}: {error}"[:200]
+
+
+def _pytest_groups(tests: tuple[str, ...]) -> list[list[str]]:
+    """Split `path [-k EXPR] path [-k EXPR] ...` into one pytest call per path."""
+    groups: list[list[str]] = []
+    for arg in tests:
+        if groups and (groups[-1][-1] == "-k" or arg == "-k"):
+            groups[-1].append(arg)
+        else:
+            groups.append([arg])
+    return groups
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("names", nargs="*", help="sabotages to try (default: all)")
+    parser.add_argument("--list", action="store_true", help="name the sabotages and exit")
+    options = parser.parse_args()
+    chosen = [s for s in SABOTAGES if not options.names or s.name in options.names]
+    if options.list or not chosen:
+        for sabotage in SABOTAGES:
+            print(f"{sabotage.name:<28} {sabotage.promise}")
+        return 0 if options.list else 2
+    missed = 0
+    with tempfile.TemporaryDirectory(prefix="fedload-mutations-") as scratch:
+        copy = Path(scratch) / "repo"
+        _scratch_copy(copy)
+        for sabotage in chosen:
+            if (original := _apply(copy, sabotage)) is None:
+                verdict, evidence, seconds = "not applied", f"code not found in {sabotage.path}", 0.0
+            else:
+                try:
+                    verdict, evidence, seconds = _run_guards(copy, sabotage)
+                finally:
+                    (copy / sabotage.path).write_text(original)
+            missed += not verdict.startswith("caught")
+            print(f"{sabotage.name:<28} {verdict:<12} {seconds:5.0f} s  {evidence}", flush=True)
+    print(f"{len(chosen) - missed} of {len(chosen)} sabotages caught" + (f"; {missed} not" if missed else ""))
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
