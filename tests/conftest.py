@@ -14,7 +14,8 @@ a skipped test (say, a mount that is not allowed here) is not tried, and its cat
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import os
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -132,6 +133,20 @@ def category(request: pytest.FixtureRequest) -> Category:
     """Name the test's fault or adversarial category (or several) for the end-of-run tally."""
     assert isinstance(request.node, pytest.Item)
     return Category(request.node)
+
+
+NO_SKIPS_ENV = "FEDLOAD_NO_SKIPS"  # .ci/run sets it: CI installs everything, so a skip there is a missing install
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, object, None]:
+    """Where FEDLOAD_NO_SKIPS=1, a skipped test fails with its reason: nothing it needs may be missing there."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]  # pluggy's result object
+    if os.environ.get(NO_SKIPS_ENV) == "1" and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped where nothing may be ({NO_SKIPS_ENV}=1): {reason}"
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
