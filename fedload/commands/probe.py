@@ -18,7 +18,7 @@ from typing import Any
 import asyncpg
 
 from fedload import __version__
-from fedload.config import Config, FeederConfig
+from fedload.config import Config, FeederConfig, SshConfig
 from fedload.english import counted
 from fedload.errors import (
     FedloadError,
@@ -104,7 +104,14 @@ def _transport(feeder: FeederConfig) -> tuple[Transport, str]:
     from fedload.transport.ssh import SshTransport  # noqa: PLC0415 - asyncssh is heavy
 
     assert feeder.ssh is not None
-    return SshTransport(feeder.ssh), f"ssh {feeder.ssh.user}@{feeder.ssh.host}:{feeder.ssh.port}"
+    return SshTransport(feeder.ssh), _ssh_label(feeder.ssh)
+
+
+def _ssh_label(ssh: SshConfig) -> str:
+    """`ssh user@host:port`, and `via bastion host:port` for a feeder behind a bastion."""
+    jump = ssh.jump_host
+    via = f" via bastion {jump.host}:{jump.port}" if jump else ""
+    return f"ssh {ssh.user}@{ssh.host}:{ssh.port}{via}"
 
 
 async def _first_line(transport: Transport, argv: list[str], timeout_s: float) -> str:

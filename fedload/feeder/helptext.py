@@ -32,8 +32,8 @@ examples:
         "the forced command for the superhub's key in a feeder's authorized_keys",
         'Run by sshd for the superhub\'s key (command="..." in authorized_keys), it reads the request from '
         "SSH_ORIGINAL_COMMAND: it answers the version probes of `fedload check-config --connect`, runs `agent dump` "
-        "if the database, tables, pg_dump and its arguments are within the allowlist given here (or in @FILE, "
-        "one argument per line), and refuses anything else with one line on stderr and exit status 2.",
+        "if the database, tables, pg_dump, its arguments and the INSERT sizes are within the allowlist given here "
+        "(or in @FILE, one argument per line), and refuses anything else with one line on stderr and exit status 2.",
         """\
 examples (authorized_keys):
   command="fedload agent ssh-command --database cfdb --allow-table 'public.__*'",restrict ssh-ed25519 AAAA...

@@ -4,9 +4,9 @@ sshd runs it whatever the superhub asks for, with the request in `SSH_ORIGINAL_C
 probes of `fedload check-config --connect` (a command ending in `--version`: this agent's version; `pg_dump
 --version`: the allowed pg_dump's), runs `agent dump` when the request stays within this command's own allowlist
 (its arguments, or a file of them given as `@FILE`: the databases, the table patterns, the pg_dump and its extra
-arguments, the dump modes and compressions), and refuses anything else with one line on stderr and exit status
-2. The request is split with shlex and read by the dump's own parser, never given to a shell; the dump runs in
-this process.
+arguments, the dump modes and compressions, the most rows and bytes the dump may merge into one INSERT in the
+feeder's memory), and refuses anything else with one line on stderr and exit status 2. The request is split with
+shlex and read by the dump's own parser, never given to a shell; the dump runs in this process.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from fedload.feeder.agent_options import COMPRESSIONS, DUMP_MODES, AgentOptions
 from fedload.feeder.agent_options import add_arguments as add_dump_arguments
 from fedload.feeder.errors import AgentError, AgentUsageError, one_line
 from fedload.feeder.table_patterns import exact_name, translate
+from transforms.batch import DEFAULT_MAX_STATEMENT_BYTES, DEFAULT_ROWS_PER_STATEMENT
+from transforms.cli import positive_int
 
 __all__ = ["AGENT_VERSION", "PG_DUMP_VERSION", "Allowlist", "add_arguments", "answer_version", "read_request"]
 
@@ -32,6 +34,10 @@ AGENT_VERSION = "agent --version"
 PG_DUMP_VERSION = "pg_dump --version"
 _DEFAULT_PG_DUMP = "pg_dump"
 _VERSION_TIMEOUT_S = 30.0
+# By default a request may merge INSERTs up to this many times the transformer's defaults (built in memory).
+_STATEMENT_CAP_FACTOR = 4
+_MAX_ROWS_PER_STATEMENT = _STATEMENT_CAP_FACTOR * DEFAULT_ROWS_PER_STATEMENT
+_MAX_STATEMENT_BYTES_LIMIT = _STATEMENT_CAP_FACTOR * DEFAULT_MAX_STATEMENT_BYTES
 _ONLY = "this key may only run `fedload agent dump` within the feeder's allowlist, or ask for versions"
 
 Request = Union[str, AgentOptions]  # AGENT_VERSION, PG_DUMP_VERSION, or the dump to run
@@ -47,13 +53,16 @@ class Allowlist:
     pg_dump_args: tuple[str, ...] = ()
     modes: tuple[str, ...] = DUMP_MODES
     compressions: tuple[str, ...] = COMPRESSIONS
+    max_rows_per_statement: int = _MAX_ROWS_PER_STATEMENT
+    max_statement_bytes: int = _MAX_STATEMENT_BYTES_LIMIT
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Allowlist:
         """The allowlist `add_arguments`' parser read; AgentUsageError for a pattern that is not schema.table."""
         tables = tuple(map(_pattern, args.allowed_tables))
         modes, compressions = tuple(args.modes or DUMP_MODES), tuple(args.compressions or COMPRESSIONS)
-        return cls(tuple(args.databases), tables, args.pg_dump, tuple(args.args), modes, compressions)
+        caps = (args.max_rows_per_statement, args.max_statement_bytes_limit)
+        return cls(tuple(args.databases), tables, args.pg_dump, tuple(args.args), modes, compressions, *caps)
 
     def allows_table(self, table: str) -> bool:
         """Whether a requested `--table` names exactly one table (schema.name) that an allowed pattern matches."""
@@ -123,6 +132,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="ARG",
         help="an extra pg_dump argument (after '--') that requests must carry, in this order; repeatable",
     )
+    parser.add_argument(
+        "--max-rows-per-statement",
+        type=positive_int,
+        default=_MAX_ROWS_PER_STATEMENT,
+        metavar="N",
+        help=f"the most --rows-per-statement a request may ask for (default {_MAX_ROWS_PER_STATEMENT})",
+    )
+    parser.add_argument(
+        "--max-statement-bytes-limit",
+        type=positive_int,
+        default=_MAX_STATEMENT_BYTES_LIMIT,
+        metavar="N",
+        help=f"the most --max-statement-bytes a request may ask for (default {_MAX_STATEMENT_BYTES_LIMIT}: "
+        f"{_MAX_STATEMENT_BYTES_LIMIT >> 20} MiB)",
+    )
 
 
 def read_request(command: str | None, allowed: Allowlist) -> Request:
@@ -177,7 +201,22 @@ def _allowed_dump(options: AgentOptions, allowed: Allowlist) -> AgentOptions:
         raise AgentUsageError(f"refused: {asked} is not allowed (--allow-mode, --allow-compression)")
     if options.remap is not None:
         raise AgentUsageError("refused: --remap is not allowed through this key")
+    _within_statement_caps(options, allowed)
     return replace(options, pg_dump=allowed.pg_dump)
+
+
+def _within_statement_caps(options: AgentOptions, allowed: Allowlist) -> None:
+    """AgentUsageError if the request would merge larger statements than the allowlist lets it build in memory."""
+    if options.rows_per_statement > allowed.max_rows_per_statement:
+        raise AgentUsageError(
+            f"refused: --rows-per-statement={options.rows_per_statement} is above this key's "
+            f"--max-rows-per-statement={allowed.max_rows_per_statement}"
+        )
+    if options.max_statement_bytes > allowed.max_statement_bytes:
+        raise AgentUsageError(
+            f"refused: --max-statement-bytes={options.max_statement_bytes} is above this key's "
+            f"--max-statement-bytes-limit={allowed.max_statement_bytes}"
+        )
 
 
 def answer_version(request: str, allowed: Allowlist) -> int:

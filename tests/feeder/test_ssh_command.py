@@ -85,6 +85,8 @@ def test_version_probes_are_answered(command: str, answer: str) -> None:
         (_request(pg_dump_args=["--file=/root/.ssh/authorized_keys"]), "refused: the pg_dump arguments"),
         (_request(remap=Path("/etc/shadow")), "refused: --remap is not allowed"),
         (_request(dump_mode="inserts"), "refused: --mode=inserts --compression=zstd is not allowed"),
+        (_request(rows_per_statement=4001), "refused: --rows-per-statement=4001 is above this key's "),
+        (_request(max_statement_bytes=(64 << 20) + 1), "refused: --max-statement-bytes=67108865 is above this"),
         (_request() + " ; rm -rf /", "refused: the pg_dump arguments `';' rm -rf /` are not"),
         ("fedload agent dump --help", "refused the dump's options: the following arguments are required"),
         ("fedload agent dump --data=cfdb --table=public.__hosts", "refused the dump's options: the following"),
@@ -98,6 +100,22 @@ def test_anything_else_is_refused(command: str | None, reason: str) -> None:
         read_request(command, _ALLOWED)
     assert str(refused.value).startswith(reason)
     assert refused.value.exit_status == 2
+
+
+def test_the_statement_caps_are_the_allowlists_own() -> None:
+    """--max-rows-per-statement and --max-statement-bytes-limit: a request up to them runs, one above is refused
+    (an inserts-mode dump would build its statements in the feeder's memory)."""
+    allowed = _allowlist(
+        "--database=cfdb", "--allow-table=public.__*", "--max-rows-per-statement=10", "--max-statement-bytes-limit=2048"
+    )
+    at_caps = read_request(_request(rows_per_statement=10, max_statement_bytes=2048), allowed)
+    assert at_caps == AgentOptions(
+        "cfdb", ['"public"."__hosts"'], rows_per_statement=10, max_statement_bytes=2048, quiet=True
+    )
+    with pytest.raises(AgentUsageError, match=r"^refused: --rows-per-statement=11 is above this key's "):
+        read_request(_request(rows_per_statement=11, max_statement_bytes=2048), allowed)
+    with pytest.raises(AgentUsageError, match=r"^refused: --max-statement-bytes=2049 is above this key's "):
+        read_request(_request(rows_per_statement=10, max_statement_bytes=2049), allowed)
 
 
 def test_an_allowlist_pattern_that_is_not_schema_table_is_a_usage_error() -> None:
@@ -163,18 +181,23 @@ async def test_check_config_connect_through_the_forced_command(forced: SshServer
     ("command", "refusal"),
     [
         ("dump-a-table", 'refused: table \'"public"."secrets"\' is not within this key\'s allowed tables'),
+        ("dump-big-statements", "refused: --rows-per-statement=1000000 is above this key's --max-rows-per-statement"),
         ("cat /etc/passwd", "refused `cat /etc/passwd`: this key may only run"),
         (None, "refused a session without a command (a shell): this key may only run"),
     ],
-    ids=["table", "command", "shell"],
+    ids=["table", "statement", "command", "shell"],
 )
 async def test_refused_over_ssh_in_one_line(
     forced: SshServer, federation: Federation, command: str | None, refusal: str
 ) -> None:
-    """A table outside the allowlist, another command, a shell: exit status 2 and one line on stderr."""
+    """A table outside the allowlist, inserts merged beyond its caps, another command, a shell: exit status 2 and
+    one line on stderr."""
+    database = federation.cluster.conninfo(federation.feeders["hub1"])
     if command == "dump-a-table":
-        database = federation.cluster.conninfo(federation.feeders["hub1"])
         command = shlex.join(["fedload", *AgentOptions(database, ['"public"."secrets"'], quiet=True).to_argv()])
+    elif command == "dump-big-statements":
+        request = AgentOptions(database, ["public.hosts"], dump_mode="inserts", rows_per_statement=10**6, quiet=True)
+        command = shlex.join(["fedload", *request.to_argv()])
     async with (
         asyncio.timeout(60),
         asyncssh.connect(

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from fedload.config import SshConfig
+from fedload import __version__
+from fedload.commands.probe import probe_feeder
+from fedload.config import FeederConfig, SshConfig
 from fedload.errors import FeederAuthError, FeederHostKeyError, FeederUnreachableError
 from fedload.transport.ssh import SshTransport
 from tests.federation import CONTEXT_COLS, DIGEST, HOST_COLS, Federation, sync
@@ -164,6 +166,26 @@ def test_sync_through_a_bastion_loads_the_feeder(feeder_sshd: LoopbackSshd, fede
         for table, cols in (("hosts", HOST_COLS), ("contexts", CONTEXT_COLS)):
             expected = federation.cluster.psql(DIGEST.format(cols=cols, table=table), dbname=feeder_db).strip()
             assert federation.digest(federation.superhub, table, cols, "WHERE hub_id = 1") == expected
+        assert logins(feeder_sshd) == forwarded(bastion) >= 1
+    finally:
+        bastion.stop()
+
+
+def test_check_config_connect_names_the_bastion(feeder_sshd: LoopbackSshd, tmp_path: Path) -> None:
+    """check-config --connect's connection line says which bastion the feeder was reached through, and the probes
+    get their answers through it."""
+    bastion = bastion_for(feeder_sshd, tmp_path / "bastion")
+    try:
+        pg_dump = "/usr/lib/postgresql/15/bin/pg_dump"
+        ssh = through(bastion, feeder_sshd)
+        feeder = FeederConfig(key=1, ssh=ssh, agent_command=[sys.executable, "-m", "fedload"], pg_dump=pg_dump)
+        probes = [probe.line() for probe in asyncio.run(probe_feeder("ap1", feeder))]
+        assert probes[0] == (
+            f"feeder ap1 connection: OK (ssh {feeder_sshd.user}@{FEEDER_ADDRESS}:{feeder_sshd.port} "
+            f"via bastion {BASTION_ADDRESS}:{bastion.port})"
+        )
+        assert probes[1] == f"feeder ap1 agent: OK (fedload {__version__})"
+        assert probes[2].startswith("feeder ap1 pg_dump: OK (pg_dump (PostgreSQL) 15.")
         assert logins(feeder_sshd) == forwarded(bastion) >= 1
     finally:
         bastion.stop()
