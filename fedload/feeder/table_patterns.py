@@ -7,6 +7,7 @@ Standard library only: it also runs in the agent's zipapp on the feeder's own Py
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 __all__ = ["exact_name", "translate"]
 
@@ -15,35 +16,47 @@ _PLAIN = re.compile(r"[a-z0-9_$]")
 
 def translate(text: str) -> list[str]:
     """The pattern's dot-separated parts as regular expressions; ValueError for what cannot match as written."""
-    parts, current, quoted, i = [], [], False, 0
+    return _parts(text, re.escape, _unquoted_regex)
+
+
+def _parts(text: str, quoted: Callable[[str], str], unquoted: Callable[[str, int], tuple[str, int]]) -> list[str]:
+    """Split `text` at dots outside double quotes ("" inside quotes is one "): each quoted character becomes
+    `quoted(char)`, each unquoted one `unquoted(text, i)`, which gives its piece and the index it ended at."""
+    parts: list[str] = []
+    current: list[str] = []
+    inside, i = False, 0
     while i < len(text):
         char = text[i]
         if char == '"':
-            if quoted and text[i + 1 : i + 2] == '"':
+            if inside and text[i + 1 : i + 2] == '"':
                 current.append('"')
                 i += 1
             else:
-                quoted = not quoted
-        elif quoted:
-            current.append(re.escape(char))
+                inside = not inside
+        elif inside:
+            current.append(quoted(char))
         elif char == ".":
             parts.append("".join(current))
             current = []
-        elif char in "*?":
-            current.append(".*" if char == "*" else ".")
-        elif char == "[":
-            end = text.find("]", i + 1)
-            if end < 0:
-                raise ValueError(f"{text!r} has a '[' without its ']'")
-            current.append("[" + _class_body(text, text[i + 1 : end]) + "]")
-            i = end
         else:
-            current.append(_plain(text, char))
+            piece, i = unquoted(text, i)
+            current.append(piece)
         i += 1
-    if quoted:
+    if inside:
         raise ValueError(f"{text!r} has an unclosed double quote")
-    parts.append("".join(current))
-    return parts
+    return [*parts, "".join(current)]
+
+
+def _unquoted_regex(text: str, i: int) -> tuple[str, int]:
+    char = text[i]
+    if char in "*?":
+        return (".*" if char == "*" else "."), i
+    if char == "[":
+        end = text.find("]", i + 1)
+        if end < 0:
+            raise ValueError(f"{text!r} has a '[' without its ']'")
+        return "[" + _class_body(text, text[i + 1 : end]) + "]", end
+    return _plain(text, char), i
 
 
 def _class_body(text: str, body: str) -> str:
@@ -75,25 +88,11 @@ def _quoted_suggestion(text: str) -> str:
 def exact_name(text: str) -> list[str]:
     """The dot-separated parts of a pattern that names exactly one thing (no wildcard, no class), as pg_dump reads
     them: unquoted letters folded to lower case, quoted text as it is; ValueError for a pattern that is not exact."""
-    parts, current, quoted, i = [], [], False, 0
-    while i < len(text):
-        char = text[i]
-        if char == '"':
-            if quoted and text[i + 1 : i + 2] == '"':
-                current.append('"')
-                i += 1
-            else:
-                quoted = not quoted
-        elif quoted:
-            current.append(char)
-        elif char == ".":
-            parts.append("".join(current))
-            current = []
-        elif _PLAIN.fullmatch(char.lower()):
-            current.append(char.lower())
-        else:
-            raise ValueError(f"{text!r} is a pattern ({char!r} outside double quotes), not one table's name")
-        i += 1
-    if quoted:
-        raise ValueError(f"{text!r} has an unclosed double quote")
-    return [*parts, "".join(current)]
+    return _parts(text, str, _unquoted_exact)
+
+
+def _unquoted_exact(text: str, i: int) -> tuple[str, int]:
+    char = text[i]
+    if not _PLAIN.fullmatch(char.lower()):
+        raise ValueError(f"{text!r} is a pattern ({char!r} outside double quotes), not one table's name")
+    return char.lower(), i
