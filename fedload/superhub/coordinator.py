@@ -69,8 +69,9 @@ __all__ = [
 log = get_logger()
 
 FDW_SCHEMA = "fedload_shards"  # the coordinator's foreign partitions
-_LOCK = "SELECT pg_advisory_xact_lock(1717920876, 1)"  # "fedl" class, object 1: one builder at a time
-_TRY_LOCK = "SELECT pg_try_advisory_xact_lock(1717920876, 1)"
+_BUILDERS_LOCK = "1717920876, 1"  # "fedl" class, object 1: one builder at a time
+_LOCK = f"SELECT pg_advisory_xact_lock({_BUILDERS_LOCK})"
+_TRY_LOCK = f"SELECT pg_try_advisory_xact_lock({_BUILDERS_LOCK})"
 _BUILDERS_WAIT_S = 30.0  # the longest wait for another build to end; then this one fails, to be retried
 _MOVE_LOCK = "1717920876, 2"  # object 2: held by a feeder move, which defers the other builds
 _LOCK_TIMEOUT = "SET LOCAL lock_timeout = '10s'"  # DETACH waits for running reports: not forever
@@ -228,8 +229,8 @@ async def _build(
     moving: bool = False,
 ) -> set[str]:
     """The build's steps, in the caller's transaction under the builders' lock; the shards with filter views,
-    some perhaps no longer read (to be dropped once this transaction has committed)."""
-    await conn.execute(_LOCK_TIMEOUT)
+    some perhaps no longer read (to be dropped once this transaction has committed). `_builders_lock` has set
+    the transaction's lock_timeout."""
     parents, shards = await _read_shards(config)
     held = {shard: state.held for shard, state in shards.items()}
     placement = place(config, held, {shard: state.unknown for shard, state in shards.items()})
