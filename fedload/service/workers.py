@@ -425,9 +425,10 @@ class _WorkerRun:
     async def result(self, dry_run: bool) -> FeederRun:
         """The run's result: the worker's, or a failed one if the worker died, crashed or went silent."""
         worker, config = self.worker, self.config
-        worker.send("run", self.feeder, None if worker.config_sent is config else config, dry_run)
+        worker.send("run", self.feeder, None if worker.config_sent == config else config, dry_run)
         worker.config_sent = config  # pickled once per worker and configuration, not at every run: its size
-        # grows with the feeders, so sending it each run cost O(feeders) per run
+        # grows with the feeders, so sending it each run cost O(feeders) per run. Compared by value, since with
+        # shards each run's configuration is a new copy (Config.for_feeder) of the same one
         bound_s = self.config.superhub.run_timeout_s + SILENT_MARGIN_S
         try:
             async with asyncio.timeout(bound_s):
