@@ -84,7 +84,6 @@ def _add_agent_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
     add_agent_arguments(dump)
     dump.set_defaults(run=_run_agent_dump)
     forced = _command(agent_commands, "agent ssh-command", _WITHOUT_CONFIG)
-    forced.fromfile_prefix_chars = "@"  # @FILE: the allowlist's arguments from FILE, one per line
     add_ssh_command_arguments(forced)
     forced.set_defaults(run=_run_agent_ssh_command)
     pack = _command(agent_commands, "agent pack", _WITHOUT_CONFIG)

@@ -23,7 +23,7 @@ from fedload.feeder.errors import EXIT_USAGE, AgentError, AgentUsageError, one_l
 from fedload.feeder.helptext import AGENT_COMMANDS
 from fedload.feeder.logs import LOG_FORMATS, configure
 
-__all__ = ["add_dump_arguments", "add_ssh_command_arguments", "main", "run_dump"]
+__all__ = ["add_dump_arguments", "main", "run_dump"]
 
 
 def add_logging_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,12 +35,6 @@ def add_logging_arguments(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="json: JSON lines; human: rendered lines; auto (default): JSON under systemd, else human",
     )
-
-
-def add_ssh_command_arguments(parser: argparse.ArgumentParser) -> None:
-    """The forced command's allowlist; `@FILE` reads more arguments from FILE, one per line."""
-    parser.fromfile_prefix_chars = "@"
-    ssh_command.add_arguments(parser)
 
 
 def run_dump(args: argparse.Namespace) -> int:
@@ -99,7 +93,7 @@ def build_parser(prog: str = "fedload-agent.pyz") -> argparse.ArgumentParser:
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True, parser_class=_Parser)
     for name, add, run in (
         ("dump", add_dump_arguments, run_dump),
-        ("ssh-command", add_ssh_command_arguments, run_ssh_command),
+        ("ssh-command", ssh_command.add_arguments, run_ssh_command),
     ):
         text = AGENT_COMMANDS[name]
         command = commands.add_parser(

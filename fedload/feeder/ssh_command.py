@@ -84,7 +84,8 @@ def _pattern(text: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The forced command's own arguments: the allowlist."""
+    """The forced command's own arguments: the allowlist; `@FILE` reads more of them from FILE, one per line."""
+    parser.fromfile_prefix_chars = "@"
     parser.add_argument(
         "--database",
         dest="databases",
