@@ -194,10 +194,6 @@ def _tuple_specials() -> bytes:
     return rb"|".join((_STANDARD_STRING, _escape_string(), rb"[Ee](?!')", _QUOTED_IDENT))
 
 
-def _tuple_tokens() -> bytes:
-    return rb"[^()'\"Ee]+|" + _tuple_specials()
-
-
 _TUPLE = _nested_parens(3)
 TUPLE = re.compile(_TUPLE, re.DOTALL)
 """One VALUES tuple `( ... )` including its parentheses."""
