@@ -102,13 +102,11 @@ def _run_sync(args: argparse.Namespace) -> int:
 
 
 def _run_daemon(args: argparse.Namespace) -> int:
-    from fedload.config import find_config_path, load_config  # noqa: PLC0415
     from fedload.service.daemon import run_daemon  # noqa: PLC0415
 
-    path = find_config_path(args.config)
-    config = load_config(path)
+    location, config = _located_config(args)
     _logging(args, config.log_level)
-    return run_daemon(config, path, shard=args.shard)
+    return run_daemon(config, location.path, shard=args.shard)
 
 
 def _run_status(args: argparse.Namespace) -> int:
@@ -130,12 +128,10 @@ def _table_pattern(text: str) -> TablePattern:
 
 def _run_feeder_move(args: argparse.Namespace) -> int:
     from fedload.commands.move import move_feeder  # noqa: PLC0415
-    from fedload.config import find_config_path, load_config  # noqa: PLC0415
 
-    path = find_config_path(args.config)
-    config = load_config(path)
+    location, config = _located_config(args)
     _logging(args, config.log_level)
-    return move_feeder(config, path, args.name, args.to)
+    return move_feeder(config, location.path, args.name, args.to)
 
 
 def _run_feeder_remove(args: argparse.Namespace) -> int:

@@ -37,7 +37,6 @@ __all__ = [
     "SwapMethod",
     "SwapOnTimeout",
     "TransformConfig",
-    "find_config_path",
     "load_config",
     "locate_config",
     "parse_config",
@@ -420,11 +419,6 @@ def _user() -> str:
         return pwd.getpwuid(os.geteuid()).pw_name
     except KeyError:  # a uid without a name
         return str(os.geteuid())
-
-
-def find_config_path(explicit: Path | None, environ: Mapping[str, str] = os.environ) -> Path:
-    """The path `locate_config` chooses."""
-    return locate_config(explicit, environ).path
 
 
 def load_config(path: Path) -> Config:

@@ -158,8 +158,8 @@ def _status(r: asyncpg.Record, stale_after_s: float, shard: str | None = None) -
     )
 
 
-def _table(statuses: list[FeederStatus], location: ConfigLocation | None) -> Table:
-    table = Table(title="fedload status" + (f", configuration {location}" if location else ""))
+def _table(statuses: list[FeederStatus], location: ConfigLocation) -> Table:
+    table = Table(title=f"fedload status, configuration {location}")
     sharded = any(s.shard is not None for s in statuses)
     for column in (
         *("feeder", *(["shard"] if sharded else []), "last success", "data age", "rows", "seconds"),
@@ -202,12 +202,12 @@ def _last_run(s: FeederStatus) -> str:
     return (s.last_outcome or "-") + failures + (" [running]" if s.running else "")
 
 
-def run_status(config: Config, *, as_json: bool, location: ConfigLocation | None = None) -> int:
+def run_status(config: Config, *, as_json: bool, location: ConfigLocation) -> int:
     """Print the status, headed by the configuration file read (`location`; in JSON, each feeder's
     "configuration"); 1 if some configured feeder is stale, else 0."""
     statuses = asyncio.run(read_status(config))
     if as_json:
-        read = {"configuration": str(location.whole_path)} if location else {}
+        read = {"configuration": str(location.whole_path)}
         print(json.dumps([asdict(s) | read for s in statuses], default=str))
     else:
         print_table(_table(statuses, location), Console())
