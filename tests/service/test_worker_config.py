@@ -35,7 +35,10 @@ def test_a_worker_gets_the_configuration_once_per_configuration(
         original(worker, *message)
 
     monkeypatch.setattr(_Worker, "send", recording)
-    first, reloaded = _with_workers(federation, 1), _with_workers(federation, 1)
+    first = _with_workers(federation, 1)
+    reloaded = first.model_copy(  # a reload that changed a setting: a configuration equal to the first is not resent
+        update={"superhub": first.superhub.model_copy(update={"run_timeout_s": first.superhub.run_timeout_s + 1})}
+    )
 
     async def three_runs() -> list[str]:
         pool, history = WorkerPool(1), Bookkeeping()
