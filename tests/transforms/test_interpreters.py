@@ -8,7 +8,6 @@ not exist before 3.11.
 
 from __future__ import annotations
 
-import os
 import pickle
 import subprocess
 from pathlib import Path
@@ -17,35 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.interpreters import python_named
 from tests.transforms.interpreter_child import Case, transformed
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).with_name("interpreter_child.py")
-SYSTEM_PYTHON = Path("/usr/bin/python3")
-PYENV_VERSIONS = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
 PYENV_MINORS = ("3.9", "3.10", "3.12", "3.13")
-
-
-def pyenv_python(minor: str) -> Path | None:
-    """pyenv's newest python3 of a minor version, if installed."""
-    found = PYENV_VERSIONS.glob(f"{minor}.*/bin/python3")
-    newest = sorted(found, key=lambda path: [int(n) for n in path.parts[-3].split(".") if n.isdigit()])
-    return newest[-1] if newest else None
-
-
-def interpreter(name: str) -> Path:
-    """The interpreter to test; skip if it is absent (only /usr/bin/python3 may be required:
-    FEDLOAD_REQUIRE_SYSTEM_PYTHON=1, as .ci/run sets)."""
-    if name == "system":
-        if SYSTEM_PYTHON.exists():
-            return SYSTEM_PYTHON
-        if os.environ.get("FEDLOAD_REQUIRE_SYSTEM_PYTHON") == "1":
-            pytest.fail(f"{SYSTEM_PYTHON} is required (FEDLOAD_REQUIRE_SYSTEM_PYTHON=1) but absent")
-        pytest.skip(f"{SYSTEM_PYTHON} is absent")
-    path = pyenv_python(name)
-    if path is None:
-        pytest.skip(f"no Python {name} under {PYENV_VERSIONS}")
-    return path
 
 
 # ------------------------------------------------------------------ the corpus: dumps with every lexical case
@@ -167,7 +143,7 @@ def run_child(python: Path, cases: list[Case], tmp_path: Path) -> list[object]:
 @pytest.mark.parametrize("name", ["system", *PYENV_MINORS])
 def test_every_interpreter_transforms_a_corpus_alike(name: str, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Each available interpreter gives exactly this Python's output, counts, errors and tuple values."""
-    python = interpreter(name)
+    python = python_named(name)
 
     @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(st.lists(case(), min_size=40, max_size=40))
@@ -183,7 +159,7 @@ def test_every_interpreter_transforms_a_corpus_alike(name: str, tmp_path_factory
 
 def test_a_remap_file_without_a_toml_parser_is_a_clear_error(tmp_path: Path) -> None:
     """On a Python older than 3.11 without tomli, a remap file is refused in one clear sentence."""
-    python = interpreter("3.9")
+    python = python_named("3.9")
     remap = tmp_path / "remap.toml"
     remap.write_text('[tables."public.r"]\ndrop = ["b"]\n')
     script = (
