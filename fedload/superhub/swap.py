@@ -66,8 +66,8 @@ def _shortened(head: str, feeder: str, *, keep: int = 44, feeder_keep: int = 8) 
     return f"{head.encode()[:keep].decode(errors='ignore')}__{feeder[:feeder_keep]}_{digest}"
 
 
-_FEEDER_PARTITION = """
-SELECT c.oid::regclass::text
+_FEEDER_PARTITION_OID = """
+SELECT c.oid::regclass
 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 WHERE i.inhparent = $1::regclass
   AND (pg_get_expr(c.relpartbound, c.oid) = ANY($2::text[]) OR c.oid = ANY(
@@ -75,13 +75,14 @@ WHERE i.inhparent = $1::regclass
 ORDER BY pg_get_expr(c.relpartbound, c.oid) = ANY($2::text[]) DESC
 LIMIT 1
 """
+_FEEDER_PARTITION = f"SELECT ({_FEEDER_PARTITION_OID})::text"
 
 
 # The swap's one look-up per table: the feeder's partition, and whether the partition's stable name ($4) will be
 # free once that partition is dropped (nobody holds it, or that partition itself does).
 _SWAP_LOOKUP = f"""
 SELECT part::text, coalesce(to_regclass($4) IS NULL OR to_regclass($4) = part, false)
-FROM (SELECT ({_FEEDER_PARTITION.replace("c.oid::regclass::text", "c.oid::regclass")})) AS found (part)
+FROM (SELECT ({_FEEDER_PARTITION_OID})) AS found (part)
 """  # noqa: S608 - our own query
 
 
