@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from fedload.results import Outcome
 from tests.federation import Federation, config_toml, fedload, sync
 
 
@@ -18,7 +19,7 @@ def _synced(fed: Federation) -> Path:
     """The federation synced once; its configuration file."""
     path = fed.tmp / "fedload.toml"
     path.write_text(config_toml(fed))
-    assert all(run.outcome == "success" for run in sync(fed.config()))
+    assert all(run.outcome == Outcome.SUCCESS for run in sync(fed.config()))
     return path
 
 
@@ -111,7 +112,7 @@ def test_table_option_drops_only_those_tables_and_keeps_history(federation: Fede
         "public.contexts not in feeders.hub1.exclude_tables: the next sync of hub1 brings their data back",
     ]
     assert _partitions(federation, 1) == "hosts"
-    assert federation.superhub_sql("SELECT count(*) FROM fedload.runs WHERE feeder = 'hub1'") == "1"
+    assert federation.superhub_int("SELECT count(*) FROM fedload.runs WHERE feeder = 'hub1'") == 1
     nothing = fedload("feeder", "remove", "hub1", "--table", "public.nosuch", "--yes", "--config", str(config))
     assert nothing.returncode == 2
     assert "--table public.nosuch matches none of the superhub's tables" in nothing.stderr

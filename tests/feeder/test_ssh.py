@@ -22,6 +22,7 @@ from fedload.errors import (
     FeederUnreachableError,
 )
 from fedload.localpg import LocalCluster, find_installs
+from fedload.results import Outcome
 from fedload.transport import FeederProcess, Transport
 from fedload.transport.local import LocalTransport
 from fedload.transport.ssh import SshTransport
@@ -236,7 +237,7 @@ def test_sync_over_ssh_from_feeders_of_several_majors(
         )
         config = config.model_copy(update={"feeders": {"hub1": hub1}})
         run = sync(config, "hub1")[0]
-        assert run.outcome == "success", run.error
+        assert run.outcome == Outcome.SUCCESS, run.error
         for table, cols in (("hosts", HOST_COLS), ("contexts", CONTEXT_COLS)):
             expected = feeder.psql(DIGEST.format(cols=cols, table=table), dbname=feeder_db).strip()
             assert federation.digest(federation.superhub, table, cols, "WHERE hub_id = 1") == expected

@@ -18,6 +18,7 @@ from fedload.commands.probe import probe_feeder
 from fedload.feeder.agent_options import AgentOptions
 from fedload.feeder.errors import AgentUsageError
 from fedload.feeder.ssh_command import AGENT_VERSION, PG_DUMP_VERSION, Allowlist, add_arguments, read_request
+from fedload.results import Outcome
 from tests.federation import CONTEXT_COLS, HOST_COLS, Federation, sync
 from tests.feeder.zipapp import build
 from tests.interpreters import python_named
@@ -163,7 +164,7 @@ def test_sync_through_the_forced_command(forced: SshServer, federation: Federati
     """A superhub sync over SSH through the forced command loads the feeder's rows exactly."""
     config = federation.config(transport="ssh", ssh=forced.ssh_config().model_dump())
     run = sync(config, "hub1")[0]
-    assert run.outcome == "success", run.error
+    assert run.outcome == Outcome.SUCCESS, run.error
     for table, cols in (("hosts", HOST_COLS), ("contexts", CONTEXT_COLS)):
         expected = federation.digest(federation.feeders["hub1"], table, cols)
         assert federation.digest(federation.superhub, table, cols, "WHERE hub_id = 1") == expected

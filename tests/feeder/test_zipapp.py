@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from fedload import __version__
+from fedload.results import Outcome
 from fedload.stream import StreamDecoder
 from tests.federation import CONTEXT_COLS, HOST_COLS, Federation, sync, write_script
 from tests.feeder.zipapp import PYTHONS, build
@@ -99,10 +100,10 @@ def test_zipapp_loads_what_the_installed_agent_loads(federation: Federation, zip
     3.12, 3.13) feeds a real superhub exactly the rows the installed agent does, which are the feeder's."""
     python = str(python_named(name))
     installed = sync(federation.config(), "hub1")[0]
-    assert installed.outcome == "success", installed.error
+    assert installed.outcome == Outcome.SUCCESS, installed.error
     by_installed = _loaded(federation)
     run = sync(federation.config(agent_command=[python, "-I", str(zipapp)]), "hub1")[0]
-    assert run.outcome == "success", run.error
+    assert run.outcome == Outcome.SUCCESS, run.error
     assert _loaded(federation) == by_installed == _feeder_rows(federation)
 
 
@@ -136,7 +137,7 @@ def test_each_compressor_is_read_by_the_superhub(
         f'shift 2\nPATH={bin_dir} exec {" ".join(python)} {zipapp} dump -vv --log-format json "$@" 2>{log}\n',
     )
     run = sync(federation.config(agent_command=[wrapper]), "hub1")[0]
-    assert run.outcome == "success", (run.error, log.read_text())
+    assert run.outcome == Outcome.SUCCESS, (run.error, log.read_text())
     assert _loaded(federation) == _feeder_rows(federation)
     events = {event["event"]: event for event in map(json.loads, log.read_text().splitlines())}
     assert events["agent.dump_started"]["compressor"].startswith(compressor)

@@ -20,7 +20,7 @@ import asyncpg
 import pytest
 
 from fedload.errors import SuperhubError
-from fedload.results import FeederRun
+from fedload.results import FeederRun, Outcome
 from fedload.service import workers
 from fedload.service.sync import prepare_superhub
 from fedload.service.workers import WorkerPool
@@ -35,6 +35,7 @@ from tests.federation import (
     Federation,
     children_running,
     config_toml,
+    psql_int,
     staging_leftovers,
     sync,
     write_script,
@@ -63,12 +64,14 @@ def events(stderr: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
 
 
-def last_run(fed: Federation, feeder: str) -> list[str]:
+def last_run(fed: Federation, feeder: str) -> tuple[Outcome, str, str]:
+    """The outcome, error kind and error of `feeder`'s last recorded run."""
     row = fed.superhub_sql(
         f"SELECT concat_ws('|', outcome, error_kind, error) FROM fedload.runs WHERE feeder = '{feeder}' "
         "ORDER BY id DESC LIMIT 1"
     )
-    return row.split("|", 2)
+    outcome, kind, error = ([*row.split("|", 2), "", ""])[:3]
+    return Outcome(outcome), kind, error
 
 
 @pytest.mark.parametrize("workers_count", [2, 0], ids=["forked-workers", "in-process"])
@@ -79,7 +82,7 @@ def test_an_unexpected_exception_fails_only_its_run(
     """`fedload sync --json` with the fault in hub1's run: it ends within seconds, exit 1, JSON on stdout; hub1
     failed with its kind and the error, recorded; its old data and no staging left; hub2 and hub3 succeed."""
     stage, error, kind, words = case
-    assert [r.outcome for r in sync(federation.config())] == ["success"] * 3
+    assert [r.outcome for r in sync(federation.config())] == [Outcome.SUCCESS] * 3
     before = federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1")
     federation.cluster.psql("INSERT INTO hosts (hostkey) VALUES ('new')", dbname=federation.feeders["hub1"])
     env = fault_environment(Fault(stage, "hub1", error), federation.tmp)
@@ -96,14 +99,15 @@ def test_an_unexpected_exception_fails_only_its_run(
     assert time.monotonic() - started < 60
     assert done.returncode == 1, done.stderr[-3000:]
     runs = {run["feeder"]: run for run in json.loads(done.stdout)}
-    assert [runs[f]["outcome"] for f in ("hub1", "hub2", "hub3")] == ["failed", "success", "success"]
+    outcomes = [runs[f]["outcome"] for f in ("hub1", "hub2", "hub3")]
+    assert outcomes == ["failed", "success", "success"]  # the JSON of `sync --json`: a contract, in its own words
     assert runs["hub1"]["error_kind"] == kind
     assert words in runs["hub1"]["error"], runs["hub1"]["error"]
     assert "Traceback" not in done.stdout
     if kind == "internal":  # the traceback logged once, as an error event with the exception
         logged = [e for e in events(done.stderr) if e["level"] == "error" and "Traceback" in str(e.get("exception"))]
         assert len(logged) == 1, [e["event"] for e in logged]
-    assert staging_leftovers(federation) == "0"
+    assert staging_leftovers(federation) == 0
     after = federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1")
     if stage == "analyze":  # after the commit: the new data is in, the run still says it failed
         assert after != before
@@ -111,9 +115,9 @@ def test_an_unexpected_exception_fails_only_its_run(
     else:
         assert after == before
     if stage in ("connect", "history"):  # before the run's record could be started: none is left running
-        assert federation.superhub_sql("SELECT count(*) FROM fedload.runs WHERE outcome = 'running'") == "0"
+        assert federation.superhub_int("SELECT count(*) FROM fedload.runs WHERE outcome = 'running'") == 0
     else:
-        assert last_run(federation, "hub1")[:2] == ["failed", kind]
+        assert last_run(federation, "hub1")[:2] == (Outcome.FAILED, kind)
         assert words in last_run(federation, "hub1")[2]
 
 
@@ -180,23 +184,23 @@ def test_a_worker_that_stops_answering_is_failed_killed_and_replaced(
         return silent, again, pid, waited
 
     silent, again, pid, waited = asyncio.run(stop_then_run())
-    assert silent.outcome == "failed"
+    assert silent.outcome == Outcome.FAILED
     assert silent.error_kind == "internal"
     assert "went silent" in (silent.error or ""), silent.error
     assert waited < 10
-    assert again.outcome == "success", again.error
-    assert last_run(federation, "hub1")[0] == "success"
+    assert again.outcome == Outcome.SUCCESS, again.error
+    assert last_run(federation, "hub1")[0] == Outcome.SUCCESS
     failed = federation.superhub_sql("SELECT error FROM fedload.runs WHERE feeder = 'hub1' ORDER BY id DESC OFFSET 1")
     assert f"(pid {pid})" in failed
     assert "went silent" in failed
-    _wait_until(lambda: staging_leftovers(federation) == "0")
+    _wait_until(lambda: staging_leftovers(federation) == 0)
 
 
 async def _worker_when_running(fed: Federation) -> int:
     """The pid of this process's one worker, once its run is recorded as running."""
     deadline = time.monotonic() + 30
     running = "SELECT count(*) FROM fedload.runs WHERE outcome = 'running'"
-    while await asyncio.to_thread(fed.superhub_sql, running) != "1":
+    while await asyncio.to_thread(fed.superhub_int, running) != 1:
         assert time.monotonic() < deadline
         await asyncio.sleep(0.1)
     (pid,) = children_running(os.getpid(), "fedload.service.worker")
@@ -236,7 +240,7 @@ def test_the_daemon_goes_on_running_a_feeder_whose_runs_crash(
         return tally
 
     def enough() -> bool:
-        if federation.superhub_sql("SELECT to_regclass('fedload.runs') IS NULL") == "t":
+        if federation.superhub_bool("SELECT to_regclass('fedload.runs') IS NULL"):
             return False
         tally = counts()
         ok = ("hub2=success/", "hub3=success/")
@@ -265,7 +269,7 @@ def test_the_agent_kills_pg_dump_when_its_reader_goes_away(federation: Federatio
     holder = subprocess.Popen([psql, "-X", "-q", federation.cluster.dsn(feeder), "-c", hold], stdout=subprocess.DEVNULL)
     try:
         with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as agent:
-            _wait_until(lambda: federation.cluster.psql(waiting, feeder).strip() == "1")
+            _wait_until(lambda: psql_int(federation.cluster, waiting, feeder) == 1)
             (pg_dump_pid,) = children_running(agent.pid, "pg_dump")
             assert agent.stdout is not None
             agent.stdout.close()  # the superhub's end of the stream goes away
@@ -304,5 +308,5 @@ def test_a_run_whose_parent_side_fails_never_hands_its_worker_to_the_next_run(fe
 
     run, workers_seen = asyncio.run(fail_then_run())
     assert run.feeder == "hub2"
-    assert run.outcome == "success", run.error
+    assert run.outcome == Outcome.SUCCESS, run.error
     assert len(workers_seen) == 1  # the first worker was gone before the second run started one

@@ -20,7 +20,7 @@ import structlog
 
 from fedload.config import Config, SshConfig, parse_config
 from fedload.errors import ConfigError
-from fedload.results import FeederRun
+from fedload.results import FeederRun, Outcome
 from fedload.service import workers
 from fedload.service._pipe import frame
 from fedload.service.sync import prepare_superhub, sync_feeders
@@ -62,14 +62,14 @@ def test_runs_in_workers_load_the_same_data_outside_the_main_process(federation:
     """Two workers run three feeders: the data is exact, the loading happens in the workers, not in this process."""
     with structlog.testing.capture_logs() as logs:
         runs = asyncio.run(sync_feeders(with_workers(federation, 2), ["hub1", "hub2", "hub3"]))
-    assert [r.outcome for r in runs] == ["success"] * 3, [r.error for r in runs]
+    assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 3, [r.error for r in runs]
     assert runs[0].rows == {"public.contexts": 3000, "public.hosts": 300}
     assert_feeders_equal_partitions(federation)
     pids = started_workers(logs)
     assert len(set(pids)) == len(pids) == 2
     assert os.getpid() not in pids
     assert not [e for e in logs if e["event"] == "import.table_loaded"]  # logged by the workers, not here
-    assert federation.superhub_sql("SELECT count(*) FROM fedload.runs WHERE outcome = 'success'") == "3"
+    assert federation.superhub_int("SELECT count(*) FROM fedload.runs WHERE outcome = 'success'") == 3
     assert worker_pids() == []  # the pool is closed with the sync
 
 
@@ -77,14 +77,14 @@ def test_one_worker_runs_every_feeder_in_turn(federation: Federation) -> None:
     """A worker is started once and reused: no interpreter start per run."""
     with structlog.testing.capture_logs() as logs:
         runs = asyncio.run(sync_feeders(with_workers(federation, 1), ["hub1", "hub2", "hub3"]))
-    assert [r.outcome for r in runs] == ["success"] * 3, [r.error for r in runs]
+    assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 3, [r.error for r in runs]
     assert len(started_workers(logs)) == 1
 
 
 def test_no_workers_runs_in_process(federation: Federation) -> None:
     with structlog.testing.capture_logs() as logs:
         runs = asyncio.run(sync_feeders(with_workers(federation, 0), ["hub1"]))
-    assert runs[0].outcome == "success", runs[0].error
+    assert runs[0].outcome == Outcome.SUCCESS, runs[0].error
     assert started_workers(logs) == []
     assert [e for e in logs if e["event"] == "import.table_loaded"]
 
@@ -101,7 +101,7 @@ def test_a_worker_killed_mid_load_fails_only_its_run(federation: Federation) -> 
     and record stay right, hub2 in the other worker succeeds, and the next run of hub1 gets a new worker and
     succeeds."""
     config = federation.config()
-    assert [r.outcome for r in sync(config)] == ["success"] * 3
+    assert [r.outcome for r in sync(config)] == [Outcome.SUCCESS] * 3
     before = feeder_rows(federation)
     slow = with_workers(federation, 2)
     slow.feeders["hub1"] = slow.feeders["hub1"].model_copy(update={"agent_command": [mid_copy_agent(federation)]})
@@ -115,26 +115,26 @@ def test_a_worker_killed_mid_load_fails_only_its_run(federation: Federation) -> 
         return await asyncio.wait_for(syncing, WAIT_S)
 
     run, other = asyncio.run(kill_mid_load())
-    assert other.outcome == "success", other.error
-    assert run.outcome == "failed"
+    assert other.outcome == Outcome.SUCCESS, other.error
+    assert run.outcome == Outcome.FAILED
     assert "the worker process" in (run.error or ""), run.error
     assert "killed by signal SIGKILL" in (run.error or ""), run.error
     assert feeder_rows(federation) == before
-    assert staging_leftovers(federation) == "0"
+    assert staging_leftovers(federation) == 0
     last = federation.superhub_sql(
         "SELECT outcome || ': ' || error FROM fedload.runs WHERE feeder = 'hub1' ORDER BY id DESC LIMIT 1"
     )
     assert last.startswith("failed: the worker process"), last
     assert "SIGKILL" in last
     runs = asyncio.run(sync_feeders(with_workers(federation, 2), ["hub1", "hub2"]))
-    assert [r.outcome for r in runs] == ["success"] * 2, [r.error for r in runs]
+    assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 2, [r.error for r in runs]
     assert_feeders_equal_partitions(federation, {"hub1": 1, "hub2": 2})
 
 
 def test_cancelling_a_run_cancels_it_in_its_worker(federation: Federation) -> None:
     """The caller's cancellation reaches the worker: the run's transaction rolls back, its record says
     cancelled, the worker survives for the next run."""
-    assert [r.outcome for r in sync(federation.config())] == ["success"] * 3
+    assert [r.outcome for r in sync(federation.config())] == [Outcome.SUCCESS] * 3
     before = feeder_rows(federation)
     slow = with_workers(federation, 1)
     slow.feeders["hub1"] = slow.feeders["hub1"].model_copy(update={"agent_command": [mid_copy_agent(federation)]})
@@ -156,11 +156,11 @@ def test_cancelling_a_run_cancels_it_in_its_worker(federation: Federation) -> No
             await history.close()
 
     run, first, after = asyncio.run(cancel_then_run())
-    assert run.outcome == "success", run.error
+    assert run.outcome == Outcome.SUCCESS, run.error
     assert len(first) == 1
     assert first == after  # the same worker ran the next feeder
     assert feeder_rows(federation) == before
-    assert staging_leftovers(federation) == "0"
+    assert staging_leftovers(federation) == 0
     outcome = federation.superhub_sql(
         "SELECT outcome || ': ' || error FROM fedload.runs WHERE feeder = 'hub1' ORDER BY id DESC LIMIT 1"
     )
@@ -187,7 +187,7 @@ def test_a_run_cancelled_before_it_starts_in_its_worker_is_still_answered(federa
 
     answer, after = asyncio.run(run_then_cancel())
     assert answer == ("cancelled",)
-    assert (after[0], after[1].outcome if after[0] == "done" else after) == ("done", "success")
+    assert (after[0], after[1].outcome if after[0] == "done" else after) == ("done", Outcome.SUCCESS)
 
 
 def test_a_run_cancelled_while_its_worker_starts_leaves_no_process(
@@ -245,7 +245,7 @@ def test_workers_started_ahead_serve_the_first_runs(federation: Federation) -> N
 
     with structlog.testing.capture_logs() as logs:
         ahead, runs = asyncio.run(start_ahead_then_run())
-    assert [r.outcome for r in runs] == ["success"] * 3, [r.error for r in runs]
+    assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 3, [r.error for r in runs]
     assert sorted(started_workers(logs)) == sorted(ahead)  # type: ignore[type-var]
     assert worker_pids() == []
 
@@ -347,14 +347,14 @@ def test_fedload_sync_forks_its_workers_instead_of_starting_interpreters(federat
 def test_a_forked_worker_killed_mid_load_fails_only_its_run(federation: Federation) -> None:
     """SIGKILL of the forked worker loading hub1: its run fails saying how the worker died, its old data and no
     staging table stay, hub2 succeeds in the other worker, and `fedload sync` exits 1."""
-    assert [r.outcome for r in sync(federation.config())] == ["success"] * 3
+    assert [r.outcome for r in sync(federation.config())] == [Outcome.SUCCESS] * 3
     before = feeder_rows(federation)
     hub1_running = "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub1' AND outcome = 'running'"
     hub2_done = "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2' AND outcome = 'success'"
     with fedload_sync(cli_config(federation, mid_copy_agent(federation)), "hub1", "hub2") as sync_process:
         try:
             deadline = time.monotonic() + WAIT_S
-            while federation.superhub_sql(hub1_running) != "1" or federation.superhub_sql(hub2_done) != "2":
+            while federation.superhub_int(hub1_running) != 1 or federation.superhub_int(hub2_done) != 2:
                 assert time.monotonic() < deadline, "hub1 never started, or hub2 never finished"
                 time.sleep(0.1)
             wait_rows_in_flight(federation)  # hub1's COPY has rows in flight
@@ -366,18 +366,18 @@ def test_a_forked_worker_killed_mid_load_fails_only_its_run(federation: Federati
             sync_process.kill()
     runs = {run["feeder"]: run for run in json.loads(stdout)}
     assert sync_process.returncode == 1, stderr
-    assert runs["hub2"]["outcome"] == "success", runs["hub2"]
+    assert runs["hub2"]["outcome"] == "success", runs["hub2"]  # the JSON of `sync --json`: a contract, in its words
     assert runs["hub1"]["outcome"] == "failed"
     assert "killed by signal SIGKILL" in runs["hub1"]["error"], runs["hub1"]
     assert feeder_rows(federation) == before
-    assert staging_leftovers(federation) == "0"
+    assert staging_leftovers(federation) == 0
 
 
 def test_ctrl_c_of_fedload_sync_cancels_the_runs_in_its_workers(federation: Federation) -> None:
     """Ctrl-C on a terminal (SIGINT to the whole process group, workers included) while hub1 loads: the workers
     leave it to the sync, which cancels the run; its record says cancelled, the old data stays, no traceback, no
     worker left behind."""
-    assert [r.outcome for r in sync(federation.config())] == ["success"] * 3
+    assert [r.outcome for r in sync(federation.config())] == [Outcome.SUCCESS] * 3
     before = feeder_rows(federation)
     hub1_running = "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub1' AND outcome = 'running'"
     argv = [
@@ -393,7 +393,7 @@ def test_ctrl_c_of_fedload_sync_cancels_the_runs_in_its_workers(federation: Fede
     ) as sync_process:
         try:
             deadline = time.monotonic() + WAIT_S
-            while federation.superhub_sql(hub1_running) != "1":
+            while federation.superhub_int(hub1_running) != 1:
                 assert time.monotonic() < deadline, "hub1 never started"
                 time.sleep(0.1)
             wait_rows_in_flight(federation)
@@ -405,7 +405,7 @@ def test_ctrl_c_of_fedload_sync_cancels_the_runs_in_its_workers(federation: Fede
     assert "Traceback" not in stderr, stderr
     assert sync_process.returncode != 0
     assert feeder_rows(federation) == before
-    assert staging_leftovers(federation) == "0"
+    assert staging_leftovers(federation) == 0
     last = federation.superhub_sql("SELECT outcome || ': ' || error FROM fedload.runs ORDER BY id DESC LIMIT 1")
     assert last == "failed: the run was cancelled", last
     assert workers
@@ -613,13 +613,13 @@ def test_a_worker_that_does_not_answer_a_cancel_is_killed_after_the_wait(
 ) -> None:
     """A worker that cannot answer a cancel (stopped) is killed CANCEL_WAIT_S after it (made 2 s here; 30 s in
     fedload): measured; its run's transaction ends with its session: old data kept, no staging left."""
-    assert sync(federation.config(), "hub1")[0].outcome == "success"
+    assert sync(federation.config(), "hub1")[0].outcome == Outcome.SUCCESS
     before = feeder_rows(federation)
     seconds, gone, logs = cancel_a_stopped_worker(federation, monkeypatch)
     assert_killed_after_the_wait(seconds, gone, logs)
     assert feeder_rows(federation) == before
     deadline = time.monotonic() + WAIT_S
-    while staging_leftovers(federation) != "0":  # the killed worker's session ends when the server notices
+    while staging_leftovers(federation) != 0:  # the killed worker's session ends when the server notices
         assert time.monotonic() < deadline, "staging left by the killed worker"
         time.sleep(0.1)
 
@@ -634,7 +634,7 @@ def test_negative_control_a_worker_left_alive_after_the_wait_is_seen(
         return None
 
     monkeypatch.setattr(_Worker, "kill", spared)
-    assert sync(federation.config(), "hub1")[0].outcome == "success"
+    assert sync(federation.config(), "hub1")[0].outcome == Outcome.SUCCESS
     seconds, gone, logs = cancel_a_stopped_worker(federation, monkeypatch)
     with pytest.raises(AssertionError):
         assert_killed_after_the_wait(seconds, gone, logs)

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from fedload.errors import DumpError
 from fedload.localpg import LocalCluster
+from fedload.results import Outcome
 from fedload.stream import GzipDecoder, Header, StreamDecoder, StreamEncoder
 from fedload.superhub.pipeline import FeederRun
 from tests.conftest import Category
@@ -190,7 +191,7 @@ class SuperhubState:
 def synced(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Federation:
     """A federation synced once, shared by the attacks below: each compares the superhub before and after it."""
     fed = make_federation(cluster, tmp_path_factory.mktemp("adversarial"))
-    assert [r.outcome for r in sync(fed.config())] == ["success"] * 3
+    assert [r.outcome for r in sync(fed.config())] == [Outcome.SUCCESS] * 3
     return fed
 
 
@@ -208,9 +209,9 @@ def assert_only_hub1_data_changed(fed: Federation, before: SuperhubState, run: F
     after = SuperhubState.of(fed)
     assert after.fingerprint == before.fingerprint
     assert after.others == before.others
-    if run.outcome != "success":
+    if run.outcome != Outcome.SUCCESS:
         assert after.hub1 == before.hub1
-    assert staging_leftovers(fed) == "0"
+    assert staging_leftovers(fed) == 0
     assert not PWNED.exists()
     return after
 
@@ -227,7 +228,7 @@ def hub1_hosts(fed: Federation) -> list[list[str | None]]:
 
 def one_line_error(run: FeederRun) -> str:
     """A failed run's error: one sentence, no traceback."""
-    assert run.outcome == "failed"
+    assert run.outcome == Outcome.FAILED
     error = run.error or ""
     assert error, "a failed run must say why"
     assert "Traceback" not in error
@@ -251,7 +252,7 @@ def test_importer_loads_mutated_dumps_or_rejects_them(
     run = sync_crafted(synced, crafted_stream(dump, mode=mode))
     note(f"{run.outcome}: {run.error}")
     event(run.outcome)
-    if run.outcome == "success":
+    if run.outcome == Outcome.SUCCESS:
         assert int(synced.superhub_sql("SELECT count(*) FROM hosts WHERE hub_id = 1")) == run.rows["public.hosts"]
     else:
         assert DUMP_FAULT.match(one_line_error(run)), run.error
@@ -485,7 +486,7 @@ def test_injection_corpus_loads_only_data(synced: Federation, category: Category
     before = SuperhubState.of(synced)
     case = INJECTIONS[attack]
     run = sync_crafted(synced, crafted_stream(case.dump, mode=case.mode), exclude_tables=list(case.exclude_tables))
-    assert run.outcome == ("failed" if case.rejected else "success"), run.error
+    assert run.outcome == (Outcome.FAILED if case.rejected else Outcome.SUCCESS), run.error
     if case.rejected:
         assert case.message in one_line_error(run)
     else:
@@ -498,12 +499,12 @@ def test_values_stay_data_when_the_superhub_defaults_to_backslash_escapes(
 ) -> None:
     """A superhub database set to standard_conforming_strings = off does not turn a backslash into an injection."""
     category("adversarial:sql injection")
-    assert [r.outcome for r in sync(federation.config())] == ["success"] * 3
+    assert [r.outcome for r in sync(federation.config())] == [Outcome.SUCCESS] * 3
     before = SuperhubState.of(federation)
     federation.superhub_sql(f"ALTER DATABASE {federation.superhub} SET standard_conforming_strings = off")
     before.fingerprint = federation.superhub_sql(FINGERPRINT)
     run = sync_crafted(federation, crafted_stream(INJECTIONS["backslash before a quote"].dump, mode="inserts"))
-    assert run.outcome == "success", run.error
+    assert run.outcome == Outcome.SUCCESS, run.error
     assert_only_hub1_data_changed(federation, before, run)
     assert federation.superhub_sql("SELECT name FROM hosts WHERE hub_id = 1") == ") ; DROP TABLE public.contexts; --"
 
@@ -523,7 +524,7 @@ def test_a_100_mb_value_and_deep_arrays_load_intact(federation: Federation, cate
         dbname=db,
     )
     run = sync(federation.config(dump_mode=mode), "hub3")[0]
-    assert run.outcome == "success", run.error
+    assert run.outcome == Outcome.SUCCESS, run.error
     assert run.dump_bytes > 100 * 1024 * 1024
     for table, cols in (("hosts", HOST_COLS), ("contexts", CONTEXT_COLS)):
         assert federation.digest(federation.superhub, table, cols, "WHERE hub_id = 3") == federation.digest(

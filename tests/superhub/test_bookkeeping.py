@@ -9,7 +9,7 @@ import asyncpg
 import pytest
 
 from fedload.config import Config
-from fedload.results import FeederRun
+from fedload.results import FeederRun, Outcome
 from fedload.service.sync import prepare_superhub, sync_feeders
 from fedload.superhub.bookkeeping import Bookkeeping
 from fedload.superhub.pipeline import sync_feeder
@@ -49,14 +49,14 @@ def test_a_sync_holds_one_bookkeeping_connection(federation: Federation) -> None
         return await work, peak
 
     runs, peak = asyncio.run(scenario())
-    assert [r.outcome for r in runs] == ["success"] * 3, [r.error for r in runs]
+    assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 3, [r.error for r in runs]
     assert peak == 3 + 1
     recorded = federation.superhub_sql(
         "SELECT json_agg(json_build_object('feeder', feeder, 'outcome', outcome, 'error', error, 'rows', rows) "
         "ORDER BY feeder) FROM fedload.runs"
     )
     assert json.loads(recorded) == [
-        {"feeder": r.feeder, "outcome": "success", "error": None, "rows": r.rows} for r in runs
+        {"feeder": r.feeder, "outcome": Outcome.SUCCESS, "error": None, "rows": r.rows} for r in runs
     ]
 
 
@@ -80,12 +80,12 @@ def test_a_cancelled_run_leaves_the_shared_connection_usable(federation: Federat
             await history.close()
 
     run = asyncio.run(scenario())
-    assert run.outcome == "success", run.error
+    assert run.outcome == Outcome.SUCCESS, run.error
     recorded = federation.superhub_sql(
         "SELECT string_agg(feeder || ':' || outcome || ':' || error, ',') FROM fedload.runs"
     )
     assert recorded.startswith("hub1:failed:the run was cancelled")
-    assert federation.superhub_sql("SELECT outcome FROM fedload.runs WHERE feeder = 'hub2'") == "success"
+    assert Outcome(federation.superhub_sql("SELECT outcome FROM fedload.runs WHERE feeder = 'hub2'")) == Outcome.SUCCESS
 
 
 def test_a_write_cancelled_in_flight_ends_on_the_connection(federation: Federation) -> None:

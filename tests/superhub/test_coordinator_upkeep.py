@@ -19,7 +19,7 @@ from fedload.config import Config, parse_config
 from fedload.service.coordinator_keeper import CoordinatorKeeper
 from fedload.superhub.coordinator import build_coordinator
 from tests.federation import Federation, sync
-from tests.shards import COUNTS, coord_sql, shard_sql, with_coordinator
+from tests.shards import COUNTS, coord_int, coord_sql, shard_sql, with_coordinator
 
 VIEWS = "SELECT string_agg(viewname, ',' ORDER BY viewname) FROM pg_views WHERE schemaname = 'fedload_export'"
 BUILDERS_LOCK = "SELECT pg_advisory_lock(1717920876, 1)"
@@ -82,7 +82,7 @@ def test_views_in_use_are_dropped_later_and_removed_shards_servers_go(
         asyncio.run(build_coordinator(alone))
     assert [e["server"] for e in _events(logs, "coordinator.server_dropped")] == ["fedload_s2"]
     assert coord_sql(federation, "SELECT string_agg(srvname, ',') FROM pg_foreign_server") == "fedload_s1"
-    assert coord_sql(federation, "SELECT count(*) FROM pg_user_mappings") == "1"
+    assert coord_int(federation, "SELECT count(*) FROM pg_user_mappings") == 1
 
 
 def test_a_coordinator_role_without_ownership_builds_again_and_again(federation: Federation) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from fedload.results import Outcome
 from fedload.superhub import pipeline
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.session import feeder_lock
@@ -54,10 +55,10 @@ def test_a_busy_run_stops_the_dump_it_started_early(federation: Federation, monk
     try:
         held = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
         deadline = time.monotonic() + 30
-        while federation.superhub_sql(held) == "0" and time.monotonic() < deadline:
+        while federation.superhub_int(held) == 0 and time.monotonic() < deadline:
             time.sleep(0.05)
         run = asyncio.run(sync_feeder("hub1", federation.config(agent_command=[agent])))
-        assert run.outcome == "busy", run.error
+        assert run.outcome == Outcome.BUSY, run.error
         assert started.exists()  # the agent was started before the lock was tried
         assert not _alive(int(started.read_text()))
     finally:
@@ -66,4 +67,4 @@ def test_a_busy_run_stops_the_dump_it_started_early(federation: Federation, monk
             "AND pid <> pg_backend_pid()"
         )
         holder.wait(timeout=30)
-    assert sync(federation.config(), "hub1")[0].outcome == "success"
+    assert sync(federation.config(), "hub1")[0].outcome == Outcome.SUCCESS

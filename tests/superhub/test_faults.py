@@ -22,6 +22,7 @@ import pytest
 
 from fedload.config import Config
 from fedload.localpg import LocalCluster
+from fedload.results import Outcome
 from fedload.superhub.pipeline import FeederRun, sync_feeder
 from tests.conftest import Category
 from tests.federation import (
@@ -35,6 +36,7 @@ from tests.federation import (
     Federation,
     assert_feeders_equal_partitions,
     config_toml,
+    last_outcome,
     staging_leftovers,
     sync,
     write_script,
@@ -125,11 +127,11 @@ def changed_on_feeder(fed: Federation) -> None:
 
 def assert_old_data_kept(fed: Federation, before: tuple[str, str], run: FeederRun, *phrases: str) -> None:
     """The run failed with an error naming one of `phrases`; hub1 still has its old data; no staging is left."""
-    assert run.outcome == "failed", run
+    assert run.outcome == Outcome.FAILED, run
     assert any(p in (run.error or "") for p in phrases), run.error
     assert "\n" not in (run.error or "")
     assert hub1_digest(fed) == before
-    assert staging_leftovers(fed) == "0"
+    assert staging_leftovers(fed) == 0
 
 
 @pytest.mark.parametrize("cut", ["killed", "frozen"])
@@ -138,7 +140,7 @@ def test_network_cut_mid_stream(sshd: SshServer, federation: Federation, categor
     category("fault:network cut mid-stream")
     ssh = sshd.ssh_config(keepalive_s=1, read_timeout_s=4).model_dump()
     config = federation.config(transport="ssh", ssh=ssh, agent_command=[sys.executable, "-m", "fedload"])
-    assert sync(config, "hub1")[0].outcome == "success"
+    assert sync(config, "hub1")[0].outcome == Outcome.SUCCESS
     before = hub1_digest(federation)
     changed_on_feeder(federation)
     grow(federation)
@@ -154,7 +156,7 @@ def test_network_cut_mid_stream(sshd: SshServer, federation: Federation, categor
     run = gate.sync_with_fault(config, cut_mid_copy, timeout_s=60)
     assert time.monotonic() - cut_at[0] < 20  # read_timeout_s = 4, keepalives every second
     assert_old_data_kept(federation, before, run, "connection", "sent nothing")
-    assert federation.superhub_sql("SELECT outcome FROM fedload.runs ORDER BY id DESC LIMIT 1") == "failed"
+    assert last_outcome(federation) == Outcome.FAILED
 
 
 @pytest.fixture
@@ -175,7 +177,7 @@ def test_feeder_postgres_stopped_mid_dump(
     """The feeder's server goes down while pg_dump streams a table: pg_dump's failure reaches the superhub."""
     category("fault:feeder PostgreSQL stopped mid-dump")
     config = with_feeder(federation.config(), "hub1", database=feeder_cluster.conninfo("cfdb"))
-    assert sync(config, "hub1")[0].outcome == "success"
+    assert sync(config, "hub1")[0].outcome == Outcome.SUCCESS
     before = hub1_digest(federation)
     feeder_cluster.psql(GROWTH.format(rows=400_000), dbname="cfdb")  # more than every buffer on the way holds
     gate = Gate.around(federation.tmp)
@@ -186,7 +188,7 @@ def test_feeder_postgres_stopped_mid_dump(
     with pytest.raises(AssertionError):  # negative control: one row of the grown table lost is seen
         assert_old_data_kept(federation, before, run, "pg_dump failed on the feeder")
     feeder_cluster.resume()
-    assert sync(config, "hub1")[0].outcome == "success"
+    assert sync(config, "hub1")[0].outcome == Outcome.SUCCESS
     assert hub1_digest(federation) == feeder_digest(feeder_cluster, "cfdb")
 
 
@@ -208,7 +210,7 @@ def test_superhub_crash_mid_load(federation: Federation, own_superhub: LocalClus
     config = base.model_copy(
         update={"superhub": base.superhub.model_copy(update={"dsn": own_superhub.dsn("superhub")})}
     )
-    assert [r.outcome for r in sync(config)] == ["success"] * 3
+    assert [r.outcome for r in sync(config)] == [Outcome.SUCCESS] * 3
     superhub = Federation(own_superhub, "superhub", {}, federation.tmp)  # digests of the superhub's side
     before = hub1_digest(superhub)
     changed_on_feeder(federation)
@@ -222,7 +224,7 @@ def test_superhub_crash_mid_load(federation: Federation, own_superhub: LocalClus
 
     run = gate.sync_with_fault(config, crash_and_recover)
     assert_old_data_kept(superhub, before, run, "the superhub")
-    assert sync(config, "hub1")[0].outcome == "success"
+    assert sync(config, "hub1")[0].outcome == Outcome.SUCCESS
     assert hub1_digest(superhub) == feeder_digest(federation.cluster, federation.feeders["hub1"])
     outcomes = superhub.superhub_sql(
         "SELECT string_agg(outcome, ',' ORDER BY id) FROM fedload.runs WHERE feeder = 'hub1'"
@@ -234,7 +236,7 @@ def test_two_syncs_of_one_feeder_at_once(federation: Federation, category: Categ
     """A second sync of a feeder that is being synced says it is busy and leaves the first to finish."""
     category("fault:two syncs of the same feeder at once")
     config = federation.config()
-    assert sync(config, "hub1")[0].outcome == "success"
+    assert sync(config, "hub1")[0].outcome == Outcome.SUCCESS
     changed_on_feeder(federation)
     gate = Gate.around(federation.tmp, after_bytes=2000)
     gated = with_feeder(config, "hub1", agent_command=[gate.command])
@@ -247,7 +249,7 @@ def test_two_syncs_of_one_feeder_at_once(federation: Federation, category: Categ
         return await asyncio.wait_for(first, 60), second
 
     first, second = asyncio.run(scenario())
-    assert (first.outcome, second.outcome) == ("success", "busy"), (first.error, second.error)
+    assert (first.outcome, second.outcome) == (Outcome.SUCCESS, Outcome.BUSY), (first.error, second.error)
     assert "being synced by another fedload process" in (second.error or "")
     assert_feeders_equal_partitions(federation, {"hub1": 1})
     assert federation.superhub_sql(OUTCOMES) == "success,success"
@@ -269,7 +271,7 @@ def test_daemon_killed_mid_swap_then_restarted(
 ) -> None:
     """SIGKILL while swaps wait for their locks: old data stays; the restarted daemon swaps in the new data."""
     category("fault:daemon SIGKILLed mid-swap")
-    assert [r.outcome for r in sync(federation.config())] == ["success"] * 3
+    assert [r.outcome for r in sync(federation.config())] == [Outcome.SUCCESS] * 3
     before = superhub_digests(federation)
     for db in federation.feeders.values():
         federation.cluster.psql(
@@ -285,7 +287,7 @@ def test_daemon_killed_mid_swap_then_restarted(
     reader.stdin.flush()
     try:
         daemon = start_daemon(config_toml(federation, interval_s=3600))
-        daemon.wait_for("a swap waiting for its lock", lambda: federation.superhub_sql(SWAP_WAITING) != "0")
+        daemon.wait_for("a swap waiting for its lock", lambda: federation.superhub_int(SWAP_WAITING) != 0)
         killed = federation.superhub_sql(RUNNING).split(",")
         daemon.process.send_signal(signal.SIGKILL)
         daemon.process.wait(timeout=10)
@@ -296,21 +298,21 @@ def test_daemon_killed_mid_swap_then_restarted(
         finally:
             reader.kill()
     deadline = time.monotonic() + 30
-    while staging_leftovers(federation) != "0" and time.monotonic() < deadline:
+    while staging_leftovers(federation) != 0 and time.monotonic() < deadline:
         time.sleep(0.2)  # the killed daemon's sessions end when the server notices
-    assert staging_leftovers(federation) == "0"
+    assert staging_leftovers(federation) == 0
     assert superhub_digests(federation) == before
     restarted = start_daemon(config_toml(federation, interval_s=3600))
     restarted.wait_for(
         "every feeder swapped in by the restarted daemon",
-        lambda: federation.superhub_sql("SELECT count(*) FROM fedload.runs WHERE outcome = 'success'") == "6",
+        lambda: federation.superhub_int("SELECT count(*) FROM fedload.runs WHERE outcome = 'success'") == 6,
     )
     assert restarted.stop() == 0
     assert_feeders_equal_partitions(federation)
     for feeder in killed:
         outcomes = federation.superhub_sql(OUTCOMES.replace("hub1", feeder))
         assert outcomes == "success,abandoned,success", feeder
-    assert staging_leftovers(federation) == "0"
+    assert staging_leftovers(federation) == 0
 
 
 @contextlib.contextmanager
@@ -355,11 +357,11 @@ def test_superhub_disk_full_while_staging(federation: Federation, category: Cate
     """Staging tables fill their tablespace: the run fails with the server's words, and the old data stays."""
     category("fault:superhub disk full")
     config = federation.config()
-    assert sync(config, "hub1")[0].outcome == "success"
+    assert sync(config, "hub1")[0].outcome == Outcome.SUCCESS
     before = hub1_digest(federation)
     federation.cluster.psql(GROWTH.format(rows=100_000), dbname=federation.feeders["hub1"])
     with tiny_tablespace(federation):
         run = sync(config, "hub1")[0]
         assert_old_data_kept(federation, before, run, "No space left on device")
-    assert sync(config, "hub1")[0].outcome == "success"
+    assert sync(config, "hub1")[0].outcome == Outcome.SUCCESS
     assert_feeders_equal_partitions(federation, {"hub1": 1})

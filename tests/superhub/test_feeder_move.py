@@ -25,7 +25,7 @@ from fedload.superhub.coordinator import build_coordinator, moving_feeders
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.runs import try_feeder_lock
 from tests.federation import Federation, fedload, sync
-from tests.shards import COUNTS, coord_sql, shard_sql, sharded_toml, with_coordinator
+from tests.shards import COUNTS, coord_int, coord_sql, shard_int, shard_sql, sharded_toml, with_coordinator
 
 LAYOUT = {"s1": ["hub1", "hub2"], "s2": ["hub3"]}
 BEFORE, AFTER = "1:300,2:200,3:100", "1:300,2:201,3:100"  # hub2 gains a host before each move
@@ -98,7 +98,7 @@ def test_a_feeder_moved_while_readers_run(federation: Federation) -> None:
     assert shard_sql(federation, "s1", COUNTS.format(table="hosts")) == "1:300"
     assert shard_sql(federation, "s2", COUNTS.format(table="contexts")) == "2:2000,3:1000"
     assert shard_sql(federation, "s1", "SELECT feeder || '>' || to_shard FROM fedload.moved") == "hub2>s2"
-    assert shard_sql(federation, "s2", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") == "1"
+    assert shard_int(federation, "s2", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") == 1
     views = [shard_sql(federation, shard, VIEWS) for shard in ("s1", "s2")]
     assert (coord_sql(federation, FILTERED), views) == ("0", ["0", "0"])
     plan = coord_sql(federation, "EXPLAIN (VERBOSE) SELECT hub_id, count(*) FROM hosts GROUP BY hub_id")
@@ -224,7 +224,7 @@ def test_moving_the_last_feeder_off_a_shard_removes_the_shard_from_the_configura
     after = load_config(path)
     assert (sorted(after.shards), after.feeders["hub3"].shard) == (["s1"], "s1")
     assert coord_sql(federation, COUNTS.format(table="hosts")) == BEFORE
-    assert coord_sql(federation, "SELECT count(*) FROM pg_foreign_table") == "2"  # hosts and contexts, from s1
+    assert coord_int(federation, "SELECT count(*) FROM pg_foreign_table") == 2  # hosts and contexts, from s1
     assert shard_sql(federation, "s2", COUNTS.format(table="hosts")) == ""
 
 
@@ -269,7 +269,7 @@ def _assert_moved(federation: Federation, path: Path) -> None:
     holds it; the coordinator reads it once, from s2, and both shards directly."""
     assert load_config(path).feeders["hub2"].shard == "s2"
     assert shard_sql(federation, "s1", COUNTS.format(table="hosts")) == "1:300"
-    assert shard_sql(federation, "s1", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") == "0"
+    assert shard_int(federation, "s1", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") == 0
     assert shard_sql(federation, "s1", "SELECT feeder || '>' || to_shard FROM fedload.moved") == "hub2>s2"
     assert shard_sql(federation, "s2", COUNTS.format(table="hosts")) == "2:201,3:100"
     assert coord_sql(federation, COUNTS.format(table="hosts")) == AFTER
@@ -322,8 +322,8 @@ def test_a_move_killed_between_two_steps_is_finished_by_running_it_again(
     _killed_at(module, function, nth, args)
     assert coord_sql(federation, COUNTS.format(table="hosts")) in (BEFORE, AFTER)
     holds = "2:" in shard_sql(federation, "s1", COUNTS.format(table="hosts"))
-    history = shard_sql(federation, "s1", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") != "0"
-    noted = shard_sql(federation, "s1", "SELECT count(*) FROM fedload.moved") != "0"
+    history = shard_int(federation, "s1", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") != 0
+    noted = shard_int(federation, "s1", "SELECT count(*) FROM fedload.moved") != 0
     assert (holds, history, noted) in ((True, True, False), (False, False, True)), (holds, history, noted)
     again = fedload(*args, timeout_s=120)
     assert again.returncode == 0, again.stdout + again.stderr
@@ -356,7 +356,7 @@ def test_a_move_off_a_shard_killed_before_its_drop_is_finished_by_running_it_aga
     assert shard_sql(federation, "s2", COUNTS.format(table="hosts")) == ""
     assert shard_sql(federation, "s2", "SELECT feeder || '>' || to_shard FROM fedload.moved") == "hub3>s1"
     assert coord_sql(federation, COUNTS.format(table="hosts")) == BEFORE
-    assert coord_sql(federation, "SELECT count(*) FROM pg_foreign_table") == "2"
+    assert coord_int(federation, "SELECT count(*) FROM pg_foreign_table") == 2
 
 
 def test_a_move_stopped_by_a_run_on_the_old_shard_is_finished_by_running_it_again(

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
 from fedload.localpg import LocalCluster
+from fedload.results import Outcome
 from fedload.superhub.literal_copy import CSV_NULL, CSV_QUOTE, copy_rows_pattern, csv_rows
 from tests.federation import Federation, assert_feeders_equal_partitions, sync
 
@@ -223,7 +224,7 @@ def test_inserts_mode_loads_the_feeders_tables_by_copy(federation: Federation) -
     in_process = config.superhub.model_copy(update={"worker_processes": 0})  # where the test reads the log events
     with structlog.testing.capture_logs() as logs:
         runs = sync(config.model_copy(update={"superhub": in_process}))
-    assert [r.outcome for r in runs] == ["success"] * 3, [r.error for r in runs]
+    assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 3, [r.error for r in runs]
     assert_feeders_equal_partitions(federation)
     loaded = [e for e in logs if e["event"] == "import.table_loaded" and e.get("mode") == "inserts"]
     assert len(loaded) == 6

@@ -8,6 +8,7 @@ import asyncio
 import asyncpg
 
 from fedload.names import TablePattern
+from fedload.results import Outcome
 from fedload.superhub import parents_cache
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.schema import read_parents
@@ -81,5 +82,5 @@ def test_a_failed_run_forgets_the_cached_parents(federation: Federation) -> None
     asyncio.run(_cached_and_read(federation.cluster.dsn(federation.superhub)))
     assert parents_cache._cache
     run = asyncio.run(sync_feeder("hub1", federation.config(agent_command=["false"])))  # in this process
-    assert run.outcome == "failed"
+    assert run.outcome == Outcome.FAILED
     assert not parents_cache._cache

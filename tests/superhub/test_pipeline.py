@@ -14,6 +14,7 @@ import pytest
 
 from fedload import __version__
 from fedload.names import TablePattern
+from fedload.results import Outcome
 from fedload.service.sync import prepare_superhub, sync_feeders
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.schema import read_parents
@@ -38,14 +39,14 @@ def test_three_feeders_load_and_resync(federation: Federation, mode: str) -> Non
     """Three feeders load into their partitions exactly; a second sync swaps in their changed data."""
     config = federation.config(dump_mode=mode)
     runs = sync(config)
-    assert [r.outcome for r in runs] == ["success"] * 3, [r.error for r in runs]
+    assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 3, [r.error for r in runs]
     assert runs[0].rows == {"public.contexts": 3000, "public.hosts": 300}
     assert_feeders_equal_partitions(federation)
     federation.cluster.psql("DELETE FROM hosts WHERE hostkey LIKE 'SHA=1%'", dbname=federation.feeders["hub1"])
-    assert [r.outcome for r in sync(config, "hub1")] == ["success"]
+    assert [r.outcome for r in sync(config, "hub1")] == [Outcome.SUCCESS]
     assert_feeders_equal_partitions(federation)
-    assert staging_leftovers(federation) == "0"
-    assert federation.superhub_sql("SELECT count(*) FROM fedload.runs WHERE outcome = 'success'") == "4"
+    assert staging_leftovers(federation) == 0
+    assert federation.superhub_int("SELECT count(*) FROM fedload.runs WHERE outcome = 'success'") == 4
 
 
 def test_schema_drift_defaults_and_dropped_columns(federation: Federation) -> None:
@@ -58,7 +59,7 @@ def test_schema_drift_defaults_and_dropped_columns(federation: Federation) -> No
         dbname=db,
     )
     runs = sync(federation.config())
-    assert [r.outcome for r in runs] == ["success"] * 3, [r.error for r in runs]
+    assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 3, [r.error for r in runs]
     assert_feeders_equal_partitions(federation)
     assert federation.superhub_sql("SELECT DISTINCT site FROM hosts WHERE hub_id = 2") == "none"
 
@@ -69,7 +70,7 @@ def test_extra_columns_can_be_an_error(federation: Federation) -> None:
     config = federation.config()
     config = config.model_copy(update={"superhub": config.superhub.model_copy(update={"extra_columns": "error"})})
     runs = sync(config)
-    assert [r.outcome for r in runs] == ["success", "success", "failed"]
+    assert [r.outcome for r in runs] == [Outcome.SUCCESS, Outcome.SUCCESS, Outcome.FAILED]
     assert "columns the superhub lacks: surprise" in (runs[2].error or "")
 
 
@@ -77,7 +78,7 @@ def test_truncated_stream_keeps_old_data(federation: Federation, category: Categ
     """A stream cut short is rejected as truncated; the feeder's previous data stays."""
     category("fault:stream truncated")
     run = failing_after_first_sync(federation, f'{AGENT} "$@" | head -c 3000\n')
-    assert run.outcome == "failed"
+    assert run.outcome == Outcome.FAILED
     assert "truncated" in (run.error or "")
 
 
@@ -128,9 +129,9 @@ def test_hostile_dumps_are_rejected_and_change_nothing(federation: Federation, c
     prefix = b"SET statement_timeout = 0;\nINSERT INTO public.hosts (hostkey) VALUES ('ok');\n"
     evil.write_bytes(crafted_stream(prefix + HOSTILE_DUMPS[attack]))
     run = failing_after_first_sync(federation, f"cat {evil}\n")
-    assert run.outcome == "failed"
+    assert run.outcome == Outcome.FAILED
     assert "dump line" in (run.error or ""), run.error
-    assert federation.superhub_sql("SELECT count(*) FROM pg_proc WHERE proname = 'f'") == "0"
+    assert federation.superhub_int("SELECT count(*) FROM pg_proc WHERE proname = 'f'") == 0
     assert not Path("/tmp/fedload-pwned").exists()
 
 
@@ -149,7 +150,7 @@ def test_cancel_mid_load_keeps_old_data(federation: Federation, category: Catego
     succeeds."""
     category("fault:run cancelled mid-load")
     config = federation.config()
-    assert sync(config, "hub1")[0].outcome == "success"
+    assert sync(config, "hub1")[0].outcome == Outcome.SUCCESS
     before = feeder_rows(federation)
     script = mid_copy_agent(federation)
 
@@ -163,8 +164,8 @@ def test_cancel_mid_load_keeps_old_data(federation: Federation, category: Catego
     asyncio.run(cancel_mid_copy())
     gc.collect()  # a dump command's pipe left open by the cancel shows here, as an unraisable ResourceWarning
     assert feeder_rows(federation) == before
-    assert staging_leftovers(federation) == "0"
-    assert sync(config, "hub1")[0].outcome == "success"
+    assert staging_leftovers(federation) == 0
+    assert sync(config, "hub1")[0].outcome == Outcome.SUCCESS
     assert_feeders_equal_partitions(federation, {"hub1": 1})
 
 
@@ -172,7 +173,7 @@ def test_readers_never_see_a_mixed_or_empty_feeder(federation: Federation) -> No
     """While syncs repeat with changing data, readers see each feeder's old or new state, never anything else."""
     config = federation.config()
     asyncio.run(prepare_superhub(config))
-    assert [r.outcome for r in sync(config)] == ["success"] * 3
+    assert [r.outcome for r in sync(config)] == [Outcome.SUCCESS] * 3
     feeder_db = federation.feeders["hub1"]
     states = {
         federation.superhub_sql(
@@ -210,7 +211,7 @@ def test_readers_never_see_a_mixed_or_empty_feeder(federation: Federation) -> No
                 + federation.digest(feeder_db, "contexts", "hostkey").split(":")[0]
             )
             run = await sync_feeder("hub1", config)
-            assert run.outcome == "success", run.error
+            assert run.outcome == Outcome.SUCCESS, run.error
         stop.set()
         return seen, await reading
 
@@ -223,21 +224,21 @@ def test_dry_run_reports_and_changes_nothing(federation: Federation) -> None:
     """A dry run reads and checks every dump and says what a sync would do, without changing the superhub."""
     config = federation.config()
     first = asyncio.run(sync_feeders(config, list(config.feeders), dry_run=True))
-    assert [r.outcome for r in first] == ["success"] * 3, [r.error for r in first]
+    assert [r.outcome for r in first] == [Outcome.SUCCESS] * 3, [r.error for r in first]
     assert first[0].plan == (
         "public.contexts: attach a new partition of 3,000 rows",
         "public.hosts: attach a new partition of 300 rows",
     )
-    assert federation.superhub_sql("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'fedload%'") == "0"
-    assert [r.outcome for r in sync(config)] == ["success"] * 3
+    assert federation.superhub_int("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'fedload%'") == 0
+    assert [r.outcome for r in sync(config)] == [Outcome.SUCCESS] * 3
     federation.cluster.psql("DELETE FROM hosts WHERE hostkey LIKE 'SHA=1%'", dbname=federation.feeders["hub1"])
     federation.cluster.psql("ALTER TABLE hosts ADD COLUMN extra int", dbname=federation.feeders["hub2"])
     again = asyncio.run(sync_feeders(config, ["hub1", "hub2"], dry_run=True))
     assert again[0].plan[1] == "public.hosts: replace 300 rows by 189"
     assert again[1].plan[1] == "public.hosts: replace 200 rows by 200 (feeder columns dropped: extra)"
-    assert federation.superhub_sql("SELECT count(*) FROM hosts WHERE hub_id = 1") == "300"
-    assert federation.superhub_sql("SELECT count(*) FROM fedload.runs") == "3"
-    assert staging_leftovers(federation) == "0"
+    assert federation.superhub_int("SELECT count(*) FROM hosts WHERE hub_id = 1") == 300
+    assert federation.superhub_int("SELECT count(*) FROM fedload.runs") == 3
+    assert staging_leftovers(federation) == 0
 
 
 def test_dry_run_reports_a_rejected_dump(federation: Federation) -> None:
@@ -273,7 +274,7 @@ def test_rejected_rows_are_set_aside_with_their_error(federation: Federation, mo
     config = federation.config(dump_mode=mode)
     config = config.model_copy(update={"superhub": config.superhub.model_copy(update={"bad_rows": "reject"})})
     runs = sync(config)
-    assert [r.outcome for r in runs] == ["success"] * 3, [r.error for r in runs]
+    assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 3, [r.error for r in runs]
     assert runs[0].rejected == {"public.contexts": 3}
     assert runs[0].rows["public.contexts"] == 2997
     good = "WHERE score NOT IN ('not a number', '99999999999')"
@@ -287,7 +288,7 @@ def test_rejected_rows_are_set_aside_with_their_error(federation: Federation, mo
     assert rejects == "22003 false,22P02 true,22P02 true"
     federation.cluster.psql("DELETE FROM contexts WHERE score !~ '^[0-9]{1,9}$'", dbname=db)
     assert sync(config, "hub1")[0].rejected == {}
-    assert federation.superhub_sql("SELECT count(*) FROM fedload.rejects") == "0"
+    assert federation.superhub_int("SELECT count(*) FROM fedload.rejects") == 0
 
 
 def test_a_run_records_the_agents_version(federation: Federation) -> None:
@@ -327,10 +328,10 @@ def test_a_long_report_on_the_run_history_does_not_hold_up_runs(federation: Fede
     try:
         holding = "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(30)%' AND pid <> pg_backend_pid()"
         deadline = time.monotonic() + 10
-        while federation.superhub_sql(holding) == "0" and time.monotonic() < deadline:
+        while federation.superhub_int(holding) == 0 and time.monotonic() < deadline:
             time.sleep(0.05)
         started = time.monotonic()
-        assert [r.outcome for r in sync(federation.config(), "hub1", "hub2")] == ["success"] * 2
+        assert [r.outcome for r in sync(federation.config(), "hub1", "hub2")] == [Outcome.SUCCESS] * 2
         assert time.monotonic() - started < 20  # generous: the report runs for 30 s
         assert reader.poll() is None  # the report was still running all along
     finally:
@@ -351,7 +352,7 @@ def test_analyze_after_the_swap_or_leave_it_to_autovacuum(federation: Federation
     config = config.model_copy(update={"superhub": config.superhub.model_copy(update={"analyze": analyze})})
     phases: set[str] = set()
     runs = asyncio.run(sync_feeders(config, ["hub1"], lambda progress: phases.add(progress.phase)))
-    assert [r.outcome for r in runs] == ["success"], [r.error for r in runs]
+    assert [r.outcome for r in runs] == [Outcome.SUCCESS], [r.error for r in runs]
     analyzed = federation.superhub_sql(_ANALYZED)
     if analyze == "after_swap":
         assert "analyze" in phases
@@ -359,4 +360,4 @@ def test_analyze_after_the_swap_or_leave_it_to_autovacuum(federation: Federation
     else:
         assert "analyze" not in phases
         counts = "SELECT sum(analyze_count) FROM pg_stat_user_tables WHERE schemaname = 'fedload_parts'"
-        assert federation.superhub_sql(counts) == "0"
+        assert federation.superhub_int(counts) == 0

@@ -20,9 +20,10 @@ from fedload.config import Config, parse_config
 from fedload.errors import ConfigError
 from fedload.localpg import LocalCluster
 from fedload.names import TableName, TablePattern
+from fedload.results import Outcome
 from fedload.superhub.pipeline import FeederRun
 from fedload.superhub.swap import _legacy_partition_name, partition_name
-from tests.federation import cluster_of_major, sync, write_script
+from tests.federation import cluster_of_major, psql_int, sync, write_script
 from tests.sample_schema import FEEDER_SCHEMA, SAMPLE_DATA
 
 _names = itertools.count()
@@ -77,12 +78,16 @@ class Lab:
     def on_feeder(self, sql: str) -> str:
         return self.feeders.psql(sql, dbname=self.feeder).strip()
 
-    def leftovers(self) -> str:
-        return self.on_hub("SELECT count(*) FROM pg_tables WHERE schemaname = 'fedload_stage'")
+    def hub_int(self, sql: str) -> int:
+        """The integer (a count) that `sql` selects on the superhub."""
+        return psql_int(self.hub, sql, self.superhub)
+
+    def leftovers(self) -> int:
+        return self.hub_int("SELECT count(*) FROM pg_tables WHERE schemaname = 'fedload_stage'")
 
 
 def succeeded(run: FeederRun) -> FeederRun:
-    assert run.outcome == "success", run.error
+    assert run.outcome == Outcome.SUCCESS, run.error
     return run
 
 
@@ -119,15 +124,15 @@ def test_a_table_missing_from_the_dump_fails_the_run_and_keeps_its_rows(lab: Lab
     lab.tables = ['public."Hosts"', "public.contexts"]
     lab.setup(HOSTS_SUPERHUB, HOSTS_FEEDER)
     succeeded(lab.sync(**way))
-    assert lab.on_hub('SELECT count(*) FROM "Hosts"') == "50"
+    assert lab.hub_int('SELECT count(*) FROM "Hosts"') == 50
     lab.on_feeder("DROP TABLE \"Hosts\"; INSERT INTO contexts VALUES ('new', 'c')")
     run = lab.sync(**way)
-    assert run.outcome == "failed"
+    assert run.outcome == Outcome.FAILED
     assert "lacks table(s) public.Hosts" in (run.error or "")
     assert "exclude_tables" in (run.error or "")
-    assert lab.on_hub('SELECT count(*) FROM "Hosts"') == "50"
-    assert lab.on_hub("SELECT count(*) FROM contexts") == "20"  # nothing half-done: contexts is not swapped either
-    assert lab.leftovers() == "0"
+    assert lab.hub_int('SELECT count(*) FROM "Hosts"') == 50
+    assert lab.hub_int("SELECT count(*) FROM contexts") == 20  # nothing half-done: contexts is not swapped either
+    assert lab.leftovers() == 0
 
 
 @pytest.mark.parametrize("way", WAYS)
@@ -138,7 +143,7 @@ def test_an_empty_table_is_present(lab: Lab, way: dict[str, Any]) -> None:
     succeeded(lab.sync(**way))
     lab.on_feeder("DELETE FROM contexts")
     assert succeeded(lab.sync(**way)).rows == {"public.Hosts": 50, "public.contexts": 0}
-    assert lab.on_hub("SELECT count(*) FROM contexts") == "0"
+    assert lab.hub_int("SELECT count(*) FROM contexts") == 0
 
 
 def test_an_excluded_table_keeps_its_partition_until_removed(lab: Lab) -> None:
@@ -149,11 +154,11 @@ def test_an_excluded_table_keeps_its_partition_until_removed(lab: Lab) -> None:
     lab.on_feeder('DROP TABLE "Hosts"')
     run = succeeded(lab.sync(exclude_tables=['public."Hosts"']))
     assert run.rows == {"public.contexts": 20}
-    assert lab.on_hub('SELECT count(*) FROM "Hosts"') == "50"
+    assert lab.hub_int('SELECT count(*) FROM "Hosts"') == 50
     config = lab.config(exclude_tables=['public."Hosts"'])
     assert remove_feeder(config, "hub1", [TablePattern('public."Hosts"')], yes=True) == 0
-    assert lab.on_hub('SELECT count(*) FROM "Hosts"') == "0"
-    assert lab.on_hub("SELECT count(*) FROM contexts") == "20"
+    assert lab.hub_int('SELECT count(*) FROM "Hosts"') == 0
+    assert lab.hub_int("SELECT count(*) FROM contexts") == 20
 
 
 def test_an_unquoted_upper_case_pattern_is_a_configuration_error() -> None:
@@ -169,7 +174,7 @@ def test_a_pattern_matching_no_parent_fails_the_run(lab: Lab) -> None:
     lab.setup(HOSTS_SUPERHUB, HOSTS_FEEDER)
     lab.tables = ['public."Hosts"', "public.contexts", "public.hosts"]
     run = lab.sync()
-    assert run.outcome == "failed"
+    assert run.outcome == Outcome.FAILED
     assert "'public.hosts' match(es) no partitioned table" in (run.error or "")
 
 
@@ -253,7 +258,7 @@ def test_parents_with_constraints_and_indexes(
     own = lab.on_hub(f"SELECT count(*) FROM pg_index WHERE indrelid = '{partition}'::regclass")
     assert attached == parent_indexes == own  # every parent index reused, none built twice
     if kind == "generated":
-        assert lab.on_hub("SELECT count(*) FROM t WHERE doubled = a * 2") == "40"  # computed, never the dump's -1
+        assert lab.hub_int("SELECT count(*) FROM t WHERE doubled = a * 2") == 40  # computed, never the dump's -1
     if kind == "collation":
         collation = "SELECT collname FROM pg_attribute JOIN pg_collation c ON c.oid = attcollation WHERE attrelid = "
         assert lab.on_hub(f"{collation} '{partition}'::regclass AND attname = 'b'") == "C"
@@ -263,11 +268,11 @@ def test_a_row_breaking_a_parent_check_is_a_bad_row(lab: Lab) -> None:
     """A feeder row that breaks the parent's CHECK fails the run (or is rejected), never slips in."""
     lab.setup(_parent_ddl("table check"), FEEDER_T + "INSERT INTO t VALUES (99, -5, 'bad', 0);")
     run = lab.sync()
-    assert run.outcome == "failed"
+    assert run.outcome == Outcome.FAILED
     assert "t_a_check" in (run.error or "")
     run = succeeded(lab.sync({"bad_rows": "reject"}))
     assert run.rejected == {"public.t": 1}
-    assert lab.on_hub("SELECT count(*) FROM t") == "40"
+    assert lab.hub_int("SELECT count(*) FROM t") == 40
 
 
 # -- 3. names that cannot collide -----------------------------------------------------------------------------------
@@ -319,14 +324,14 @@ def test_hostile_names(lab: Lab, bad_rows: str) -> None:
     lab.setup(HOSTILE_SUPERHUB, HOSTILE_FEEDER)
     if bad_rows == "fail":
         run = lab.sync()
-        assert run.outcome == "failed"
+        assert run.outcome == Outcome.FAILED
         assert '"fedload_feeder_key"' in (run.error or "")  # the user's CHECK, not fedload's own
         lab.on_feeder("""DELETE FROM "We""ird. Name" WHERE fedload_feeder_key < 0""")
     for _ in range(2):
         run = succeeded(lab.sync({"bad_rows": bad_rows}))
         assert run.rows == {'public.We"ird. Name': 25, f"public.{LONG}": 4, "public.r1_0": 1}
     assert lab.on_hub("""SELECT count(*), sum(n) FROM "We""ird. Name" WHERE "a.b" = 'dot'""") == "25|325"
-    assert lab.on_hub(f'SELECT count(*) FROM "{LONG}"') == "4"
+    assert lab.hub_int(f'SELECT count(*) FROM "{LONG}"') == 4
 
 
 def test_a_partition_named_by_an_older_fedload_is_replaced(lab: Lab) -> None:
@@ -337,7 +342,7 @@ def test_a_partition_named_by_an_older_fedload_is_replaced(lab: Lab) -> None:
         "INSERT INTO hosts (hub_id, hostkey) VALUES (1, 'old')"
     )
     succeeded(lab.sync())
-    assert lab.on_hub("SELECT count(*) FROM hosts") == "50"
+    assert lab.hub_int("SELECT count(*) FROM hosts") == 50
     assert lab.on_hub("SELECT string_agg(relname, ',') FROM pg_class WHERE relname LIKE '%hosts__hub1'") == (
         "public.hosts__hub1"
     )
@@ -388,7 +393,7 @@ def test_the_superhub_applies_the_remap_whatever_the_feeder_runs(lab: Lab, tmp_p
     for extra in extras:
         run = succeeded(lab.sync(remap=str(remap), dump_mode=mode, **extra))
         assert run.rows == {"public.hosts": 30}
-        assert lab.on_hub("SELECT count(*) FROM hosts WHERE name LIKE 'name %' AND site = 'eu-west'") == "30"
+        assert lab.hub_int("SELECT count(*) FROM hosts WHERE name LIKE 'name %' AND site = 'eu-west'") == 30
 
 
 @pytest.mark.parametrize("mode", ["copy", "inserts"])
@@ -400,13 +405,13 @@ def test_a_remap_that_does_not_fit_fails_and_keeps_old_data(lab: Lab, tmp_path: 
     succeeded(lab.sync(remap=str(remap), dump_mode=mode))
     remap.write_text(REMAP.replace("hostname", "host_name"))
     run = lab.sync(remap=str(remap), dump_mode=mode)
-    assert run.outcome == "failed"
+    assert run.outcome == Outcome.FAILED
     assert "'host_name' is not in the dump's columns" in (run.error or "")
     remap.write_text(REMAP + '[tables."public.nosuch"]\ndrop = ["x"]\n')
     run = lab.sync(remap=str(remap), dump_mode=mode)
     assert "names table(s) not in its dump: public.nosuch" in (run.error or "")
-    assert lab.on_hub("SELECT count(*) FROM hosts") == "30"
-    assert lab.leftovers() == "0"
+    assert lab.hub_int("SELECT count(*) FROM hosts") == 30
+    assert lab.leftovers() == 0
 
 
 # -- 6. the feeder key inside a dump --------------------------------------------------------------------------------
@@ -424,10 +429,10 @@ def test_the_feeder_key_inside_a_dump_must_be_the_feeders(lab: Lab, mode: str, b
     succeeded(lab.sync({"bad_rows": bad_rows}, dump_mode=mode))
     lab.on_feeder("UPDATE hosts SET hub_id = 2 WHERE hostkey = 'h3'")
     run = lab.sync({"bad_rows": bad_rows}, dump_mode=mode)
-    assert run.outcome == "failed"
+    assert run.outcome == Outcome.FAILED
     assert "carries the feeder key column hub_id with a value other than its key 1" in (run.error or "")
-    assert lab.on_hub("SELECT count(*) FROM hosts WHERE hub_id = 1") == "10"
-    assert lab.leftovers() == "0"
+    assert lab.hub_int("SELECT count(*) FROM hosts WHERE hub_id = 1") == 10
+    assert lab.leftovers() == 0
 
 
 # -- a sample database end to end: its pg_dump --schema-only creates the parents, its data round-trips ------------

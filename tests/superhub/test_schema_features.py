@@ -18,9 +18,10 @@ import structlog
 from fedload.config import parse_config
 from fedload.errors import ConfigError
 from fedload.localpg import LocalCluster
+from fedload.results import Outcome
 from fedload.superhub.schema_file import check_schema_file, create_parents_from_file, schema_file_refusals
 from tests import feature_schema
-from tests.federation import cluster_of_major, new_database, sync
+from tests.federation import cluster_of_major, new_database, psql_bool, psql_int, sync
 
 T = TypeVar("T")
 
@@ -148,7 +149,7 @@ def _sync_and_compare(cluster: LocalCluster, feeder: str, hub: str, major: int) 
         }
     )
     (run,) = sync(config, "hub1")
-    assert run.outcome == "success", run.error
+    assert run.outcome == Outcome.SUCCESS, run.error
     for table in feature_schema.tables(major):
         columns = cluster.psql(
             "SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) FROM pg_attribute "
@@ -159,7 +160,7 @@ def _sync_and_compare(cluster: LocalCluster, feeder: str, hub: str, major: int) 
         expected = cluster.psql(f"{digest} FROM public.{table}", dbname=feeder)
         assert cluster.psql(f"{digest} FROM public.{table} WHERE hub_id = 1", dbname=hub) == expected, table
     if major >= 18:
-        assert cluster.psql("SELECT count(*) FROM public.invoice WHERE total < 0", dbname=hub).strip() == "2"
+        assert psql_int(cluster, "SELECT count(*) FROM public.invoice WHERE total < 0", hub) == 2
 
 
 @pytest.mark.parametrize("major_cluster", [18], indirect=True)
@@ -189,8 +190,8 @@ def test_clauses_an_older_superhub_lacks_are_refused_before_anything_is_created(
         assert "the superhub runs PostgreSQL 15" in problem
     assert len(problems) == len(expected)
     created = "SELECT count(*) FROM pg_class WHERE relnamespace = 'public'::regnamespace"
-    assert cluster.psql(created, dbname=hub).strip() == "0"
-    assert cluster.psql("SELECT count(*) FROM pg_extension", dbname=hub).strip() == "1"  # plpgsql
+    assert psql_int(cluster, created, hub) == 0
+    assert psql_int(cluster, "SELECT count(*) FROM pg_extension", hub) == 1  # plpgsql
 
 
 def test_an_extension_the_superhub_lacks_is_named_with_the_table(cluster: LocalCluster, tmp_path: Path) -> None:
@@ -217,4 +218,4 @@ def test_an_extension_the_superhub_lacks_is_named_with_the_table(cluster: LocalC
     with pytest.raises(ConfigError) as caught:
         _create(cluster, hub, path)
     assert caught.value.problems == sentences
-    assert cluster.psql("SELECT to_regclass('public.plain') IS NULL", dbname=hub).strip() == "t"
+    assert psql_bool(cluster, "SELECT to_regclass('public.plain') IS NULL", hub)

@@ -13,7 +13,7 @@ import structlog
 from fedload.errors import ConfigError
 from fedload.localpg import LocalCluster, find_installs
 from fedload.superhub.schema_file import check_schema_file, create_parents_from_file
-from tests.federation import new_database, require_major
+from tests.federation import new_database, psql_bool, psql_int, require_major
 from tests.sample_schema import FEEDER_SCHEMA
 
 WANTED_OUT = {("public", "not_wanted")}
@@ -72,6 +72,9 @@ def test_pg_dump_schema_creates_working_parents(cluster: LocalCluster, feeder: s
     def q(sql: str) -> str:
         return cluster.psql(sql, dbname=hub).strip()
 
+    def q_int(sql: str) -> int:
+        return psql_int(cluster, sql, hub)
+
     strategy = "SELECT partstrat, partattrs::text FROM pg_partitioned_table WHERE partrelid = '\"Invoice\"'::regclass"
     assert q(strategy) == "l|1"
     assert q("SELECT attname FROM pg_attribute WHERE attrelid = '\"Invoice\"'::regclass AND attnum = 1") == "hub_id"
@@ -91,17 +94,17 @@ def test_pg_dump_schema_creates_working_parents(cluster: LocalCluster, feeder: s
         "SELECT string_agg(typname, ',' ORDER BY typname) FROM pg_type "
         "WHERE typtype IN ('e', 'd') AND typnamespace::regnamespace::text IN ('public', 'sales')"
     ) == ("Order Status,email,mpaa_rating,year")
-    assert q("SELECT count(*) FROM pg_constraint WHERE contype = 'f'") == "0"
-    assert q("SELECT count(*) FROM pg_trigger") == "0"
-    assert q("SELECT count(*) FROM pg_views WHERE schemaname = 'public'") == "0"
-    assert q("SELECT count(*) FROM pg_proc WHERE proname = 'touch_last_update'") == "0"
+    assert q_int("SELECT count(*) FROM pg_constraint WHERE contype = 'f'") == 0
+    assert q_int("SELECT count(*) FROM pg_trigger") == 0
+    assert q_int("SELECT count(*) FROM pg_views WHERE schemaname = 'public'") == 0
+    assert q_int("SELECT count(*) FROM pg_proc WHERE proname = 'touch_last_update'") == 0
     q("CREATE TABLE sales.orders_1 PARTITION OF sales.orders FOR VALUES IN (1)")
     q('CREATE TABLE "public"."Invoice_1" PARTITION OF "public"."Invoice" FOR VALUES IN (1)')
     q("CREATE TABLE public.film_1 PARTITION OF public.film FOR VALUES IN (1)")
     assert q("INSERT INTO sales.orders (hub_id) VALUES (1) RETURNING order_id || status::text || order_date") == (
         "1new" + q("SELECT CURRENT_DATE")
     )
-    assert q('INSERT INTO "Invoice" (hub_id, "CustomerId", "Total") VALUES (1, 5, 2) RETURNING "InvoiceId"') == "1"
+    assert q_int('INSERT INTO "Invoice" (hub_id, "CustomerId", "Total") VALUES (1, 5, 2) RETURNING "InvoiceId"') == 1
     assert q("INSERT INTO film (hub_id, title, language_id) VALUES (1, 'Up', 1) RETURNING film_id, rental_rate") == (
         "1|4.99"
     )
@@ -153,6 +156,6 @@ def test_smuggled_statements_are_never_executed(cluster: LocalCluster, tmp_path:
     )
     assert any("DROP is not a schema definition" in p for p in check_schema_file(path, "hub_id"))
     assert _create(cluster, hub, path) == ["public.t"]
-    assert cluster.psql("SELECT count(*) FROM pg_proc WHERE proname = 'evil'", dbname=hub).strip() == "0"
-    assert cluster.psql("SELECT to_regclass('public.victim') IS NOT NULL", dbname=hub).strip() == "t"
+    assert psql_int(cluster, "SELECT count(*) FROM pg_proc WHERE proname = 'evil'", hub) == 0
+    assert psql_bool(cluster, "SELECT to_regclass('public.victim') IS NOT NULL", hub)
     assert not Path("/tmp/fedload-smuggled").exists()

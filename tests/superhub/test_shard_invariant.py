@@ -15,7 +15,7 @@ import pytest
 
 import fedload.service.sync as sync_module
 from fedload.config import Config, parse_config
-from fedload.results import FeederRun
+from fedload.results import FeederRun, Outcome
 from fedload.service.sync import sync_feeders
 from tests.federation import DaemonProcess, Federation, sync
 from tests.shards import COUNTS, config_file, coord_sql, shard_sql, with_coordinator
@@ -184,7 +184,11 @@ def test_sync_loads_what_its_shards_hold_while_the_build_waits(
             await blocker.close()
 
     runs, seconds = asyncio.run(scenario())
-    assert [(r.feeder, r.outcome) for r in runs] == [("hub1", "success"), ("hub2", "failed"), ("hub3", "success")]
+    assert [(r.feeder, r.outcome) for r in runs] == [
+        ("hub1", Outcome.SUCCESS),
+        ("hub2", Outcome.FAILED),
+        ("hub3", Outcome.SUCCESS),
+    ]
     assert (runs[1].error or "").startswith("feeder hub2 is not loaded on shard s2: the coordinator could not be built")
     assert seconds < 20, seconds
     assert shard_sql(federation, "s2", COUNTS.format(table="hosts")) == "3:100"

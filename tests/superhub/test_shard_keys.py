@@ -16,7 +16,7 @@ from fedload.commands.move import move_feeder
 from fedload.config import Config, load_config, parse_config
 from fedload.superhub.coordinator import CoordinatorReport, build_coordinator
 from tests.federation import Federation, sync
-from tests.shards import config_file, exactly_once, read_per_feeder, shard_sql, with_coordinator
+from tests.shards import config_file, exactly_once, read_per_feeder, shard_int, shard_sql, with_coordinator
 
 TYPED_SCHEMA = """
 CREATE TABLE public.hosts (hub_id {type} NOT NULL, hostkey text NOT NULL, name text, site text DEFAULT 'none',
@@ -71,7 +71,7 @@ def test_every_key_type_through_build_move_hand_change_new_feeder_and_removal(
     assert [e for e in logs if e["event"] == "coordinator.stray_partitions"] == []  # s1 drops it: no warning
     assert [e["feeders"] for e in logs if e["event"] == "coordinator.feeders_leaving"] == [["hub1"]]
     config = load_config(path)
-    assert shard_sql(federation, "s1", "SELECT count(*) FROM pg_inherits WHERE inhparent = 'hosts'::regclass") == "1"
+    assert shard_int(federation, "s1", "SELECT count(*) FROM pg_inherits WHERE inhparent = 'hosts'::regclass") == 1
     _settled(federation, config, {"hub1": 300, "hub2": 200, "hub3": 100})
 
     document = config.model_dump(mode="json", exclude_none=True)  # by hand: hub3 to s1, then removed from s2

@@ -22,6 +22,7 @@ from fedload.config import Config, CoordinatorConfig, parse_config
 from fedload.errors import ConfigError, SuperhubError
 from fedload.localpg import LocalCluster, find_installs
 from fedload.names import TableName
+from fedload.results import Outcome
 from fedload.service.daemon_metrics import DaemonMetricsService
 from fedload.service.metrics import DaemonMetrics
 from fedload.service.sync import sync_feeders
@@ -38,8 +39,11 @@ from fedload.superhub.coordinator import (
 from tests.federation import HOST_COLS, DaemonProcess, Federation, fedload, require_major, sync
 from tests.shards import (
     COUNTS,
+    coord_int,
     coord_sql,
     require_postgres_fdw,
+    shard_bool,
+    shard_int,
     shard_sql,
     sharded,
     sharded_toml,
@@ -119,7 +123,7 @@ def test_sync_loads_each_feeder_into_its_shard(federation: Federation) -> None:
     """Each feeder's rows, run history and staging live on its shard only; the other shard never sees them."""
     config = sharded(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
     runs = sync(config)
-    assert [run.outcome for run in runs] == ["success"] * 3, [run.error for run in runs]
+    assert [run.outcome for run in runs] == [Outcome.SUCCESS] * 3, [run.error for run in runs]
     count = COUNTS.format(table="hosts")
     assert shard_sql(federation, "s1", count) == "1:300,2:200"
     assert shard_sql(federation, "s2", count) == "3:100"
@@ -127,8 +131,8 @@ def test_sync_loads_each_feeder_into_its_shard(federation: Federation) -> None:
     assert shard_sql(federation, "s1", history) == "hub1:success,hub2:success"
     assert shard_sql(federation, "s2", history) == "hub3:success"
     for shard in ("s1", "s2"):
-        assert shard_sql(federation, shard, "SELECT count(*) FROM pg_tables WHERE schemaname = 'fedload_stage'") == "0"
-    assert federation.superhub_sql("SELECT to_regclass('fedload.runs') IS NULL") == "t"  # the old superhub: unused
+        assert shard_int(federation, shard, "SELECT count(*) FROM pg_tables WHERE schemaname = 'fedload_stage'") == 0
+    assert federation.superhub_bool("SELECT to_regclass('fedload.runs') IS NULL")  # the old superhub: unused
     statuses = asyncio.run(read_status(config))
     assert [(s.feeder, s.shard, s.configured, s.rows) for s in statuses] == [
         ("hub1", "s1", True, 3300),
@@ -146,7 +150,7 @@ def test_daemon_per_shard(federation: Federation) -> None:
             "hub3 synced on s2",
             lambda: synced(federation, "s2") == 1,
         )
-        assert shard_sql(federation, "s1", "SELECT to_regclass('fedload.runs') IS NULL") == "t"  # s1 untouched
+        assert shard_bool(federation, "s1", "SELECT to_regclass('fedload.runs') IS NULL")  # s1 untouched
         assert one.stop() == 0
     finally:
         one.stop()
@@ -157,7 +161,7 @@ def test_daemon_per_shard(federation: Federation) -> None:
             "hub1 and hub2 synced on s1",
             lambda: synced(federation, "s1") == 2,
         )
-        assert shard_sql(federation, "s1", "SELECT count(*) FROM fedload.schedule") == "2"
+        assert shard_int(federation, "s1", "SELECT count(*) FROM fedload.schedule") == 2
         assert shard_sql(federation, "s2", COUNTS.format(table="hosts")) == "3:100"
         assert every.stop() == 0
         status = fedload("status", "--json", "--config", str(path))
@@ -346,10 +350,10 @@ def test_a_feeder_given_another_shard_by_hand_is_never_counted_twice(federation:
     assert remove_feeder(after, "hub2", yes=True, shard="s1") == 0
     assert coord_sql(federation, COUNTS.format(table="hosts")) == "1:300,2:200,3:100"
     assert asyncio.run(build_coordinator(after)).filtered == []
-    assert coord_sql(federation, "SELECT count(*) FROM pg_foreign_table WHERE ftoptions::text LIKE '%export%'") == "0"
-    assert shard_sql(federation, "s1", "SELECT count(*) FROM pg_views WHERE schemaname = 'fedload_export'") == "0"
-    assert shard_sql(federation, "s1", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") == "0"
-    assert shard_sql(federation, "s2", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") == "1"
+    assert coord_int(federation, "SELECT count(*) FROM pg_foreign_table WHERE ftoptions::text LIKE '%export%'") == 0
+    assert shard_int(federation, "s1", "SELECT count(*) FROM pg_views WHERE schemaname = 'fedload_export'") == 0
+    assert shard_int(federation, "s1", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") == 0
+    assert shard_int(federation, "s2", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") == 1
 
 
 def test_repartitioning_yields_to_reports(federation: Federation) -> None:
@@ -504,7 +508,7 @@ def test_daemon_reload_rebuilds_the_coordinator(federation: Federation) -> None:
     daemon = DaemonProcess(path, federation.tmp / "reload.log")
     bound = "SELECT pg_get_expr(relpartbound, oid) FROM pg_class WHERE relname = 'public.hosts@s2'"
     try:
-        daemon.wait_for("the coordinator", lambda: coord_sql(federation, f"SELECT count(*) FROM ({bound}) b") == "1")
+        daemon.wait_for("the coordinator", lambda: coord_int(federation, f"SELECT count(*) FROM ({bound}) b") == 1)
         assert coord_sql(federation, bound) == "FOR VALUES IN (3)"
         text = path.read_text()
         hub3 = text[text.index("[feeders.hub3]") : text.index("[shards.")]
@@ -547,16 +551,16 @@ def test_the_coordinator_sets_up_shards_nobody_synced_yet(federation: Federation
     """Only s2's feeder synced: the coordinator build sets up s1 too (its parents from the schema file), so reports
     run at once and count s1's feeders as empty, not as an error."""
     config = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
-    assert [run.outcome for run in sync(config, "hub3")] == ["success"]
+    assert [run.outcome for run in sync(config, "hub3")] == [Outcome.SUCCESS]
     assert coord_sql(federation, COUNTS.format(table="hosts")) == "3:100"
-    assert shard_sql(federation, "s1", "SELECT count(*) FROM hosts") == "0"
+    assert shard_int(federation, "s1", "SELECT count(*) FROM hosts") == 0
 
 
 def test_status_shows_the_other_shards_when_one_cannot_be_reached(federation: Federation) -> None:
     """A shard that is down: `status` still shows the feeders of the others, and says of the down shard's feeders
     which shard cannot be reached (stale, a superhub error), so the exit status flags them."""
     config = sharded(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
-    assert [run.outcome for run in sync(config)] == ["success"] * 3
+    assert [run.outcome for run in sync(config)] == [Outcome.SUCCESS] * 3
     document = config.model_dump(mode="json", exclude_none=True)
     document["shards"]["s2"]["dsn"] = "postgresql://127.0.0.1:1/nowhere"  # nothing listens there
     document["superhub"]["connect_timeout_s"] = 2.0
@@ -576,7 +580,7 @@ def test_metrics_name_each_feeders_shard_and_each_shards_health(federation: Fede
     """The daemon's metrics with shards: each feeder's shard as a series to join on, each shard's own up gauge,
     the superhub up only when every shard answered, and the reachable shards' freshness still read."""
     config = sharded(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
-    assert [run.outcome for run in sync(config)] == ["success"] * 3
+    assert [run.outcome for run in sync(config)] == [Outcome.SUCCESS] * 3
     document = config.model_dump(mode="json", exclude_none=True)
     document["shards"]["s2"]["dsn"] = "postgresql://127.0.0.1:1/nowhere"  # nothing listens there
     document["superhub"]["connect_timeout_s"] = 2.0
@@ -646,4 +650,4 @@ def test_a_user_mapping_without_options_is_kept_build_after_build(
     assert asyncio.run(build_coordinator(anonymous)).attached
     assert asyncio.run(build_coordinator(anonymous)) == CoordinatorReport()
     mappings = "SELECT count(*) FROM pg_user_mappings WHERE usename = 'public' AND umoptions IS NULL"
-    assert coord_sql(federation, mappings) == "2"
+    assert coord_int(federation, mappings) == 2

@@ -8,7 +8,8 @@ import pytest
 
 from fedload.config import Config
 from fedload.localpg import LocalCluster, find_installs
-from tests.federation import CONTEXT_COLS, DIGEST, HOST_COLS, Federation, require_major, sync
+from fedload.results import Outcome
+from tests.federation import CONTEXT_COLS, DIGEST, HOST_COLS, Federation, psql_int, require_major, sync
 
 
 @pytest.fixture(scope="module", params=[17, 18])
@@ -49,10 +50,10 @@ def test_drifting_feeders_load_into_a_superhub_of_another_major(
     )
     config = on_superhub(federation, superhub_cluster, dump_mode=mode)
     runs = sync(config)
-    assert [r.outcome for r in runs] == ["success"] * 3, [r.error for r in runs]
+    assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 3, [r.error for r in runs]
     assert_partitions_equal(federation, superhub_cluster)
     feeders.psql("DELETE FROM contexts WHERE score % 3 = 0", dbname=federation.feeders["hub3"])
-    assert [r.outcome for r in sync(config)] == ["success"] * 3
+    assert [r.outcome for r in sync(config)] == [Outcome.SUCCESS] * 3
     assert_partitions_equal(federation, superhub_cluster)
     leftovers = "SELECT count(*) FROM pg_tables WHERE schemaname = 'fedload_stage'"
-    assert superhub_cluster.psql(leftovers, dbname=federation.superhub).strip() == "0"
+    assert psql_int(superhub_cluster, leftovers, federation.superhub) == 0

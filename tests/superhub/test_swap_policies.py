@@ -19,9 +19,10 @@ from structlog.testing import capture_logs
 from fedload.commands.status import read_status
 from fedload.config import Config, SuperhubConfig
 from fedload.names import TableName
+from fedload.results import Outcome
 from fedload.superhub import blockers, pipeline, swap
 from fedload.superhub.pipeline import FeederRun
-from tests.federation import Federation, new_database, staging_leftovers, sync
+from tests.federation import Federation, new_database, psql_int, staging_leftovers, sync
 
 LONG_QUERY = "SELECT count(*), pg_sleep(2) FROM hosts"
 # Per feeder, by its key, and per table, in one statement (one snapshot): "key:hosts:contexts". A feeder with no
@@ -127,7 +128,7 @@ class Totals:
 
 def first_sync_then_change(fed: Federation, config: Config) -> Totals:
     """Sync all feeders, then delete some of hub1's hosts and contexts; the totals readers may see."""
-    assert [r.outcome for r in sync(config)] == ["success"] * 3
+    assert [r.outcome for r in sync(config)] == [Outcome.SUCCESS] * 3
     before = fed.superhub_sql(TOTALS).split()
     feeder = fed.feeders["hub1"]
     fed.cluster.psql("DELETE FROM hosts WHERE hostkey LIKE 'SHA=1%'", dbname=feeder)
@@ -160,13 +161,13 @@ def test_partition_swap_fails_in_bound_and_status_flags_it(federation: Federatio
     with Sessions(federation).running() as sessions:
         runs = [timed_sync(config) for _ in range(2)]
     for run, seconds in runs:
-        assert run.outcome == "failed"
+        assert run.outcome == Outcome.FAILED
         assert "could not lock the parent tables of feeder hub1" in (run.error or "")
         assert seconds < BOUND_S
         assert (run.swap_attempts or 0) > 1
     assert_only_whole_totals(sessions.seen, totals, totals.old)
     assert federation.superhub_sql("SELECT count(*) FROM hosts WHERE hub_id = 1") == totals.hosts_before
-    assert staging_leftovers(federation) == "0"
+    assert staging_leftovers(federation) == 0
     hub1 = next(s for s in asyncio.run(read_status(config)) if s.feeder == "hub1")
     assert hub1.swaps_starved
     assert hub1.swap_lock_failures == 2
@@ -208,7 +209,7 @@ class HeldSession:
             f"WHERE application_name = '{application}' AND query LIKE '%pg_sleep%'"
         )
         deadline = time.monotonic() + 10
-        while self._fed.cluster.psql(sql, dbname=self._dbname).strip() != "1":
+        while psql_int(self._fed.cluster, sql, self._dbname) != 1:
             assert time.monotonic() < deadline, "the held session never started its query"
             time.sleep(0.05)
 
@@ -253,7 +254,7 @@ def test_partition_swap_cancels_blocking_reports(federation: Federation) -> None
     with held(federation) as session, capture_logs() as events, Sessions(federation).running() as sessions:
         run, seconds = timed_sync(config)
         sessions.wait_to_see(totals.new)
-    assert run.outcome == "success", run.error
+    assert run.outcome == Outcome.SUCCESS, run.error
     assert seconds < BOUND_S
     cancelled = [e for e in events if e["event"] == "swap.blocker_cancelled"]
     assert cancelled
@@ -279,7 +280,7 @@ def test_negative_control_a_terminated_blocker_is_seen(federation: Federation, m
     first_sync_then_change(federation, config)
     with held(federation) as session:
         run, _ = timed_sync(config)
-        assert run.outcome == "success", run.error
+        assert run.outcome == Outcome.SUCCESS, run.error
         with pytest.raises(AssertionError):
             session.assert_survived()
 
@@ -301,11 +302,11 @@ def test_a_cancel_the_superhub_user_may_not_send_is_logged_and_the_bound_applies
     cluster.psql(f"ALTER DATABASE {database} OWNER TO {role}")
     dsn = cluster.dsn(database).replace("postgres@", f"{role}@")
     config = swap_config(federation, dsn=dsn, **CANCELLING | {"swap_cancel_wait_s": 2})
-    assert [r.outcome for r in sync(config)] == ["success"] * 3
+    assert [r.outcome for r in sync(config)] == [Outcome.SUCCESS] * 3
     with held(federation, dbname=database, sleep_s=8) as session, capture_logs() as events:
         run, seconds = timed_sync(config)
         session.assert_survived()  # its query ran to its end: nobody cancelled it
-    assert run.outcome == "failed"
+    assert run.outcome == Outcome.FAILED
     assert "(0 queries cancelled)" in (run.error or ""), run.error
     assert 3.0 <= seconds < BOUND_S
     refused = [e["application_name"] for e in events if e["event"] == "swap.cancel_refused"]
@@ -338,7 +339,7 @@ def test_other_fedload_sessions_and_idle_transactions_are_waited_for(federation:
     finally:
         committed.join(timeout=40)
         idle.kill()
-    assert run.outcome == "success", run.error
+    assert run.outcome == Outcome.SUCCESS, run.error
     assert run.cancelled_backends == 0
     assert (run.swap_lock_ms or 0) >= 4000  # it waited for both: contexts (idle, ~3 s), then hosts (~6 s)
     awaited = {(e["application_name"], e["state"]) for e in events if e["event"] == "swap.blocker_awaited"}
@@ -372,13 +373,13 @@ def test_never_cancel_sessions_are_spared(federation: Federation, reporter: str,
     federation.superhub_sql(f"GRANT SELECT ON hosts, contexts TO {reporter}")
     with capture_logs() as events, Sessions(federation, user=reporter).running() as sessions:
         run, seconds = timed_sync(config)
-    assert run.outcome == "failed"
+    assert run.outcome == Outcome.FAILED
     assert "swap_never_cancel" in (run.error or ""), run.error
     assert seconds < BOUND_S
     assert not [e for e in events if e["event"] == "swap.blocker_cancelled" and e["application_name"] == "report"]
     assert [e for e in events if e["event"] == "swap.blocker_spared"]
     assert_only_whole_totals(sessions.seen, totals, totals.old)
-    assert federation.superhub_sql("SELECT swap_lock_failed FROM fedload.runs ORDER BY id DESC LIMIT 1") == "t"
+    assert federation.superhub_bool("SELECT swap_lock_failed FROM fedload.runs ORDER BY id DESC LIMIT 1")
 
 
 HUB1_PARTITION = "SELECT tableoid::regclass FROM hosts WHERE hub_id = 1 LIMIT 1"
@@ -405,15 +406,15 @@ def mvcc_swap_under_reports(fed: Federation, methods: dict[str, Any]) -> tuple[F
 def test_mvcc_swap_never_waits_for_readers(federation: Federation, methods: dict[str, Any]) -> None:
     """swap_method = "mvcc": the swap completes at its first try under constant reports; readers see old or new."""
     run, totals, sessions, partition = mvcc_swap_under_reports(federation, methods)
-    assert run.outcome == "success", run.error
+    assert run.outcome == Outcome.SUCCESS, run.error
     assert run.swap_attempts == 1
     assert run.cancelled_backends == 0
     assert_only_whole_totals(sessions.seen, totals, totals.old, totals.new)
     assert totals.new in sessions.seen
     assert federation.superhub_sql(HUB1_PARTITION) == partition  # rows replaced in the same partition
-    assert staging_leftovers(federation) == "0"
+    assert staging_leftovers(federation) == 0
     vacuumed = f"SELECT vacuum_count > 0 FROM pg_stat_user_tables WHERE relid = '{partition}'::regclass"
-    assert federation.superhub_sql(vacuumed) == "t"  # the dead old rows are freed after the swap, not left
+    assert federation.superhub_bool(vacuumed)  # the dead old rows are freed after the swap, not left
 
 
 def test_negative_control_a_non_atomic_mvcc_swap_is_seen(
@@ -435,7 +436,7 @@ def test_negative_control_a_non_atomic_mvcc_swap_is_seen(
 
     monkeypatch.setattr(swap, "_replace_rows", emptied_apart)
     run, totals, sessions, _ = mvcc_swap_under_reports(federation, {"swap_method": "mvcc"})
-    assert run.outcome == "success", run.error
+    assert run.outcome == Outcome.SUCCESS, run.error
     with pytest.raises(AssertionError):
         assert_only_whole_totals(sessions.seen, totals, totals.old, totals.new)
     assert "1:0:0" in sessions.seen
@@ -466,7 +467,7 @@ def test_negative_control_a_partition_swap_detached_apart_is_seen(
     with Sessions(federation).running(reports=0) as sessions:
         run, _ = timed_sync(config)
         sessions.wait_to_see(totals.new)
-    assert run.outcome == "success", run.error
+    assert run.outcome == Outcome.SUCCESS, run.error
     with pytest.raises(AssertionError):
         assert_only_whole_totals(sessions.seen, totals, totals.old, totals.new)
     assert any(line.startswith("1:0:") for line in sessions.seen), sorted(sessions.seen)
@@ -485,7 +486,7 @@ def test_partition_swap_retries_until_a_held_lock_is_released(federation: Federa
     try:
         held = "SELECT count(*) FROM pg_locks JOIN pg_stat_activity USING (pid) WHERE application_name = 'holder'"
         deadline = time.monotonic() + 10
-        while federation.superhub_sql(held) == "0" and time.monotonic() < deadline:
+        while federation.superhub_int(held) == 0 and time.monotonic() < deadline:
             time.sleep(0.05)
         with capture_logs() as events:
             run, seconds = timed_sync(config)
@@ -493,11 +494,11 @@ def test_partition_swap_retries_until_a_held_lock_is_released(federation: Federa
     finally:
         holder.kill()
         holder.wait(timeout=10)
-    assert run.outcome == "success", run.error
+    assert run.outcome == Outcome.SUCCESS, run.error
     busy = [e for e in events if e["event"] == "swap.lock_busy"]
     assert len(busy) >= 2
     assert run.swap_attempts == len(busy) + 1
     assert (run.swap_lock_ms or 0) >= 1000
     assert seconds < BOUND_S
     assert federation.superhub_sql(TOTALS).split()[0] == totals.new
-    assert staging_leftovers(federation) == "0"
+    assert staging_leftovers(federation) == 0

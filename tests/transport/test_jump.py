@@ -22,6 +22,7 @@ from fedload import __version__
 from fedload.commands.probe import probe_feeder
 from fedload.config import FeederConfig, SshConfig
 from fedload.errors import FeederAuthError, FeederHostKeyError, FeederUnreachableError
+from fedload.results import Outcome
 from fedload.transport.ssh import SshTransport
 from tests.federation import CONTEXT_COLS, DIGEST, HOST_COLS, Federation, sync
 from tests.sshd import SSHD, OpenSshServer, require_openssh
@@ -161,7 +162,7 @@ def test_sync_through_a_bastion_loads_the_feeder(feeder_sshd: LoopbackSshd, fede
         )
         config = config.model_copy(update={"feeders": {"hub1": config.feeders["hub1"]}})
         run_ = sync(config, "hub1")[0]
-        assert run_.outcome == "success", run_.error
+        assert run_.outcome == Outcome.SUCCESS, run_.error
         feeder_db = federation.feeders["hub1"]
         for table, cols in (("hosts", HOST_COLS), ("contexts", CONTEXT_COLS)):
             expected = federation.cluster.psql(DIGEST.format(cols=cols, table=table), dbname=feeder_db).strip()
