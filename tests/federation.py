@@ -13,7 +13,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from fedload.config import Config, parse_config
-from fedload.localpg import LocalCluster, find_installs, search_installs
+from fedload.localpg import LocalCluster
 from fedload.results import Outcome
 from fedload.service.sync import sync_feeders
 from fedload.stream import Header, StreamEncoder
@@ -153,29 +153,6 @@ def config_toml(fed: Federation, *, interval_s: float = 0.5, extra: str = "", ag
         if agent_command and name == "hub1":
             lines.append(f'agent_command = ["{agent_command}"]')
     return "\n".join(lines) + "\n" + extra
-
-
-def require_major(major: int) -> None:
-    """Fail (in CI, where FEDLOAD_REQUIRE_MAJORS lists it) or skip when a PostgreSQL major is not installed."""
-    if major in find_installs():
-        return
-    required = {int(m) for m in os.environ.get("FEDLOAD_REQUIRE_MAJORS", "").split(",") if m}
-    if major in required:
-        problems = search_installs().problems
-        pytest.fail(f"PostgreSQL {major} binaries are required here but not found (or not usable: {problems})")
-    pytest.skip(f"PostgreSQL {major} binaries not installed")
-
-
-def cluster_of_major(cluster: LocalCluster, major: int, name: str) -> Iterator[LocalCluster]:
-    """For a module fixture: `cluster` if it is of `major`, else a cluster of `major` started for the module
-    (skipped or failed as `require_major` says when that major is not installed)."""
-    if major == cluster.install.major:
-        yield cluster
-        return
-    require_major(major)
-    running = LocalCluster(find_installs()[major], name=name).start()
-    yield running
-    running.stop()
 
 
 _databases = itertools.count()

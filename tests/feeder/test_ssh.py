@@ -21,13 +21,13 @@ from fedload.errors import (
     FeederTimeoutError,
     FeederUnreachableError,
 )
-from fedload.localpg import LocalCluster, find_installs
+from fedload.localpg import LocalCluster
 from fedload.results import Outcome
 from fedload.transport import FeederProcess, Transport
 from fedload.transport.local import LocalTransport
 from fedload.transport.ssh import SshTransport
 from tests.conftest import Category
-from tests.federation import CONTEXT_COLS, DIGEST, FEEDER_DATA, HOST_COLS, SCHEMA, Federation, require_major, sync
+from tests.federation import CONTEXT_COLS, DIGEST, FEEDER_DATA, HOST_COLS, SCHEMA, Federation, new_database, sync
 from tests.sshd import AsyncsshServer, OpenSshServer, SshServer, keygen, require_openssh
 
 
@@ -212,35 +212,28 @@ def test_forced_command_is_all_the_key_can_run(tmp_path: Path) -> None:
         server.stop()
 
 
-@pytest.mark.parametrize(("major", "agent", "mode"), [(15, True, "copy"), (18, True, "inserts"), (18, False, "copy")])
+@pytest.mark.parametrize(
+    ("pg_major", "agent", "mode"), [(15, True, "copy"), (18, True, "inserts"), (18, False, "copy")], scope="module"
+)
 def test_sync_over_ssh_from_feeders_of_several_majors(
-    sshd: SshServer, federation: Federation, major: int, agent: bool, mode: str
+    sshd: SshServer, federation: Federation, major_cluster: LocalCluster, agent: bool, mode: str
 ) -> None:
     """Feeders reached over SSH, with the agent or plain pg_dump | gzip, on PostgreSQL 15 and 18, load exactly."""
-    require_major(major)
-    feeder = federation.cluster
-    if major != feeder.install.major:
-        feeder = LocalCluster(find_installs()[major], name=f"feeder{major}").start()
-    try:
-        feeder_db = "cfdb"
-        if feeder is not federation.cluster:
-            feeder.psql(f"CREATE DATABASE {feeder_db}")
-            feeder.psql(SCHEMA + FEEDER_DATA.format(n=150, m=700), dbname=feeder_db)
-        else:
-            feeder_db = federation.feeders["hub1"]
-        ssh = sshd.ssh_config().model_dump()
-        config = federation.config(
-            transport="ssh", ssh=ssh, agent=agent, dump_mode=mode, agent_command=[sys.executable, "-m", "fedload"]
-        )
-        hub1 = config.feeders["hub1"].model_copy(
-            update={"database": feeder.conninfo(feeder_db), "pg_dump": feeder.install.tool("pg_dump")}
-        )
-        config = config.model_copy(update={"feeders": {"hub1": hub1}})
-        run = sync(config, "hub1")[0]
-        assert run.outcome == Outcome.SUCCESS, run.error
-        for table, cols in (("hosts", HOST_COLS), ("contexts", CONTEXT_COLS)):
-            expected = feeder.psql(DIGEST.format(cols=cols, table=table), dbname=feeder_db).strip()
-            assert federation.digest(federation.superhub, table, cols, "WHERE hub_id = 1") == expected
-    finally:
-        if feeder is not federation.cluster:
-            feeder.stop()
+    feeder = major_cluster
+    if feeder is federation.cluster:
+        feeder_db = federation.feeders["hub1"]
+    else:
+        feeder_db = new_database(feeder, "cfdb", SCHEMA + FEEDER_DATA.format(n=150, m=700))
+    ssh = sshd.ssh_config().model_dump()
+    config = federation.config(
+        transport="ssh", ssh=ssh, agent=agent, dump_mode=mode, agent_command=[sys.executable, "-m", "fedload"]
+    )
+    hub1 = config.feeders["hub1"].model_copy(
+        update={"database": feeder.conninfo(feeder_db), "pg_dump": feeder.install.tool("pg_dump")}
+    )
+    config = config.model_copy(update={"feeders": {"hub1": hub1}})
+    run = sync(config, "hub1")[0]
+    assert run.outcome == Outcome.SUCCESS, run.error
+    for table, cols in (("hosts", HOST_COLS), ("contexts", CONTEXT_COLS)):
+        expected = feeder.psql(DIGEST.format(cols=cols, table=table), dbname=feeder_db).strip()
+        assert federation.digest(federation.superhub, table, cols, "WHERE hub_id = 1") == expected

@@ -14,7 +14,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from fedload.config import Config, parse_config
-from fedload.localpg import LocalCluster, find_installs
+from fedload.localpg import LocalCluster
 from fedload.superhub.coordinator import build_coordinator
 from tests.fault_injection import sabotage_environment
 from tests.federation import DaemonProcess, Federation, config_toml, fedload, sync
@@ -24,10 +24,10 @@ READER, SECRET = "fdw_reader", "Pa55-word-of-the-reader"
 
 
 @pytest.fixture
-def guarded() -> Iterator[LocalCluster]:
-    """A cluster of its own whose role fdw_reader must give its password (SCRAM) on every connection."""
-    installs = find_installs()
-    running = LocalCluster(installs.get(15) or installs[min(installs)], name="auth").start()
+def guarded(cluster: LocalCluster) -> Iterator[LocalCluster]:
+    """A cluster of its own, of the module cluster's major, whose role fdw_reader must give its password (SCRAM)
+    on every connection."""
+    running = LocalCluster(cluster.install, name="auth").start()
     try:
         require_postgres_fdw(running)
         running.psql(f"CREATE ROLE {READER} LOGIN PASSWORD '{SECRET}'")

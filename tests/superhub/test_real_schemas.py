@@ -8,7 +8,6 @@ import hashlib
 import itertools
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,17 +22,10 @@ from fedload.names import TableName, TablePattern
 from fedload.results import Outcome
 from fedload.superhub.pipeline import FeederRun
 from fedload.superhub.swap import _legacy_partition_name, partition_name
-from tests.federation import cluster_of_major, psql_int, sync, write_script
+from tests.federation import psql_int, sync, write_script
 from tests.sample_schema import FEEDER_SCHEMA, SAMPLE_DATA
 
 _names = itertools.count()
-
-
-@pytest.fixture(scope="module", params=[15, 17, 18])
-def superhub_cluster(request: pytest.FixtureRequest, cluster: LocalCluster) -> Iterator[LocalCluster]:
-    """The superhub's cluster: PostgreSQL 15 (the feeders' own cluster), 17 or 18."""
-    major: int = request.param
-    yield from cluster_of_major(cluster, major, f"schemas{major}")
 
 
 @dataclass
@@ -239,23 +231,24 @@ INSERT INTO t SELECT g, g, 'Row ' || g, -1 FROM generate_series(1, 40) g;
 """
 
 
+@pytest.mark.pg_major(15, 17, 18)
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_parents_with_constraints_and_indexes(
-    superhub_cluster: LocalCluster, cluster: LocalCluster, tmp_path: Path, kind: str
+    major_cluster: LocalCluster, cluster: LocalCluster, tmp_path: Path, kind: str
 ) -> None:
     """Staging tables carry what ATTACH requires and what the parent declares; repeated syncs succeed."""
-    lab = Lab(cluster, superhub_cluster, tmp_path).setup(_parent_ddl(kind), FEEDER_T)
+    lab = Lab(cluster, major_cluster, tmp_path).setup(_parent_ddl(kind), FEEDER_T)
     for _ in range(2):
         assert succeeded(lab.sync()).rows == {"public.t": 40}
     assert lab.on_hub("SELECT count(*), sum(a) FROM t") == "40|820"
     partition = lab.on_hub("SELECT inhrelid::regclass FROM pg_inherits WHERE inhparent = 't'::regclass")
     assert partition == 'fedload_parts."public.t__hub1"'
-    parent_indexes = lab.on_hub("SELECT count(*) FROM pg_index WHERE indrelid = 't'::regclass")
-    attached = lab.on_hub(
+    parent_indexes = lab.hub_int("SELECT count(*) FROM pg_index WHERE indrelid = 't'::regclass")
+    attached = lab.hub_int(
         "SELECT count(*) FROM pg_inherits i JOIN pg_index x ON x.indexrelid = i.inhparent "
         "WHERE x.indrelid = 't'::regclass"
     )
-    own = lab.on_hub(f"SELECT count(*) FROM pg_index WHERE indrelid = '{partition}'::regclass")
+    own = lab.hub_int(f"SELECT count(*) FROM pg_index WHERE indrelid = '{partition}'::regclass")
     assert attached == parent_indexes == own  # every parent index reused, none built twice
     if kind == "generated":
         assert lab.hub_int("SELECT count(*) FROM t WHERE doubled = a * 2") == 40  # computed, never the dump's -1
@@ -440,13 +433,14 @@ def test_the_feeder_key_inside_a_dump_must_be_the_feeders(lab: Lab, mode: str, b
 _ROLE_ONCE = "DO $$BEGIN CREATE ROLE reader_sf; EXCEPTION WHEN duplicate_object THEN NULL; END$$;"
 
 
+@pytest.mark.pg_major(15, 17, 18)
 @pytest.mark.parametrize("mode", ["copy", "inserts"])
 def test_a_sample_database_round_trips_through_its_schema_file(
-    superhub_cluster: LocalCluster, cluster: LocalCluster, tmp_path: Path, mode: str
+    major_cluster: LocalCluster, cluster: LocalCluster, tmp_path: Path, mode: str
 ) -> None:
     """Eleven tables with enums, domains, mixed-case names and a second schema: parents from the feeder's own
     schema-only dump, then every row of every table arrives as the feeder has it, sync after sync."""
-    lab = Lab(cluster, superhub_cluster, tmp_path)
+    lab = Lab(cluster, major_cluster, tmp_path)
     lab.setup("", FEEDER_SCHEMA.replace("CREATE ROLE reader_sf;", _ROLE_ONCE) + SAMPLE_DATA)
     schema_file = tmp_path / "schema.sql"
     dump = [cluster.install.tool("pg_dump"), "--schema-only", f"--dbname={cluster.conninfo(lab.feeder)}"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import re
 import subprocess
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -21,16 +21,9 @@ from fedload.localpg import LocalCluster
 from fedload.results import Outcome
 from fedload.superhub.schema_file import check_schema_file, create_parents_from_file, schema_file_refusals
 from tests import feature_schema
-from tests.federation import cluster_of_major, new_database, psql_bool, psql_int, sync
+from tests.federation import new_database, psql_bool, psql_int, sync
 
 T = TypeVar("T")
-
-
-@pytest.fixture(scope="module", params=[15, 17, 18])
-def major_cluster(request: pytest.FixtureRequest, cluster: LocalCluster) -> Iterator[LocalCluster]:
-    """A cluster of PostgreSQL 15 (the module's own), 17 or 18: feeder and superhub of that major."""
-    major: int = request.param
-    yield from cluster_of_major(cluster, major, f"features{major}")
 
 
 def _database(cluster: LocalCluster, sql: str = "") -> str:
@@ -95,6 +88,7 @@ def _catalog(cluster: LocalCluster, db: str, table: str) -> str:
     return "\n".join(_without_key(cluster.psql(q.replace("{t}", table), dbname=db)) for q in [*queries, _INDEXES])
 
 
+@pytest.mark.pg_major(15, 17, 18)  # feeder and superhub of that major (on 15, the module's own cluster)
 def test_pg_dump_files_create_parents_like_the_feeders_tables(major_cluster: LocalCluster, tmp_path: Path) -> None:
     """Each parent has its feeder table's columns, identity, generated kinds, defaults, collations, constraints (names,
     validity, enforcement) and indexes (operator classes included), the key aside; the extensions it needs are
@@ -163,7 +157,7 @@ def _sync_and_compare(cluster: LocalCluster, feeder: str, hub: str, major: int) 
         assert psql_int(cluster, "SELECT count(*) FROM public.invoice WHERE total < 0", hub) == 2
 
 
-@pytest.mark.parametrize("major_cluster", [18], indirect=True)
+@pytest.mark.pg_major(18)
 def test_clauses_an_older_superhub_lacks_are_refused_before_anything_is_created(
     major_cluster: LocalCluster, cluster: LocalCluster, tmp_path: Path
 ) -> None:

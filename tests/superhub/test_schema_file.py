@@ -11,9 +11,9 @@ import pytest
 import structlog
 
 from fedload.errors import ConfigError
-from fedload.localpg import LocalCluster, find_installs
+from fedload.localpg import LocalCluster, PgInstall
 from fedload.superhub.schema_file import check_schema_file, create_parents_from_file
-from tests.federation import new_database, psql_bool, psql_int, require_major
+from tests.federation import new_database, psql_bool, psql_int
 from tests.sample_schema import FEEDER_SCHEMA
 
 WANTED_OUT = {("public", "not_wanted")}
@@ -46,21 +46,24 @@ def feeder(cluster: LocalCluster) -> str:
     return _database(cluster, FEEDER_SCHEMA.replace("CREATE ROLE reader_sf;", ""))
 
 
-def _dump(cluster: LocalCluster, feeder: str, major: int, tmp: Path) -> Path:
-    require_major(major)
-    pg_dump = find_installs()[major].tool("pg_dump")
+def _dump(cluster: LocalCluster, feeder: str, install: PgInstall, tmp: Path) -> Path:
     out = subprocess.run(
-        [pg_dump, "--schema-only", "-d", cluster.conninfo(feeder)], capture_output=True, text=True, check=True
+        [install.tool("pg_dump"), "--schema-only", "-d", cluster.conninfo(feeder)],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
-    path = tmp / f"schema{major}.sql"
+    path = tmp / f"schema{install.major}.sql"
     path.write_text(out)
     return path
 
 
-@pytest.mark.parametrize("major", [15, 17, 18])
-def test_pg_dump_schema_creates_working_parents(cluster: LocalCluster, feeder: str, tmp_path: Path, major: int) -> None:
+@pytest.mark.pg_major(15, 17, 18)
+def test_pg_dump_schema_creates_working_parents(
+    cluster: LocalCluster, feeder: str, tmp_path: Path, pg_install: PgInstall
+) -> None:
     """Every wanted table becomes a list-partitioned parent with widened keys, indexes, CHECKs, types, defaults."""
-    schema_file = _dump(cluster, feeder, major, tmp_path)
+    schema_file = _dump(cluster, feeder, pg_install, tmp_path)
     assert check_schema_file(schema_file, "hub_id") == []
     hub = _database(cluster)
     with structlog.testing.capture_logs() as logs:

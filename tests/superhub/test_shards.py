@@ -7,7 +7,6 @@ import asyncio
 import json
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from fedload.commands.admin import remove_feeder
 from fedload.commands.status import read_status
 from fedload.config import Config, CoordinatorConfig, parse_config
 from fedload.errors import ConfigError, SuperhubError
-from fedload.localpg import LocalCluster, find_installs
+from fedload.localpg import LocalCluster
 from fedload.names import TableName
 from fedload.results import Outcome
 from fedload.service.daemon_metrics import DaemonMetricsService
@@ -36,7 +35,7 @@ from fedload.superhub.coordinator import (
     server_options,
     user_mapping_options,
 )
-from tests.federation import HOST_COLS, DaemonProcess, Federation, fedload, require_major, sync
+from tests.federation import HOST_COLS, DaemonProcess, Federation, fedload, sync
 from tests.shards import (
     COUNTS,
     coord_int,
@@ -304,27 +303,19 @@ def test_coordinator_readers_see_old_or_new_rows_during_swaps(federation: Federa
     assert seen[-1] == ",".join(f"{i}:{n + rounds}/{10 * (n + rounds)}" for i, n in sizes.items())
 
 
-@pytest.fixture
-def other_major() -> Iterator[LocalCluster]:
-    """A PostgreSQL 18 cluster for a shard of another major than the coordinator's."""
-    require_major(18)
-    running = LocalCluster(find_installs()[18], name="shard18").start()
-    yield running
-    running.stop()
-
-
-def test_a_shard_on_another_cluster_and_major(federation: Federation, other_major: LocalCluster) -> None:
+@pytest.mark.pg_major(18)
+def test_a_shard_on_another_cluster_and_major(federation: Federation, major_cluster: LocalCluster) -> None:
     """Shard s2 on a PostgreSQL 18 cluster, s1 and the coordinator on the feeders' cluster: its feeder loads
     there, and the coordinator reads both shards, the far one through its own socket."""
     require_postgres_fdw(federation.cluster)
     config = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
-    other_major.psql("CREATE DATABASE far")
+    major_cluster.psql("CREATE DATABASE far")
     document = config.model_dump(mode="json", exclude_none=True)
-    document["shards"]["s2"]["dsn"] = other_major.dsn("far")
+    document["shards"]["s2"]["dsn"] = major_cluster.dsn("far")
     config = parse_config(document)
     runs = sync(config)
     assert all(run.succeeded for run in runs), [run.error for run in runs]
-    assert other_major.psql(COUNTS.format(table="hosts"), dbname="far").strip() == "3:100"
+    assert major_cluster.psql(COUNTS.format(table="hosts"), dbname="far").strip() == "3:100"
     assert coord_sql(federation, COUNTS.format(table="contexts")) == "1:3000,2:2000,3:1000"
     plan = coord_sql(federation, "EXPLAIN (VERBOSE) SELECT hub_id, count(*) FROM contexts GROUP BY hub_id")
     assert plan.count("Async Foreign Scan") == 2, plan
