@@ -167,9 +167,9 @@ def new_database(cluster: LocalCluster, prefix: str, sql: str = "") -> str:
     return name
 
 
-def sync(config: Config, *names: str) -> list[FeederRun]:
+async def sync(config: Config, *names: str) -> list[FeederRun]:
     """Sync the named feeders (all if none)."""
-    return asyncio.run(sync_feeders(config, list(names) or list(config.feeders)))
+    return await sync_feeders(config, list(names) or list(config.feeders))
 
 
 def staging_leftovers(fed: Federation) -> int:
@@ -189,19 +189,27 @@ def write_script(path: Path, body: str) -> str:
     return str(path)
 
 
-def failing_after_first_sync(fed: Federation, body: str | None = None, **overrides: Any) -> FeederRun:
+async def failing_after_first_sync(fed: Federation, body: str | None = None, **overrides: Any) -> FeederRun:
     """Sync hub1 once normally, then again with `body` as its dump command (or other overrides); that result."""
     config = fed.config()
-    assert sync(config, "hub1")[0].outcome == Outcome.SUCCESS
+    assert (await sync(config, "hub1"))[0].outcome == Outcome.SUCCESS
     before = fed.digest(fed.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1")
     fed.cluster.psql("INSERT INTO hosts (hostkey) VALUES ('new')", dbname=fed.feeders["hub1"])
     if body is not None:
         overrides["agent_command"] = [write_script(fed.tmp / "dump.sh", body)]
-    run = sync(fed.config(**overrides), "hub1")[0]
+    (run,) = await sync(fed.config(**overrides), "hub1")
     assert fed.digest(fed.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1") == before  # old data intact
     assert staging_leftovers(fed) == 0
     assert last_outcome(fed) == Outcome.FAILED
     return run
+
+
+async def end_process(process: asyncio.subprocess.Process, timeout_s: float = 10) -> None:
+    """Kill `process` (a psql holding a lock, a report) if it still runs, and wait for its end."""
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):  # ended meanwhile
+            process.kill()
+    await asyncio.wait_for(process.wait(), timeout_s)
 
 
 def crafted_stream(dump: bytes, rows: dict[str, int] | None = None, mode: str = "copy") -> bytes:

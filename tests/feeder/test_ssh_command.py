@@ -160,10 +160,10 @@ def forced(request: pytest.FixtureRequest, federation: Federation, zipapp: Path,
     server.stop()
 
 
-def test_sync_through_the_forced_command(forced: SshServer, federation: Federation) -> None:
+async def test_sync_through_the_forced_command(forced: SshServer, federation: Federation) -> None:
     """A superhub sync over SSH through the forced command loads the feeder's rows exactly."""
     config = federation.config(transport="ssh", ssh=forced.ssh_config().model_dump())
-    run = sync(config, "hub1")[0]
+    (run,) = await sync(config, "hub1")
     assert run.outcome == Outcome.SUCCESS, run.error
     for table, cols in (("hosts", HOST_COLS), ("contexts", CONTEXT_COLS)):
         expected = federation.digest(federation.feeders["hub1"], table, cols)

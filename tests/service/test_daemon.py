@@ -136,13 +136,13 @@ class Stopped:
     after_resume_s: float | None  # from the agent's resuming its stream to the daemon's exit (None: never resumed)
 
 
-def sigterm_while_paused(
+async def sigterm_while_paused(
     fed: Federation, start_daemon: Callable[..., DaemonProcess], *, pause_s: float, grace_s: float, **env: str
 ) -> tuple[Stopped, tuple[str, str]]:
     """hub1 synced once, grown past several stream blocks, then loaded by a daemon whose agent pauses `pause_s`
     after the first half of its stream; SIGTERM once the superhub's COPY has rows in flight. What the stop did,
     and hub1's rows before."""
-    assert sync(fed.config(), "hub1")[0].outcome == Outcome.SUCCESS
+    assert (await sync(fed.config(), "hub1"))[0].outcome == Outcome.SUCCESS
     before = feeder_rows(fed)
     mid_copy_agent(fed)  # grows hub1; the agent below cuts its stream the same way
     stream, half = fed.tmp / "s.bin", f"$(( $(stat -c %s {fed.tmp}/s.bin) / 2 ))"
@@ -180,35 +180,35 @@ def assert_finished_within_grace(stopped: Stopped, fed: Federation, *, pause_s: 
     assert 0 <= stopped.after_resume_s < grace_s, stopped
 
 
-def test_sigterm_lets_a_run_that_can_finish_within_the_grace_period_finish(
+async def test_sigterm_lets_a_run_that_can_finish_within_the_grace_period_finish(
     federation: Federation, start_daemon: Callable[..., DaemonProcess]
 ) -> None:
     """SIGTERM while a feeder loads, its dump 3 s from its end, shutdown_grace_s = 20: the daemon waits for it;
     the run succeeds and the stop takes about the 3 s."""
-    stopped, _ = sigterm_while_paused(federation, start_daemon, pause_s=3, grace_s=20)
+    stopped, _ = await sigterm_while_paused(federation, start_daemon, pause_s=3, grace_s=20)
     assert_finished_within_grace(stopped, federation, pause_s=3, grace_s=20)
     assert staging_leftovers(federation) == 0
 
 
-def test_negative_control_a_daemon_that_cancels_at_once_is_seen(
+async def test_negative_control_a_daemon_that_cancels_at_once_is_seen(
     federation: Federation, start_daemon: Callable[..., DaemonProcess]
 ) -> None:
     """Negative control of the grace period: a daemon sabotaged to cancel its runs at SIGTERM (grace 0) fails the
     check of the run that could have finished."""
     env = sabotage_environment("no-grace", federation.tmp)
-    stopped, before = sigterm_while_paused(federation, start_daemon, pause_s=3, grace_s=20, **env)
+    stopped, before = await sigterm_while_paused(federation, start_daemon, pause_s=3, grace_s=20, **env)
     with pytest.raises(AssertionError):
         assert_finished_within_grace(stopped, federation, pause_s=3, grace_s=20)
     assert (stopped.outcome, stopped.data) == (Outcome.FAILED, before)
 
 
-def test_sigterm_cancels_a_run_that_cannot_finish_at_the_grace_bound(
+async def test_sigterm_cancels_a_run_that_cannot_finish_at_the_grace_bound(
     federation: Federation, start_daemon: Callable[..., DaemonProcess], category: Category
 ) -> None:
     """SIGTERM while a feeder's dump hangs, shutdown_grace_s = 3: the run is cancelled when the grace period ends
     (the stop takes 3 s and little more), old data stays, no staging left, exit 0."""
     category("fault:daemon SIGTERM mid-load")
-    stopped, before = sigterm_while_paused(federation, start_daemon, pause_s=60, grace_s=3)
+    stopped, before = await sigterm_while_paused(federation, start_daemon, pause_s=60, grace_s=3)
     assert 3.0 <= stopped.seconds < 3.0 + 10.0, stopped
     assert (stopped.outcome, stopped.error, stopped.data) == (Outcome.FAILED, "the run was cancelled", before)
     assert staging_leftovers(federation) == 0

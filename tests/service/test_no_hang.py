@@ -20,7 +20,7 @@ import asyncpg
 import pytest
 
 from fedload.errors import SuperhubError
-from fedload.results import FeederRun, Outcome
+from fedload.results import Outcome
 from fedload.service import workers
 from fedload.service.sync import prepare_superhub
 from fedload.service.workers import WorkerPool
@@ -76,19 +76,20 @@ def last_run(fed: Federation, feeder: str) -> tuple[Outcome, str, str]:
 
 @pytest.mark.parametrize("workers_count", [2, 0], ids=["forked-workers", "in-process"])
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_an_unexpected_exception_fails_only_its_run(
+async def test_an_unexpected_exception_fails_only_its_run(
     federation: Federation, workers_count: int, case: tuple[str, str, str, str]
 ) -> None:
     """`fedload sync --json` with the fault in hub1's run: it ends within seconds, exit 1, JSON on stdout; hub1
     failed with its kind and the error, recorded; its old data and no staging left; hub2 and hub3 succeed."""
     stage, error, kind, words = case
-    assert [r.outcome for r in sync(federation.config())] == [Outcome.SUCCESS] * 3
+    assert [r.outcome for r in await sync(federation.config())] == [Outcome.SUCCESS] * 3
     before = federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1")
     federation.cluster.psql("INSERT INTO hosts (hostkey) VALUES ('new')", dbname=federation.feeders["hub1"])
     env = fault_environment(Fault(stage, "hub1", error), federation.tmp)
     argv = [sys.executable, "-m", "fedload", "--log-format", "json", "sync", "--json"]
     started = time.monotonic()
-    done = subprocess.run(
+    done = await asyncio.to_thread(
+        subprocess.run,
         [*argv, "--config", str(cli_config(federation, workers_count))],
         capture_output=True,
         text=True,
@@ -121,7 +122,7 @@ def test_an_unexpected_exception_fails_only_its_run(
         assert words in last_run(federation, "hub1")[2]
 
 
-def test_a_driver_client_error_discards_the_session_it_happened_on(
+async def test_a_driver_client_error_discards_the_session_it_happened_on(
     federation: Federation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """asyncpg's InternalClientError inside a kept session reads as a superhub failure, and that connection is
@@ -136,23 +137,19 @@ def test_a_driver_client_error_discards_the_session_it_happened_on(
             used.append(conn)
             raise asyncpg.InternalClientError("cannot perform operation: another operation is in progress")
 
-    async def fail_inside() -> tuple[asyncpg.Connection, object]:
-        kept_sessions.keep_sessions()
-        with pytest.raises(SuperhubError, match="InternalClientError"):
-            await session_failing_inside()
-        (connection,) = used
-        await asyncio.sleep(0.1)
-        assert kept_sessions._keeper is not None
-        kept = kept_sessions._keeper.conn
-        await kept_sessions.close_kept()
-        return connection, kept
-
-    conn, kept = asyncio.run(fail_inside())
+    kept_sessions.keep_sessions()
+    with pytest.raises(SuperhubError, match="InternalClientError"):
+        await session_failing_inside()
+    (conn,) = used
+    await asyncio.sleep(0.1)
+    assert kept_sessions._keeper is not None
+    kept = kept_sessions._keeper.conn
+    await kept_sessions.close_kept()
     assert conn.is_closed()
     assert kept is None
 
 
-def test_a_worker_that_stops_answering_is_failed_killed_and_replaced(
+async def test_a_worker_that_stops_answering_is_failed_killed_and_replaced(
     federation: Federation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """SIGSTOP of the worker loading hub1: past run_timeout_s plus the margin the run fails ("went silent"), the
@@ -166,24 +163,20 @@ def test_a_worker_that_stops_answering_is_failed_killed_and_replaced(
     stuck = config.model_copy(deep=True)
     stuck.feeders["hub1"] = stuck.feeders["hub1"].model_copy(update={"agent_command": [hanging]})
 
-    async def stop_then_run() -> tuple[FeederRun, FeederRun, int, float]:
-        await prepare_superhub(config)
-        history, pool = Bookkeeping(), WorkerPool(1)
-        try:
-            running = asyncio.create_task(pool.run("hub1", stuck, history=history))
-            pid = await _worker_when_running(federation)
-            os.kill(pid, signal.SIGSTOP)
-            started = time.monotonic()
-            silent = await asyncio.wait_for(running, 30)
-            waited = time.monotonic() - started
-            assert _state(pid) in ("gone", "Z")
-            again = await asyncio.wait_for(pool.run("hub1", config, history=history), 60)
-        finally:
-            await pool.close()
-            await history.close()
-        return silent, again, pid, waited
-
-    silent, again, pid, waited = asyncio.run(stop_then_run())
+    await prepare_superhub(config)
+    history, pool = Bookkeeping(), WorkerPool(1)
+    try:
+        running = asyncio.create_task(pool.run("hub1", stuck, history=history))
+        pid = await _worker_when_running(federation)
+        os.kill(pid, signal.SIGSTOP)
+        started = time.monotonic()
+        silent = await asyncio.wait_for(running, 30)
+        waited = time.monotonic() - started
+        assert _state(pid) in ("gone", "Z")
+        again = await asyncio.wait_for(pool.run("hub1", config, history=history), 60)
+    finally:
+        await pool.close()
+        await history.close()
     assert silent.outcome == Outcome.FAILED
     assert silent.error_kind == "internal"
     assert "went silent" in (silent.error or ""), silent.error
@@ -284,7 +277,7 @@ def test_the_agent_kills_pg_dump_when_its_reader_goes_away(federation: Federatio
         holder.wait(timeout=30)
 
 
-def test_a_run_whose_parent_side_fails_never_hands_its_worker_to_the_next_run(federation: Federation) -> None:
+async def test_a_run_whose_parent_side_fails_never_hands_its_worker_to_the_next_run(federation: Federation) -> None:
     """The parent's side of a worker's run raises (a progress display with a bug): the worker, whose run may still
     be going, is killed, so the pool's next run gets a new worker and its own result, not the old run's."""
     config = federation.config()
@@ -293,20 +286,17 @@ def test_a_run_whose_parent_side_fails_never_hands_its_worker_to_the_next_run(fe
     def broken_display(_: object) -> None:
         raise RuntimeError("a bug in the display")
 
-    async def fail_then_run() -> tuple[FeederRun, list[int]]:
-        await prepare_superhub(config)
-        history, pool = Bookkeeping(), WorkerPool(1)
-        try:
-            with pytest.raises(RuntimeError, match="a bug in the display"):
-                await asyncio.wait_for(pool.run("hub1", config, history=history, progress=broken_display), 60)
-            first = children_running(os.getpid(), "fedload.service.worker")
-            run = await asyncio.wait_for(pool.run("hub2", config, history=history), 60)
-            return run, [*first, *children_running(os.getpid(), "fedload.service.worker")]
-        finally:
-            await pool.close()
-            await history.close()
-
-    run, workers_seen = asyncio.run(fail_then_run())
+    await prepare_superhub(config)
+    history, pool = Bookkeeping(), WorkerPool(1)
+    try:
+        with pytest.raises(RuntimeError, match="a bug in the display"):
+            await asyncio.wait_for(pool.run("hub1", config, history=history, progress=broken_display), 60)
+        first = children_running(os.getpid(), "fedload.service.worker")
+        run = await asyncio.wait_for(pool.run("hub2", config, history=history), 60)
+        workers_seen = [*first, *children_running(os.getpid(), "fedload.service.worker")]
+    finally:
+        await pool.close()
+        await history.close()
     assert run.feeder == "hub2"
     assert run.outcome == Outcome.SUCCESS, run.error
     assert len(workers_seen) == 1  # the first worker was gone before the second run started one

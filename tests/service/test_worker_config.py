@@ -3,12 +3,12 @@ at each run cost every run in proportion to the federation."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
 
 from fedload.config import Config
+from fedload.results import Outcome
 from fedload.service.workers import WorkerPool, _Worker
 from fedload.superhub.bookkeeping import Bookkeeping
 from tests.federation import Federation, assert_feeders_equal_partitions, sync
@@ -20,12 +20,12 @@ def _with_workers(fed: Federation, count: int) -> Config:
     return config.model_copy(update={"superhub": superhub})
 
 
-def test_a_worker_gets_the_configuration_once_per_configuration(
+async def test_a_worker_gets_the_configuration_once_per_configuration(
     federation: Federation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Three runs on one worker: the first sends the configuration, the second (same configuration) only the
     feeder's name, the third (a new configuration, as after a daemon's reload) the new one; all load exactly."""
-    sync(federation.config(), "hub1")  # the superhub's parents and history exist
+    await sync(federation.config(), "hub1")  # the superhub's parents and history exist
     sent: list[Any] = []
     original = _Worker.send
 
@@ -40,20 +40,17 @@ def test_a_worker_gets_the_configuration_once_per_configuration(
         update={"superhub": first.superhub.model_copy(update={"run_timeout_s": first.superhub.run_timeout_s + 1})}
     )
 
-    async def three_runs() -> list[str]:
-        pool, history = WorkerPool(1), Bookkeeping()
-        try:
-            runs = [
-                await pool.run("hub1", first, history=history),
-                await pool.run("hub2", first, history=history),
-                await pool.run("hub3", reloaded, history=history),
-            ]
-        finally:
-            await pool.close()
-            await history.close()
-        return [f"{r.outcome} {r.error or ''}".strip() for r in runs]
-
-    assert asyncio.run(three_runs()) == ["success"] * 3
+    pool, history = WorkerPool(1), Bookkeeping()
+    try:
+        runs = [
+            await pool.run("hub1", first, history=history),
+            await pool.run("hub2", first, history=history),
+            await pool.run("hub3", reloaded, history=history),
+        ]
+    finally:
+        await pool.close()
+        await history.close()
+    assert [(r.outcome, r.error) for r in runs] == [(Outcome.SUCCESS, None)] * 3
     assert [c is first for c in sent] == [True, False, False]
     assert sent[1] is None
     assert sent[2] is reloaded

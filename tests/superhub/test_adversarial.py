@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
@@ -187,21 +188,21 @@ class SuperhubState:
         return cls(fed.superhub_sql(FINGERPRINT), digests("WHERE hub_id <> 1"), digests("WHERE hub_id = 1"))
 
 
-@pytest.fixture(scope="module")
-def synced(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Federation:
+@pytest_asyncio.fixture(scope="module", loop_scope="module")  # a module's fixture awaits on a loop of its scope
+async def synced(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Federation:
     """A federation synced once, shared by the attacks below: each compares the superhub before and after it."""
     fed = make_federation(cluster, tmp_path_factory.mktemp("adversarial"))
-    assert [r.outcome for r in sync(fed.config())] == [Outcome.SUCCESS] * 3
+    assert [r.outcome for r in await sync(fed.config())] == [Outcome.SUCCESS] * 3
     return fed
 
 
-def sync_crafted(fed: Federation, stream: bytes, name: str = "crafted", **overrides: object) -> FeederRun:
+async def sync_crafted(fed: Federation, stream: bytes, name: str = "crafted", **overrides: object) -> FeederRun:
     """Sync hub1 from a stream that its feeder sends as is; crafted dumps carry only hosts unless they say so."""
     overrides.setdefault("exclude_tables", ["public.contexts"])
     path = fed.tmp / f"{name}.bin"
     path.write_bytes(stream)
     script = write_script(fed.tmp / f"{name}.sh", f"cat {path}\n")
-    return sync(fed.config(agent_command=[script], **overrides), "hub1")[0]
+    return (await sync(fed.config(agent_command=[script], **overrides), "hub1"))[0]
 
 
 def assert_only_hub1_data_changed(fed: Federation, before: SuperhubState, run: FeederRun) -> SuperhubState:
@@ -241,7 +242,7 @@ def one_line_error(run: FeederRun) -> str:
     max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
 @given(data=st.data())
-def test_importer_loads_mutated_dumps_or_rejects_them(
+async def test_importer_loads_mutated_dumps_or_rejects_them(
     synced: Federation, category: Category, mode: str, count_option: list[str], data: st.DataObject
 ) -> None:
     """A corrupted dump in a well-formed stream loads rows into hub1's partitions, or fails and changes nothing."""
@@ -249,7 +250,7 @@ def test_importer_loads_mutated_dumps_or_rejects_them(
     category.inputs()
     before = SuperhubState.of(synced)
     dump = data.draw(mutated(pg_dump(synced.cluster, synced.feeders["hub3"], count_option)), label="dump")
-    run = sync_crafted(synced, crafted_stream(dump, mode=mode))
+    run = await sync_crafted(synced, crafted_stream(dump, mode=mode))
     note(f"{run.outcome}: {run.error}")
     event(run.outcome)
     if run.outcome == Outcome.SUCCESS:
@@ -480,12 +481,14 @@ def category_of(attack: str) -> str:
 
 
 @pytest.mark.parametrize("attack", list(INJECTIONS))
-def test_injection_corpus_loads_only_data(synced: Federation, category: Category, attack: str) -> None:
+async def test_injection_corpus_loads_only_data(synced: Federation, category: Category, attack: str) -> None:
     """Each attack is rejected with a one-line error, or its text is loaded as plain data; nothing else changes."""
     category(category_of(attack))
     before = SuperhubState.of(synced)
     case = INJECTIONS[attack]
-    run = sync_crafted(synced, crafted_stream(case.dump, mode=case.mode), exclude_tables=list(case.exclude_tables))
+    run = await sync_crafted(
+        synced, crafted_stream(case.dump, mode=case.mode), exclude_tables=list(case.exclude_tables)
+    )
     assert run.outcome == (Outcome.FAILED if case.rejected else Outcome.SUCCESS), run.error
     if case.rejected:
         assert case.message in one_line_error(run)
@@ -494,16 +497,16 @@ def test_injection_corpus_loads_only_data(synced: Federation, category: Category
     assert_only_hub1_data_changed(synced, before, run)
 
 
-def test_values_stay_data_when_the_superhub_defaults_to_backslash_escapes(
+async def test_values_stay_data_when_the_superhub_defaults_to_backslash_escapes(
     federation: Federation, category: Category
 ) -> None:
     """A superhub database set to standard_conforming_strings = off does not turn a backslash into an injection."""
     category("adversarial:sql injection")
-    assert [r.outcome for r in sync(federation.config())] == [Outcome.SUCCESS] * 3
+    assert [r.outcome for r in await sync(federation.config())] == [Outcome.SUCCESS] * 3
     before = SuperhubState.of(federation)
     federation.superhub_sql(f"ALTER DATABASE {federation.superhub} SET standard_conforming_strings = off")
     before.fingerprint = federation.superhub_sql(FINGERPRINT)
-    run = sync_crafted(federation, crafted_stream(INJECTIONS["backslash before a quote"].dump, mode="inserts"))
+    run = await sync_crafted(federation, crafted_stream(INJECTIONS["backslash before a quote"].dump, mode="inserts"))
     assert run.outcome == Outcome.SUCCESS, run.error
     assert_only_hub1_data_changed(federation, before, run)
     assert federation.superhub_sql("SELECT name FROM hosts WHERE hub_id = 1") == ") ; DROP TABLE public.contexts; --"
@@ -512,7 +515,9 @@ def test_values_stay_data_when_the_superhub_defaults_to_backslash_escapes(
 @pytest.mark.slow  # 100 MiB through pg_dump, the agent and the superhub, twice
 @pytest.mark.timeout(120)  # ten times its usual time: a splitter that rescans a huge row per chunk takes minutes
 @pytest.mark.parametrize("mode", ["copy", "inserts"])
-def test_a_100_mb_value_and_deep_arrays_load_intact(federation: Federation, category: Category, mode: str) -> None:
+async def test_a_100_mb_value_and_deep_arrays_load_intact(
+    federation: Federation, category: Category, mode: str
+) -> None:
     """A single 100 MiB value, a 6-dimensional array and a 100,000-element array arrive exactly as on the feeder."""
     category("adversarial:huge values")
     category("adversarial:deep nesting")
@@ -523,7 +528,7 @@ def test_a_100_mb_value_and_deep_arrays_load_intact(federation: Federation, cate
         "UPDATE contexts SET tags = (SELECT array_agg(g::text) FROM generate_series(1, 100000) g) WHERE score = 2;",
         dbname=db,
     )
-    run = sync(federation.config(dump_mode=mode), "hub3")[0]
+    (run,) = await sync(federation.config(dump_mode=mode), "hub3")
     assert run.outcome == Outcome.SUCCESS, run.error
     assert run.dump_bytes > 100 * 1024 * 1024
     for table, cols in (("hosts", HOST_COLS), ("contexts", CONTEXT_COLS)):

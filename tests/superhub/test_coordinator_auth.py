@@ -3,7 +3,6 @@ in the libpq passfile of `fdw_passfile`, which the coordinator's server reads; t
 
 from __future__ import annotations
 
-import asyncio
 import os
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -66,7 +65,9 @@ def _config(fed: Federation, cluster: LocalCluster, passfile: Path) -> Config:
     return parse_config(document)
 
 
-def test_the_coordinator_logs_in_with_the_passfiles_password(federation: Federation, guarded: LocalCluster) -> None:
+async def test_the_coordinator_logs_in_with_the_passfiles_password(
+    federation: Federation, guarded: LocalCluster
+) -> None:
     """Shards loaded, SELECT granted to fdw_reader: the coordinator reads both shards as fdw_reader with the
     passfile's password, directly and through a filter view (fedload grants it those); the password is in no
     server or user mapping option and no log event. With a wrong password, the coordinator's query fails with
@@ -74,7 +75,7 @@ def test_the_coordinator_logs_in_with_the_passfiles_password(federation: Federat
     passfile = _passfile(guarded, SECRET)
     config = _config(federation, guarded, passfile)
     with capture_logs() as logs:
-        assert all(run.succeeded for run in sync(config))
+        assert all(run.succeeded for run in await sync(config))
     for shard in ("s1", "s2"):
         guarded.psql(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {READER}", dbname=shard)
     assert guarded.psql(COUNTS.format(table="hosts"), dbname="coord").strip() == "1:300,2:200,3:100"
@@ -86,7 +87,7 @@ def test_the_coordinator_logs_in_with_the_passfiles_password(federation: Federat
 
     document = config.model_dump(mode="json", exclude_none=True)
     document["feeders"]["hub2"]["shard"] = "s2"  # by hand: s2 is read through a filter view until it loads hub2
-    report = asyncio.run(build_coordinator(parse_config(document)))
+    report = await build_coordinator(parse_config(document))
     assert (report.filtered, report.pending) == (["s2"], {"hub2": "s1"})
     assert guarded.psql(COUNTS.format(table="hosts"), dbname="coord").strip() == "1:300,2:200,3:100"
 

@@ -218,12 +218,12 @@ def test_csv_rows_changes_nothing_inside_strings() -> None:
     assert csv_rows(tuples) == b"1,'a''b\n), (2, ''',NULL\n3,'\\.',' NULL'\n"
 
 
-def test_inserts_mode_loads_the_feeders_tables_by_copy(federation: Federation) -> None:
+async def test_inserts_mode_loads_the_feeders_tables_by_copy(federation: Federation) -> None:
     """A sync in inserts mode loads every INSERT tuple of pg_dump's output through the COPY path, exactly."""
     config = federation.config(dump_mode="inserts")
     in_process = config.superhub.model_copy(update={"worker_processes": 0})  # where the test reads the log events
     with structlog.testing.capture_logs() as logs:
-        runs = sync(config.model_copy(update={"superhub": in_process}))
+        runs = await sync(config.model_copy(update={"superhub": in_process}))
     assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 3, [r.error for r in runs]
     assert_feeders_equal_partitions(federation)
     loaded = [e for e in logs if e["event"] == "import.table_loaded" and e.get("mode") == "inserts"]

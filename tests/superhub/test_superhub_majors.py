@@ -29,7 +29,7 @@ def assert_partitions_equal(fed: Federation, hub: LocalCluster) -> None:
 
 @pytest.mark.pg_major(17, 18)  # the superhub's; the feeders are on the module's cluster, PostgreSQL 15
 @pytest.mark.parametrize("mode", ["copy", "inserts"])
-def test_drifting_feeders_load_into_a_superhub_of_another_major(
+async def test_drifting_feeders_load_into_a_superhub_of_another_major(
     federation: Federation, major_cluster: LocalCluster, mode: str
 ) -> None:
     """Feeders on PostgreSQL 15 with drifting schemas load exactly into a PostgreSQL 17/18 superhub, twice."""
@@ -38,11 +38,11 @@ def test_drifting_feeders_load_into_a_superhub_of_another_major(
         "ALTER TABLE hosts DROP COLUMN site; ALTER TABLE hosts ADD COLUMN uptime int", dbname=federation.feeders["hub2"]
     )
     config = on_superhub(federation, major_cluster, dump_mode=mode)
-    runs = sync(config)
+    runs = await sync(config)
     assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 3, [r.error for r in runs]
     assert_partitions_equal(federation, major_cluster)
     feeders.psql("DELETE FROM contexts WHERE score % 3 = 0", dbname=federation.feeders["hub3"])
-    assert [r.outcome for r in sync(config)] == [Outcome.SUCCESS] * 3
+    assert [r.outcome for r in await sync(config)] == [Outcome.SUCCESS] * 3
     assert_partitions_equal(federation, major_cluster)
     leftovers = "SELECT count(*) FROM pg_tables WHERE schemaname = 'fedload_stage'"
     assert psql_int(major_cluster, leftovers, federation.superhub) == 0
