@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from fedload.localpg import LocalCluster, PgInstall, find_installs, search_installs
-from tests.federation import DaemonProcess, Federation, make_federation
-from tests.sshd import SERVERS, SshServer, start_server
+from tests.support.federation import DaemonProcess, Federation, make_federation
+from tests.support.sshd import SERVERS, SshServer, start_server
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from fedload.results import Outcome
-from tests.federation import Federation, config_toml, fedload, sync
+from tests.support.federation import Federation, config_toml, fedload, sync
 
 
 async def _synced(fed: Federation) -> Path:

@@ -15,7 +15,7 @@ from fedload.commands.helptext import COMMANDS
 from fedload.errors import DumpError
 from fedload.localpg import find_installs
 from fedload.stream import StreamDecoder
-from tests.federation import Federation, config_toml, on_terminal
+from tests.support.federation import Federation, config_toml, on_terminal
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,7 @@ import os
 from fedload.commands.progress import progress_row
 from fedload.service.sync import expected_sizes
 from fedload.superhub.pipeline import Progress
-from tests.federation import Federation, config_toml, on_terminal, sync
+from tests.support.federation import Federation, config_toml, on_terminal, sync
 
 
 def test_row_shows_rates_and_eta_from_the_expected_size() -> None:

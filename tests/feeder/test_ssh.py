@@ -27,8 +27,17 @@ from fedload.transport import FeederProcess, Transport
 from fedload.transport.local import LocalTransport
 from fedload.transport.ssh import SshTransport
 from tests.conftest import Category
-from tests.federation import CONTEXT_COLS, DIGEST, FEEDER_DATA, HOST_COLS, SCHEMA, Federation, new_database, sync
-from tests.sshd import AsyncsshServer, OpenSshServer, SshServer, keygen, require_openssh
+from tests.support.federation import (
+    CONTEXT_COLS,
+    DIGEST,
+    FEEDER_DATA,
+    HOST_COLS,
+    SCHEMA,
+    Federation,
+    new_database,
+    sync,
+)
+from tests.support.sshd import AsyncsshServer, OpenSshServer, SshServer, keygen, require_openssh
 
 
 async def read_all(process: FeederProcess, chunk: int = 1 << 16) -> bytes:

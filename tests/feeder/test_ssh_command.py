@@ -19,10 +19,10 @@ from fedload.feeder.agent_options import AgentOptions
 from fedload.feeder.errors import AgentUsageError
 from fedload.feeder.ssh_command import AGENT_VERSION, PG_DUMP_VERSION, Allowlist, add_arguments, read_request
 from fedload.results import Outcome
-from tests.federation import CONTEXT_COLS, HOST_COLS, Federation, sync
 from tests.feeder.zipapp import build
-from tests.interpreters import python_named
-from tests.sshd import OpenSshServer, SshServer, require_openssh
+from tests.support.federation import CONTEXT_COLS, HOST_COLS, Federation, sync
+from tests.support.interpreters import python_named
+from tests.support.sshd import OpenSshServer, SshServer, require_openssh
 
 _PG_DUMP = "/usr/lib/postgresql/15/bin/pg_dump"
 

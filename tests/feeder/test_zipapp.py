@@ -16,9 +16,9 @@ import pytest
 from fedload import __version__
 from fedload.results import Outcome
 from fedload.stream import StreamDecoder
-from tests.federation import CONTEXT_COLS, HOST_COLS, Federation, sync, write_script
 from tests.feeder.zipapp import PYTHONS, build
-from tests.interpreters import python_named
+from tests.support.federation import CONTEXT_COLS, HOST_COLS, Federation, sync, write_script
+from tests.support.interpreters import python_named
 
 _HEAVY = ("pydantic", "asyncpg", "asyncssh", "structlog", "rich", "zstandard", "prometheus_client", "pglast", "tomlkit")
 

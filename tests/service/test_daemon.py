@@ -17,8 +17,8 @@ import pytest
 
 from fedload.results import Outcome
 from tests.conftest import Category
-from tests.fault_injection import sabotage_environment
-from tests.federation import (
+from tests.support.fault_injection import sabotage_environment
+from tests.support.federation import (
     AGENT,
     CONTEXT_COLS,
     HOST_COLS,
@@ -31,7 +31,7 @@ from tests.federation import (
     sync,
     write_script,
 )
-from tests.mid_copy import feeder_rows, mid_copy_agent, rows_in_flight
+from tests.support.mid_copy import feeder_rows, mid_copy_agent, rows_in_flight
 
 # Per feeder, the pause between a failed run's end and the next run's start, for each run that follows a failure.
 _PAUSES_AFTER_FAILURES = """

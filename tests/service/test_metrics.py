@@ -24,8 +24,8 @@ from fedload.config import parse_config
 from fedload.errors import ConfigError, ErrorKind
 from fedload.results import FeederRun, Outcome
 from fedload.service.metrics import DaemonMetrics, FeederState
-from tests.federation import DaemonProcess, Federation, config_toml, runs_exist, successes, sync, write_script
-from tests.shards import sharded, sharded_toml
+from tests.support.federation import DaemonProcess, Federation, config_toml, runs_exist, successes, sync, write_script
+from tests.support.shards import sharded, sharded_toml
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

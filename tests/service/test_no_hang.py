@@ -27,8 +27,8 @@ from fedload.service.workers import WorkerPool
 from fedload.superhub import kept_sessions
 from fedload.superhub.bookkeeping import Bookkeeping
 from fedload.superhub.kept_sessions import reused_session
-from tests.fault_injection import Fault, fault_environment
-from tests.federation import (
+from tests.support.fault_injection import Fault, fault_environment
+from tests.support.federation import (
     AGENT,
     HOST_COLS,
     DaemonProcess,

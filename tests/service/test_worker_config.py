@@ -11,7 +11,7 @@ from fedload.config import Config
 from fedload.results import Outcome
 from fedload.service.workers import WorkerPool, _Worker
 from fedload.superhub.bookkeeping import Bookkeeping
-from tests.federation import Federation, assert_feeders_equal_partitions, sync
+from tests.support.federation import Federation, assert_feeders_equal_partitions, sync
 
 
 def _with_workers(fed: Federation, count: int) -> Config:

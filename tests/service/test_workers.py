@@ -30,7 +30,7 @@ from fedload.service.workers import WorkerPool, _Worker
 from fedload.superhub import kept_sessions
 from fedload.superhub.bookkeeping import Bookkeeping
 from fedload.transport.command import transport_modules
-from tests.federation import (
+from tests.support.federation import (
     Federation,
     assert_feeders_equal_partitions,
     children_running,
@@ -40,7 +40,7 @@ from tests.federation import (
     sync,
     write_script,
 )
-from tests.mid_copy import feeder_rows, mid_copy_agent, rows_in_flight_soon
+from tests.support.mid_copy import feeder_rows, mid_copy_agent, rows_in_flight_soon
 
 WAIT_S = 30.0
 

@@ -24,7 +24,7 @@ from fedload.results import Outcome
 from fedload.stream import GzipDecoder, Header, StreamDecoder, StreamEncoder
 from fedload.superhub.pipeline import FeederRun
 from tests.conftest import Category
-from tests.federation import (
+from tests.support.federation import (
     CONTEXT_COLS,
     FEEDER_DATA,
     HOST_COLS,

@@ -13,8 +13,8 @@ from fedload.results import FeederRun, Outcome
 from fedload.service.sync import prepare_superhub, sync_feeders
 from fedload.superhub.bookkeeping import Bookkeeping
 from fedload.superhub.pipeline import sync_feeder
-from tests.federation import AGENT, Federation, write_script
-from tests.mid_copy import mid_copy_agent, rows_in_flight_soon
+from tests.support.federation import AGENT, Federation, write_script
+from tests.support.mid_copy import mid_copy_agent, rows_in_flight_soon
 
 _FEDLOAD_CONNECTIONS = (
     "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'fedload%' AND datname = current_database()"

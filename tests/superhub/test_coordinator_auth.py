@@ -15,9 +15,9 @@ from structlog.testing import capture_logs
 from fedload.config import Config, parse_config
 from fedload.localpg import LocalCluster
 from fedload.superhub.coordinator import build_coordinator
-from tests.fault_injection import sabotage_environment
-from tests.federation import DaemonProcess, Federation, config_toml, fedload, sync
-from tests.shards import COUNTS, require_postgres_fdw
+from tests.support.fault_injection import sabotage_environment
+from tests.support.federation import DaemonProcess, Federation, config_toml, fedload, sync
+from tests.support.shards import COUNTS, require_postgres_fdw
 
 READER, SECRET = "fdw_reader", "Pa55-word-of-the-reader"
 

@@ -18,8 +18,8 @@ from fedload.commands.admin import remove_feeder
 from fedload.config import Config, parse_config
 from fedload.service.coordinator_keeper import CoordinatorKeeper
 from fedload.superhub.coordinator import build_coordinator
-from tests.federation import Federation, sync
-from tests.shards import COUNTS, coord_int, coord_sql, shard_sql, with_coordinator
+from tests.support.federation import Federation, sync
+from tests.support.shards import COUNTS, coord_int, coord_sql, shard_sql, with_coordinator
 
 VIEWS = "SELECT string_agg(viewname, ',' ORDER BY viewname) FROM pg_views WHERE schemaname = 'fedload_export'"
 BUILDERS_LOCK = "SELECT pg_advisory_lock(1717920876, 1)"

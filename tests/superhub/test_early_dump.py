@@ -16,7 +16,7 @@ from fedload.results import Outcome
 from fedload.superhub import pipeline
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.session import feeder_lock
-from tests.federation import AGENT, Federation, sync, write_script
+from tests.support.federation import AGENT, Federation, sync, write_script
 
 HOLD_LOCK = "SELECT pg_advisory_lock(1717920876, hashtext('hub1')); SELECT pg_sleep(60) /* holding hub1 */;"
 

@@ -25,7 +25,7 @@ from fedload.localpg import LocalCluster
 from fedload.results import Outcome
 from fedload.superhub.pipeline import FeederRun, sync_feeder
 from tests.conftest import Category
-from tests.federation import (
+from tests.support.federation import (
     AGENT,
     CONTEXT_COLS,
     DIGEST,
@@ -42,8 +42,8 @@ from tests.federation import (
     sync,
     write_script,
 )
-from tests.mid_copy import HALF_STREAM_BYTES, grow, wait_rows_in_flight
-from tests.sshd import SshServer
+from tests.support.mid_copy import HALF_STREAM_BYTES, grow, wait_rows_in_flight
+from tests.support.sshd import SshServer
 
 GROWTH = (
     "INSERT INTO contexts (hostkey, contextname) SELECT 'SHA=' || g, md5(g::text) || md5(random()::text) "

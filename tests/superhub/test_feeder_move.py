@@ -24,8 +24,8 @@ from fedload.service.sync import sync_feeders
 from fedload.superhub.coordinator import build_coordinator, moving_feeders
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.runs import try_feeder_lock
-from tests.federation import Federation, fedload, sync
-from tests.shards import COUNTS, coord_int, coord_sql, shard_int, shard_sql, sharded_toml, with_coordinator
+from tests.support.federation import Federation, fedload, sync
+from tests.support.shards import COUNTS, coord_int, coord_sql, shard_int, shard_sql, sharded_toml, with_coordinator
 
 LAYOUT = {"s1": ["hub1", "hub2"], "s2": ["hub3"]}
 BEFORE, AFTER = "1:300,2:200,3:100", "1:300,2:201,3:100"  # hub2 gains a host before each move

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from fedload.localpg import LocalCluster
 from fedload.results import Outcome
 from fedload.superhub.literal_copy import CSV_NULL, CSV_QUOTE, copy_rows_pattern, csv_rows
-from tests.federation import Federation, assert_feeders_equal_partitions, sync
+from tests.support.federation import Federation, assert_feeders_equal_partitions, sync
 
 TIMEOUT_S = 30.0
 # (column, type as declared, type as fedload reads it: format_type without modifiers)

@@ -11,8 +11,8 @@ import pytest
 from fedload.commands.move import move_feeder
 from fedload.superhub import coordinator
 from fedload.superhub.schema import ParentTable
-from tests.federation import Federation
 from tests.superhub.test_feeder_move import AFTER, BEFORE, _moved_setup, _read_while
+from tests.support.federation import Federation
 
 
 def assert_seen_once(seen: list[str]) -> None:

@@ -10,7 +10,7 @@ from fedload.results import Outcome
 from fedload.superhub import parents_cache
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.schema import read_parents
-from tests.federation import Federation, sync
+from tests.support.federation import Federation, sync
 
 PATTERNS = [TablePattern("public.*")]
 # Each changes what read_parents returns (or its set of parents); applied in this order.

@@ -19,7 +19,7 @@ from fedload.service.sync import prepare_superhub, sync_feeders
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.schema import read_parents
 from tests.conftest import Category
-from tests.federation import (
+from tests.support.federation import (
     AGENT,
     CONTEXT_COLS,
     Federation,
@@ -32,7 +32,7 @@ from tests.federation import (
     sync,
     write_script,
 )
-from tests.mid_copy import feeder_rows, mid_copy_agent, rows_in_flight_soon
+from tests.support.mid_copy import feeder_rows, mid_copy_agent, rows_in_flight_soon
 
 
 @pytest.mark.parametrize("mode", ["copy", "inserts"])

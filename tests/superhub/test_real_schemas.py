@@ -23,8 +23,8 @@ from fedload.names import TableName, TablePattern
 from fedload.results import Outcome
 from fedload.superhub.pipeline import FeederRun
 from fedload.superhub.swap import _legacy_partition_name, partition_name
-from tests.federation import psql_int, sync, write_script
-from tests.sample_schema import FEEDER_SCHEMA, SAMPLE_DATA
+from tests.support.federation import psql_int, sync, write_script
+from tests.support.sample_schema import FEEDER_SCHEMA, SAMPLE_DATA
 
 _names = itertools.count()
 

@@ -19,8 +19,8 @@ from fedload.errors import ConfigError
 from fedload.localpg import LocalCluster
 from fedload.results import Outcome
 from fedload.superhub.schema_file import check_schema_file, create_parents_from_file, schema_file_refusals
-from tests import feature_schema
-from tests.federation import new_database, psql_bool, psql_int, sync
+from tests.support import feature_schema
+from tests.support.federation import new_database, psql_bool, psql_int, sync
 
 T = TypeVar("T")
 

@@ -12,8 +12,8 @@ import structlog
 from fedload.errors import ConfigError
 from fedload.localpg import LocalCluster, PgInstall
 from fedload.superhub.schema_file import check_schema_file, create_parents_from_file
-from tests.federation import new_database, psql_bool, psql_int
-from tests.sample_schema import FEEDER_SCHEMA
+from tests.support.federation import new_database, psql_bool, psql_int
+from tests.support.sample_schema import FEEDER_SCHEMA
 
 WANTED_OUT = {("public", "not_wanted")}
 

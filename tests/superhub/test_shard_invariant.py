@@ -17,8 +17,8 @@ import fedload.service.sync as sync_module
 from fedload.config import Config, parse_config
 from fedload.results import Outcome
 from fedload.service.sync import sync_feeders
-from tests.federation import DaemonProcess, Federation, sync
-from tests.shards import COUNTS, config_file, coord_sql, shard_sql, with_coordinator
+from tests.support.federation import DaemonProcess, Federation, sync
+from tests.support.shards import COUNTS, config_file, coord_sql, shard_sql, with_coordinator
 
 LAYOUT = {"s1": ["hub1", "hub2"], "s2": ["hub3"]}
 BEFORE, AFTER = "1:300,2:200,3:100", "1:300,2:201,3:100"  # hub2 gains a host: its rows tell its shard

@@ -15,8 +15,8 @@ from fedload.commands.admin import remove_feeder
 from fedload.commands.move import move_feeder
 from fedload.config import Config, load_config, parse_config
 from fedload.superhub.coordinator import CoordinatorReport, build_coordinator
-from tests.federation import Federation, sync
-from tests.shards import config_file, exactly_once, read_per_feeder, shard_int, shard_sql, with_coordinator
+from tests.support.federation import Federation, sync
+from tests.support.shards import config_file, exactly_once, read_per_feeder, shard_int, shard_sql, with_coordinator
 
 TYPED_SCHEMA = """
 CREATE TABLE public.hosts (hub_id {type} NOT NULL, hostkey text NOT NULL, name text, site text DEFAULT 'none',

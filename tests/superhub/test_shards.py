@@ -34,8 +34,8 @@ from fedload.superhub.coordinator import (
     server_options,
     user_mapping_options,
 )
-from tests.federation import HOST_COLS, DaemonProcess, Federation, fedload, sync
-from tests.shards import (
+from tests.support.federation import HOST_COLS, DaemonProcess, Federation, fedload, sync
+from tests.support.shards import (
     COUNTS,
     coord_int,
     coord_sql,

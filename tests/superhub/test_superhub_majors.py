@@ -7,7 +7,7 @@ import pytest
 from fedload.config import Config
 from fedload.localpg import LocalCluster
 from fedload.results import Outcome
-from tests.federation import CONTEXT_COLS, DIGEST, HOST_COLS, Federation, psql_int, sync
+from tests.support.federation import CONTEXT_COLS, DIGEST, HOST_COLS, Federation, psql_int, sync
 
 
 def on_superhub(fed: Federation, hub: LocalCluster, **feeder_overrides: object) -> Config:

@@ -23,7 +23,7 @@ from fedload.names import TableName
 from fedload.results import Outcome
 from fedload.superhub import blockers, pipeline, swap
 from fedload.superhub.pipeline import FeederRun
-from tests.federation import Federation, end_process, new_database, psql_int, staging_leftovers, sync
+from tests.support.federation import Federation, end_process, new_database, psql_int, staging_leftovers, sync
 
 LONG_QUERY = "SELECT count(*), pg_sleep(2) FROM hosts"
 # Per feeder, by its key, and per table, in one statement (one snapshot): "key:hosts:contexts". A feeder with no

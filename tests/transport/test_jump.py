@@ -23,8 +23,8 @@ from fedload.config import FeederConfig, SshConfig
 from fedload.errors import FeederAuthError, FeederHostKeyError, FeederUnreachableError
 from fedload.results import Outcome
 from fedload.transport.ssh import SshTransport
-from tests.federation import CONTEXT_COLS, DIGEST, HOST_COLS, Federation, sync
-from tests.sshd import SSHD, OpenSshServer, require_openssh
+from tests.support.federation import CONTEXT_COLS, DIGEST, HOST_COLS, Federation, sync
+from tests.support.sshd import SSHD, OpenSshServer, require_openssh
 
 FEEDER_ADDRESS, BASTION_ADDRESS = "127.0.0.2", "127.0.0.3"
 

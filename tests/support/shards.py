@@ -12,7 +12,7 @@ import tomlkit
 from fedload.config import Config, parse_config
 from fedload.localpg import LocalCluster
 from fedload.superhub.schema import key_literal
-from tests.federation import Federation, config_toml, psql_bool, psql_int
+from tests.support.federation import Federation, config_toml, psql_bool, psql_int
 
 
 def sharded(fed: Federation, layout: dict[str, list[str]], *, coordinator: str | None = None) -> Config:
