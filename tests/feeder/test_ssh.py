@@ -26,7 +26,6 @@ from fedload.results import Outcome
 from fedload.transport import FeederProcess, Transport
 from fedload.transport.local import LocalTransport
 from fedload.transport.ssh import SshTransport
-from tests.conftest import Category
 from tests.support.federation import (
     CONTEXT_COLS,
     DIGEST,
@@ -37,6 +36,7 @@ from tests.support.federation import (
     new_database,
     sync,
 )
+from tests.support.fix_tally import Category
 from tests.support.sshd import AsyncsshServer, OpenSshServer, SshServer, keygen, require_openssh
 
 

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from fedload.results import Outcome
-from tests.conftest import Category
 from tests.support.fault_injection import sabotage_environment
 from tests.support.federation import (
     AGENT,
@@ -31,6 +30,7 @@ from tests.support.federation import (
     sync,
     write_script,
 )
+from tests.support.fix_tally import Category
 from tests.support.mid_copy import feeder_rows, mid_copy_agent, rows_in_flight
 
 # Per feeder, the pause between a failed run's end and the next run's start, for each run that follows a failure.

@@ -23,7 +23,6 @@ from fedload.localpg import LocalCluster
 from fedload.results import Outcome
 from fedload.stream import GzipDecoder, Header, StreamDecoder, StreamEncoder
 from fedload.superhub.pipeline import FeederRun
-from tests.conftest import Category
 from tests.support.federation import (
     CONTEXT_COLS,
     FEEDER_DATA,
@@ -36,6 +35,7 @@ from tests.support.federation import (
     sync,
     write_script,
 )
+from tests.support.fix_tally import Category
 from transforms import DumpSyntaxError, Transformer, TransformError, TransformOptions
 
 DUMP_OPTIONS = {"copy": [], "inserts": ["--column-inserts"], "rows-per-insert": ["--rows-per-insert=7"]}

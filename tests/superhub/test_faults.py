@@ -24,7 +24,6 @@ from fedload.config import Config
 from fedload.localpg import LocalCluster
 from fedload.results import Outcome
 from fedload.superhub.pipeline import FeederRun, sync_feeder
-from tests.conftest import Category
 from tests.support.federation import (
     AGENT,
     CONTEXT_COLS,
@@ -42,6 +41,7 @@ from tests.support.federation import (
     sync,
     write_script,
 )
+from tests.support.fix_tally import Category
 from tests.support.mid_copy import HALF_STREAM_BYTES, grow, wait_rows_in_flight
 from tests.support.sshd import SshServer
 

@@ -18,7 +18,6 @@ from fedload.results import Outcome
 from fedload.service.sync import prepare_superhub, sync_feeders
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.schema import read_parents
-from tests.conftest import Category
 from tests.support.federation import (
     AGENT,
     CONTEXT_COLS,
@@ -32,6 +31,7 @@ from tests.support.federation import (
     sync,
     write_script,
 )
+from tests.support.fix_tally import Category
 from tests.support.mid_copy import feeder_rows, mid_copy_agent, rows_in_flight_soon
 
 
