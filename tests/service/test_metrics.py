@@ -144,7 +144,7 @@ def test_metrics_agree_with_the_run_history(
         "runs of both feeders",
         lambda: runs_exist(federation) and successes(federation, "hub2") >= 3 and failures(federation, "hub1") >= 2,
     )
-    samples = agreeing(daemon, federation, port)
+    samples = agreeing(daemon, federation, port)  # the series' labels are a contract: in their own words below
     assert samples["fedload_runs_total", (("feeder", "hub1"), ("outcome", "success"))] == 0
     assert samples["fedload_runs_total", (("feeder", "hub2"), ("outcome", "success"))] >= 3
     assert samples["fedload_run_failures_total", (("error_kind", ErrorKind.TRANSPORT), ("feeder", "hub1"))] >= 2
@@ -237,7 +237,7 @@ def test_a_busy_run_is_counted_as_busy_only() -> None:
     failed = FeederRun.failed("hub1", "unreachable", kind=ErrorKind.TRANSPORT, seconds=2.0)
     metrics.record_run(busy)
     metrics.record_run(failed)
-    value = metrics.registry.get_sample_value
+    value = metrics.registry.get_sample_value  # the series' labels are a contract: in their own words below
     assert value("fedload_runs_total", {"feeder": "hub1", "outcome": "busy"}) == 1
     assert value("fedload_runs_total", {"feeder": "hub1", "outcome": "failed"}) == 1
     assert value("fedload_runs_total", {"feeder": "hub1", "outcome": "success"}) == 0

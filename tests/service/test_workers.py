@@ -310,7 +310,7 @@ def test_fedload_sync_forks_its_workers_instead_of_starting_interpreters(federat
     with fedload_sync(cli_config(federation)) as sync_process:
         stdout, stderr = sync_process.communicate(timeout=120)
     assert sync_process.returncode == 0, stderr
-    assert [run["outcome"] for run in json.loads(stdout)] == ["success"] * 3
+    assert [run["outcome"] for run in json.loads(stdout)] == ["success"] * 3  # `sync --json`: a contract
     events = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
     (forked,) = [e["pids"] for e in events if e["event"] == "worker.forked"]
     assert len(forked) == 2

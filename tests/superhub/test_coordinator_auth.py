@@ -16,7 +16,7 @@ from fedload.config import Config, parse_config
 from fedload.localpg import LocalCluster
 from fedload.superhub.coordinator import build_coordinator
 from tests.support.fault_injection import sabotage_environment
-from tests.support.federation import DaemonProcess, Federation, config_toml, fedload, sync
+from tests.support.federation import DaemonProcess, Federation, config_toml, fedload, psql_bool, sync
 from tests.support.shards import COUNTS, require_postgres_fdw
 
 READER, SECRET = "fdw_reader", "Pa55-word-of-the-reader"
@@ -152,7 +152,7 @@ def exposed_by_a_failing_feeder(
     )
 
     def enough() -> bool:
-        if guarded.psql("SELECT to_regclass('fedload.runs') IS NOT NULL", dbname="sh").strip() != "t":
+        if not psql_bool(guarded, "SELECT to_regclass('fedload.runs') IS NOT NULL", "sh"):
             return False
         failed, succeeded = (int(n) for n in guarded.psql(runs, dbname="sh").strip().split(":"))
         return failed >= 2 and succeeded >= 1
