@@ -21,11 +21,11 @@ from typing import Any
 
 from rich.console import Console
 
+from fedload.commands.sync import sync_with_display
 from fedload.config import parse_config
 from fedload.english import counted
 from fedload.errors import ConfigError, FedloadError, UsageError
 from fedload.localpg import LocalCluster, PgInstall, search_installs
-from fedload.service.sync import sync_with_display
 
 __all__ = ["run_demo", "stop_demo"]
 
