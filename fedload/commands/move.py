@@ -30,7 +30,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedload.commands.admin import FeederBusyError, drop_feeder
 from fedload.config import Config, load_config
 from fedload.config_edit import set_feeder_shard
 from fedload.english import counted
@@ -39,6 +38,7 @@ from fedload.log import get_logger
 from fedload.results import FeederRun
 from fedload.superhub.coordinator import CoordinatorReport, build_coordinator, moving_feeders
 from fedload.superhub.pipeline import sync_feeder
+from fedload.superhub.removal import FeederBusyError, drop_feeder
 from fedload.superhub.runs import note_moved
 from fedload.superhub.session import superhub_session
 from fedload.superhub.shard_side import read_shard
