@@ -18,8 +18,8 @@ from fedload.english import counted
 from fedload.errors import UsageError
 from fedload.log import get_logger
 from fedload.names import TableName, TablePattern
+from fedload.superhub.bookkeeping import ensure_superhub
 from fedload.superhub.removal import drop_feeder, removable_tables
-from fedload.superhub.runs import ensure_superhub
 from fedload.superhub.session import superhub_session
 from fedload.superhub.swap import feeder_partition
 

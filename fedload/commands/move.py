@@ -36,10 +36,10 @@ from fedload.english import counted
 from fedload.errors import FedloadError, SuperhubError, UsageError
 from fedload.log import get_logger
 from fedload.results import FeederRun
+from fedload.superhub.bookkeeping import note_moved
 from fedload.superhub.coordinator import CoordinatorReport, build_coordinator, moving_feeders
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.removal import FeederBusyError, drop_feeder
-from fedload.superhub.runs import note_moved
 from fedload.superhub.session import superhub_session
 from fedload.superhub.shard_side import read_shard
 

@@ -18,7 +18,7 @@ from fedload.english import counted
 from fedload.errors import ErrorKind, FedloadError
 from fedload.log import get_logger
 from fedload.results import Outcome
-from fedload.superhub.runs import ensure_superhub
+from fedload.superhub.bookkeeping import ensure_superhub
 from fedload.superhub.session import superhub_session
 
 __all__ = ["FeederStatus", "read_status", "run_status"]

@@ -34,7 +34,7 @@ from fedload.service.coordinator_keeper import CoordinatorKeeper
 from fedload.service.daemon_metrics import DaemonMetricsService
 from fedload.service.schedule import FeederSchedule, after_failure, after_success, first_run
 from fedload.service.workers import worker_pool
-from fedload.superhub.bookkeeping import ShardHistories
+from fedload.superhub.bookkeeping.connection import ShardHistories
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.session import prepare_superhub
 

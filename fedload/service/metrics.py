@@ -2,8 +2,8 @@
 
 Counters and histograms count the runs this daemon finished (worker processes' runs too, once, in the main
 process), from its start. Gauges about a feeder's state (its last success and last run, the failures since) are
-read from `fedload.runs` (see `fedload.superhub.feeder_states`), so that they survive a restart and agree with
-`fedload status`. The registry is the daemon's own, never prometheus_client's global one; it also holds
+read from `fedload.runs` (see `fedload.superhub.bookkeeping.feeder_states`), so that they survive a restart and
+agree with `fedload status`. The registry is the daemon's own, never prometheus_client's global one; it also holds
 prometheus_client's standard collectors (`process_*`, `python_info`, `python_gc_*`).
 """
 
@@ -29,7 +29,7 @@ from prometheus_client import (
 from fedload import __version__
 from fedload.errors import ConfigError, ErrorKind
 from fedload.results import FeederRun, Outcome
-from fedload.superhub.feeder_states import FeederState
+from fedload.superhub.bookkeeping import FeederState
 
 __all__ = ["DaemonMetrics", "MetricsServer"]
 

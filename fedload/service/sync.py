@@ -12,7 +12,7 @@ from fedload.log import get_logger
 from fedload.results import FeederRun, ProgressCallback
 from fedload.service.coordinator_keeper import CoordinatorKeeper
 from fedload.service.workers import ForkedWorker, worker_pool
-from fedload.superhub.bookkeeping import ShardHistories
+from fedload.superhub.bookkeeping.connection import ShardHistories
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.session import prepare_superhub
 

@@ -26,11 +26,11 @@ from fedload.names import TableName
 from fedload.results import FeederRun, Outcome, Phase, Progress, ProgressCallback
 from fedload.stream import Header, Trailer
 from fedload.superhub import parents_cache
-from fedload.superhub.bookkeeping import Bookkeeping, RunHistory
+from fedload.superhub.bookkeeping import RunRecord, ensure_superhub, forget_rejects, moved_away
+from fedload.superhub.bookkeeping.connection import Bookkeeping, RunHistory
 from fedload.superhub.importer import Importer, ImportPolicy
 from fedload.superhub.kept_sessions import reused_session
 from fedload.superhub.receive import DumpReceiver
-from fedload.superhub.runs import RunRecord, ensure_superhub, forget_rejects, moved_away
 from fedload.superhub.schema import ParentTable, unmatched_patterns
 from fedload.superhub.session import (
     best_effort,

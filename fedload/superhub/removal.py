@@ -10,7 +10,7 @@ import asyncpg
 from fedload.config import Config
 from fedload.errors import FeederError, UsageError
 from fedload.names import TableName, TablePattern
-from fedload.superhub.runs import forget_feeder, note_moved
+from fedload.superhub.bookkeeping import forget_feeder, note_moved
 from fedload.superhub.schema import read_parents
 from fedload.superhub.session import feeder_lock, superhub_session
 from fedload.superhub.swap import drop_partitions

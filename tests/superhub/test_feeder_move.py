@@ -20,10 +20,10 @@ from fedload.config import Config, load_config
 from fedload.errors import ConfigError, ErrorKind, SuperhubError
 from fedload.results import FeederRun
 from fedload.service.sync import sync_feeders
+from fedload.superhub.bookkeeping import try_feeder_lock
 from fedload.superhub.coordinator import build_coordinator, moving_feeders
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.removal import drop_feeder
-from fedload.superhub.runs import try_feeder_lock
 from tests.federation import Federation, fedload, sync
 from tests.shards import COUNTS, coord_sql, shard_sql, sharded_toml, with_coordinator
 

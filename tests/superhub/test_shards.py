@@ -25,7 +25,7 @@ from fedload.names import TableName
 from fedload.service.daemon_metrics import DaemonMetricsService
 from fedload.service.metrics import DaemonMetrics
 from fedload.service.sync import sync_feeders
-from fedload.superhub.bookkeeping import ShardHistories
+from fedload.superhub.bookkeeping.connection import ShardHistories
 from fedload.superhub.coordinator import (
     CoordinatorReport,
     bound_keys,

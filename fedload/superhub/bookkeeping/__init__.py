@@ -1,0 +1,35 @@
+"""fedload's own tables on a superhub (`fedload.runs`, `fedload.rejects`, `fedload.schedule`, `fedload.moved`): every
+statement that creates, reads or writes them is in this package, and everyone else calls it.
+
+The one connection a sync or daemon shares for its bookkeeping is `fedload.superhub.bookkeeping.connection`, not
+re-exported here: it opens superhub sessions, and the session module itself uses these statements.
+"""
+
+from fedload.superhub.bookkeeping.feeder_states import FeederState, read_feeder_states
+from fedload.superhub.bookkeeping.runs import (
+    RunRecord,
+    ensure_superhub,
+    finish_run,
+    forget_feeder,
+    forget_rejects,
+    moved_away,
+    note_moved,
+    start_run,
+    try_feeder_lock,
+    unlock_feeder,
+)
+
+__all__ = [
+    "FeederState",
+    "RunRecord",
+    "ensure_superhub",
+    "finish_run",
+    "forget_feeder",
+    "forget_rejects",
+    "moved_away",
+    "note_moved",
+    "read_feeder_states",
+    "start_run",
+    "try_feeder_lock",
+    "unlock_feeder",
+]
