@@ -6,18 +6,12 @@ re-exported here: it opens superhub sessions, and the session module itself uses
 """
 
 from fedload.superhub.bookkeeping.feeder_states import FeederState, read_feeder_states
-from fedload.superhub.bookkeeping.runs import (
-    RunRecord,
-    ensure_superhub,
-    finish_run,
-    forget_feeder,
-    forget_rejects,
-    moved_away,
-    note_moved,
-    start_run,
-    try_feeder_lock,
-    unlock_feeder,
-)
+from fedload.superhub.bookkeeping.feeders import forget_feeder
+from fedload.superhub.bookkeeping.locks import try_feeder_lock, unlock_feeder
+from fedload.superhub.bookkeeping.moved import moved_away, note_moved
+from fedload.superhub.bookkeeping.rejects import forget_rejects
+from fedload.superhub.bookkeeping.runs import RunRecord, finish_run, start_run
+from fedload.superhub.bookkeeping.tables import ensure_superhub
 
 __all__ = [
     "FeederState",

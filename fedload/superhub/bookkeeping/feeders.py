@@ -1,0 +1,18 @@
+"""A feeder's whole bookkeeping: its run history, schedule and rejected rows."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from fedload.superhub.bookkeeping.rejects import forget_rejects
+
+__all__ = ["forget_feeder"]
+
+
+async def forget_feeder(conn: asyncpg.Connection, feeder: str) -> int:
+    """Delete the feeder's run history, schedule and rejected rows (after its removal); the runs deleted."""
+    async with conn.transaction():
+        await forget_rejects(conn, feeder)
+        await conn.execute("DELETE FROM fedload.schedule WHERE feeder = $1", feeder)
+        deleted: str = await conn.execute("DELETE FROM fedload.runs WHERE feeder = $1", feeder)
+    return int(deleted.rsplit(maxsplit=1)[-1])
