@@ -6,6 +6,7 @@ re-exported here: it opens superhub sessions, and the session module itself uses
 """
 
 from fedload.superhub.bookkeeping.feeder_states import FeederState, read_feeder_states
+from fedload.superhub.bookkeeping.feeder_status import FeederStatus, read_feeder_statuses
 from fedload.superhub.bookkeeping.feeders import forget_feeder
 from fedload.superhub.bookkeeping.locks import try_feeder_lock, unlock_feeder
 from fedload.superhub.bookkeeping.moved import moved_away, note_moved
@@ -15,6 +16,7 @@ from fedload.superhub.bookkeeping.tables import ensure_superhub
 
 __all__ = [
     "FeederState",
+    "FeederStatus",
     "RunRecord",
     "ensure_superhub",
     "finish_run",
@@ -23,6 +25,7 @@ __all__ = [
     "moved_away",
     "note_moved",
     "read_feeder_states",
+    "read_feeder_statuses",
     "start_run",
     "try_feeder_lock",
     "unlock_feeder",
