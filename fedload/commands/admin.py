@@ -18,7 +18,7 @@ from fedload.english import counted
 from fedload.errors import UsageError
 from fedload.log import get_logger
 from fedload.names import TableName, TablePattern
-from fedload.superhub.bookkeeping import ensure_superhub
+from fedload.superhub.bookkeeping import count_runs, ensure_superhub, known_feeders
 from fedload.superhub.removal import drop_feeder, removable_tables
 from fedload.superhub.session import superhub_session
 from fedload.superhub.swap import feeder_partition
@@ -26,7 +26,6 @@ from fedload.superhub.swap import feeder_partition
 __all__ = ["RemovalPlan", "remove_feeder"]
 
 log = get_logger()
-_KNOWN = "SELECT feeder FROM fedload.runs UNION SELECT feeder FROM fedload.schedule ORDER BY 1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,8 +55,8 @@ async def _plan(config: Config, name: str, only: Sequence[TablePattern]) -> Remo
         for table in await removable_tables(conn, config, only):
             if (partition := await feeder_partition(conn, table, name, key)) is not None:
                 partitions[table] = await conn.fetchval(f"SELECT count(*) FROM {partition}")  # noqa: S608
-        runs = await conn.fetchval("SELECT count(*) FROM fedload.runs WHERE feeder = $1", name)
-        known = sorted({*config.feeders, *(r["feeder"] for r in await conn.fetch(_KNOWN))})
+        runs = await count_runs(conn, name)
+        known = sorted({*config.feeders, *await known_feeders(conn)})
     return RemovalPlan(name, partitions, runs, whole=not only, known=known)
 
 

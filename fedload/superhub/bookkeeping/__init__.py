@@ -7,21 +7,23 @@ re-exported here: it opens superhub sessions, and the session module itself uses
 
 from fedload.superhub.bookkeeping.feeder_states import FeederState, read_feeder_states
 from fedload.superhub.bookkeeping.feeder_status import FeederStatus, read_feeder_statuses
-from fedload.superhub.bookkeeping.feeders import forget_feeder
+from fedload.superhub.bookkeeping.feeders import forget_feeder, known_feeders
 from fedload.superhub.bookkeeping.locks import try_feeder_lock, unlock_feeder
 from fedload.superhub.bookkeeping.moved import moved_away, note_moved
 from fedload.superhub.bookkeeping.rejects import forget_rejects
-from fedload.superhub.bookkeeping.runs import RunRecord, finish_run, start_run
+from fedload.superhub.bookkeeping.runs import RunRecord, count_runs, finish_run, start_run
 from fedload.superhub.bookkeeping.tables import ensure_superhub
 
 __all__ = [
     "FeederState",
     "FeederStatus",
     "RunRecord",
+    "count_runs",
     "ensure_superhub",
     "finish_run",
     "forget_feeder",
     "forget_rejects",
+    "known_feeders",
     "moved_away",
     "note_moved",
     "read_feeder_states",

@@ -6,7 +6,9 @@ import asyncpg
 
 from fedload.superhub.bookkeeping.rejects import forget_rejects
 
-__all__ = ["forget_feeder"]
+__all__ = ["forget_feeder", "known_feeders"]
+
+_KNOWN = "SELECT feeder FROM fedload.runs UNION SELECT feeder FROM fedload.schedule ORDER BY 1"
 
 
 async def forget_feeder(conn: asyncpg.Connection, feeder: str) -> int:
@@ -16,3 +18,8 @@ async def forget_feeder(conn: asyncpg.Connection, feeder: str) -> int:
         await conn.execute("DELETE FROM fedload.schedule WHERE feeder = $1", feeder)
         deleted: str = await conn.execute("DELETE FROM fedload.runs WHERE feeder = $1", feeder)
     return int(deleted.rsplit(maxsplit=1)[-1])
+
+
+async def known_feeders(conn: asyncpg.Connection) -> list[str]:
+    """The feeders the bookkeeping knows of (a run or a scheduled run), by name."""
+    return [record["feeder"] for record in await conn.fetch(_KNOWN)]

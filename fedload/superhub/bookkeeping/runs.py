@@ -12,7 +12,7 @@ import asyncpg
 from fedload.errors import ErrorKind
 from fedload.results import Outcome
 
-__all__ = ["RunRecord", "finish_run", "start_run"]
+__all__ = ["RunRecord", "count_runs", "finish_run", "start_run"]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -68,3 +68,9 @@ def _column_value(column: str, value: object) -> object:
     if column in _JSON_COLUMNS and value is not None:
         return json.dumps(value)
     return str(value) if isinstance(value, Outcome | ErrorKind) else value
+
+
+async def count_runs(conn: asyncpg.Connection, feeder: str) -> int:
+    """How many runs of the feeder the history holds."""
+    runs: int = await conn.fetchval("SELECT count(*) FROM fedload.runs WHERE feeder = $1", feeder)
+    return runs
