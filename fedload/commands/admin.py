@@ -19,9 +19,8 @@ from fedload.errors import UsageError
 from fedload.log import get_logger
 from fedload.names import TableName, TablePattern
 from fedload.superhub.bookkeeping import count_runs, ensure_superhub, known_feeders
-from fedload.superhub.removal import drop_feeder, removable_tables
+from fedload.superhub.removal import drop_feeder, partition_rows
 from fedload.superhub.session import superhub_session
-from fedload.superhub.swap import feeder_partition
 
 __all__ = ["RemovalPlan", "remove_feeder"]
 
@@ -47,14 +46,9 @@ class RemovalPlan:
 
 
 async def _plan(config: Config, name: str, only: Sequence[TablePattern]) -> RemovalPlan:
-    feeder = config.feeders.get(name)
-    key = feeder.key if feeder else None
     async with superhub_session(config) as conn:
         await ensure_superhub(conn)
-        partitions = {}
-        for table in await removable_tables(conn, config, only):
-            if (partition := await feeder_partition(conn, table, name, key)) is not None:
-                partitions[table] = await conn.fetchval(f"SELECT count(*) FROM {partition}")  # noqa: S608
+        partitions = await partition_rows(conn, config, name, only)
         runs = await count_runs(conn, name)
         known = sorted({*config.feeders, *await known_feeders(conn)})
     return RemovalPlan(name, partitions, runs, whole=not only, known=known)

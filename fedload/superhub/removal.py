@@ -13,16 +13,16 @@ from fedload.names import TableName, TablePattern
 from fedload.superhub.bookkeeping import forget_feeder, note_moved
 from fedload.superhub.schema import read_parents
 from fedload.superhub.session import feeder_lock, superhub_session
-from fedload.superhub.swap import drop_partitions
+from fedload.superhub.swap import drop_partitions, feeder_partition
 
-__all__ = ["FeederBusyError", "drop_feeder", "removable_tables"]
+__all__ = ["FeederBusyError", "drop_feeder", "partition_rows"]
 
 
 class FeederBusyError(FeederError):
     """The feeder's run lock is held: a run of it is under way."""
 
 
-async def removable_tables(conn: asyncpg.Connection, config: Config, only: Sequence[TablePattern]) -> list[TableName]:
+async def _removable_tables(conn: asyncpg.Connection, config: Config, only: Sequence[TablePattern]) -> list[TableName]:
     """The tables whose partitions of a feeder a removal drops: every parent, or those `only` matches (UsageError
     for a pattern that matches none)."""
     parents = await read_parents(conn, config.superhub.tables, config.superhub.feeder_key)
@@ -30,6 +30,19 @@ async def removable_tables(conn: asyncpg.Connection, config: Config, only: Seque
         names = ", ".join(map(str, unmatched))
         raise UsageError(f"--table {names} matches none of the superhub's tables (superhub.tables)")
     return sorted(t for t in parents if not only or any(p.matches(t) for p in only))
+
+
+async def partition_rows(
+    conn: asyncpg.Connection, config: Config, name: str, only: Sequence[TablePattern]
+) -> dict[TableName, int]:
+    """The feeder's partitions a removal would drop (of the `only` tables), with their rows."""
+    feeder = config.feeders.get(name)
+    key = feeder.key if feeder else None
+    partitions = {}
+    for table in await _removable_tables(conn, config, only):
+        if (partition := await feeder_partition(conn, table, name, key)) is not None:
+            partitions[table] = await conn.fetchval(f"SELECT count(*) FROM {partition}")  # noqa: S608
+    return partitions
 
 
 async def drop_feeder(
@@ -43,7 +56,7 @@ async def drop_feeder(
     async with superhub_session(config) as conn, feeder_lock(conn, name) as locked:
         if not locked:
             raise FeederBusyError(f"feeder {name} is being synced right now; try again when the run has finished")
-        tables = await removable_tables(conn, config, only)
+        tables = await _removable_tables(conn, config, only)
         async with conn.transaction():
             dropped = await drop_partitions(conn, tables, name, feeder.key if feeder else None)
             if only:
