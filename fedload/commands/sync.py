@@ -15,20 +15,16 @@ from fedload.commands.progress import dry_run_table, live_progress, summary_tabl
 from fedload.config import Config
 from fedload.errors import ConfigError, FedloadError, UsageError
 from fedload.log import get_logger
-from fedload.results import FeederRun, Outcome
+from fedload.results import FeederRun
 from fedload.service.sync import sync_feeders
 from fedload.service.workers import ForkedWorker, fork_workers, reap_forked
+from fedload.superhub.bookkeeping import has_history, last_sizes
 from fedload.superhub.session import superhub_session
 from fedload.transport.command import transport_modules
 
 __all__ = ["expected_sizes", "run_sync", "sync_with_display"]
 
 log = get_logger()
-
-_LAST_SIZES = """
-SELECT DISTINCT ON (feeder) feeder, raw_bytes FROM fedload.runs
-WHERE outcome = $2 AND feeder = ANY($1::text[]) AND raw_bytes > 0 ORDER BY feeder, finished_at DESC
-"""
 
 
 async def expected_sizes(config: Config, names: Sequence[str]) -> dict[str, int]:
@@ -38,9 +34,8 @@ async def expected_sizes(config: Config, names: Sequence[str]) -> dict[str, int]
     for shard, feeders in config.by_shard(names).items():
         try:
             async with superhub_session(config.for_shard(shard)) as conn:
-                if await conn.fetchval("SELECT to_regclass('fedload.runs')") is not None:
-                    records = await conn.fetch(_LAST_SIZES, feeders, Outcome.SUCCESS)
-                    sizes.update((r["feeder"], r["raw_bytes"]) for r in records)
+                if await has_history(conn):
+                    sizes.update(await last_sizes(conn, feeders))
         except FedloadError as exc:
             log.debug("sync.no_expected_sizes", shard=shard, error=str(exc))
     return sizes

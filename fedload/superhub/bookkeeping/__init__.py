@@ -11,8 +11,8 @@ from fedload.superhub.bookkeeping.feeders import forget_feeder, known_feeders
 from fedload.superhub.bookkeeping.locks import try_feeder_lock, unlock_feeder
 from fedload.superhub.bookkeeping.moved import moved_away, note_moved
 from fedload.superhub.bookkeeping.rejects import forget_rejects
-from fedload.superhub.bookkeeping.runs import RunRecord, count_runs, finish_run, start_run
-from fedload.superhub.bookkeeping.tables import ensure_superhub
+from fedload.superhub.bookkeeping.runs import RunRecord, count_runs, finish_run, last_sizes, start_run
+from fedload.superhub.bookkeeping.tables import ensure_superhub, has_history
 
 __all__ = [
     "FeederState",
@@ -23,7 +23,9 @@ __all__ = [
     "finish_run",
     "forget_feeder",
     "forget_rejects",
+    "has_history",
     "known_feeders",
+    "last_sizes",
     "moved_away",
     "note_moved",
     "read_feeder_states",

@@ -12,7 +12,7 @@ import asyncpg
 from fedload.errors import ErrorKind
 from fedload.results import Outcome
 
-__all__ = ["RunRecord", "count_runs", "finish_run", "start_run"]
+__all__ = ["RunRecord", "count_runs", "finish_run", "last_sizes", "start_run"]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -74,3 +74,14 @@ async def count_runs(conn: asyncpg.Connection, feeder: str) -> int:
     """How many runs of the feeder the history holds."""
     runs: int = await conn.fetchval("SELECT count(*) FROM fedload.runs WHERE feeder = $1", feeder)
     return runs
+
+
+_LAST_SIZES = """
+SELECT DISTINCT ON (feeder) feeder, raw_bytes FROM fedload.runs
+WHERE outcome = $2 AND feeder = ANY($1::text[]) AND raw_bytes > 0 ORDER BY feeder, finished_at DESC
+"""
+
+
+async def last_sizes(conn: asyncpg.Connection, feeders: list[str]) -> dict[str, int]:
+    """The bytes each of `feeders` sent in its last successful run (none for a feeder that sent none yet)."""
+    return {r["feeder"]: r["raw_bytes"] for r in await conn.fetch(_LAST_SIZES, feeders, Outcome.SUCCESS)}

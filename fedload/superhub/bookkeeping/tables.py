@@ -10,7 +10,7 @@ from fedload.results import RECORDED_OUTCOMES, Outcome
 from fedload.superhub.bookkeeping.locks import LOCK_CLASS
 from fedload.superhub.schema import PARTS_SCHEMA, STAGE_SCHEMA
 
-__all__ = ["ensure_superhub"]
+__all__ = ["ensure_superhub", "has_history"]
 
 _OUTCOMES_SQL = ", ".join(f"'{outcome}'" for outcome in RECORDED_OUTCOMES)
 _BOOTSTRAP = f"""
@@ -81,3 +81,8 @@ async def ensure_superhub(conn: asyncpg.Connection) -> None:
         return
     async with conn.transaction():
         await conn.execute(_BOOTSTRAP)
+
+
+async def has_history(conn: asyncpg.Connection) -> bool:
+    """Whether the superhub has fedload's run history (`fedload.runs`), without creating it."""
+    return await conn.fetchval("SELECT to_regclass('fedload.runs')") is not None
