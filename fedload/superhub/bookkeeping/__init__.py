@@ -10,7 +10,7 @@ from fedload.superhub.bookkeeping.feeder_status import FeederStatus, read_feeder
 from fedload.superhub.bookkeeping.feeders import forget_feeder, known_feeders
 from fedload.superhub.bookkeeping.locks import try_feeder_lock, unlock_feeder
 from fedload.superhub.bookkeeping.moved import moved_away, note_moved
-from fedload.superhub.bookkeeping.rejects import forget_rejects
+from fedload.superhub.bookkeeping.rejects import RejectedRow, forget_rejects, record_reject
 from fedload.superhub.bookkeeping.runs import RunRecord, count_runs, finish_run, last_sizes, start_run
 from fedload.superhub.bookkeeping.schedule import store_next_run
 from fedload.superhub.bookkeeping.tables import ensure_superhub, has_history
@@ -18,6 +18,7 @@ from fedload.superhub.bookkeeping.tables import ensure_superhub, has_history
 __all__ = [
     "FeederState",
     "FeederStatus",
+    "RejectedRow",
     "RunRecord",
     "count_runs",
     "ensure_superhub",
@@ -31,6 +32,7 @@ __all__ = [
     "note_moved",
     "read_feeder_states",
     "read_feeder_statuses",
+    "record_reject",
     "start_run",
     "store_next_run",
     "try_feeder_lock",
