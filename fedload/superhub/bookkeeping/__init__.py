@@ -11,11 +11,12 @@ from fedload.superhub.bookkeeping.feeders import forget_feeder, known_feeders
 from fedload.superhub.bookkeeping.locks import try_feeder_lock, unlock_feeder
 from fedload.superhub.bookkeeping.moved import moved_away, note_moved
 from fedload.superhub.bookkeeping.rejects import RejectedRow, forget_rejects, record_reject
-from fedload.superhub.bookkeeping.runs import RunRecord, count_runs, finish_run, last_sizes, start_run
+from fedload.superhub.bookkeeping.runs import RUNS_FOR_PEOPLE, RunRecord, count_runs, finish_run, last_sizes, start_run
 from fedload.superhub.bookkeeping.schedule import store_next_run
 from fedload.superhub.bookkeeping.tables import ensure_superhub, has_history
 
 __all__ = [
+    "RUNS_FOR_PEOPLE",
     "FeederState",
     "FeederStatus",
     "RejectedRow",

@@ -12,7 +12,12 @@ import asyncpg
 from fedload.errors import ErrorKind
 from fedload.results import Outcome
 
-__all__ = ["RunRecord", "count_runs", "finish_run", "last_sizes", "start_run"]
+__all__ = ["RUNS_FOR_PEOPLE", "RunRecord", "count_runs", "finish_run", "last_sizes", "start_run"]
+
+RUNS_FOR_PEOPLE = (  # for psql (`fedload demo` shows it): feeder, outcome, rows, seconds of each run
+    "SELECT feeder, outcome, (SELECT sum(value::bigint) FROM jsonb_each_text(rows)), "
+    "round(extract(epoch FROM finished_at - started_at), 1) FROM fedload.runs ORDER BY feeder"
+)
 
 
 @dataclass(slots=True, kw_only=True)
