@@ -9,7 +9,7 @@ from fedload.superhub.bookkeeping.feeder_states import FeederState, read_feeder_
 from fedload.superhub.bookkeeping.feeder_status import FeederStatus, read_feeder_statuses
 from fedload.superhub.bookkeeping.feeders import forget_feeder, known_feeders
 from fedload.superhub.bookkeeping.locks import try_feeder_lock, unlock_feeder
-from fedload.superhub.bookkeeping.moved import moved_away, note_moved
+from fedload.superhub.bookkeeping.moved import forget_move, moved_away, note_moved
 from fedload.superhub.bookkeeping.rejects import RejectedRow, forget_rejects, record_reject
 from fedload.superhub.bookkeeping.runs import RUNS_FOR_PEOPLE, RunRecord, count_runs, finish_run, last_sizes, start_run
 from fedload.superhub.bookkeeping.schedule import store_next_run
@@ -25,6 +25,7 @@ __all__ = [
     "ensure_superhub",
     "finish_run",
     "forget_feeder",
+    "forget_move",
     "forget_rejects",
     "has_history",
     "known_feeders",

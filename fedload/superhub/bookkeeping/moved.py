@@ -6,21 +6,23 @@ import asyncpg
 
 from fedload.errors import ConfigError
 
-__all__ = ["moved_away", "note_moved"]
+__all__ = ["forget_move", "moved_away", "note_moved"]
 
 
-async def note_moved(conn: asyncpg.Connection, feeder: str, to_shard: str | None) -> None:
+async def note_moved(conn: asyncpg.Connection, feeder: str, to_shard: str) -> None:
     """Record that the feeder moved away from this superhub to `to_shard` (`fedload feeder move`), so that a run of
-    it here, by a daemon whose configuration still names this shard, is refused; None: it may run here again."""
-    if to_shard is None:
-        await conn.execute("DELETE FROM fedload.moved WHERE feeder = $1", feeder)
-        return
+    it here, by a daemon whose configuration still names this shard, is refused."""
     await conn.execute(
         "INSERT INTO fedload.moved (feeder, to_shard) VALUES ($1, $2) "
         "ON CONFLICT (feeder) DO UPDATE SET to_shard = excluded.to_shard, moved_at = now()",
         feeder,
         to_shard,
     )
+
+
+async def forget_move(conn: asyncpg.Connection, feeder: str) -> None:
+    """Forget that the feeder moved away from this superhub: it may run here again (a move back)."""
+    await conn.execute("DELETE FROM fedload.moved WHERE feeder = $1", feeder)
 
 
 async def moved_away(conn: asyncpg.Connection, feeder: str) -> ConfigError | None:
