@@ -36,12 +36,12 @@ from fedload.english import counted
 from fedload.errors import FedloadError, SuperhubError, UsageError
 from fedload.log import get_logger
 from fedload.results import FeederRun
+from fedload.scaleout.coordinator import CoordinatorReport, build_coordinator, moving_feeders
+from fedload.scaleout.shard_side import read_shard
 from fedload.superhub.bookkeeping import forget_move
-from fedload.superhub.coordinator import CoordinatorReport, build_coordinator, moving_feeders
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.removal import FeederBusyError, drop_feeder
 from fedload.superhub.session import superhub_session
-from fedload.superhub.shard_side import read_shard
 
 __all__ = ["MoveError", "move_feeder"]
 

@@ -19,9 +19,9 @@ from fedload.commands.move import MoveError, move_feeder
 from fedload.config import Config, load_config
 from fedload.errors import ConfigError, ErrorKind, SuperhubError
 from fedload.results import FeederRun
+from fedload.scaleout.coordinator import build_coordinator, moving_feeders
 from fedload.service.sync import sync_feeders
 from fedload.superhub.bookkeeping import try_feeder_lock
-from fedload.superhub.coordinator import build_coordinator, moving_feeders
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.removal import drop_feeder
 from tests.federation import Federation, fedload, sync
