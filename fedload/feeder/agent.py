@@ -21,6 +21,7 @@ from fedload.feeder.agent_options import AgentOptions
 from fedload.feeder.compress import choose_compressor
 from fedload.feeder.errors import AgentError, AgentUsageError
 from fedload.feeder.logs import get_logger
+from fedload.feeder.passwords import without_passwords
 from fedload.feeder.wire import Header, StreamEncoder, dump_failure
 from transforms import Transformer, TransformError, TransformOptions, load_remap
 
@@ -108,7 +109,7 @@ def run_agent(options: AgentOptions, out: BinaryIO) -> int:
     header = Header(compressor.compression, options.dump_mode, __version__, version, list(options.tables))
     encoder = StreamEncoder(header, compressor.compress)
     argv = pg_dump_argv(options, _major(version))
-    log.debug("agent.dump_started", argv=argv, compressor=compressor.implementation)
+    log.debug("agent.dump_started", argv=[without_passwords(a) for a in argv], compressor=compressor.implementation)
     try:
         process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
     except OSError as exc:
