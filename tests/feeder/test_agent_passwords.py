@@ -16,9 +16,9 @@ import pytest
 def test_the_dump_started_event_hides_the_password(database: str) -> None:
     """`fedload agent dump -vv`: the debug event with pg_dump's command line says `***` where the password was (the
     dump then fails: no server there), and no line of stderr holds the password."""
+    agent = [sys.executable, "-m", "fedload", "agent", "dump", "-vv", "--log-format", "json"]
     result = subprocess.run(
-        [sys.executable, "-m", "fedload", "agent", "dump", "-vv", "--log-format", "json"]
-        + ["--database", database, "--table", "public.hosts", "--compression", "gzip"],
+        [*agent, "--database", database, "--table", "public.hosts", "--compression", "gzip"],
         capture_output=True,
         timeout=60,
         check=False,
