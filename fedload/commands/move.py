@@ -30,18 +30,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedload.commands.admin import FeederBusyError, drop_feeder
 from fedload.config import Config, load_config
 from fedload.config_edit import set_feeder_shard
 from fedload.english import counted
 from fedload.errors import FedloadError, SuperhubError, UsageError
 from fedload.log import get_logger
 from fedload.results import FeederRun
-from fedload.superhub.coordinator import CoordinatorReport, build_coordinator, moving_feeders
+from fedload.scaleout.coordinator import CoordinatorReport, build_coordinator, moving_feeders
+from fedload.scaleout.shard_side import read_shard
+from fedload.superhub.bookkeeping import forget_move
 from fedload.superhub.pipeline import sync_feeder
-from fedload.superhub.runs import note_moved
+from fedload.superhub.removal import FeederBusyError, drop_feeder
 from fedload.superhub.session import superhub_session
-from fedload.superhub.shard_side import read_shard
 
 __all__ = ["MoveError", "move_feeder"]
 
@@ -180,7 +180,7 @@ async def _build(move: _Move, step: str, *, failed: str, config: Config | None =
 async def _allow_on(move: _Move) -> None:
     """Forget an earlier move of the feeder away from the new shard, which would refuse its load there."""
     async with superhub_session(move.staged.for_shard(move.to)) as conn:
-        await note_moved(conn, move.name, None)
+        await forget_move(conn, move.name)
 
 
 async def _remove_from(move: _Move, shard: str) -> None:

@@ -37,9 +37,9 @@ from fedload.errors import ErrorKind, FedloadError, SuperhubError, internal_erro
 from fedload.log import configure_logging, get_logger
 from fedload.results import Progress
 from fedload.service._pipe import frame, receive
+from fedload.superhub.bookkeeping import RunRecord
 from fedload.superhub.kept_sessions import close_kept, keep_sessions
 from fedload.superhub.pipeline import sync_feeder
-from fedload.superhub.runs import RunRecord
 
 log = get_logger()
 

@@ -38,8 +38,8 @@ from fedload.errors import ErrorKind, FedloadError, WorkerError, internal_error
 from fedload.log import configured, get_logger, import_if_logging
 from fedload.results import FeederRun, Outcome, ProgressCallback
 from fedload.service._pipe import frame, receive
-from fedload.superhub.bookkeeping import RunHistory
-from fedload.superhub.runs import RunRecord
+from fedload.superhub.bookkeeping import RunRecord
+from fedload.superhub.bookkeeping.connection import RunHistory
 from fedload.superhub.session import best_effort
 from fedload.transport.command import transport_modules
 

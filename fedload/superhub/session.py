@@ -18,8 +18,8 @@ from fedload.config import Config
 from fedload.errors import ConfigError, DumpError, FedloadError, SuperhubError, internal_error, one_line
 from fedload.log import get_logger
 from fedload.names import TableName
+from fedload.superhub.bookkeeping import ensure_superhub, try_feeder_lock, unlock_feeder
 from fedload.superhub.rejects import is_bad_row
-from fedload.superhub.runs import ensure_superhub, try_feeder_lock, unlock_feeder
 
 __all__ = [
     "application_name",

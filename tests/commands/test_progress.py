@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from fedload.commands.progress import progress_row
-from fedload.service.sync import expected_sizes
+from fedload.commands.sync import expected_sizes
 from fedload.superhub.pipeline import Progress
 from tests.support.federation import Federation, config_toml, on_terminal, sync
 

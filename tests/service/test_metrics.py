@@ -23,7 +23,8 @@ from fedload import __version__
 from fedload.config import parse_config
 from fedload.errors import ConfigError, ErrorKind
 from fedload.results import FeederRun, Outcome
-from fedload.service.metrics import DaemonMetrics, FeederState
+from fedload.service.metrics import DaemonMetrics
+from fedload.superhub.bookkeeping import FeederState
 from tests.support.federation import DaemonProcess, Federation, config_toml, runs_exist, successes, sync, write_script
 from tests.support.shards import sharded, sharded_toml
 

@@ -25,7 +25,7 @@ from fedload.service import workers
 from fedload.service.sync import prepare_superhub
 from fedload.service.workers import WorkerPool
 from fedload.superhub import kept_sessions
-from fedload.superhub.bookkeeping import Bookkeeping
+from fedload.superhub.bookkeeping.connection import Bookkeeping
 from fedload.superhub.kept_sessions import reused_session
 from tests.support.fault_injection import Fault, fault_environment
 from tests.support.federation import (

@@ -10,7 +10,7 @@ import pytest
 from fedload.config import Config
 from fedload.results import Outcome
 from fedload.service.workers import WorkerPool, _Worker
-from fedload.superhub.bookkeeping import Bookkeeping
+from fedload.superhub.bookkeeping.connection import Bookkeeping
 from tests.support.federation import Federation, assert_feeders_equal_partitions, sync
 
 

@@ -11,7 +11,7 @@ import pytest
 from fedload.config import Config
 from fedload.results import FeederRun, Outcome
 from fedload.service.sync import prepare_superhub, sync_feeders
-from fedload.superhub.bookkeeping import Bookkeeping
+from fedload.superhub.bookkeeping.connection import Bookkeeping
 from fedload.superhub.pipeline import sync_feeder
 from tests.support.federation import AGENT, Federation, write_script
 from tests.support.mid_copy import mid_copy_agent, rows_in_flight_soon

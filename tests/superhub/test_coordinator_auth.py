@@ -14,7 +14,7 @@ from structlog.testing import capture_logs
 
 from fedload.config import Config, parse_config
 from fedload.localpg import LocalCluster
-from fedload.superhub.coordinator import build_coordinator
+from fedload.scaleout.coordinator import build_coordinator
 from tests.support.fault_injection import sabotage_environment
 from tests.support.federation import DaemonProcess, Federation, config_toml, fedload, psql_bool, sync
 from tests.support.shards import COUNTS, require_postgres_fdw

@@ -22,10 +22,7 @@ from fedload.errors import ConfigError, SuperhubError
 from fedload.localpg import LocalCluster
 from fedload.names import TableName
 from fedload.results import Outcome
-from fedload.service.daemon_metrics import DaemonMetricsService
-from fedload.service.sync import sync_feeders
-from fedload.superhub.bookkeeping import ShardHistories
-from fedload.superhub.coordinator import (
+from fedload.scaleout.coordinator import (
     CoordinatorReport,
     bound_keys,
     bound_sql,
@@ -34,6 +31,9 @@ from fedload.superhub.coordinator import (
     server_options,
     user_mapping_options,
 )
+from fedload.service.daemon_metrics import DaemonMetricsService
+from fedload.service.sync import sync_feeders
+from fedload.superhub.bookkeeping.connection import ShardHistories
 from tests.support.federation import HOST_COLS, DaemonProcess, Federation, fedload, sync
 from tests.support.shards import (
     COUNTS,

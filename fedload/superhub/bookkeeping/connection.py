@@ -16,7 +16,7 @@ from typing import Protocol, TypeVar
 import asyncpg
 
 from fedload.config import Config
-from fedload.superhub.runs import RunRecord, finish_run, start_run
+from fedload.superhub.bookkeeping.runs import RunRecord, finish_run, start_run
 from fedload.superhub.session import close_superhub, connect_superhub, superhub_errors
 
 __all__ = ["Bookkeeping", "RunHistory", "ShardHistories"]
