@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from fedload.config import Config
+from fedload.service._pipe import Run, ToWorker
 from fedload.service.workers import WorkerPool, _Worker
 from fedload.superhub.bookkeeping import Bookkeeping
 from tests.federation import Federation, assert_feeders_equal_partitions, sync
@@ -29,10 +30,10 @@ def test_a_worker_gets_the_configuration_once_per_configuration(
     sent: list[Any] = []
     original = _Worker.send
 
-    def recording(worker: _Worker, *message: Any) -> None:
-        if message[0] == "run":
-            sent.append(message[2])
-        original(worker, *message)
+    def recording(worker: _Worker, message: ToWorker) -> None:
+        if isinstance(message, Run):
+            sent.append(message.config)
+        original(worker, message)
 
     monkeypatch.setattr(_Worker, "send", recording)
     first = _with_workers(federation, 1)

@@ -22,7 +22,7 @@ from fedload.config import Config, SshConfig, parse_config
 from fedload.errors import ConfigError
 from fedload.results import FeederRun
 from fedload.service import workers
-from fedload.service._pipe import frame
+from fedload.service._pipe import Cancel, Cancelled, Crashed, Done, Run, frame
 from fedload.service.sync import prepare_superhub, sync_feeders
 from fedload.service.worker import PROCESS_NAME
 from fedload.service.workers import WorkerPool, _Worker
@@ -168,26 +168,26 @@ def test_cancelling_a_run_cancels_it_in_its_worker(federation: Federation) -> No
 
 
 def test_a_run_cancelled_before_it_starts_in_its_worker_is_still_answered(federation: Federation) -> None:
-    """ "run" and "cancel" read in one go, so that the run's task is cancelled before its first step: the worker
-    still answers "cancelled" at once (it used to answer nothing, and the parent waited CANCEL_WAIT_S to kill it,
+    """`Run` and `Cancel` read in one go, so that the run's task is cancelled before its first step: the worker
+    still answers `Cancelled` at once (it used to answer nothing, and the parent waited CANCEL_WAIT_S to kill it,
     which made a daemon stopped just after a run began take over 30 s)."""
 
     async def run_then_cancel() -> tuple[Any, Any]:
         worker = await _Worker.start()
         try:
-            run, cancel = frame(("run", "hub1", federation.config(), False)), frame(("cancel",))
+            run, cancel = frame(Run("hub1", federation.config(), False)), frame(Cancel())
             worker._writer.write(run + cancel)  # one write: the worker reads both before the run's task has a step
             answer = await asyncio.wait_for(worker.inbox.get(), 10)
-            worker.send("run", "hub1", federation.config(), True)  # and it serves the next run (a dry one)
-            while (after := await asyncio.wait_for(worker.inbox.get(), WAIT_S))[0] not in ("done", "crashed"):
+            worker.send(Run("hub1", federation.config(), True))  # and it serves the next run (a dry one)
+            while not isinstance(after := await asyncio.wait_for(worker.inbox.get(), WAIT_S), Done | Crashed):
                 pass
             return answer, after
         finally:
             await worker.close()
 
     answer, after = asyncio.run(run_then_cancel())
-    assert answer == ("cancelled",)
-    assert (after[0], after[1].outcome if after[0] == "done" else after) == ("done", "success")
+    assert answer == Cancelled()
+    assert (after.result.outcome if isinstance(after, Done) else after) == "success"
 
 
 def test_a_run_cancelled_while_its_worker_starts_leaves_no_process(
@@ -530,7 +530,7 @@ def test_a_kept_session_whose_reset_fails_in_any_way_is_replaced(
 _CTRL_C_WHILE_A_WORKER_STARTS = """
 import asyncio, os, signal
 signal.signal(signal.SIGINT, lambda *_: None)
-from fedload.service._pipe import frame
+from fedload.service._pipe import Cancel, Cancelled, Crashed, Done, Run, frame
 from fedload.service import workers
 from fedload.service.workers import WorkerPool, _Worker
 
