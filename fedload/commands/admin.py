@@ -20,6 +20,7 @@ from fedload.english import counted
 from fedload.errors import FeederError, UsageError
 from fedload.log import get_logger
 from fedload.names import TableName, TablePattern
+from fedload.superhub.job import superhub_target
 from fedload.superhub.runs import ensure_superhub, forget_feeder, note_moved
 from fedload.superhub.schema import read_parents
 from fedload.superhub.session import feeder_lock, superhub_session
@@ -61,10 +62,10 @@ async def _tables(conn: asyncpg.Connection, config: Config, only: Sequence[Table
     return sorted(t for t in parents if not only or any(p.matches(t) for p in only))
 
 
-async def _plan(config: Config, name: str, only: Sequence[TablePattern]) -> RemovalPlan:
+async def _plan(config: Config, shard: str | None, name: str, only: Sequence[TablePattern]) -> RemovalPlan:
     feeder = config.feeders.get(name)
     key = feeder.key if feeder else None
-    async with superhub_session(config) as conn:
+    async with superhub_session(superhub_target(config, shard)) as conn:
         await ensure_superhub(conn)
         partitions = {}
         for table in await _tables(conn, config, only):
@@ -76,14 +77,15 @@ async def _plan(config: Config, name: str, only: Sequence[TablePattern]) -> Remo
 
 
 async def drop_feeder(
-    config: Config, name: str, only: Sequence[TablePattern] = (), *, moved_to: str | None = None
+    config: Config, shard: str | None, name: str, only: Sequence[TablePattern] = (), *, moved_to: str | None = None
 ) -> tuple[dict[TableName, int], int]:
-    """Under the feeder's run lock, drop its partitions (of the `only` tables) and, for the whole feeder, forget its
-    history; `moved_to`: note there that it moved to that shard (`fedload feeder move`). All in one transaction:
-    a crash or an error leaves the feeder as it was, never its partitions gone and its history kept. The
-    partitions dropped with their rows, and the runs forgotten. FeederBusyError while a run of it holds the lock."""
+    """Under the feeder's run lock, on `shard`'s superhub (None: the one), drop its partitions (of the `only` tables)
+    and, for the whole feeder, forget its history; `moved_to`: note there that it moved to that shard (`fedload
+    feeder move`). All in one transaction: a crash or an error leaves the feeder as it was, never its partitions
+    gone and its history kept. The partitions dropped with their rows, and the runs forgotten. FeederBusyError
+    while a run of it holds the lock."""
     feeder = config.feeders.get(name)
-    async with superhub_session(config) as conn, feeder_lock(conn, name) as locked:
+    async with superhub_session(superhub_target(config, shard)) as conn, feeder_lock(conn, name) as locked:
         if not locked:
             raise FeederBusyError(f"feeder {name} is being synced right now; try again when the run has finished")
         tables = await _tables(conn, config, only)
@@ -107,23 +109,23 @@ def _check_known(plan: RemovalPlan, config: Config) -> None:
     )
 
 
-def _on_shard(config: Config, name: str, only: Sequence[TablePattern], shard: str | None) -> Config:
-    """The configuration of the superhub to remove feeder `name` from (see `remove_feeder`)."""
+def _on_shard(config: Config, name: str, only: Sequence[TablePattern], shard: str | None) -> str | None:
+    """The shard to remove feeder `name` from (see `remove_feeder`); None without shards."""
     if not config.shards:
         if shard is not None:
             raise UsageError(f"--shard {shard}: the configuration has no [shards]")
-        return config
+        return None
     if shard is not None:
         if shard not in config.shards:
             raise UsageError(f"unknown shard {shard}; shards: {', '.join(config.shards)}")
-        return config.for_shard(shard)
+        return shard
     if name in config.feeders:
-        return config.for_feeder(name)
-    plans = {s: asyncio.run(_plan(config.for_shard(s), name, only)) for s in config.shards}
+        return config.feeders[name].shard
+    plans = {s: asyncio.run(_plan(config, s, name, only)) for s in config.shards}
     holding = [s for s, plan in plans.items() if plan.partitions or plan.runs]
     if len(holding) > 1:
         raise UsageError(f"feeder {name} is on shards {', '.join(holding)}: say which with --shard")
-    return config.for_shard(holding[0] if holding else next(iter(config.shards)))
+    return holding[0] if holding else next(iter(config.shards))
 
 
 def _confirmed(plan: RemovalPlan, ask: Callable[[str], str]) -> bool:
@@ -149,8 +151,8 @@ def remove_feeder(
     terminal unless `yes`; 0 when done, 1 when the person declined. Works whether or not the feeder is still
     configured; UsageError for a feeder nobody knows, or for no terminal and no `yes`. With shards, on `shard`,
     by default the feeder's own, or for a feeder no longer configured the one shard that holds it."""
-    config = _on_shard(config, name, only, shard)
-    plan = asyncio.run(_plan(config, name, only))
+    shard = _on_shard(config, name, only, shard)
+    plan = asyncio.run(_plan(config, shard, name, only))
     _check_known(plan, config)
     if not yes:
         if not sys.stdin.isatty():
@@ -158,7 +160,7 @@ def remove_feeder(
         if not _confirmed(plan, ask):
             print(f"feeder {name}: nothing removed")
             return 1
-    dropped, runs = asyncio.run(drop_feeder(config, name, only))
+    dropped, runs = asyncio.run(drop_feeder(config, shard, name, only))
     log.info("feeder.removed", feeder=name, tables=[str(t) for t in dropped], runs_forgotten=runs)
     _report(config, name, only, dropped, runs)
     return 0

@@ -18,8 +18,9 @@ from fedload.english import counted
 from fedload.errors import ErrorKind, FedloadError
 from fedload.log import get_logger
 from fedload.results import Outcome
+from fedload.superhub.job import superhub_target
 from fedload.superhub.runs import ensure_superhub
-from fedload.superhub.session import superhub_session
+from fedload.superhub.session import SuperhubTarget, superhub_session
 
 __all__ = ["FeederStatus", "read_status", "run_status"]
 
@@ -94,13 +95,14 @@ _STARVED_AFTER = 2
 async def read_status(config: Config) -> list[FeederStatus]:
     """The status of every feeder that is configured or has history; with shards, read from each shard's history
     (a feeder is configured on its own shard only)."""
+    stale_after_s = config.superhub.stale_after_s
     if not config.shards:
-        return await _read_status(config, list(config.feeders), None)
+        return await _read_status(superhub_target(config), list(config.feeders), None, stale_after_s)
     statuses = []
     for shard in config.shards:
         names = config.by_shard().get(shard, [])
         try:
-            statuses += await _read_status(config.for_shard(shard), names, shard)
+            statuses += await _read_status(superhub_target(config, shard), names, shard, stale_after_s)
         except FedloadError as exc:  # the other shards' feeders are still shown; this one's say why they are not
             log.warning("status.shard_unreachable", shard=shard, error=str(exc))
             statuses += [_unreachable(name, shard, exc) for name in names]
@@ -127,11 +129,13 @@ def _unreachable(feeder: str, shard: str, exc: FedloadError) -> FeederStatus:
     )
 
 
-async def _read_status(config: Config, names: list[str], shard: str | None) -> list[FeederStatus]:
-    async with superhub_session(config) as conn:
+async def _read_status(
+    superhub: SuperhubTarget, names: list[str], shard: str | None, stale_after_s: float
+) -> list[FeederStatus]:
+    async with superhub_session(superhub) as conn:
         await ensure_superhub(conn)
         records = await conn.fetch(_QUERY, names, Outcome.SUCCESS, Outcome.RUNNING)
-    return [_status(r, config.superhub.stale_after_s, shard) for r in records]
+    return [_status(r, stale_after_s, shard) for r in records]
 
 
 def _status(r: asyncpg.Record, stale_after_s: float, shard: str | None = None) -> FeederStatus:

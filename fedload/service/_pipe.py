@@ -15,9 +15,9 @@ import asyncio
 import pickle
 from dataclasses import dataclass
 
-from fedload.config import Config
 from fedload.errors import ErrorKind
 from fedload.results import FeederRun, Progress
+from fedload.superhub.job import Job
 from fedload.superhub.runs import RunRecord
 
 __all__ = [
@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 _HEADER = 4
-_MAX_MESSAGE = 64 << 20  # a run's result or config is kilobytes: anything larger is a bug
+_MAX_MESSAGE = 64 << 20  # a run's job or result is kilobytes: anything larger is a bug
 
 
 # From the parent to a worker.
@@ -48,10 +48,9 @@ _MAX_MESSAGE = 64 << 20  # a run's result or config is kilobytes: anything large
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    """Sync one feeder; `config` None: the configuration of the worker's last run (sent once, not at every run)."""
+    """Sync one feeder: its job is all the worker reads of the configuration, and no larger with more feeders."""
 
-    feeder: str
-    config: Config | None
+    job: Job
     dry_run: bool
 
 

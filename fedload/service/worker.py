@@ -25,7 +25,6 @@ import traceback
 from pathlib import Path
 from typing import NoReturn
 
-from fedload.config import Config
 from fedload.errors import FedloadError, SuperhubError, internal_error
 from fedload.log import configure_logging, get_logger
 from fedload.results import Progress
@@ -47,6 +46,7 @@ from fedload.service._pipe import (
 from fedload.superhub.kept_sessions import close_kept, keep_sessions
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.runs import RunRecord
+from fedload.superhub.session import SuperhubTarget
 
 log = get_logger()
 
@@ -63,14 +63,14 @@ class _ParentHistory:
         self._ids = itertools.count()
         self.waiting: dict[int, asyncio.Future[int | None]] = {}
 
-    async def start_run(self, config: Config, feeder: str) -> int:
-        del config  # the parent's own configuration says where the history is
+    async def start_run(self, superhub: SuperhubTarget, feeder: str) -> int:
+        del superhub  # the parent's run knows its job's
         run_id = await self._ask(StartRun(next(self._ids), feeder))
         assert run_id is not None
         return run_id
 
-    async def finish_run(self, config: Config, run_id: int, record: RunRecord) -> None:
-        del config
+    async def finish_run(self, superhub: SuperhubTarget, run_id: int, record: RunRecord) -> None:
+        del superhub
         await self._ask(FinishRun(next(self._ids), run_id, record))
 
     def answer(self, answer: HistoryWritten | HistoryFailed) -> None:
@@ -131,14 +131,12 @@ async def _serve(fd: int) -> None:
     reader, writer = await asyncio.open_unix_connection(sock=socket.socket(fileno=fd))
     history = _ParentHistory(writer)
     run: asyncio.Task[None] | None = None
-    config: Config | None = None  # the last configuration the parent sent
     writer.write(frame(Ready()))
     try:
         while True:
             match await for_worker(reader):
                 case Run() as request:
-                    config = request.config or config
-                    run = _start_run(run, writer, history, request, config)
+                    run = _start_run(run, writer, history, request)
                 case HistoryWritten() | HistoryFailed() as answer:
                     history.answer(answer)
                 case Cancel() if run is not None:
@@ -154,21 +152,14 @@ async def _serve(fd: int) -> None:
 
 
 def _start_run(
-    run: asyncio.Task[None] | None,
-    writer: asyncio.StreamWriter,
-    history: _ParentHistory,
-    request: Run,
-    config: Config | None,
+    run: asyncio.Task[None] | None, writer: asyncio.StreamWriter, history: _ParentHistory, request: Run
 ) -> asyncio.Task[None] | None:
     """The task of the run the parent asks for; refused (as crashed) while another run is under way."""
     if run is not None and not run.done():
-        log.error("worker.busy", feeder=request.feeder)
+        log.error("worker.busy", feeder=request.job.name)
         writer.write(frame(Crashed("the worker process is still running another feeder's run")))
         return run
-    if config is None:  # a bug of the parent's: it never sent a configuration
-        writer.write(frame(Crashed("the worker process was asked for a run without a configuration")))
-        return run
-    run = asyncio.create_task(_run(writer, history, request.feeder, config, request.dry_run))
+    run = asyncio.create_task(_run(writer, history, request))
     run.add_done_callback(functools.partial(_answer_cancelled, writer))
     return run
 
@@ -180,14 +171,15 @@ def _answer_cancelled(writer: asyncio.StreamWriter, run: asyncio.Task[None]) -> 
         writer.write(frame(Cancelled()))
 
 
-async def _run(writer: asyncio.StreamWriter, history: _ParentHistory, feeder: str, config: Config, dry: bool) -> None:
-    """Run one feeder and tell the parent how it ended, whatever happened: `done` or `crashed` (and, through
-    `_answer_cancelled`, `cancelled`)."""
+async def _run(writer: asyncio.StreamWriter, history: _ParentHistory, request: Run) -> None:
+    """Run one feeder and tell the parent how it ended, whatever happened: `Done` or `Crashed` (and, through
+    `_answer_cancelled`, `Cancelled`)."""
+    job, progress = request.job, _Progress(writer)
     try:
-        result = await sync_feeder(feeder, config, progress=_Progress(writer), dry_run=dry, history=history)
+        result = await sync_feeder(job, progress=progress, dry_run=request.dry_run, history=history)
         message = frame(Done(result))
     except Exception as exc:  # sync_feeder reports failures: this is a bug, and the parent must know
-        log.error("worker.run_crashed", feeder=feeder, exc_info=exc)
+        log.error("worker.run_crashed", feeder=job.name, exc_info=exc)
         message = frame(Crashed(internal_error(exc)))
     writer.write(message)
     with contextlib.suppress(ConnectionError):  # the parent has gone: nobody is left to tell

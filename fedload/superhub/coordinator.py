@@ -37,6 +37,7 @@ from fedload.errors import ConfigError, FedloadError, SuperhubError
 from fedload.log import get_logger
 from fedload.names import TableName
 from fedload.superhub.fdw_dsn import SERVER_OPTIONS, dsn_problems, fdw_options
+from fedload.superhub.job import coordinator_target
 from fedload.superhub.placement import Placement, place
 from fedload.superhub.schema import Column, ParentTable, ident, qualified
 from fedload.superhub.session import superhub_session
@@ -157,10 +158,7 @@ def _options(options: Mapping[str, str]) -> str:
 
 def _session(config: Config) -> contextlib.AbstractAsyncContextManager[asyncpg.Connection]:
     """A session on the coordinator (its errors are SuperhubErrors, as a superhub's)."""
-    if config.coordinator is None:
-        raise ConfigError("there is no [coordinator] section")
-    superhub = config.superhub.model_copy(update={"dsn": config.coordinator.dsn})
-    return superhub_session(config.model_copy(update={"superhub": superhub}), "coordinator")
+    return superhub_session(coordinator_target(config), "coordinator")
 
 
 @contextlib.asynccontextmanager
