@@ -37,8 +37,8 @@ from fedload.config import Config, load_config, parse_config
 from fedload.localpg import LocalCluster
 from fedload.log import configure_logging
 from fedload.names import TableName
+from fedload.scaleout.coordinator import FDW_SCHEMA, build_coordinator, foreign_partition_name
 from fedload.service.sync import sync_feeders
-from fedload.superhub.coordinator import FDW_SCHEMA, build_coordinator, foreign_partition_name
 
 SHARD_SQL = """
 CREATE SCHEMA fedload_parts;

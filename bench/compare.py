@@ -219,29 +219,40 @@ def scale_once(setup: Setup, side: Side, rep: int, samples: Samples) -> list[str
     dsn = setup.superhub.dsn(db)
     python = side.argv("1" if setup.pin else None)
     server = common.postmaster_pid(setup.superhub)
-    cpu_before = common.tree_cpu_seconds(server)
+    feeder_servers = [common.postmaster_pid(cluster) for cluster in setup.feeders.clusters]
+    cpu_before, feeders_before = common.tree_cpu_seconds(server), _cpu(feeder_servers)
     first = bench_scale.run_round(config, dsn, setup.count, 1, None, python=python, cwd=side.tree)
-    cpu_first = common.tree_cpu_seconds(server)
+    cpu_first, feeders_first = common.tree_cpu_seconds(server), _cpu(feeder_servers) - feeders_before
     got = bench_scale.superhub_counts(setup.superhub, db)
     problems = [*first.failures, *bench_scale.check_counts(f"{side.name} rep {rep} round 1", got, old)]
     toggle(setup.feeders, changed, on=True)
     try:
-        cpu_before_second = common.tree_cpu_seconds(server)
+        cpu_before_second, feeders_before = common.tree_cpu_seconds(server), _cpu(feeder_servers)
         second = bench_scale.run_round(config, dsn, setup.count, 2, (old, new), python=python, cwd=side.tree)
         cpu_second = common.tree_cpu_seconds(server) - cpu_before_second
+        feeders_second = _cpu(feeder_servers) - feeders_before
     finally:
         toggle(setup.feeders, changed, on=False)
     got = bench_scale.superhub_counts(setup.superhub, db)
     problems += [*second.failures, *bench_scale.check_counts(f"{side.name} rep {rep} round 2", got, new)]
     problems += [f"{side.name} rep {rep} torn total: {t}" for t in second.seen.torn]
     setup.superhub.psql(f"DROP DATABASE {db} WITH (FORCE)")
-    for r, server_cpu in ((first, cpu_first - cpu_before), (second, cpu_second)):
+    for r, server_cpu, feeders_cpu in (
+        (first, cpu_first - cpu_before, feeders_first),
+        (second, cpu_second, feeders_second),
+    ):
         samples.add(f"round {r.number} s", r.seconds)
         samples.add(f"round {r.number} CPU s (sync+agents)", r.cpu_s)
         samples.add(f"round {r.number} superhub server CPU s", server_cpu)
+        samples.add(f"round {r.number} feeder servers CPU s", feeders_cpu)
     samples.add("round 2 reader p99 ms", bench_scale.percentile(second.seen.latencies_s, 99) * 1000)
     print(f"  {side.name} rep {rep}: round 1 {first.seconds:.2f} s, round 2 {second.seconds:.2f} s", flush=True)
     return [f"{side.name} rep {rep}: {p}" for p in problems]
+
+
+def _cpu(postmasters: Sequence[int]) -> float:
+    """CPU seconds of these servers' process trees (pg_dump's backends, once they exit, included)."""
+    return sum(common.tree_cpu_seconds(pid) for pid in postmasters)
 
 
 def dump_once(setup: Setup, side: Side, samples: Samples) -> list[str]:

@@ -112,7 +112,7 @@ SABOTAGES = (
     Sabotage(
         "filter-view-removed",
         "a moving feeder is read from one shard at every moment",
-        "fedload/superhub/coordinator.py",
+        "fedload/scaleout/coordinator.py",
         "if self.placement.reads[shard].filtered:",
         "if False:",
         ("tests/superhub/test_feeder_move.py::test_a_feeder_moved_while_readers_run",),

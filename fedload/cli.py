@@ -57,6 +57,14 @@ def _run_transform(args: argparse.Namespace) -> int:
     return transforms.cli.run(args)
 
 
+def _run_agent(words: list[str]) -> int:
+    """`fedload agent dump|ssh-command ...` as the superhub sends it, through the agent's own parser: a run pays
+    neither the whole command line's parser nor the imports of the superhub's commands, once per feeder and run."""
+    from fedload.feeder.main import main as agent_main  # noqa: PLC0415
+
+    return agent_main(words, prog="fedload agent")
+
+
 def _run_agent_dump(args: argparse.Namespace) -> int:
     from fedload.feeder.main import run_dump  # noqa: PLC0415 - keep other commands' start-up light
 
@@ -299,7 +307,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `fedload` command: exit 0 success, 1 the job failed, 2 usage or configuration error."""
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    if words[:2] in (["agent", "dump"], ["agent", "ssh-command"]):
+        return _run_agent(words)
+    args = build_parser().parse_args(words)
     run: Command = args.run
     try:
         return run(args)

@@ -17,7 +17,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from fedload.errors import ConfigError
 from fedload.names import TablePattern
-from fedload.superhub.fdw_dsn import dsn_problems
+from fedload.scaleout.fdw_dsn import dsn_problems
 
 __all__ = [
     "DEFAULT_CONFIG_PATHS",

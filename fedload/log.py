@@ -20,10 +20,11 @@ import contextlib
 import fcntl
 import logging
 import os
-import re
 import sys
 from collections.abc import Iterator
 from typing import Any
+
+from fedload.feeder.passwords import without_passwords
 
 __all__ = [
     "LOG_FORMATS",
@@ -40,16 +41,6 @@ _LEVELS = logging.getLevelNamesMapping()
 _configured = {"level": "warning", "log_format": "auto"}
 _threshold = [logging.NOTSET]  # the configured level; NOTSET until configure_logging (structlog's default)
 _applied = [True]  # False while a configure_logging call waits for structlog's import
-
-
-# A libpq connection string's password: keyword `password=value` (quoted or not, also in a URI's query), or a URI's
-# `user:password@`.
-_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&']+)|(://[^:/@\s]*:)[^\s/]*@", re.IGNORECASE)
-
-
-def without_passwords(text: str) -> str:
-    """`text` with every connection string password in it replaced by `***`: for command lines that are logged."""
-    return _PASSWORD.sub(lambda m: f"{m[1]}***" if m[1] else f"{m[3]}***@", text)
 
 
 def pick_level(*, verbose: int = 0, configured: str = "info") -> str:

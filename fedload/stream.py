@@ -16,12 +16,16 @@ from __future__ import annotations
 import hashlib
 import json
 import zlib
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import zstandard
 
 from fedload import __version__
 from fedload.errors import DumpError
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
+
 from fedload.feeder.wire import (
     FORMAT_VERSION,
     FRAME_HEAD,
@@ -203,14 +207,27 @@ def _check_versions(header: bytes, feeder: str) -> None:
         )
 
 
+_ADAPTERS: dict[type, TypeAdapter[object]] = {}
+
+
+def _adapter(kind: type[_T]) -> TypeAdapter[_T]:
+    """The validator of a frame's dataclass, built once per process: building one costs a few milliseconds of
+    pydantic's schema generation, which every run paid twice (header and trailer)."""
+    from pydantic import TypeAdapter  # noqa: PLC0415 - only the receiver needs pydantic
+
+    if kind not in _ADAPTERS:
+        _ADAPTERS[kind] = TypeAdapter(kind)
+    return cast("TypeAdapter[_T]", _ADAPTERS[kind])
+
+
 def _parse(kind: type[_T], payload: bytes, what: str) -> _T:
     """Validate a header or trailer frame's JSON against its dataclass."""
-    from pydantic import TypeAdapter, ValidationError  # noqa: PLC0415 - only the receiver needs pydantic
+    from pydantic import ValidationError  # noqa: PLC0415 - only the receiver needs pydantic
 
     if len(payload) > _MAX_JSON_BYTES:
         raise DumpError(f"the stream's {what} is larger than {_MAX_JSON_BYTES} bytes")
     try:
-        return TypeAdapter(kind).validate_json(payload, strict=True)
+        return _adapter(kind).validate_json(payload, strict=True)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])

@@ -37,12 +37,12 @@ from fedload.english import counted
 from fedload.errors import FedloadError, SuperhubError, UsageError
 from fedload.log import get_logger
 from fedload.results import FeederRun
-from fedload.superhub.coordinator import CoordinatorReport, build_coordinator, moving_feeders
+from fedload.scaleout.coordinator import CoordinatorReport, build_coordinator, moving_feeders
+from fedload.scaleout.shard_side import read_shard
 from fedload.superhub.job import feeder_job, superhub_target
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.runs import note_moved
 from fedload.superhub.session import superhub_session
-from fedload.superhub.shard_side import read_shard
 
 __all__ = ["MoveError", "move_feeder"]
 

@@ -21,6 +21,7 @@ from fedload.feeder.agent_options import AgentOptions
 from fedload.feeder.compress import choose_compressor
 from fedload.feeder.errors import AgentError, AgentUsageError
 from fedload.feeder.logs import get_logger
+from fedload.feeder.passwords import without_passwords
 from fedload.feeder.wire import Header, StreamEncoder, dump_failure
 from transforms import Transformer, TransformError, TransformOptions, load_remap
 
@@ -36,20 +37,36 @@ _SERVER_VERSION = re.compile(rb"^-- Dumped from database version (\S+)", re.MULT
 log = get_logger()
 
 
-def pg_dump_argv(options: AgentOptions) -> list[str]:
-    """The pg_dump command line: data only, plain format, the configured tables."""
+# Objects a data-only dump never writes, whose catalogs pg_dump would still read unless told not to: comments
+# (pg_description, the largest of its catalog queries on a small database), security labels, publications and
+# subscriptions. About 40% of the feeder server's time per dump of a small database; the output is the same.
+_UNWRITTEN = ("--no-comments", "--no-security-labels", "--no-publications", "--no-subscriptions")
+_UNWRITTEN_SINCE_MAJOR = 11  # --no-comments is the newest of them
+
+
+def pg_dump_argv(options: AgentOptions, pg_dump_major: int | None = None) -> list[str]:
+    """The pg_dump command line: data only, plain format, the configured tables; with pg_dump's major version
+    known (11 or later), also the flags that spare it reading catalogs a data-only dump never writes."""
     mode = ["--column-inserts"] if options.dump_mode == "inserts" else []
+    skipped = _UNWRITTEN if pg_dump_major is not None and pg_dump_major >= _UNWRITTEN_SINCE_MAJOR else ()
     tables = [f"--table={pattern}" for pattern in options.tables]
     return [
         options.pg_dump,
         "--data-only",
         "--no-password",
         "--encoding=UTF8",
+        *skipped,
         *mode,
         *tables,
         *options.pg_dump_args,
         f"--dbname={options.database}",
     ]
+
+
+def _major(version: str) -> int | None:
+    """15 for "15.20", 9 for "9.6.24", None for what is not a version."""
+    head = version.split(".", 1)[0]
+    return int(head) if head.isdigit() else None
 
 
 def _pg_dump_version(pg_dump: str) -> str:
@@ -88,12 +105,11 @@ def run_agent(options: AgentOptions, out: BinaryIO) -> int:
     """
     transform = _transform_options(options)
     compressor = choose_compressor(options.compression)
-    header = Header(
-        compressor.compression, options.dump_mode, __version__, _pg_dump_version(options.pg_dump), list(options.tables)
-    )
+    version = _pg_dump_version(options.pg_dump)
+    header = Header(compressor.compression, options.dump_mode, __version__, version, list(options.tables))
     encoder = StreamEncoder(header, compressor.compress)
-    argv = pg_dump_argv(options)
-    log.debug("agent.dump_started", argv=argv, compressor=compressor.implementation)
+    argv = pg_dump_argv(options, _major(version))
+    log.debug("agent.dump_started", argv=[without_passwords(a) for a in argv], compressor=compressor.implementation)
     try:
         process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
     except OSError as exc:

@@ -109,9 +109,10 @@ def build_parser(prog: str = "fedload-agent.pyz") -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The zipapp's entry point: 0 success, 1 the dump failed, 2 usage error or a refused request."""
+def main(argv: list[str] | None = None, prog: str = "fedload-agent.pyz") -> int:
+    """The zipapp's entry point, and `fedload agent dump|ssh-command`'s (prog "fedload agent"): 0 success, 1 the
+    dump failed, 2 usage error or a refused request."""
     words = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(words[1:] if words[:1] == ["agent"] else words)
+    args = build_parser(prog).parse_args(words[1:] if words[:1] == ["agent"] else words)
     run: Callable[[argparse.Namespace], int] = args.run
     return run(args)

@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterable
 from fedload.config import Config
 from fedload.errors import ErrorKind, FedloadError, internal_error
 from fedload.log import get_logger
-from fedload.superhub.coordinator import CoordinatorReport, build_coordinator
-from fedload.superhub.shard_side import read_shard
+from fedload.scaleout.coordinator import CoordinatorReport, build_coordinator
+from fedload.scaleout.shard_side import read_shard
 
 __all__ = ["CoordinatorKeeper"]
 

@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 
 from fedload.config import Config, parse_config
 from fedload.localpg import LocalCluster, find_installs
-from fedload.superhub.coordinator import build_coordinator
+from fedload.scaleout.coordinator import build_coordinator
 from tests.fault_injection import sabotage_environment
 from tests.federation import DaemonProcess, Federation, config_toml, fedload, sync
 from tests.shards import COUNTS, require_postgres_fdw

@@ -13,11 +13,11 @@ import asyncpg
 import pytest
 from structlog.testing import capture_logs
 
-import fedload.superhub.coordinator as coordinator_module
+import fedload.scaleout.coordinator as coordinator_module
 from fedload.commands.admin import remove_feeder
 from fedload.config import Config, parse_config
+from fedload.scaleout.coordinator import build_coordinator
 from fedload.service.coordinator_keeper import CoordinatorKeeper
-from fedload.superhub.coordinator import build_coordinator
 from tests.federation import Federation, sync
 from tests.shards import COUNTS, coord_sql, shard_sql, with_coordinator
 

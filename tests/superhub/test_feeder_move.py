@@ -20,8 +20,8 @@ from fedload.commands.move import MoveError, move_feeder
 from fedload.config import Config, load_config
 from fedload.errors import ConfigError, ErrorKind, SuperhubError
 from fedload.results import FeederRun
+from fedload.scaleout.coordinator import build_coordinator, moving_feeders
 from fedload.service.sync import sync_feeders
-from fedload.superhub.coordinator import build_coordinator, moving_feeders
 from fedload.superhub.job import Job
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.runs import try_feeder_lock

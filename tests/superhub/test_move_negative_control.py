@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from fedload.commands.move import move_feeder
-from fedload.superhub import coordinator
+from fedload.scaleout import coordinator
 from fedload.superhub.schema import ParentTable
 from tests.federation import Federation
 from tests.superhub.test_feeder_move import AFTER, BEFORE, _moved_setup, _read_while

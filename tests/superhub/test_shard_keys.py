@@ -14,7 +14,7 @@ from structlog.testing import capture_logs
 from fedload.commands.admin import remove_feeder
 from fedload.commands.move import move_feeder
 from fedload.config import Config, load_config, parse_config
-from fedload.superhub.coordinator import CoordinatorReport, build_coordinator
+from fedload.scaleout.coordinator import CoordinatorReport, build_coordinator
 from tests.federation import Federation, sync
 from tests.shards import config_file, exactly_once, read_per_feeder, shard_sql, with_coordinator
 

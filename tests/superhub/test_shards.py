@@ -22,11 +22,7 @@ from fedload.config import Config, CoordinatorConfig, parse_config
 from fedload.errors import ConfigError, SuperhubError
 from fedload.localpg import LocalCluster, find_installs
 from fedload.names import TableName
-from fedload.service.daemon_metrics import DaemonMetricsService
-from fedload.service.metrics import DaemonMetrics
-from fedload.service.sync import sync_feeders
-from fedload.superhub.bookkeeping import ShardHistories
-from fedload.superhub.coordinator import (
+from fedload.scaleout.coordinator import (
     CoordinatorReport,
     bound_keys,
     bound_sql,
@@ -35,6 +31,10 @@ from fedload.superhub.coordinator import (
     server_options,
     user_mapping_options,
 )
+from fedload.service.daemon_metrics import DaemonMetricsService
+from fedload.service.metrics import DaemonMetrics
+from fedload.service.sync import sync_feeders
+from fedload.superhub.bookkeeping import ShardHistories
 from fedload.superhub.job import feeder_job, feeder_jobs, parents_spec, superhub_target, superhub_targets
 from fedload.superhub.session import SuperhubTarget
 from tests.federation import HOST_COLS, DaemonProcess, Federation, fedload, require_major, sync

@@ -1,13 +1,4 @@
-"""The superhub's schema file: read a feeder's `pg_dump --schema-only` output and build partitioned parents from it.
-
-The file is parsed with PostgreSQL's own grammar (pglast, libpg_query) and never run: each statement executed is
-built from the parse tree by fedload (`fedload.superhub._schema_build`) and written back by pglast's deparser,
-checked to parse back to the same tree. Created: the extensions, enums, domains and sequences the wanted tables use,
-and each wanted table partitioned BY LIST on the feeder key, with everything that shapes its rows as written
-(identity, NOT NULLs named or not; defaults; collations; generated columns, stored or virtual; CHECKs, NOT VALID and
-NOT ENFORCED as written; primary keys, unique and exclusion constraints, WITHOUT OVERLAPS, widened by the feeder
-key; indexes with their operator classes). Everything else (views, materialized views, foreign keys, functions,
-triggers, rules, policies, publications, grants, owners, comments...) is left out and listed in one warning."""
+"""The schema file as a whole: read and checked, and the parents it defines that a superhub lacks, created."""
 
 from __future__ import annotations
 
@@ -20,9 +11,9 @@ import asyncpg
 
 from fedload.errors import ConfigError
 from fedload.log import get_logger
-from fedload.superhub._schema_build import Step, plan_tables, superhub_problems, table_steps
-from fedload.superhub._schema_model import LeftOut, Problem, SchemaFile, Table
-from fedload.superhub._schema_read import read_statements
+from fedload.superhub.schema_file.build import Step, plan_tables, superhub_problems, table_steps
+from fedload.superhub.schema_file.model import LeftOut, Problem, SchemaFile, Table
+from fedload.superhub.schema_file.read import read_statements
 
 __all__ = ["SchemaFile", "check_schema_file", "create_parents_from_file", "read_schema_file", "schema_file_refusals"]
 

@@ -10,8 +10,8 @@ from pglast import ast, enums, parse_sql
 from pglast.parser import ParseError
 
 from fedload.names import DEFAULT_SCHEMA
-from fedload.superhub._schema_model import Extension, LeftOut, Placed, Problem, SchemaFile, Table, names
-from fedload.superhub._schema_needs import check_types
+from fedload.superhub.schema_file.model import Extension, LeftOut, Placed, Problem, SchemaFile, Table, names
+from fedload.superhub.schema_file.needs import check_types
 from transforms import DumpSplitter, DumpSyntaxError, MetaCommand, Statement
 
 __all__ = ["read_statements"]

@@ -12,9 +12,9 @@ from pglast import ast, enums, parse_sql
 from pglast.parser import ParseError
 from pglast.stream import RawStream
 
-from fedload.superhub._schema_model import Placed, Problem, SchemaFile, Table, names
-from fedload.superhub._schema_needs import clauses, extensions_used, sequences_used, types_used
 from fedload.superhub.schema import ident, qualified
+from fedload.superhub.schema_file.model import Placed, Problem, SchemaFile, Table, names
+from fedload.superhub.schema_file.needs import clauses, extensions_used, sequences_used, types_used
 
 __all__ = ["Step", "plan_tables", "superhub_problems", "table_steps"]
 

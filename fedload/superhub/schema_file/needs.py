@@ -10,7 +10,7 @@ from pglast import ast, enums, parse_sql
 from pglast.parser import ParseError
 
 from fedload.names import DEFAULT_SCHEMA
-from fedload.superhub._schema_model import Problem, SchemaFile, Table, names
+from fedload.superhub.schema_file.model import Problem, SchemaFile, Table, names
 
 __all__ = ["check_types", "clauses", "extensions_used", "sequences_used", "types_used", "walk"]
 

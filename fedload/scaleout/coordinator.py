@@ -36,12 +36,9 @@ from fedload.config import Config, CoordinatorConfig
 from fedload.errors import ConfigError, FedloadError, SuperhubError
 from fedload.log import get_logger
 from fedload.names import TableName
-from fedload.superhub.fdw_dsn import SERVER_OPTIONS, dsn_problems, fdw_options
-from fedload.superhub.job import coordinator_target
-from fedload.superhub.placement import Placement, place
-from fedload.superhub.schema import Column, ParentTable, ident, qualified
-from fedload.superhub.session import superhub_session
-from fedload.superhub.shard_side import (
+from fedload.scaleout.fdw_dsn import SERVER_OPTIONS, dsn_problems, fdw_options
+from fedload.scaleout.placement import Placement, place
+from fedload.scaleout.shard_side import (
     EXPORT_SCHEMA,
     ShardState,
     bound_keys,
@@ -53,6 +50,9 @@ from fedload.superhub.shard_side import (
     read_shard,
     text_key,
 )
+from fedload.superhub.job import coordinator_target
+from fedload.superhub.schema import Column, ParentTable, ident, qualified
+from fedload.superhub.session import superhub_session
 
 __all__ = [
     "FDW_SCHEMA",

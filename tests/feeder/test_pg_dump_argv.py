@@ -1,0 +1,49 @@
+"""pg_dump's command line: the flags that spare a data-only dump the catalogs it never writes change nothing in it."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from fedload.feeder.agent import pg_dump_argv
+from fedload.feeder.agent_options import AgentOptions
+from tests.federation import Federation
+
+SKIPPED = {"--no-comments", "--no-security-labels", "--no-publications", "--no-subscriptions"}
+
+
+@pytest.mark.parametrize(("major", "skips"), [(None, False), (9, False), (10, False), (11, True), (18, True)])
+def test_the_flags_go_to_pg_dump_11_and_later_only(major: int | None, skips: bool) -> None:
+    """pg_dump 11 added --no-comments: older or unknown versions get none of the flags, 11 and later all four."""
+    argv = pg_dump_argv(AgentOptions(database="db", tables=["public.t"]), major)
+    assert (set(argv) >= SKIPPED) if skips else SKIPPED.isdisjoint(argv)
+
+
+def _dump(argv: list[str]) -> list[str]:
+    """The dump's lines, without psql's \\restrict key, which pg_dump draws anew for every dump."""
+    result = subprocess.run(argv, capture_output=True, check=True, text=True, timeout=60)
+    return [line for line in result.stdout.splitlines() if not line.startswith(("\\restrict", "\\unrestrict"))]
+
+
+@pytest.mark.parametrize("mode", ["copy", "inserts"])
+def test_the_flags_leave_the_dump_unchanged(federation: Federation, mode: str) -> None:
+    """With a commented table, a commented column and a publication in the feeder database, the dump with the flags
+    is line for line the dump without them: the objects they skip are never in a data-only dump."""
+    database = federation.feeders["hub3"]
+    federation.cluster.psql(
+        "COMMENT ON TABLE hosts IS 'the hosts'; COMMENT ON COLUMN hosts.hostkey IS 'its key';"
+        "CREATE PUBLICATION everything FOR ALL TABLES;",
+        database,
+    )
+    options = AgentOptions(
+        database=federation.cluster.conninfo(database),
+        tables=["public.hosts", "public.contexts"],
+        dump_mode=mode,
+        pg_dump=federation.cluster.install.tool("pg_dump"),
+    )
+    with_flags, without = pg_dump_argv(options, 15), pg_dump_argv(options)
+    assert set(with_flags) >= SKIPPED
+    dumped = _dump(with_flags)
+    assert dumped == _dump(without)
+    assert any(line.startswith(("COPY public.hosts", "INSERT INTO public.hosts")) for line in dumped)
