@@ -24,7 +24,7 @@ from fedload.errors import ConfigError
 from fedload.names import TableName
 from fedload.superhub.job import parents_spec, superhub_target
 from fedload.superhub.schema import ParentTable, ident, key_literal, qualified, read_parents
-from fedload.superhub.session import setup_superhub, superhub_session
+from fedload.superhub.session import SuperhubTarget, setup_superhub, superhub_session
 
 __all__ = [
     "EXPORT_SCHEMA",
@@ -200,11 +200,11 @@ async def create_filter_views(
     return names
 
 
-async def drop_filter_views(config: Config, shard: str, keep: Set[str]) -> tuple[list[str], list[str]]:
+async def drop_filter_views(shard: SuperhubTarget, keep: Set[str]) -> tuple[list[str], list[str]]:
     """Drop the shard's filter views but those in `keep` (which foreign partitions read); the ones dropped, and
     those left because a session still used them past a short lock timeout (a later build drops them)."""
     dropped, busy = [], []
-    async with superhub_session(superhub_target(config, shard), "coordinator") as conn:
+    async with superhub_session(shard, "coordinator") as conn:
         for (name,) in await conn.fetch(_VIEWS, EXPORT_SCHEMA):
             if name in keep:
                 continue
