@@ -102,7 +102,7 @@ def _add_agent_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def _run_sync(args: argparse.Namespace) -> int:
-    from fedload.service.sync import run_sync  # noqa: PLC0415 - asyncpg only where the superhub is used
+    from fedload.commands.sync import run_sync  # noqa: PLC0415 - asyncpg only where the superhub is used
 
     config = _config(args)
     _logging(args, config.log_level)

@@ -126,11 +126,12 @@ SABOTAGES: dict[str, Callable[[], None]] = {
 
 
 def _patch(fault: Fault, setattr_: Patch) -> None:
-    from fedload.superhub import bookkeeping, pipeline  # noqa: PLC0415 - only where a fault is injected
+    from fedload.superhub import pipeline  # noqa: PLC0415 - only where a fault is injected
+    from fedload.superhub.bookkeeping import connection  # noqa: PLC0415
     from fedload.superhub.importer import Importer  # noqa: PLC0415
 
     run: Any = pipeline  # the names the pipeline imported, as it calls them
-    history: Any = bookkeeping
+    history: Any = connection
     target, error = fault.feeder, fault.exception()
     if fault.stage == "connect":
         setattr_(run, "reused_session", _failing_for(run.reused_session, target, error, argument=1))

@@ -13,27 +13,19 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import asyncpg
-
 from fedload.config import Config
 from fedload.english import counted
-from fedload.errors import FeederError, UsageError
+from fedload.errors import UsageError
 from fedload.log import get_logger
 from fedload.names import TableName, TablePattern
-from fedload.superhub.job import superhub_target
-from fedload.superhub.runs import ensure_superhub, forget_feeder, note_moved
-from fedload.superhub.schema import read_parents
-from fedload.superhub.session import feeder_lock, superhub_session
-from fedload.superhub.swap import drop_partitions, feeder_partition
+from fedload.superhub.bookkeeping import count_runs, ensure_superhub, known_feeders
+from fedload.superhub.job import parents_spec, superhub_target
+from fedload.superhub.removal import drop_feeder, partition_rows
+from fedload.superhub.session import superhub_session
 
-__all__ = ["FeederBusyError", "RemovalPlan", "drop_feeder", "remove_feeder"]
+__all__ = ["RemovalPlan", "remove_feeder"]
 
 log = get_logger()
-_KNOWN = "SELECT feeder FROM fedload.runs UNION SELECT feeder FROM fedload.schedule ORDER BY 1"
-
-
-class FeederBusyError(FeederError):
-    """The feeder's run lock is held: a run of it is under way."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,49 +46,19 @@ class RemovalPlan:
         return lines
 
 
-async def _tables(conn: asyncpg.Connection, config: Config, only: Sequence[TablePattern]) -> list[TableName]:
-    parents = await read_parents(conn, config.superhub.tables, config.superhub.feeder_key)
-    if unmatched := [p for p in only if not any(p.matches(t) for t in parents)]:
-        names = ", ".join(map(str, unmatched))
-        raise UsageError(f"--table {names} matches none of the superhub's tables (superhub.tables)")
-    return sorted(t for t in parents if not only or any(p.matches(t) for p in only))
+def _key(config: Config, name: str) -> int | str | None:
+    """The feeder's key; None for a feeder no longer configured."""
+    feeder = config.feeders.get(name)
+    return feeder.key if feeder else None
 
 
 async def _plan(config: Config, shard: str | None, name: str, only: Sequence[TablePattern]) -> RemovalPlan:
-    feeder = config.feeders.get(name)
-    key = feeder.key if feeder else None
     async with superhub_session(superhub_target(config, shard)) as conn:
         await ensure_superhub(conn)
-        partitions = {}
-        for table in await _tables(conn, config, only):
-            if (partition := await feeder_partition(conn, table, name, key)) is not None:
-                partitions[table] = await conn.fetchval(f"SELECT count(*) FROM {partition}")  # noqa: S608
-        runs = await conn.fetchval("SELECT count(*) FROM fedload.runs WHERE feeder = $1", name)
-        known = sorted({*config.feeders, *(r["feeder"] for r in await conn.fetch(_KNOWN))})
+        partitions = await partition_rows(conn, parents_spec(config), name, _key(config, name), only)
+        runs = await count_runs(conn, name)
+        known = sorted({*config.feeders, *await known_feeders(conn)})
     return RemovalPlan(name, partitions, runs, whole=not only, known=known)
-
-
-async def drop_feeder(
-    config: Config, shard: str | None, name: str, only: Sequence[TablePattern] = (), *, moved_to: str | None = None
-) -> tuple[dict[TableName, int], int]:
-    """Under the feeder's run lock, on `shard`'s superhub (None: the one), drop its partitions (of the `only` tables)
-    and, for the whole feeder, forget its history; `moved_to`: note there that it moved to that shard (`fedload
-    feeder move`). All in one transaction: a crash or an error leaves the feeder as it was, never its partitions
-    gone and its history kept. The partitions dropped with their rows, and the runs forgotten. FeederBusyError
-    while a run of it holds the lock."""
-    feeder = config.feeders.get(name)
-    async with superhub_session(superhub_target(config, shard)) as conn, feeder_lock(conn, name) as locked:
-        if not locked:
-            raise FeederBusyError(f"feeder {name} is being synced right now; try again when the run has finished")
-        tables = await _tables(conn, config, only)
-        async with conn.transaction():
-            dropped = await drop_partitions(conn, tables, name, feeder.key if feeder else None)
-            if only:
-                return dropped, 0
-            forgotten = await forget_feeder(conn, name)  # the rejected rows too
-            if moved_to is not None:
-                await note_moved(conn, name, moved_to)
-        return dropped, forgotten
 
 
 def _check_known(plan: RemovalPlan, config: Config) -> None:
@@ -160,7 +122,8 @@ def remove_feeder(
         if not _confirmed(plan, ask):
             print(f"feeder {name}: nothing removed")
             return 1
-    dropped, runs = asyncio.run(drop_feeder(config, shard, name, only))
+    superhub, parents, key = superhub_target(config, shard), parents_spec(config), _key(config, name)
+    dropped, runs = asyncio.run(drop_feeder(superhub, parents, name, key, only))
     log.info("feeder.removed", feeder=name, tables=[str(t) for t in dropped], runs_forgotten=runs)
     _report(config, name, only, dropped, runs)
     return 0

@@ -21,11 +21,12 @@ from typing import Any
 
 from rich.console import Console
 
+from fedload.commands.sync import sync_with_display
 from fedload.config import parse_config
 from fedload.english import counted
 from fedload.errors import ConfigError, FedloadError, UsageError
 from fedload.localpg import LocalCluster, PgInstall, search_installs
-from fedload.service.sync import sync_with_display
+from fedload.superhub.bookkeeping import RUNS_FOR_PEOPLE
 
 __all__ = ["run_demo", "stop_demo"]
 
@@ -188,16 +189,12 @@ def _explain(superhub: LocalCluster, console: Console, shards: int = 0) -> None:
         superhub.psql("SELECT hub_id, site, count(*) FROM __hosts GROUP BY 1, 2 ORDER BY 1", dbname="superhub")
     )
     console.print("Run history (fedload.runs): feeder, outcome, rows, seconds")
-    history = (
-        "SELECT feeder, outcome, (SELECT sum(value::bigint) FROM jsonb_each_text(rows)), "
-        "round(extract(epoch FROM finished_at - started_at), 1) FROM fedload.runs ORDER BY feeder"
-    )
     for i in range(1, shards + 1):
         console.print(
-            f"shard s{i}:\n" + superhub.psql(history, dbname=f"superhub_s{i}").replace("|", "  "), markup=False
+            f"shard s{i}:\n" + superhub.psql(RUNS_FOR_PEOPLE, dbname=f"superhub_s{i}").replace("|", "  "), markup=False
         )
     if not shards:
-        console.print(superhub.psql(history, dbname="superhub").replace("|", "  "), markup=False)
+        console.print(superhub.psql(RUNS_FOR_PEOPLE, dbname="superhub").replace("|", "  "), markup=False)
 
 
 def _print_plan(coordinator: LocalCluster, console: Console) -> None:

@@ -30,7 +30,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedload.commands.admin import FeederBusyError, drop_feeder
 from fedload.config import Config, load_config
 from fedload.config_edit import set_feeder_shard
 from fedload.english import counted
@@ -39,9 +38,10 @@ from fedload.log import get_logger
 from fedload.results import FeederRun
 from fedload.scaleout.coordinator import CoordinatorReport, build_coordinator, moving_feeders
 from fedload.scaleout.shard_side import read_shard
-from fedload.superhub.job import feeder_job, superhub_target
+from fedload.superhub.bookkeeping import forget_move
+from fedload.superhub.job import feeder_job, parents_spec, superhub_target
 from fedload.superhub.pipeline import sync_feeder
-from fedload.superhub.runs import note_moved
+from fedload.superhub.removal import FeederBusyError, drop_feeder
 from fedload.superhub.session import superhub_session
 
 __all__ = ["MoveError", "move_feeder"]
@@ -181,7 +181,7 @@ async def _build(move: _Move, step: str, *, failed: str, config: Config | None =
 async def _allow_on(move: _Move) -> None:
     """Forget an earlier move of the feeder away from the new shard, which would refuse its load there."""
     async with superhub_session(superhub_target(move.staged, move.to)) as conn:
-        await note_moved(conn, move.name, None)
+        await forget_move(conn, move.name)
 
 
 async def _remove_from(move: _Move, shard: str) -> None:
@@ -189,7 +189,13 @@ async def _remove_from(move: _Move, shard: str) -> None:
     deadline = time.monotonic() + _BUSY_WAIT_S
     while True:
         try:
-            dropped, runs = await drop_feeder(move.before, shard, move.name, moved_to=move.to)
+            dropped, runs = await drop_feeder(
+                superhub_target(move.before, shard),
+                parents_spec(move.before),
+                move.name,
+                move.before.feeders[move.name].key,
+                moved_to=move.to,
+            )
         except FeederBusyError:
             if time.monotonic() > deadline:
                 raise MoveError(

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from fedload.errors import ErrorKind
 from fedload.results import FeederRun, Progress
+from fedload.superhub.bookkeeping import RunRecord
 from fedload.superhub.job import Job
-from fedload.superhub.runs import RunRecord
 
 __all__ = [
     "Cancel",

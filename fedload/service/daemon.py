@@ -34,7 +34,8 @@ from fedload.service.coordinator_keeper import CoordinatorKeeper
 from fedload.service.daemon_metrics import DaemonMetricsService
 from fedload.service.schedule import FeederSchedule, after_failure, after_success, first_run
 from fedload.service.workers import worker_pool
-from fedload.superhub.bookkeeping import ShardHistories
+from fedload.superhub.bookkeeping import store_next_run
+from fedload.superhub.bookkeeping.connection import ShardHistories
 from fedload.superhub.job import feeder_jobs, parents_spec, superhub_target
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.session import SuperhubTarget, prepare_superhub
@@ -47,11 +48,6 @@ _BUSY_RETRY_S = 30.0
 _COORDINATOR_RETRY_S = 2.0  # a feeder waiting for the coordinator's build is looked at again this often
 _PREPARE_MAX_S = 60.0  # backoff while the superhub is unreachable: 1, 2, 4 ... 60 s
 _BOOKKEEPING_DRAIN_S = 30.0  # at shutdown, the longest wait for the last schedule writes
-_STORE_SCHEDULE = (
-    "INSERT INTO fedload.schedule (feeder, next_run_at, failures) "
-    "VALUES ($1, now() + make_interval(secs => $2), $3) ON CONFLICT (feeder) DO UPDATE "
-    "SET next_run_at = excluded.next_run_at, failures = excluded.failures, updated_at = now()"
-)
 
 
 class ScheduleStore:
@@ -67,7 +63,7 @@ class ScheduleStore:
 
         async def write(conn: asyncpg.Connection) -> None:
             next_in_s = max(0.0, schedule.next_at - time.monotonic())
-            await conn.execute(_STORE_SCHEDULE, name, next_in_s, schedule.failures)
+            await store_next_run(conn, name, next_in_s=next_in_s, failures=schedule.failures)
 
         try:
             await self._bookkeeping.write(superhub, write)

@@ -23,10 +23,10 @@ from fedload.config import Config, FeederConfig, split_listen_address
 from fedload.errors import FedloadError, internal_error
 from fedload.log import get_logger
 from fedload.results import FeederRun
-from fedload.service.metrics import DaemonMetrics, FeederState, MetricsServer
+from fedload.service.metrics import DaemonMetrics, MetricsServer
 from fedload.service.workers import WorkerPool
-from fedload.superhub.bookkeeping import ShardHistories
-from fedload.superhub.feeder_states import read_feeder_states
+from fedload.superhub.bookkeeping import FeederState, read_feeder_states
+from fedload.superhub.bookkeeping.connection import ShardHistories
 from fedload.superhub.job import superhub_target
 from fedload.superhub.session import SuperhubTarget
 

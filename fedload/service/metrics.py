@@ -2,8 +2,8 @@
 
 Counters and histograms count the runs this daemon finished (worker processes' runs too, once, in the main
 process), from its start. Gauges about a feeder's state (its last success and last run, the failures since) are
-read from `fedload.runs` (see `fedload.superhub.feeder_states`), so that they survive a restart and agree with
-`fedload status`. The registry is the daemon's own, never prometheus_client's global one; it also holds
+read from `fedload.runs` (see `fedload.superhub.bookkeeping.feeder_states`), so that they survive a restart and
+agree with `fedload status`. The registry is the daemon's own, never prometheus_client's global one; it also holds
 prometheus_client's standard collectors (`process_*`, `python_info`, `python_gc_*`).
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
@@ -30,23 +29,13 @@ from prometheus_client import (
 from fedload import __version__
 from fedload.errors import ConfigError, ErrorKind
 from fedload.results import FeederRun, Outcome
+from fedload.superhub.bookkeeping import FeederState
 
-__all__ = ["DaemonMetrics", "FeederState", "MetricsServer"]
+__all__ = ["DaemonMetrics", "MetricsServer"]
 
 _RUN_BUCKETS_S = (1, 2, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 21600)
 _SWAP_BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _STOP_S = 5.0  # the longest wait for the HTTP thread at shutdown
-
-
-@dataclass(frozen=True, slots=True)
-class FeederState:
-    """What the run history says of one feeder now; timestamps are Unix seconds, None if there is no such run."""
-
-    feeder: str
-    last_success_s: float | None
-    last_run_s: float | None
-    failures: int  # finished runs that failed since the last success (or ever, if it never succeeded)
-    swap_lock_failures: int  # of those, runs whose swap never got its locks
 
 
 class DaemonMetrics:

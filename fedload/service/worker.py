@@ -43,9 +43,9 @@ from fedload.service._pipe import (
     for_worker,
     frame,
 )
+from fedload.superhub.bookkeeping import RunRecord
 from fedload.superhub.kept_sessions import close_kept, keep_sessions
 from fedload.superhub.pipeline import sync_feeder
-from fedload.superhub.runs import RunRecord
 from fedload.superhub.session import SuperhubTarget
 
 log = get_logger()

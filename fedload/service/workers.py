@@ -56,9 +56,9 @@ from fedload.service._pipe import (
     for_parent,
     frame,
 )
-from fedload.superhub.bookkeeping import RunHistory
+from fedload.superhub.bookkeeping import RunRecord
+from fedload.superhub.bookkeeping.connection import RunHistory
 from fedload.superhub.job import Job
-from fedload.superhub.runs import RunRecord
 from fedload.superhub.session import best_effort
 
 __all__ = ["ForkedWorker", "WorkerPool", "fork_workers", "reap_forked", "worker_pool"]

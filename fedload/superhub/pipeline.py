@@ -26,12 +26,12 @@ from fedload.names import TableName
 from fedload.results import FeederRun, Outcome, Phase, Progress, ProgressCallback
 from fedload.stream import Header, Trailer
 from fedload.superhub import parents_cache
-from fedload.superhub.bookkeeping import Bookkeeping, RunHistory
+from fedload.superhub.bookkeeping import RunRecord, ensure_superhub, forget_rejects, has_history, moved_away
+from fedload.superhub.bookkeeping.connection import Bookkeeping, RunHistory
 from fedload.superhub.importer import Importer
 from fedload.superhub.job import Job
 from fedload.superhub.kept_sessions import reused_session
 from fedload.superhub.receive import DumpReceiver
-from fedload.superhub.runs import RunRecord, ensure_superhub, forget_rejects, moved_away
 from fedload.superhub.schema import ParentTable, unmatched_patterns
 from fedload.superhub.session import (
     best_effort,
@@ -169,8 +169,7 @@ class _FeederSync:
     async def _dry_run(self) -> None:
         """The run's phases up to the swap, which only describes what it would do; then all is rolled back."""
         async with superhub_session(self.job.superhub, self.name) as conn, self._rolled_back(conn):
-            history = await conn.fetchval("SELECT to_regclass('fedload.runs')")
-            await setup_superhub(conn, self.job.parents, history=history is None)
+            await setup_superhub(conn, self.job.parents, history=not await has_history(conn))
             self.stage_prefix = f"dry{conn.get_server_pid()}"
             parents = await self._expected_parents(conn)
             remap = await asyncio.to_thread(_read_remap, self.feeder)

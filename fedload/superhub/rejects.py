@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from fedload.log import get_logger
+from fedload.superhub.bookkeeping import RejectedRow, record_reject
 from fedload.superhub.schema import ParentTable, ident
 
 __all__ = ["RejectWriter", "is_bad_row"]
@@ -21,10 +22,6 @@ __all__ = ["RejectWriter", "is_bad_row"]
 _BAD_ROW_CLASSES = ("22", "23")  # data exceptions, integrity constraint violations: the row's fault
 _BAD_ROW_STATES = ("54000",)  # program_limit_exceeded: a value beyond a limit, e.g. more than 6 array dimensions
 log = get_logger()
-
-_RECORD = """
-INSERT INTO fedload.rejects (run_id, feeder, table_name, sqlstate, error, row_text) VALUES ($1, $2, $3, $4, $5, $6)
-"""
 
 
 def is_bad_row(exc: BaseException) -> bool:
@@ -120,7 +117,8 @@ class RejectWriter:
 
     async def _record(self, parent: ParentTable, exc: asyncpg.PostgresError, row_text: str) -> None:
         state = getattr(exc, "sqlstate", None)
-        await self._conn.execute(_RECORD, self._run_id, self._feeder, parent.qualified_name, state, str(exc), row_text)
+        row = RejectedRow(self._run_id, self._feeder, parent.qualified_name, state, str(exc), row_text)
+        await record_reject(self._conn, row)
         log.warning("import.row_rejected", feeder=self._feeder, table=parent.qualified_name, sqlstate=state)
 
 

@@ -18,8 +18,8 @@ import asyncpg
 
 from fedload.errors import DumpError, FedloadError, SuperhubError, internal_error, one_line
 from fedload.log import get_logger
+from fedload.superhub.bookkeeping import ensure_superhub, try_feeder_lock, unlock_feeder
 from fedload.superhub.rejects import is_bad_row
-from fedload.superhub.runs import ensure_superhub, try_feeder_lock, unlock_feeder
 from fedload.superhub.schema import ParentsSpec
 
 __all__ = [

@@ -6,7 +6,7 @@ import asyncio
 import os
 
 from fedload.commands.progress import progress_row
-from fedload.service.sync import expected_sizes
+from fedload.commands.sync import expected_sizes
 from fedload.superhub.pipeline import Progress
 from tests.federation import Federation, config_toml, on_terminal, sync
 

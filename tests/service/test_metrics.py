@@ -22,7 +22,8 @@ from fedload import __version__
 from fedload.config import parse_config
 from fedload.errors import ConfigError, ErrorKind
 from fedload.results import FeederRun, Outcome
-from fedload.service.metrics import DaemonMetrics, FeederState
+from fedload.service.metrics import DaemonMetrics
+from fedload.superhub.bookkeeping import FeederState
 from tests.federation import DaemonProcess, Federation, config_toml, runs_exist, successes, sync, write_script
 from tests.shards import sharded, sharded_toml
 

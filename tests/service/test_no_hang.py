@@ -24,7 +24,7 @@ from fedload.results import FeederRun
 from fedload.service import workers
 from fedload.service.workers import WorkerPool
 from fedload.superhub import kept_sessions
-from fedload.superhub.bookkeeping import Bookkeeping
+from fedload.superhub.bookkeeping.connection import Bookkeeping
 from fedload.superhub.job import feeder_job, superhub_target
 from fedload.superhub.kept_sessions import reused_session
 from tests.fault_injection import Fault, fault_environment

@@ -12,7 +12,7 @@ import pytest
 from fedload.config import Config, parse_config
 from fedload.service._pipe import Run, ToWorker, frame
 from fedload.service.workers import WorkerPool, _Worker
-from fedload.superhub.bookkeeping import Bookkeeping
+from fedload.superhub.bookkeeping.connection import Bookkeeping
 from fedload.superhub.job import Job, feeder_job
 from tests.federation import Federation, assert_feeders_equal_partitions, sync
 

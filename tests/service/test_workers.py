@@ -27,7 +27,7 @@ from fedload.service.sync import sync_feeders
 from fedload.service.worker import PROCESS_NAME
 from fedload.service.workers import WorkerPool, _Worker
 from fedload.superhub import kept_sessions
-from fedload.superhub.bookkeeping import Bookkeeping
+from fedload.superhub.bookkeeping.connection import Bookkeeping
 from fedload.superhub.job import feeder_job, superhub_target
 from fedload.transport.command import transport_modules
 from tests.federation import (

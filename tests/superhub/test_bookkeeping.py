@@ -11,7 +11,7 @@ import pytest
 from fedload.config import Config
 from fedload.results import FeederRun
 from fedload.service.sync import sync_feeders
-from fedload.superhub.bookkeeping import Bookkeeping
+from fedload.superhub.bookkeeping.connection import Bookkeeping
 from fedload.superhub.job import feeder_job, superhub_target
 from fedload.superhub.pipeline import sync_feeder
 from tests.federation import AGENT, Federation, prepare, write_script

@@ -15,16 +15,16 @@ import asyncpg
 import pytest
 
 import fedload.commands.move as move_module
-from fedload.commands.admin import drop_feeder
 from fedload.commands.move import MoveError, move_feeder
 from fedload.config import Config, load_config
 from fedload.errors import ConfigError, ErrorKind, SuperhubError
 from fedload.results import FeederRun
 from fedload.scaleout.coordinator import build_coordinator, moving_feeders
 from fedload.service.sync import sync_feeders
+from fedload.superhub.bookkeeping import try_feeder_lock
 from fedload.superhub.job import Job
 from fedload.superhub.pipeline import sync_feeder
-from fedload.superhub.runs import try_feeder_lock
+from fedload.superhub.removal import drop_feeder
 from tests.federation import Federation, fedload, sync
 from tests.shards import COUNTS, coord_sql, shard_sql, sharded_toml, with_coordinator
 
@@ -306,7 +306,7 @@ sys.exit(main(sys.argv[4:]))
         pytest.param("fedload.commands.move", "sync_feeder", 1, id="after-1-build"),
         pytest.param("fedload.commands.move", "build_coordinator", 2, id="after-2-load"),
         pytest.param("fedload.commands.move", "drop_feeder", 1, id="after-3-switch"),
-        pytest.param("fedload.commands.admin", "forget_feeder", 1, id="inside-4-drop"),
+        pytest.param("fedload.superhub.removal", "forget_feeder", 1, id="inside-4-drop"),
         pytest.param("fedload.commands.move", "set_feeder_shard", 1, id="after-4-drop"),
         pytest.param("fedload.commands.move", "build_coordinator", 3, id="after-5-configuration"),
     ],

@@ -34,7 +34,7 @@ from fedload.scaleout.coordinator import (
 from fedload.service.daemon_metrics import DaemonMetricsService
 from fedload.service.metrics import DaemonMetrics
 from fedload.service.sync import sync_feeders
-from fedload.superhub.bookkeeping import ShardHistories
+from fedload.superhub.bookkeeping.connection import ShardHistories
 from fedload.superhub.job import feeder_job, feeder_jobs, parents_spec, superhub_target, superhub_targets
 from fedload.superhub.session import SuperhubTarget
 from tests.federation import HOST_COLS, DaemonProcess, Federation, fedload, require_major, sync

@@ -6,12 +6,13 @@ and after each run, so that a restarted daemon reports the same freshness as the
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import asyncpg
 
 from fedload.results import Outcome
-from fedload.service.metrics import FeederState
 
-__all__ = ["read_feeder_states"]
+__all__ = ["FeederState", "read_feeder_states"]
 
 # $1 the feeders, $2 success, $3 running, $4 the failed outcomes (failed, abandoned)
 _QUERY = """
@@ -35,6 +36,17 @@ CROSS JOIN LATERAL (
 ORDER BY f.feeder
 """
 _FAILED = [Outcome.FAILED, Outcome.ABANDONED]
+
+
+@dataclass(frozen=True, slots=True)
+class FeederState:
+    """What the run history says of one feeder now; timestamps are Unix seconds, None if there is no such run."""
+
+    feeder: str
+    last_success_s: float | None
+    last_run_s: float | None
+    failures: int  # finished runs that failed since the last success (or ever, if it never succeeded)
+    swap_lock_failures: int  # of those, runs whose swap never got its locks
 
 
 async def read_feeder_states(conn: asyncpg.Connection, feeders: list[str]) -> list[FeederState]:

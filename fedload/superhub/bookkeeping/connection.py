@@ -15,7 +15,7 @@ from typing import Protocol, TypeVar
 
 import asyncpg
 
-from fedload.superhub.runs import RunRecord, finish_run, start_run
+from fedload.superhub.bookkeeping.runs import RunRecord, finish_run, start_run
 from fedload.superhub.session import SuperhubTarget, close_superhub, connect_superhub, superhub_errors
 
 __all__ = ["Bookkeeping", "RunHistory", "ShardHistories"]

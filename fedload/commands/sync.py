@@ -1,0 +1,89 @@
+"""`fedload sync`: its face (the selection of feeders, the live display, the summary); `fedload.service.sync` runs
+the feeders."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import Sequence
+
+from rich.console import Console
+
+from fedload.commands.output import print_table
+from fedload.commands.progress import dry_run_table, live_progress, summary_table
+from fedload.config import Config
+from fedload.errors import ConfigError, FedloadError, UsageError
+from fedload.log import get_logger
+from fedload.results import FeederRun
+from fedload.service.sync import sync_feeders
+from fedload.service.workers import ForkedWorker, fork_workers, reap_forked
+from fedload.superhub.bookkeeping import has_history, last_sizes
+from fedload.superhub.job import superhub_target
+from fedload.superhub.session import superhub_session
+from fedload.transport.command import transport_modules
+
+__all__ = ["expected_sizes", "run_sync", "sync_with_display"]
+
+log = get_logger()
+
+
+async def expected_sizes(config: Config, names: Sequence[str]) -> dict[str, int]:
+    """The bytes each feeder sent in its last successful run (for the progress ETA); empty if the superhub
+    cannot tell, the sync itself then reports why."""
+    sizes: dict[str, int] = {}
+    for shard, feeders in config.by_shard(names).items():
+        try:
+            async with superhub_session(superhub_target(config, shard)) as conn:
+                if await has_history(conn):
+                    sizes.update(await last_sizes(conn, feeders))
+        except FedloadError as exc:
+            log.debug("sync.no_expected_sizes", shard=shard, error=str(exc))
+    return sizes
+
+
+def _selected(config: Config, names: Sequence[str]) -> list[str]:
+    if not config.feeders:
+        raise ConfigError("the configuration has no [feeders.NAME] sections")
+    unknown = [n for n in names if n not in config.feeders]
+    if unknown:
+        raise UsageError(f"unknown feeder(s) {', '.join(unknown)}; configured: {', '.join(config.feeders)}")
+    return list(names) or list(config.feeders)
+
+
+def run_sync(config: Config, names: Sequence[str], *, as_json: bool = False, dry_run: bool = False) -> int:
+    """Sync once (or dry-run) and print a summary; 0 if every feeder succeeded, 1 otherwise."""
+    selected = _selected(config, names)
+    superhub = config.superhub
+    workers = min(len(selected), superhub.max_parallel_feeders, superhub.workers)
+    preload = transport_modules(config.feeders.values())
+    forked = fork_workers(workers, preload)  # before the event loop: see fork_workers
+    try:
+        if as_json:
+            runs = asyncio.run(sync_feeders(config, selected, dry_run=dry_run, forked=forked))
+            print(json.dumps([dataclasses.asdict(run) for run in runs]))
+        else:
+            runs = asyncio.run(sync_with_display(config, selected, Console(), dry_run=dry_run, forked=forked))
+    finally:
+        reap_forked(forked)  # those the pool never took (it did not start: Ctrl-C, no superhub)
+    return 0 if all(run.succeeded for run in runs) else 1
+
+
+async def sync_with_display(
+    config: Config,
+    names: Sequence[str],
+    console: Console,
+    *,
+    dry_run: bool = False,
+    forked: list[ForkedWorker] | None = None,
+) -> list[FeederRun]:
+    """Sync with a live table on a terminal (plain logs otherwise), then print the summary table."""
+    if console.is_terminal:
+        with live_progress(console, await expected_sizes(config, names)) as progress:
+            runs = await sync_feeders(config, names, progress, dry_run=dry_run, forked=forked)
+    else:
+        runs = await sync_feeders(config, names, dry_run=dry_run, forked=forked)
+    print_table(summary_table(runs), console)
+    if dry_run:
+        print_table(dry_run_table(runs), console)
+    return runs

@@ -1,0 +1,112 @@
+"""`fedload status`'s reading of the bookkeeping: per feeder, its last success and run, failures, swaps, next run."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+import asyncpg
+
+from fedload.errors import ErrorKind
+from fedload.results import Outcome
+
+__all__ = ["FeederStatus", "read_feeder_statuses"]
+
+# $2 is success, $3 running
+_QUERY = """
+WITH feeders AS (
+    SELECT unnest($1::text[]) AS feeder
+    UNION SELECT feeder FROM fedload.runs
+    UNION SELECT feeder FROM fedload.schedule
+), last_success AS (
+    SELECT DISTINCT ON (feeder) feeder, finished_at, rows, extract(epoch FROM finished_at - started_at) AS seconds
+    FROM fedload.runs WHERE outcome = $2 ORDER BY feeder, finished_at DESC
+), last_run AS (
+    SELECT DISTINCT ON (feeder) feeder, outcome, error, error_kind FROM fedload.runs WHERE outcome <> $3
+    ORDER BY feeder, started_at DESC
+), last_swap AS (
+    SELECT DISTINCT ON (feeder) feeder, swap_lock_ms, swap_attempts, cancelled_backends FROM fedload.runs
+    WHERE swap_attempts IS NOT NULL ORDER BY feeder, started_at DESC
+)
+SELECT f.feeder, s.finished_at AS last_success, extract(epoch FROM now() - s.finished_at) AS data_age_s,
+       s.rows, s.seconds AS duration_s, r.outcome AS last_outcome, r.error AS last_error,
+       r.error_kind AS last_error_kind,
+       sc.next_run_at AS next_run, coalesce(sc.failures, 0) AS failures, f.feeder = ANY($1::text[]) AS configured,
+       EXISTS (SELECT FROM fedload.runs x WHERE x.feeder = f.feeder AND x.outcome = $3) AS running,
+       w.swap_lock_ms AS swap_wait_ms, w.swap_attempts, w.cancelled_backends,
+       (SELECT count(*) FROM fedload.runs x WHERE x.feeder = f.feeder AND x.swap_lock_failed AND x.id > coalesce(
+           (SELECT max(y.id) FROM fedload.runs y WHERE y.feeder = f.feeder AND y.outcome = $2), 0)
+       ) AS swap_lock_failures
+FROM feeders f
+LEFT JOIN last_success s USING (feeder)
+LEFT JOIN last_run r USING (feeder)
+LEFT JOIN last_swap w USING (feeder)
+LEFT JOIN fedload.schedule sc USING (feeder)
+ORDER BY f.feeder
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class FeederStatus:
+    """What the superhub knows about one feeder; `last_outcome`/`last_error` are of its last finished run."""
+
+    feeder: str
+    last_success: datetime | None
+    data_age_s: float | None
+    rows: int | None
+    duration_s: float | None
+    last_outcome: Outcome | None
+    last_error: str | None
+    last_error_kind: ErrorKind | None
+    next_run: datetime | None
+    failures: int
+    configured: bool
+    running: bool
+    stale: bool
+    swap_wait_ms: float | None = None  # the last swap's wait for its locks
+    swap_attempts: int | None = None  # and the tries it took
+    cancelled_backends: int | None = None  # and the queries it cancelled
+    swap_lock_failures: int = 0  # runs since the last success that failed for want of locks
+    shard: str | None = None  # with [shards]: the shard whose history this is (the feeder's, if configured)
+
+    @property
+    def swaps_starved(self) -> bool:
+        """Swaps keep failing for locks: at least two runs in a row since the last success."""
+        return self.swap_lock_failures >= _STARVED_AFTER
+
+
+_STARVED_AFTER = 2
+
+
+async def read_feeder_statuses(
+    conn: asyncpg.Connection, names: list[str], *, stale_after_s: float, shard: str | None = None
+) -> list[FeederStatus]:
+    """The status of each of the configured feeders `names` and of every other feeder the bookkeeping knows, by
+    name; stale when its data is older than `stale_after_s`; `shard`: the shard whose bookkeeping `conn` reads."""
+    records = await conn.fetch(_QUERY, names, Outcome.SUCCESS, Outcome.RUNNING)
+    return [_status(r, stale_after_s, shard) for r in records]
+
+
+def _status(r: asyncpg.Record, stale_after_s: float, shard: str | None) -> FeederStatus:
+    data_age_s = None if r["data_age_s"] is None else float(r["data_age_s"])
+    return FeederStatus(
+        feeder=r["feeder"],
+        last_success=r["last_success"],
+        data_age_s=data_age_s,
+        rows=None if r["rows"] is None else sum(json.loads(r["rows"]).values()),
+        duration_s=None if r["duration_s"] is None else float(r["duration_s"]),
+        last_outcome=None if r["last_outcome"] is None else Outcome(r["last_outcome"]),
+        last_error=r["last_error"],
+        last_error_kind=None if r["last_error_kind"] is None else ErrorKind(r["last_error_kind"]),
+        next_run=r["next_run"],
+        failures=r["failures"],
+        configured=r["configured"],
+        running=r["running"],
+        stale=data_age_s is None or data_age_s > stale_after_s,
+        swap_wait_ms=r["swap_wait_ms"],
+        swap_attempts=r["swap_attempts"],
+        cancelled_backends=r["cancelled_backends"],
+        swap_lock_failures=r["swap_lock_failures"],
+        shard=shard,
+    )
