@@ -7,7 +7,8 @@ revision with the same script. It prints:
 
 - **parameters typed Config**: function parameters whose annotation names `Config` (`Config | None` and
   `Callable[[], Config]` too), per module, and the modules that import `Config`;
-- **run_sync's config**: followed from `fedload.service.sync.run_sync`'s `config` parameter through the calls.
+- **run_sync's config**: followed from `run_sync`'s `config` parameter (in `fedload.service.sync`, or in
+  `fedload.commands.sync` where it moved) through the calls.
   A call that passes the value (the parameter, a name or `self.` attribute bound to it, or a `for_feeder`,
   `for_shard` or `model_copy` of it) as an argument is one hand-on; it reaches the callee's parameter when the
   callee is found (by name: a function of the module or imported from fedload, a class (its `__init__`), or any
@@ -25,7 +26,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-START = ("fedload.service.sync", "run_sync", "config")
+START = ("run_sync", "config")  # wherever it is defined: fedload/service/sync.py, later fedload/commands/sync.py
 _COPIES = {"for_feeder", "for_shard", "model_copy"}  # methods of Config that return a whole Config
 # Across the worker's socket: what the parent sends arrives as the worker's run's parameter.
 _BRIDGES = {("fedload.service.workers", "_Worker.send"): ("fedload.service.worker", "_run", "config")}
@@ -97,7 +98,9 @@ class Reach:
 
     def __init__(self, modules: dict[str, Module]) -> None:
         self.modules = modules
-        self.tainted: set[tuple[str, str, str]] = {START}  # (module, qualname, parameter)
+        self.tainted: set[tuple[str, str, str]] = {  # (module, qualname, parameter)
+            (module.name, *START) for module in modules.values() if START[0] in module.functions
+        }
         self.attributes: set[tuple[str, str, str]] = set()  # (module, class, attribute) bound to the value
         self.hand_ons: set[tuple[str, int, int]] = set()  # (module, line, column) of each passing call
         self.into: dict[tuple[str, int, int], str] = {}  # hand-on -> the module of its (first) callee
