@@ -16,8 +16,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from fedload.errors import ConfigError
+from fedload.fdw_dsn import dsn_problems
 from fedload.names import TablePattern
-from fedload.scaleout.fdw_dsn import dsn_problems
 
 __all__ = [
     "DEFAULT_CONFIG_PATHS",

@@ -34,9 +34,9 @@ import asyncpg
 
 from fedload.config import Config, CoordinatorConfig
 from fedload.errors import ConfigError, FedloadError, SuperhubError
+from fedload.fdw_dsn import SERVER_OPTIONS, dsn_problems, fdw_options
 from fedload.log import get_logger
 from fedload.names import TableName
-from fedload.scaleout.fdw_dsn import SERVER_OPTIONS, dsn_problems, fdw_options
 from fedload.scaleout.placement import Placement, place
 from fedload.scaleout.shard_side import (
     EXPORT_SCHEMA,
