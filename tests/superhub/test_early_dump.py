@@ -14,6 +14,7 @@ import asyncpg
 import pytest
 
 from fedload.superhub import pipeline
+from fedload.superhub.job import feeder_job
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.session import feeder_lock
 from tests.federation import AGENT, Federation, sync, write_script
@@ -56,7 +57,7 @@ def test_a_busy_run_stops_the_dump_it_started_early(federation: Federation, monk
         deadline = time.monotonic() + 30
         while federation.superhub_sql(held) == "0" and time.monotonic() < deadline:
             time.sleep(0.05)
-        run = asyncio.run(sync_feeder("hub1", federation.config(agent_command=[agent])))
+        run = asyncio.run(sync_feeder(feeder_job(federation.config(agent_command=[agent]), "hub1")))
         assert run.outcome == "busy", run.error
         assert started.exists()  # the agent was started before the lock was tried
         assert not _alive(int(started.read_text()))

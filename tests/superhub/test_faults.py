@@ -22,6 +22,7 @@ import pytest
 
 from fedload.config import Config
 from fedload.localpg import LocalCluster
+from fedload.superhub.job import feeder_job
 from fedload.superhub.pipeline import FeederRun, sync_feeder
 from tests.conftest import Category
 from tests.federation import (
@@ -83,7 +84,7 @@ class Gate:
 
         async def scenario() -> FeederRun:
             gated = with_feeder(config, "hub1", agent_command=[self.command])
-            task = asyncio.create_task(sync_feeder("hub1", gated))
+            task = asyncio.create_task(sync_feeder(feeder_job(gated, "hub1")))
             try:
                 await self.reached()
                 await asyncio.to_thread(fault)
@@ -240,9 +241,9 @@ def test_two_syncs_of_one_feeder_at_once(federation: Federation, category: Categ
     gated = with_feeder(config, "hub1", agent_command=[gate.command])
 
     async def scenario() -> tuple[FeederRun, FeederRun]:
-        first = asyncio.create_task(sync_feeder("hub1", gated))
+        first = asyncio.create_task(sync_feeder(feeder_job(gated, "hub1")))
         await gate.reached()
-        second = await asyncio.wait_for(sync_feeder("hub1", config), 30)
+        second = await asyncio.wait_for(sync_feeder(feeder_job(config, "hub1")), 30)
         gate.open()
         return await asyncio.wait_for(first, 60), second
 

@@ -9,6 +9,7 @@ import asyncpg
 
 from fedload.names import TablePattern
 from fedload.superhub import parents_cache
+from fedload.superhub.job import feeder_job
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.schema import read_parents
 from tests.federation import Federation, sync
@@ -80,6 +81,6 @@ def test_a_failed_run_forgets_the_cached_parents(federation: Federation) -> None
     sync(federation.config(), "hub1")
     asyncio.run(_cached_and_read(federation.cluster.dsn(federation.superhub)))
     assert parents_cache._cache
-    run = asyncio.run(sync_feeder("hub1", federation.config(agent_command=["false"])))  # in this process
+    run = asyncio.run(sync_feeder(feeder_job(federation.config(agent_command=["false"]), "hub1")))  # in this process
     assert run.outcome == "failed"
     assert not parents_cache._cache

@@ -14,7 +14,8 @@ import pytest
 
 from fedload import __version__
 from fedload.names import TablePattern
-from fedload.service.sync import prepare_superhub, sync_feeders
+from fedload.service.sync import sync_feeders
+from fedload.superhub.job import feeder_job
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.schema import read_parents
 from tests.conftest import Category
@@ -26,6 +27,7 @@ from tests.federation import (
     config_toml,
     crafted_stream,
     failing_after_first_sync,
+    prepare,
     staging_leftovers,
     sync,
     write_script,
@@ -154,7 +156,7 @@ def test_cancel_mid_load_keeps_old_data(federation: Federation, category: Catego
     script = mid_copy_agent(federation)
 
     async def cancel_mid_copy() -> None:
-        task = asyncio.create_task(sync_feeder("hub1", federation.config(agent_command=[script])))
+        task = asyncio.create_task(sync_feeder(feeder_job(federation.config(agent_command=[script]), "hub1")))
         await rows_in_flight_soon(federation)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -171,7 +173,7 @@ def test_cancel_mid_load_keeps_old_data(federation: Federation, category: Catego
 def test_readers_never_see_a_mixed_or_empty_feeder(federation: Federation) -> None:
     """While syncs repeat with changing data, readers see each feeder's old or new state, never anything else."""
     config = federation.config()
-    asyncio.run(prepare_superhub(config))
+    asyncio.run(prepare(config))
     assert [r.outcome for r in sync(config)] == ["success"] * 3
     feeder_db = federation.feeders["hub1"]
     states = {
@@ -209,7 +211,7 @@ def test_readers_never_see_a_mixed_or_empty_feeder(federation: Federation) -> No
                 + "/"
                 + federation.digest(feeder_db, "contexts", "hostkey").split(":")[0]
             )
-            run = await sync_feeder("hub1", config)
+            run = await sync_feeder(feeder_job(config, "hub1"))
             assert run.outcome == "success", run.error
         stop.set()
         return seen, await reading
