@@ -73,7 +73,7 @@ async def receive(config: Config) -> tuple[float, DumpReceiver, int]:
     items = 0
     with common.timed() as elapsed:
         process = await SshTransport(feeder.ssh).open(
-            dump_command(feeder, config, [TableName.from_dump(TABLE.encode())])
+            dump_command(feeder, config.transform, [TableName.from_dump(TABLE.encode())])
         )
         try:
             receiver = DumpReceiver(process, framed=True)

@@ -48,9 +48,9 @@ await asyncio.sleep(1.0)
 await conn.execute(f"DELETE FROM {partition}")  # noqa: S608 - catalog name"""
 
 _EMPTIED_FIRST = """for parent in sorted(parents.values(), key=lambda p: p.qualified_name)[:1]:
-                        key_column = self.config.superhub.feeder_key
-                        await conn.execute(f"DELETE FROM {parent.sql_name} WHERE {key_column} = {self.feeder.key!r}")
-                    async with self._dump(parents) as receiver, conn.transaction():"""
+                    key_column = self.job.parents.feeder_key
+                    await conn.execute(f"DELETE FROM {parent.sql_name} WHERE {key_column} = {self.feeder.key!r}")
+                async with self._dump(parents) as receiver, conn.transaction():"""
 
 SABOTAGES = (
     Sabotage(

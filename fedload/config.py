@@ -266,18 +266,6 @@ class Config(_Model):
     coordinator: CoordinatorConfig | None = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
-    def for_feeder(self, name: str) -> Config:
-        """The configuration feeder `name`'s run uses: with shards, its shard's dsn as the superhub's."""
-        return self.for_shard(self.feeders[name].shard)
-
-    def for_shard(self, shard: str | None) -> Config:
-        """This configuration with shard `shard`'s dsn as the superhub's: the whole pipeline then runs on it.
-        None (no shards): the configuration itself."""
-        if shard is None:
-            return self
-        superhub = self.superhub.model_copy(update={"dsn": self.shards[shard].dsn})
-        return self.model_copy(update={"superhub": superhub})
-
     def by_shard(self, names: Iterable[str] | None = None) -> dict[str | None, list[str]]:
         """The named feeders (default: all) grouped by shard, in configuration order; one group, None, without
         shards."""

@@ -19,6 +19,7 @@ from fedload.errors import UsageError
 from fedload.log import get_logger
 from fedload.names import TableName, TablePattern
 from fedload.superhub.bookkeeping import count_runs, ensure_superhub, known_feeders
+from fedload.superhub.job import parents_spec, superhub_target
 from fedload.superhub.removal import drop_feeder, partition_rows
 from fedload.superhub.session import superhub_session
 
@@ -45,10 +46,16 @@ class RemovalPlan:
         return lines
 
 
-async def _plan(config: Config, name: str, only: Sequence[TablePattern]) -> RemovalPlan:
-    async with superhub_session(config) as conn:
+def _key(config: Config, name: str) -> int | str | None:
+    """The feeder's key; None for a feeder no longer configured."""
+    feeder = config.feeders.get(name)
+    return feeder.key if feeder else None
+
+
+async def _plan(config: Config, shard: str | None, name: str, only: Sequence[TablePattern]) -> RemovalPlan:
+    async with superhub_session(superhub_target(config, shard)) as conn:
         await ensure_superhub(conn)
-        partitions = await partition_rows(conn, config, name, only)
+        partitions = await partition_rows(conn, parents_spec(config), name, _key(config, name), only)
         runs = await count_runs(conn, name)
         known = sorted({*config.feeders, *await known_feeders(conn)})
     return RemovalPlan(name, partitions, runs, whole=not only, known=known)
@@ -64,23 +71,23 @@ def _check_known(plan: RemovalPlan, config: Config) -> None:
     )
 
 
-def _on_shard(config: Config, name: str, only: Sequence[TablePattern], shard: str | None) -> Config:
-    """The configuration of the superhub to remove feeder `name` from (see `remove_feeder`)."""
+def _on_shard(config: Config, name: str, only: Sequence[TablePattern], shard: str | None) -> str | None:
+    """The shard to remove feeder `name` from (see `remove_feeder`); None without shards."""
     if not config.shards:
         if shard is not None:
             raise UsageError(f"--shard {shard}: the configuration has no [shards]")
-        return config
+        return None
     if shard is not None:
         if shard not in config.shards:
             raise UsageError(f"unknown shard {shard}; shards: {', '.join(config.shards)}")
-        return config.for_shard(shard)
+        return shard
     if name in config.feeders:
-        return config.for_feeder(name)
-    plans = {s: asyncio.run(_plan(config.for_shard(s), name, only)) for s in config.shards}
+        return config.feeders[name].shard
+    plans = {s: asyncio.run(_plan(config, s, name, only)) for s in config.shards}
     holding = [s for s, plan in plans.items() if plan.partitions or plan.runs]
     if len(holding) > 1:
         raise UsageError(f"feeder {name} is on shards {', '.join(holding)}: say which with --shard")
-    return config.for_shard(holding[0] if holding else next(iter(config.shards)))
+    return holding[0] if holding else next(iter(config.shards))
 
 
 def _confirmed(plan: RemovalPlan, ask: Callable[[str], str]) -> bool:
@@ -106,8 +113,8 @@ def remove_feeder(
     terminal unless `yes`; 0 when done, 1 when the person declined. Works whether or not the feeder is still
     configured; UsageError for a feeder nobody knows, or for no terminal and no `yes`. With shards, on `shard`,
     by default the feeder's own, or for a feeder no longer configured the one shard that holds it."""
-    config = _on_shard(config, name, only, shard)
-    plan = asyncio.run(_plan(config, name, only))
+    shard = _on_shard(config, name, only, shard)
+    plan = asyncio.run(_plan(config, shard, name, only))
     _check_known(plan, config)
     if not yes:
         if not sys.stdin.isatty():
@@ -115,7 +122,8 @@ def remove_feeder(
         if not _confirmed(plan, ask):
             print(f"feeder {name}: nothing removed")
             return 1
-    dropped, runs = asyncio.run(drop_feeder(config, name, only))
+    superhub, parents, key = superhub_target(config, shard), parents_spec(config), _key(config, name)
+    dropped, runs = asyncio.run(drop_feeder(superhub, parents, name, key, only))
     log.info("feeder.removed", feeder=name, tables=[str(t) for t in dropped], runs_forgotten=runs)
     _report(config, name, only, dropped, runs)
     return 0

@@ -39,6 +39,7 @@ from fedload.results import FeederRun
 from fedload.scaleout.coordinator import CoordinatorReport, build_coordinator, moving_feeders
 from fedload.scaleout.shard_side import read_shard
 from fedload.superhub.bookkeeping import forget_move
+from fedload.superhub.job import feeder_job, parents_spec, superhub_target
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.removal import FeederBusyError, drop_feeder
 from fedload.superhub.session import superhub_session
@@ -127,7 +128,7 @@ async def _load_and_switch(move: _Move) -> FeederRun:
     served = f"shard {move.came_from}" if report is None else f"shard {report.pending.get(name, to)}"
     await _allow_on(move)
     print(f"feeder {name}: 2/6 loading on shard {to}", flush=True)
-    run = await sync_feeder(name, move.staged.for_feeder(name))
+    run = await sync_feeder(feeder_job(move.staged, name))
     if not run.succeeded:
         raise MoveError(f"feeder {name}: the load on shard {to} failed ({run.error}); it is still served from {served}")
     report = await _build(
@@ -179,7 +180,7 @@ async def _build(move: _Move, step: str, *, failed: str, config: Config | None =
 
 async def _allow_on(move: _Move) -> None:
     """Forget an earlier move of the feeder away from the new shard, which would refuse its load there."""
-    async with superhub_session(move.staged.for_shard(move.to)) as conn:
+    async with superhub_session(superhub_target(move.staged, move.to)) as conn:
         await forget_move(conn, move.name)
 
 
@@ -188,7 +189,13 @@ async def _remove_from(move: _Move, shard: str) -> None:
     deadline = time.monotonic() + _BUSY_WAIT_S
     while True:
         try:
-            dropped, runs = await drop_feeder(move.before.for_shard(shard), move.name, moved_to=move.to)
+            dropped, runs = await drop_feeder(
+                superhub_target(move.before, shard),
+                parents_spec(move.before),
+                move.name,
+                move.before.feeders[move.name].key,
+                moved_to=move.to,
+            )
         except FeederBusyError:
             if time.monotonic() > deadline:
                 raise MoveError(

@@ -29,8 +29,9 @@ from fedload.errors import (
     one_line,
 )
 from fedload.log import get_logger
-from fedload.superhub.schema import read_parents, unmatched_patterns
-from fedload.superhub.session import schema_file_refusals, superhub_session
+from fedload.superhub.job import coordinator_target, parents_spec, superhub_targets
+from fedload.superhub.schema import ParentsSpec, read_parents, unmatched_patterns
+from fedload.superhub.session import SuperhubTarget, schema_file_refusals, superhub_session
 from fedload.transport.base import Transport
 
 __all__ = ["Probe", "probe_coordinator", "probe_feeder", "probe_superhub", "run_probes"]
@@ -54,23 +55,21 @@ class Probe:
         return f"{self.item}: OK ({self.detail})" if self.ok else f"{self.item}: FAILED: {self.detail}"
 
 
-async def probe_superhub(config: Config, what: str = "superhub") -> list[Probe]:
+async def probe_superhub(superhub: SuperhubTarget, parents: ParentsSpec, what: str = "superhub") -> list[Probe]:
     """Connect to the superhub (`what`: "shard NAME" for a shard's), read its version and the parents of the
     configured tables."""
     try:
-        async with superhub_session(config, "check-config") as conn:
+        async with superhub_session(superhub, "check-config") as conn:
             version = await conn.fetchval("SHOW server_version")
-            return [Probe(what, True, f"PostgreSQL {version}"), await _tables(conn, config, f"{what} tables")]
+            return [Probe(what, True, f"PostgreSQL {version}"), await _tables(conn, parents, f"{what} tables")]
     except FedloadError as exc:
         return [Probe(what, False, str(exc))]
 
 
-async def probe_coordinator(config: Config) -> list[Probe]:
+async def probe_coordinator(coordinator: SuperhubTarget) -> list[Probe]:
     """Connect to the coordinator, read its version and whether it has postgres_fdw."""
-    assert config.coordinator is not None
-    superhub = config.superhub.model_copy(update={"dsn": config.coordinator.dsn})
     try:
-        async with superhub_session(config.model_copy(update={"superhub": superhub}), "check-config") as conn:
+        async with superhub_session(coordinator, "check-config") as conn:
             version = await conn.fetchval("SHOW server_version")
             fdw = await conn.fetchval("SELECT count(*) FROM pg_available_extensions WHERE name = 'postgres_fdw'")
     except FedloadError as exc:
@@ -80,17 +79,17 @@ async def probe_coordinator(config: Config) -> list[Probe]:
     return [Probe("coordinator", True, f"PostgreSQL {version}, postgres_fdw available")]
 
 
-async def _tables(conn: asyncpg.Connection, config: Config, item: str = "superhub tables") -> Probe:
+async def _tables(conn: asyncpg.Connection, spec: ParentsSpec, item: str = "superhub tables") -> Probe:
     try:
-        parents = await read_parents(conn, config.superhub.tables, config.superhub.feeder_key)
+        parents = await read_parents(conn, spec.tables, spec.feeder_key)
     except FedloadError as exc:
         return Probe(item, False, str(exc))
     found = f"{counted(len(parents), 'partitioned table')} match superhub.tables"
-    unmatched = ", ".join(map(str, unmatched_patterns(config.superhub.tables, parents)))
+    unmatched = ", ".join(map(str, unmatched_patterns(spec.tables, parents)))
     if not unmatched:
         return Probe(item, True, found)
-    if config.superhub.schema_file is not None:
-        if refusals := await schema_file_refusals(conn, config):
+    if spec.schema_file is not None:
+        if refusals := await schema_file_refusals(conn, spec):
             return Probe(item, False, f"{found}; the schema file cannot create {unmatched}: {'; '.join(refusals)}")
         return Probe(item, True, f"{found}; the first sync creates {unmatched} from the schema file")
     return Probe(item, False, f"{unmatched} match no partitioned table on the superhub, and no schema_file is set")
@@ -166,11 +165,12 @@ async def probe_feeder(name: str, feeder: FeederConfig) -> list[Probe]:
 async def _all(config: Config) -> list[Probe]:
     async with asyncio.TaskGroup() as group:
         superhubs = [
-            group.create_task(_unexpected_fails(what, probe_superhub(config.for_shard(shard), what)))
-            for shard, what in _superhubs(config)
+            group.create_task(_unexpected_fails(what, probe_superhub(target, parents_spec(config), what)))
+            for target, what in _superhubs(config)
         ]
         if config.coordinator is not None:
-            superhubs.append(group.create_task(_unexpected_fails("coordinator", probe_coordinator(config))))
+            coordinator = coordinator_target(config)
+            superhubs.append(group.create_task(_unexpected_fails("coordinator", probe_coordinator(coordinator))))
         feeders = [
             group.create_task(_unexpected_fails(f"feeder {name}", probe_feeder(name, f)))
             for name, f in config.feeders.items()
@@ -178,9 +178,9 @@ async def _all(config: Config) -> list[Probe]:
     return [*(probe for task in [*superhubs, *feeders] for probe in task.result())]
 
 
-def _superhubs(config: Config) -> list[tuple[str | None, str]]:
+def _superhubs(config: Config) -> list[tuple[SuperhubTarget, str]]:
     """The superhubs to probe: the one, or each shard."""
-    return [(shard, f"shard {shard}") for shard in config.shards] or [(None, "superhub")]
+    return [(target, f"shard {shard}" if shard else "superhub") for shard, target in superhub_targets(config).items()]
 
 
 async def _unexpected_fails(item: str, probing: Coroutine[Any, Any, list[Probe]]) -> list[Probe]:

@@ -16,7 +16,8 @@ from fedload.english import counted
 from fedload.errors import ErrorKind, FedloadError
 from fedload.log import get_logger
 from fedload.superhub.bookkeeping import FeederStatus, ensure_superhub, read_feeder_statuses
-from fedload.superhub.session import superhub_session
+from fedload.superhub.job import superhub_target
+from fedload.superhub.session import SuperhubTarget, superhub_session
 
 __all__ = ["read_status", "run_status"]
 
@@ -26,13 +27,14 @@ log = get_logger()
 async def read_status(config: Config) -> list[FeederStatus]:
     """The status of every feeder that is configured or has history; with shards, read from each shard's history
     (a feeder is configured on its own shard only)."""
+    stale_after_s = config.superhub.stale_after_s
     if not config.shards:
-        return await _read_status(config, list(config.feeders), None)
+        return await _read_status(superhub_target(config), list(config.feeders), None, stale_after_s)
     statuses = []
     for shard in config.shards:
         names = config.by_shard().get(shard, [])
         try:
-            statuses += await _read_status(config.for_shard(shard), names, shard)
+            statuses += await _read_status(superhub_target(config, shard), names, shard, stale_after_s)
         except FedloadError as exc:  # the other shards' feeders are still shown; this one's say why they are not
             log.warning("status.shard_unreachable", shard=shard, error=str(exc))
             statuses += [_unreachable(name, shard, exc) for name in names]
@@ -59,10 +61,12 @@ def _unreachable(feeder: str, shard: str, exc: FedloadError) -> FeederStatus:
     )
 
 
-async def _read_status(config: Config, names: list[str], shard: str | None) -> list[FeederStatus]:
-    async with superhub_session(config) as conn:
+async def _read_status(
+    superhub: SuperhubTarget, names: list[str], shard: str | None, stale_after_s: float
+) -> list[FeederStatus]:
+    async with superhub_session(superhub) as conn:
         await ensure_superhub(conn)
-        return await read_feeder_statuses(conn, names, stale_after_s=config.superhub.stale_after_s, shard=shard)
+        return await read_feeder_statuses(conn, names, stale_after_s=stale_after_s, shard=shard)
 
 
 def _table(statuses: list[FeederStatus], location: ConfigLocation) -> Table:

@@ -19,6 +19,7 @@ from fedload.results import FeederRun
 from fedload.service.sync import sync_feeders
 from fedload.service.workers import ForkedWorker, fork_workers, reap_forked
 from fedload.superhub.bookkeeping import has_history, last_sizes
+from fedload.superhub.job import superhub_target
 from fedload.superhub.session import superhub_session
 from fedload.transport.command import transport_modules
 
@@ -33,7 +34,7 @@ async def expected_sizes(config: Config, names: Sequence[str]) -> dict[str, int]
     sizes: dict[str, int] = {}
     for shard, feeders in config.by_shard(names).items():
         try:
-            async with superhub_session(config.for_shard(shard)) as conn:
+            async with superhub_session(superhub_target(config, shard)) as conn:
                 if await has_history(conn):
                     sizes.update(await last_sizes(conn, feeders))
         except FedloadError as exc:
@@ -55,7 +56,8 @@ def run_sync(config: Config, names: Sequence[str], *, as_json: bool = False, dry
     selected = _selected(config, names)
     superhub = config.superhub
     workers = min(len(selected), superhub.max_parallel_feeders, superhub.workers)
-    forked = fork_workers(workers, transport_modules(config))  # before the event loop: see fork_workers
+    preload = transport_modules(config.feeders.values())
+    forked = fork_workers(workers, preload)  # before the event loop: see fork_workers
     try:
         if as_json:
             runs = asyncio.run(sync_feeders(config, selected, dry_run=dry_run, forked=forked))

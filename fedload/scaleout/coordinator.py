@@ -50,8 +50,10 @@ from fedload.scaleout.shard_side import (
     read_shard,
     text_key,
 )
+from fedload.superhub.job import coordinator_target, superhub_targets
 from fedload.superhub.schema import Column, ParentTable, ident, qualified
-from fedload.superhub.session import superhub_session
+from fedload.superhub.session import SuperhubTarget, superhub_session
+from fedload.superhub.swap import SwapPolicy
 
 __all__ = [
     "FDW_SCHEMA",
@@ -155,20 +157,12 @@ def _options(options: Mapping[str, str]) -> str:
     return f"OPTIONS ({', '.join(f'{k} {_literal(v)}' for k, v in options.items())})"
 
 
-def _session(config: Config) -> contextlib.AbstractAsyncContextManager[asyncpg.Connection]:
-    """A session on the coordinator (its errors are SuperhubErrors, as a superhub's)."""
-    if config.coordinator is None:
-        raise ConfigError("there is no [coordinator] section")
-    superhub = config.superhub.model_copy(update={"dsn": config.coordinator.dsn})
-    return superhub_session(config.model_copy(update={"superhub": superhub}), "coordinator")
-
-
 @contextlib.asynccontextmanager
 async def moving_feeders(config: Config, *, wait_s: float = 30.0) -> AsyncIterator[None]:
     """For `fedload feeder move`: hold the coordinator's move lock for the block. Other builds are deferred
     meanwhile (they would build from a configuration that does not know of the move), and one move runs at a time.
     SuperhubError if another move or a build held it for `wait_s`."""
-    async with _session(config) as conn:
+    async with superhub_session(coordinator_target(config), "coordinator") as conn:
         deadline = time.monotonic() + wait_s
         while not await conn.fetchval(f"SELECT pg_try_advisory_lock({_MOVE_LOCK})"):
             if time.monotonic() > deadline:
@@ -188,7 +182,7 @@ async def build_coordinator(
     if coordinator is None:
         raise ConfigError("there is no [coordinator] section")
     report = CoordinatorReport()
-    async with _session(config) as conn:
+    async with superhub_session(coordinator_target(config), "coordinator") as conn:
         transaction = conn.transaction()
         await transaction.start()
         try:
@@ -208,7 +202,7 @@ async def build_coordinator(
                 log.info("coordinator.build_superseded", reason="a newer configuration was loaded meanwhile")
             return CoordinatorReport(deferred=report.deferred, superseded=report.superseded)
         await transaction.commit()
-        await _drop_unread_views(conn, config, unread)
+        await _drop_unread_views(conn, superhub_targets(config), unread)
     if report.created or report.attached or report.detached:
         log.info("coordinator.built", created=report.created, attached=report.attached, detached=report.detached)
     return report
@@ -245,9 +239,9 @@ async def _build(
         await _server(conn, shard, settings.dsn, coordinator)
     await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {ident(FDW_SCHEMA)}")
     for parent in parents.values():
-        await _parent(conn, parent, config, report)
+        await _parent(conn, parent, config.superhub.feeder_key, report)
     unread = await _partitions(conn, list(parents.values()), config, _Wanted(placement, views), report)
-    await _drop_removed_servers(conn, config)
+    await _drop_removed_servers(conn, config.shards)
     await _partitionwise(conn)
     return unread | {shard for shard, state in shards.items() if state.views}
 
@@ -276,7 +270,7 @@ def _note_placement(
 ) -> None:
     """Log the feeders read from another shard than their own and the shards holding feeders not read from them:
     a warning (partitions to remove by hand), but in a feeder move's builds, whose old shard drops them next."""
-    report.pending = placement.pending(config)
+    report.pending = placement.pending(config.feeders)
     report.filtered = sorted(shard for shard, reads in placement.reads.items() if reads.filtered)
     for name, served_from in report.pending.items():
         log.info("coordinator.feeder_pending", feeder=name, shard=config.feeders[name].shard, served_from=served_from)
@@ -355,12 +349,12 @@ def _parsed(options: Sequence[str] | None) -> dict[str, str]:
     return dict(option.split("=", 1) for option in options or ())
 
 
-async def _parent(conn: asyncpg.Connection, parent: ParentTable, config: Config, report: CoordinatorReport) -> None:
-    """The coordinator's partitioned parent of `parent`, with its columns, if missing."""
+async def _parent(conn: asyncpg.Connection, parent: ParentTable, feeder_key: str, report: CoordinatorReport) -> None:
+    """The coordinator's partitioned parent of `parent` (by `feeder_key`), with its columns, if missing."""
     if await conn.fetchval("SELECT to_regclass($1)", parent.sql_name) is not None:
         return
     await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {ident(parent.table.schema)}")
-    key = ident(config.superhub.feeder_key)
+    key = ident(feeder_key)
     await conn.execute(f"CREATE TABLE {parent.sql_name} ({_column_list(parent)}) PARTITION BY LIST ({key})")
     report.created.append(str(parent.table))
 
@@ -419,9 +413,8 @@ async def _partitions(
         gone = existing.items()  # servers of shards no longer configured
         changes += [_Change(parent, server.removeprefix("fedload_"), name, None) for server, (name, _, _) in gone]
     if changes:
-        await _locked(
-            conn, sorted({c.parent.table: c.parent for c in changes}.values(), key=lambda p: str(p.table)), config
-        )
+        changed = sorted({c.parent.table: c.parent for c in changes}.values(), key=lambda p: str(p.table))
+        await _locked(conn, changed, SwapPolicy.from_config(config.superhub))
     await _apply(conn, changes, report)
     return unread
 
@@ -455,11 +448,11 @@ WHERE w.fdwname = 'postgres_fdw' AND s.srvname LIKE 'fedload\\_%' AND s.srvname 
 """
 
 
-async def _drop_removed_servers(conn: asyncpg.Connection, config: Config) -> None:
-    """The foreign servers and user mappings of shards no longer configured, once no foreign table uses them
-    (their partitions were detached above). Their filter views stay on their databases: fedload no longer knows
-    how to reach them."""
-    for server, used in await conn.fetch(_REMOVED_SERVERS, [server_name(shard) for shard in config.shards]):
+async def _drop_removed_servers(conn: asyncpg.Connection, shards: Iterable[str]) -> None:
+    """The foreign servers and user mappings of shards no longer configured (not in `shards`), once no foreign
+    table uses them (their partitions were detached above). Their filter views stay on their databases: fedload no
+    longer knows how to reach them."""
+    for server, used in await conn.fetch(_REMOVED_SERVERS, [server_name(shard) for shard in shards]):
         if used:
             log.warning("coordinator.server_kept", server=server, reason="foreign tables still use it")
             continue
@@ -479,11 +472,14 @@ async def _builders_lock(conn: asyncpg.Connection) -> None:
     await conn.execute(_LOCK_TIMEOUT)
 
 
-async def _drop_unread_views(conn: asyncpg.Connection, config: Config, shards: Iterable[str]) -> None:
-    """After a build has committed: drop the filter views of `shards` that no foreign partition reads any more.
-    Under the builders' lock (tried, not waited for), so never a view another build is about to attach. Whatever
-    fails here only leaves views behind for a later build: a warning, never the build's failure."""
-    if not (shards := sorted(set(shards) & set(config.shards))):
+async def _drop_unread_views(
+    conn: asyncpg.Connection, targets: Mapping[str | None, SuperhubTarget], shards: Iterable[str]
+) -> None:
+    """After a build has committed: drop the filter views of `shards` (those still configured, in `targets`) that
+    no foreign partition reads any more. Under the builders' lock (tried, not waited for), so never a view another
+    build is about to attach. Whatever fails here only leaves views behind for a later build: a warning, never the
+    build's failure."""
+    if not (shards := sorted(set(shards) & set(targets))):
         return
     try:
         async with conn.transaction():
@@ -496,7 +492,7 @@ async def _drop_unread_views(conn: asyncpg.Connection, config: Config, shards: I
                 if schema == EXPORT_SCHEMA:
                     read.setdefault(server, set()).add(table)
             for shard in shards:
-                dropped, busy = await drop_filter_views(config, shard, read.get(server_name(shard), set()))
+                dropped, busy = await drop_filter_views(targets[shard], read.get(server_name(shard), set()))
                 if dropped:
                     log.info("coordinator.views_dropped", shard=shard, views=dropped)
                 if busy:
@@ -505,16 +501,15 @@ async def _drop_unread_views(conn: asyncpg.Connection, config: Config, shards: I
         log.warning("coordinator.views_not_dropped", shards=shards, error=str(exc))
 
 
-async def _locked(conn: asyncpg.Connection, parents: Sequence[ParentTable], config: Config) -> None:
+async def _locked(conn: asyncpg.Connection, parents: Sequence[ParentTable], swap: SwapPolicy) -> None:
     """ACCESS EXCLUSIVE on the parents whose partitions change (DETACH takes it), by short polite tries as a swap
     does (`swap_lock_timeout_s`, for up to `swap_max_wait_s`): a try never makes reports queue behind it for long.
     SuperhubError when the locks did not come."""
-    superhub = config.superhub
-    deadline = time.monotonic() + superhub.swap_max_wait_s
+    deadline = time.monotonic() + swap.max_wait_s
     for attempt in itertools.count(1):
         try:
             async with conn.transaction():
-                await conn.execute(f"SET LOCAL lock_timeout = '{max(1, int(superhub.swap_lock_timeout_s * 1000))}ms'")
+                await conn.execute(f"SET LOCAL lock_timeout = '{max(1, int(swap.lock_timeout_s * 1000))}ms'")
                 await conn.execute(f"LOCK TABLE {', '.join(p.sql_name for p in parents)} IN ACCESS EXCLUSIVE MODE")
                 await conn.execute(_LOCK_TIMEOUT)
                 return
@@ -522,7 +517,7 @@ async def _locked(conn: asyncpg.Connection, parents: Sequence[ParentTable], conf
             if time.monotonic() > deadline:
                 raise SuperhubError(
                     f"the coordinator's reports held {', '.join(str(p.table) for p in parents)} for swap_max_wait_s = "
-                    f"{superhub.swap_max_wait_s:g}: the feeder lists of the shards were not changed"
+                    f"{swap.max_wait_s:g}: the feeder lists of the shards were not changed"
                 ) from None
             await asyncio.sleep(random.uniform(0.05, min(0.05 * attempt, 1.0)))  # noqa: S311 - jitter only
     raise AssertionError("unreachable")  # pragma: no cover

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 
-from fedload.config import Config
+from fedload.config import Config, FeederConfig
 
 __all__ = ["Placement", "ShardReads", "place"]
 
@@ -40,10 +40,10 @@ class Placement:
     reads: dict[str, ShardReads]
     served_from: dict[str, str]
 
-    def pending(self, config: Config) -> dict[str, str]:
+    def pending(self, feeders: Mapping[str, FeederConfig]) -> dict[str, str]:
         """Feeders read from another shard than their configured one (which has not loaded them yet): name to the
         shard they are read from."""
-        return {name: shard for name, shard in self.served_from.items() if config.feeders[name].shard != shard}
+        return {name: shard for name, shard in self.served_from.items() if feeders[name].shard != shard}
 
 
 def place(

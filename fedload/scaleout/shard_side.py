@@ -22,8 +22,9 @@ import asyncpg
 from fedload.config import Config
 from fedload.errors import ConfigError
 from fedload.names import TableName
+from fedload.superhub.job import parents_spec, superhub_target
 from fedload.superhub.schema import ParentTable, ident, key_literal, qualified, read_parents
-from fedload.superhub.session import setup_superhub, superhub_session
+from fedload.superhub.session import SuperhubTarget, setup_superhub, superhub_session
 
 __all__ = [
     "EXPORT_SCHEMA",
@@ -149,9 +150,8 @@ def text_key(parent: ParentTable, feeder_key: str) -> bool:
 
 async def read_shard(config: Config, shard: str) -> ShardState:
     """The shard, set up first as a sync would (its schemas, and its parents from the schema file)."""
-    on_shard = config.for_shard(shard)
-    async with superhub_session(on_shard, "coordinator") as conn:
-        await setup_superhub(conn, on_shard)
+    async with superhub_session(superhub_target(config, shard), "coordinator") as conn:
+        await setup_superhub(conn, parents_spec(config))
         parents = await read_parents(conn, config.superhub.tables, config.superhub.feeder_key)
         held: set[str] = set()
         unknown: list[str] = []
@@ -181,7 +181,7 @@ async def create_filter_views(
     coordinator's `fdw_user`); the view names."""
     feeder_key, reader = config.superhub.feeder_key, config.coordinator and config.coordinator.fdw_user
     names = {}
-    async with superhub_session(config.for_shard(shard), "coordinator") as conn, conn.transaction():
+    async with superhub_session(superhub_target(config, shard), "coordinator") as conn, conn.transaction():
         await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {ident(EXPORT_SCHEMA)}")
         if reader:
             await conn.execute(f"GRANT USAGE ON SCHEMA {ident(EXPORT_SCHEMA)} TO {ident(reader)}")
@@ -200,11 +200,11 @@ async def create_filter_views(
     return names
 
 
-async def drop_filter_views(config: Config, shard: str, keep: Set[str]) -> tuple[list[str], list[str]]:
+async def drop_filter_views(shard: SuperhubTarget, keep: Set[str]) -> tuple[list[str], list[str]]:
     """Drop the shard's filter views but those in `keep` (which foreign partitions read); the ones dropped, and
     those left because a session still used them past a short lock timeout (a later build drops them)."""
     dropped, busy = [], []
-    async with superhub_session(config.for_shard(shard), "coordinator") as conn:
+    async with superhub_session(shard, "coordinator") as conn:
         for (name,) in await conn.fetch(_VIEWS, EXPORT_SCHEMA):
             if name in keep:
                 continue

@@ -36,8 +36,10 @@ from fedload.service.schedule import FeederSchedule, after_failure, after_succes
 from fedload.service.workers import worker_pool
 from fedload.superhub.bookkeeping import store_next_run
 from fedload.superhub.bookkeeping.connection import ShardHistories
+from fedload.superhub.job import feeder_jobs, parents_spec, superhub_target
 from fedload.superhub.pipeline import sync_feeder
-from fedload.superhub.session import prepare_superhub
+from fedload.superhub.session import SuperhubTarget, prepare_superhub
+from fedload.transport.command import transport_modules
 
 __all__ = ["Daemon", "run_daemon"]
 
@@ -56,15 +58,15 @@ class ScheduleStore:
     def __init__(self, bookkeeping: ShardHistories) -> None:
         self._bookkeeping = bookkeeping
 
-    async def store(self, config: Config, name: str, schedule: FeederSchedule) -> None:
-        """Record `schedule` as feeder `name`'s next run (`config`: the feeder's, `Config.for_feeder`)."""
+    async def store(self, superhub: SuperhubTarget, name: str, schedule: FeederSchedule) -> None:
+        """Record `schedule` as feeder `name`'s next run, on its superhub (with shards, its shard's)."""
 
         async def write(conn: asyncpg.Connection) -> None:
             next_in_s = max(0.0, schedule.next_at - time.monotonic())
             await store_next_run(conn, name, next_in_s=next_in_s, failures=schedule.failures)
 
         try:
-            await self._bookkeeping.write(config, write)
+            await self._bookkeeping.write(superhub, write)
         except (FedloadError, OSError) as exc:
             log.warning("daemon.schedule_not_recorded", feeder=name, error=str(exc))
 
@@ -76,6 +78,7 @@ class Daemon:
         self, config: Config, config_path: Path, *, shutdown_grace_s: float = 60.0, shard: str | None = None
     ) -> None:
         self.config = config
+        self._jobs = feeder_jobs(config)  # each feeder's run, resolved again at each reload
         self._shard = shard  # --shard: only this shard's feeders
         self._config_path = config_path
         self._grace_s = shutdown_grace_s
@@ -86,7 +89,7 @@ class Daemon:
         self._history = ShardHistories()  # one bookkeeping connection (per shard): run history and schedule
         self._store = ScheduleStore(self._history)
         # Started once: a reload that changes superhub.worker_processes takes effect at the next start.
-        self._pool = worker_pool(config)
+        self._pool = worker_pool(config.superhub.workers, transport_modules(config.feeders.values()))
         # Started once too: a reload that changes daemon.metrics_listen takes effect at the next start.
         self._metrics = DaemonMetricsService(
             config.daemon.metrics_listen, self._history, self._pool, lambda: self.config, shard=shard
@@ -163,7 +166,7 @@ class Daemon:
                 self._reload()
             try:
                 for shard in self.config.by_shard(self._feeders(self.config)):
-                    await prepare_superhub(self.config.for_shard(shard))
+                    await prepare_superhub(superhub_target(self.config, shard), parents_spec(self.config))
             except FedloadError as exc:
                 await self._wait_to_retry(attempt, exc)
             else:
@@ -197,7 +200,7 @@ class Daemon:
                 self._schedules.pop(name, None)
             for name in added:
                 self._schedules[name] = first_run(now, new.feeders[name].interval_s, self._rng)
-            self.config = new
+            self.config, self._jobs = new, feeder_jobs(new)
             self._metrics.reconfigured(added, removed)
             log.info("daemon.reloaded", added=added, removed=removed)
             self._coordinator.reconfigured(new)  # feeders may have moved between shards' lists
@@ -239,10 +242,10 @@ class Daemon:
 
     async def _sync(self, name: str) -> FeederRun:
         """One run of a feeder, in a worker process if the daemon has them."""
-        config = self.config.for_feeder(name)  # with shards, the feeder's shard is its superhub
+        job = self._jobs[name]  # with shards, the feeder's shard is its superhub
         if self._pool is None:
-            return await sync_feeder(name, config, history=self._history)
-        return await self._pool.run(name, config, history=self._history)
+            return await sync_feeder(job, history=self._history)
+        return await self._pool.run(job, history=self._history)
 
     def _finished(self, name: str, task: asyncio.Task[FeederRun]) -> None:
         self._running.pop(name, None)
@@ -273,7 +276,7 @@ class Daemon:
                 error=str(exc) if exc else run.error if run else None,
                 error_kind=ErrorKind.INTERNAL if run is None else run.error_kind,
             )
-        schedule = self._store.store(self.config.for_feeder(name), name, self._schedules[name])
+        schedule = self._store.store(self._jobs[name].superhub, name, self._schedules[name])
         self._spawn(schedule, name=f"schedule-{name}")
 
     def _spawn(self, step: Coroutine[Any, Any, None], *, name: str) -> None:

@@ -27,6 +27,8 @@ from fedload.service.metrics import DaemonMetrics, MetricsServer
 from fedload.service.workers import WorkerPool
 from fedload.superhub.bookkeeping import FeederState, read_feeder_states
 from fedload.superhub.bookkeeping.connection import ShardHistories
+from fedload.superhub.job import superhub_target
+from fedload.superhub.session import SuperhubTarget
 
 __all__ = ["DaemonMetricsService"]
 
@@ -115,7 +117,7 @@ class DaemonMetricsService:
         errors: list[str] = []
         for shard, feeders in config.by_shard(mine).items():  # one group, shard None, without shards
             try:
-                self.metrics.apply_history(await self._read_states(config.for_shard(shard), feeders))
+                self.metrics.apply_history(await self._read_states(superhub_target(config, shard), feeders))
             except (FedloadError, OSError, TimeoutError) as exc:
                 errors.append(f"shard {shard}: {exc}" if shard else str(exc) or type(exc).__name__)
                 self._shard(shard, up=False)
@@ -127,9 +129,9 @@ class DaemonMetricsService:
         """The feeders this daemon exports: all, or its shard's."""
         return {n: f for n, f in config.feeders.items() if self._only is None or f.shard == self._only}
 
-    async def _read_states(self, superhub: Config, feeders: list[str]) -> list[FeederState]:
+    async def _read_states(self, superhub: SuperhubTarget, feeders: list[str]) -> list[FeederState]:
         """The feeders' states, from the history of the superhub (the shard) they load into."""
-        async with asyncio.timeout(superhub.superhub.connect_timeout_s + _CHECK_S):
+        async with asyncio.timeout(superhub.connect_timeout_s + _CHECK_S):
             return await self._history.write(superhub, functools.partial(_read_states_of, feeders))
 
     def _shard(self, shard: str | None, *, up: bool) -> None:

@@ -13,8 +13,10 @@ from fedload.results import FeederRun, ProgressCallback
 from fedload.service.coordinator_keeper import CoordinatorKeeper
 from fedload.service.workers import ForkedWorker, worker_pool
 from fedload.superhub.bookkeeping.connection import ShardHistories
+from fedload.superhub.job import feeder_jobs, parents_spec, superhub_target
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.session import prepare_superhub
+from fedload.transport.command import transport_modules
 
 __all__ = ["prepare_superhub", "sync_feeders"]
 
@@ -39,7 +41,8 @@ async def sync_feeders(
     """
     slots = asyncio.Semaphore(config.superhub.max_parallel_feeders)
     history = ShardHistories()  # one connection (per shard) records every feeder's runs
-    pool = worker_pool(config, forked)
+    pool = worker_pool(config.superhub.workers, transport_modules(config.feeders.values()), forked)
+    jobs = feeder_jobs(config, names)  # with shards, each feeder's shard is its superhub
     built = config if not dry_run else config.model_copy(update={"coordinator": None})  # a dry run changes nothing
     coordinator = CoordinatorKeeper(built, feeders=lambda _: names)
 
@@ -48,12 +51,11 @@ async def sync_feeders(
             return _not_built(name, config)
         async with slots:
             started = time.monotonic()
-            feeder_config = config.for_feeder(name)  # with shards, the feeder's shard is its superhub
             try:
                 if pool is None:
-                    run = await sync_feeder(name, feeder_config, progress=progress, dry_run=dry_run, history=history)
+                    run = await sync_feeder(jobs[name], progress=progress, dry_run=dry_run, history=history)
                 else:
-                    run = await pool.run(name, feeder_config, history=history, progress=progress, dry_run=dry_run)
+                    run = await pool.run(jobs[name], history=history, progress=progress, dry_run=dry_run)
             except Exception as exc:  # both report a run's failures: this is a bug around the run,
                 # which fails this feeder only, never the others' runs or the sync's summary
                 log.error("sync.run_crashed", feeder=name, exc_info=exc)
@@ -69,7 +71,7 @@ async def sync_feeders(
             pool.start_ahead(min(len(names), config.superhub.max_parallel_feeders))
         if not dry_run:
             for shard in config.by_shard(names):
-                await prepare_superhub(config.for_shard(shard))
+                await prepare_superhub(superhub_target(config, shard), parents_spec(config))
         coordinator.start()  # beside the runs: a feeder new to its shard waits for it, the others go on
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(one(name)) for name in names]

@@ -1,17 +1,10 @@
 """A worker process: runs feeder syncs that its parent (`fedload sync` or the daemon, fedload.service.workers) sends
 it, one at a time, on its own core. Started as `python -m fedload.service.worker FD LEVEL FORMAT [MODULE ...]` with FD
 one end of a Unix socket pair and MODULEs to import before it says it is ready (those its runs would import lazily, so a
-worker started ahead does not pay for them in its first run); the messages (fedload.service._pipe) are, from the parent:
-
-- `("run", feeder, config, dry_run)`: sync one feeder; answered by `("done", FeederRun)`; `config` None: the
-  configuration of the worker's last run (the parent sends a configuration once, not at every run);
-- `("history", request_id, result)` or `("history_error", request_id, message, kind)`: the parent's answer to a
-  run-history request (`kind`: the ErrorKind of its failure);
-- `("cancel",)`: cancel the run under way (its transaction rolls back, its record says so);
-
-and, to the parent: `("ready",)` once imported, `("progress", Progress)` (at most every 0.2 s, and at each phase),
-`("history", request_id, "start", feeder)` / `("history", request_id, "finish", run_id, record)`, and at the
-end of each run `("done", FeederRun)`, `("cancelled",)` or `("crashed", error)`.
+worker started ahead does not pay for them in its first run). The messages are fedload.service._pipe's: from the
+parent `Run` (answered by `Done`), `HistoryWritten` or `HistoryFailed` (the answer to a run-history request) and
+`Cancel`; to the parent `Ready` once imported, `Progressed` (at most every 0.2 s, and at each phase), `StartRun` and
+`FinishRun` (run-history requests), and at the end of each run `Done`, `Cancelled` or `Crashed`.
 The run history stays in the parent's one bookkeeping connection. When the parent goes away, the worker cancels
 its run and exits.
 """
@@ -30,16 +23,30 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
-from fedload.config import Config
-from fedload.errors import ErrorKind, FedloadError, SuperhubError, internal_error
+from fedload.errors import FedloadError, SuperhubError, internal_error
 from fedload.log import configure_logging, get_logger
 from fedload.results import Progress
-from fedload.service._pipe import frame, receive
+from fedload.service._pipe import (
+    Cancel,
+    Cancelled,
+    Crashed,
+    Done,
+    FinishRun,
+    HistoryFailed,
+    HistoryWritten,
+    Progressed,
+    Ready,
+    Run,
+    StartRun,
+    for_worker,
+    frame,
+)
 from fedload.superhub.bookkeeping import RunRecord
 from fedload.superhub.kept_sessions import close_kept, keep_sessions
 from fedload.superhub.pipeline import sync_feeder
+from fedload.superhub.session import SuperhubTarget
 
 log = get_logger()
 
@@ -54,44 +61,45 @@ class _ParentHistory:
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self._writer = writer
         self._ids = itertools.count()
-        self.waiting: dict[int, asyncio.Future[Any]] = {}
+        self.waiting: dict[int, asyncio.Future[int | None]] = {}
 
-    async def start_run(self, config: Config, feeder: str) -> int:
-        del config  # the parent's own configuration says where the history is
-        run_id: int = await self._ask("start", feeder)
+    async def start_run(self, superhub: SuperhubTarget, feeder: str) -> int:
+        del superhub  # the parent's run knows its job's
+        run_id = await self._ask(StartRun(next(self._ids), feeder))
+        assert run_id is not None
         return run_id
 
-    async def finish_run(self, config: Config, run_id: int, record: RunRecord) -> None:
-        del config
-        await self._ask("finish", run_id, record)
+    async def finish_run(self, superhub: SuperhubTarget, run_id: int, record: RunRecord) -> None:
+        del superhub
+        await self._ask(FinishRun(next(self._ids), run_id, record))
 
-    def answer(self, request_id: int, result: Any = None, error: FedloadError | None = None) -> None:
+    def answer(self, answer: HistoryWritten | HistoryFailed) -> None:
         """The parent's answer to a request."""
-        future = self.waiting.pop(request_id, None)
+        future = self.waiting.pop(answer.request_id, None)
         if future is None or future.done():
             return
-        if error is None:
-            future.set_result(result)
+        if isinstance(answer, HistoryWritten):
+            future.set_result(answer.result)
         else:
-            future.set_exception(error)
+            future.set_exception(_history_error(answer))
 
-    async def _ask(self, *request: Any) -> Any:
-        request_id = next(self._ids)
-        future = self.waiting[request_id] = asyncio.get_running_loop().create_future()
-        self._writer.write(frame(("history", request_id, *request)))
+    async def _ask(self, request: StartRun | FinishRun) -> int | None:
+        future: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
+        self.waiting[request.request_id] = future
+        self._writer.write(frame(request))
         try:
             async with asyncio.timeout(HISTORY_TIMEOUT_S):
                 return await future
         except TimeoutError:
             raise SuperhubError(f"the run history was not written within {HISTORY_TIMEOUT_S:g} s") from None
         finally:
-            self.waiting.pop(request_id, None)
+            self.waiting.pop(request.request_id, None)
 
 
-def _history_error(message: str, kind: str = ErrorKind.SUPERHUB) -> FedloadError:
+def _history_error(failed: HistoryFailed) -> FedloadError:
     """The parent's failure to write the run history, as the error the run fails with, of the kind it was."""
-    error = SuperhubError(message)
-    error.kind = ErrorKind(kind)
+    error = SuperhubError(failed.error)
+    error.kind = failed.kind
     return error
 
 
@@ -107,7 +115,7 @@ class _Progress:
         now = time.monotonic()
         if state.phase != self._phase or now - self._sent >= _PROGRESS_EVERY_S:
             self._phase, self._sent = state.phase, now
-            self._writer.write(frame(("progress", state)))
+            self._writer.write(frame(Progressed(state)))
 
 
 async def serve(fd: int) -> None:
@@ -123,22 +131,16 @@ async def _serve(fd: int) -> None:
     reader, writer = await asyncio.open_unix_connection(sock=socket.socket(fileno=fd))
     history = _ParentHistory(writer)
     run: asyncio.Task[None] | None = None
-    config: Config | None = None  # the last configuration the parent sent
-    writer.write(frame(("ready",)))
+    writer.write(frame(Ready()))
     try:
         while True:
-            message = await receive(reader)
-            kind = message[0]
-            if kind == "run":
-                feeder, sent, dry_run = message[1:]
-                config = sent or config
-                run = _start_run(run, writer, history, feeder, config, dry_run)
-            elif kind == "history":
-                history.answer(message[1], result=message[2])
-            elif kind == "history_error":
-                history.answer(message[1], error=_history_error(*message[2:]))
-            elif kind == "cancel" and run is not None:
-                run.cancel()
+            match await for_worker(reader):
+                case Run() as request:
+                    run = _start_run(run, writer, history, request)
+                case HistoryWritten() | HistoryFailed() as answer:
+                    history.answer(answer)
+                case Cancel() if run is not None:
+                    run.cancel()
     except (asyncio.IncompleteReadError, ConnectionError):  # the parent has gone: nobody wants the run any more
         pass
     except Exception as exc:  # a message this worker cannot read: it can no longer follow its parent
@@ -150,17 +152,14 @@ async def _serve(fd: int) -> None:
 
 
 def _start_run(
-    run: asyncio.Task[None] | None, writer: asyncio.StreamWriter, history: _ParentHistory, *request: Any
+    run: asyncio.Task[None] | None, writer: asyncio.StreamWriter, history: _ParentHistory, request: Run
 ) -> asyncio.Task[None] | None:
     """The task of the run the parent asks for; refused (as crashed) while another run is under way."""
     if run is not None and not run.done():
-        log.error("worker.busy", feeder=request[0])
-        writer.write(frame(("crashed", "the worker process is still running another feeder's run")))
+        log.error("worker.busy", feeder=request.job.name)
+        writer.write(frame(Crashed("the worker process is still running another feeder's run")))
         return run
-    if request[1] is None:  # a bug of the parent's: it never sent a configuration
-        writer.write(frame(("crashed", "the worker process was asked for a run without a configuration")))
-        return run
-    run = asyncio.create_task(_run(writer, history, *request))
+    run = asyncio.create_task(_run(writer, history, request))
     run.add_done_callback(functools.partial(_answer_cancelled, writer))
     return run
 
@@ -169,18 +168,19 @@ def _answer_cancelled(writer: asyncio.StreamWriter, run: asyncio.Task[None]) -> 
     """Tell the parent a run ended cancelled: here, not in the run, which a cancel read together with its "run"
     cancels before its first step, where no `except` of its own would run."""
     if run.cancelled():
-        writer.write(frame(("cancelled",)))
+        writer.write(frame(Cancelled()))
 
 
-async def _run(writer: asyncio.StreamWriter, history: _ParentHistory, feeder: str, config: Config, dry: bool) -> None:
-    """Run one feeder and tell the parent how it ended, whatever happened: `done` or `crashed` (and, through
-    `_answer_cancelled`, `cancelled`)."""
+async def _run(writer: asyncio.StreamWriter, history: _ParentHistory, request: Run) -> None:
+    """Run one feeder and tell the parent how it ended, whatever happened: `Done` or `Crashed` (and, through
+    `_answer_cancelled`, `Cancelled`)."""
+    job, progress = request.job, _Progress(writer)
     try:
-        result = await sync_feeder(feeder, config, progress=_Progress(writer), dry_run=dry, history=history)
-        message = frame(("done", result))
+        result = await sync_feeder(job, progress=progress, dry_run=request.dry_run, history=history)
+        message = frame(Done(result))
     except Exception as exc:  # sync_feeder reports failures: this is a bug, and the parent must know
-        log.error("worker.run_crashed", feeder=feeder, exc_info=exc)
-        message = frame(("crashed", internal_error(exc)))
+        log.error("worker.run_crashed", feeder=job.name, exc_info=exc)
+        message = frame(Crashed(internal_error(exc)))
     writer.write(message)
     with contextlib.suppress(ConnectionError):  # the parent has gone: nobody is left to tell
         await writer.drain()

@@ -1,7 +1,7 @@
 """Worker processes for feeder runs, so that a superhub's cores decode and check several feeders at once.
 
-    pool = WorkerPool(config.superhub.worker_processes)
-    run = await pool.run("hub1", config, progress=..., history=bookkeeping)
+    pool = WorkerPool(config.superhub.workers)
+    run = await pool.run(feeder_job(config, "hub1"), progress=..., history=bookkeeping)
     await pool.close()
 
 A worker (`python -m fedload.service.worker`, fedload/service/worker.py) is started once, when a run first needs it
@@ -11,6 +11,8 @@ asyncssh).
 `fedload sync` forks its first workers instead (`fork_workers`, before its event loop starts), from a process that
 has imported what they need: a fork costs milliseconds where an interpreter start and its imports cost ~0.3 s of
 CPU per worker, on the cores the load needs.
+A run's message carries its job (fedload.superhub.job.Job: the feeder, its superhub, the load's settings), all the
+worker reads of the configuration, so it costs the same with ten feeders as with ten thousand.
 The parent keeps the one view of the runs: the run history is written through its bookkeeping connection at the
 worker's request, progress comes back to its display. A worker that dies fails only the run it had (its superhub
 session ends, so the run's transaction rolls back: old data kept, no staging left), the run's record is finished
@@ -31,17 +33,33 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol
 
-from fedload.config import Config
 from fedload.errors import ErrorKind, FedloadError, WorkerError, internal_error
 from fedload.log import configured, get_logger, import_if_logging
 from fedload.results import FeederRun, Outcome, ProgressCallback
-from fedload.service._pipe import frame, receive
+from fedload.service._pipe import (
+    Cancel,
+    Cancelled,
+    Crashed,
+    Done,
+    FinishRun,
+    HistoryFailed,
+    HistoryWritten,
+    Progressed,
+    Ready,
+    Run,
+    StartRun,
+    ToParent,
+    ToWorker,
+    for_parent,
+    frame,
+)
 from fedload.superhub.bookkeeping import RunRecord
 from fedload.superhub.bookkeeping.connection import RunHistory
+from fedload.superhub.job import Job
 from fedload.superhub.session import best_effort
-from fedload.transport.command import transport_modules
 
 __all__ = ["ForkedWorker", "WorkerPool", "fork_workers", "reap_forked", "worker_pool"]
 
@@ -52,7 +70,14 @@ CANCEL_WAIT_S = 30.0
 # A worker ends its run by run_timeout_s itself, then rolls back and has its record written through the parent
 # (worker.HISTORY_TIMEOUT_S): one with no result this long after that has stopped answering and is killed.
 SILENT_MARGIN_S = 180.0
-_EXITED = ("exited",)
+
+
+@dataclass(frozen=True, slots=True)
+class _Exited:
+    """The last item of a worker's inbox: its socket ended, or a message could not be read."""
+
+
+_EXITED = _Exited()
 
 
 class _Process(Protocol):
@@ -205,8 +230,7 @@ class _Worker:
 
     def __init__(self, process: _Process, reader: asyncio.StreamReader, writer: Any) -> None:
         self.process, self._reader, self._writer = process, reader, writer
-        self.inbox: asyncio.Queue[Any] = asyncio.Queue()
-        self.config_sent: Config | None = None  # the configuration the worker has (sent with an earlier run)
+        self.inbox: asyncio.Queue[ToParent | _Exited] = asyncio.Queue()
         self._reading = asyncio.create_task(self._read())
 
     @classmethod
@@ -254,7 +278,7 @@ class _Worker:
         except BaseException:  # cancelled while it starts: no process outlives its pool
             await asyncio.shield(worker.kill())
             raise
-        if ready != ("ready",):
+        if not isinstance(ready, Ready):
             raise WorkerError(f"a worker process failed to start ({await worker.exit_status()})")
         log.debug("worker.started", pid=process.pid)
         return worker
@@ -263,7 +287,7 @@ class _Worker:
     def alive(self) -> bool:
         return self.process.returncode is None and not self._reading.done()
 
-    def send(self, *message: Any) -> None:
+    def send(self, message: ToWorker) -> None:
         self._writer.write(frame(message))
 
     async def exit_status(self) -> str:
@@ -304,7 +328,7 @@ class _Worker:
         this process lacks: a worker of another fedload version); then `_EXITED`, whatever ended it."""
         try:
             while True:
-                await self.inbox.put(await receive(self._reader))
+                await self.inbox.put(await for_parent(self._reader))
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except Exception as exc:  # the worker is of no more use: its run fails as if it had exited
@@ -341,16 +365,10 @@ class WorkerPool:
         return await (_Worker.adopt(self._forked.pop(0)) if self._forked else _Worker.start(self._preload))
 
     async def run(
-        self,
-        feeder: str,
-        config: Config,
-        *,
-        history: RunHistory,
-        progress: ProgressCallback | None = None,
-        dry_run: bool = False,
+        self, job: Job, *, history: RunHistory, progress: ProgressCallback | None = None, dry_run: bool = False
     ) -> FeederRun:
-        """Run `sync_feeder` for `feeder` in a worker; a dead worker fails this run only."""
-        started = time.monotonic()
+        """Run `sync_feeder` for `job` in a worker; a dead worker fails this run only."""
+        feeder, started = job.name, time.monotonic()
         async with self._slots:
             try:
                 worker = await self._take()
@@ -360,9 +378,7 @@ class WorkerPool:
                 log.error("worker.start_failed", feeder=feeder, exc_info=exc)
                 return _failed(feeder, f"no worker process could be started: {internal_error(exc)}", started)
             try:
-                run = _WorkerRun(
-                    worker, feeder, config, history=history, progress=progress or (lambda _: None), started=started
-                )
+                run = _WorkerRun(worker, job, history=history, progress=progress or (lambda _: None), started=started)
                 return await run.result(dry_run)
             finally:
                 if worker.alive:
@@ -396,11 +412,11 @@ class WorkerPool:
                 log.error("worker.close_failed", error=internal_error(result), exc_info=result)
 
 
-def worker_pool(config: Config, forked: list[ForkedWorker] | None = None) -> WorkerPool | None:
-    """The pool of `superhub.worker_processes` workers for the configuration's runs; None if it asks for none."""
-    if not config.superhub.workers:
-        return None
-    return WorkerPool(config.superhub.workers, preload=transport_modules(config), forked=forked)
+def worker_pool(
+    workers: int, preload: tuple[str, ...] = (), forked: list[ForkedWorker] | None = None
+) -> WorkerPool | None:
+    """The pool of `workers` worker processes (`superhub.workers`); None for none."""
+    return WorkerPool(workers, preload=preload, forked=forked) if workers else None
 
 
 class _WorkerRun:
@@ -408,28 +424,17 @@ class _WorkerRun:
     its progress until the run's result arrives."""
 
     def __init__(
-        self,
-        worker: _Worker,
-        feeder: str,
-        config: Config,
-        *,
-        history: RunHistory,
-        progress: ProgressCallback,
-        started: float,
+        self, worker: _Worker, job: Job, *, history: RunHistory, progress: ProgressCallback, started: float
     ) -> None:
-        self.worker, self.feeder, self.config = worker, feeder, config
+        self.worker, self.job, self.feeder = worker, job, job.name
         self._history, self._progress, self._started = history, progress, started
         self._run_id: int | None = None
         self._finished = False
 
     async def result(self, dry_run: bool) -> FeederRun:
         """The run's result: the worker's, or a failed one if the worker died, crashed or went silent."""
-        worker, config = self.worker, self.config
-        worker.send("run", self.feeder, None if worker.config_sent == config else config, dry_run)
-        worker.config_sent = config  # pickled once per worker and configuration, not at every run: its size
-        # grows with the feeders, so sending it each run cost O(feeders) per run. Compared by value, since with
-        # shards each run's configuration is a new copy (Config.for_feeder) of the same one
-        bound_s = self.config.superhub.run_timeout_s + SILENT_MARGIN_S
+        self.worker.send(Run(self.job, dry_run))
+        bound_s = self.job.run_timeout_s + SILENT_MARGIN_S
         try:
             async with asyncio.timeout(bound_s):
                 return await self._serve()
@@ -444,36 +449,35 @@ class _WorkerRun:
 
     async def _serve(self) -> FeederRun:
         while True:
-            message = await self.worker.inbox.get()
-            kind = message[0]
-            if kind == "done":
-                return message[1]  # type: ignore[no-any-return]
-            if kind == "progress":
-                self._progress(message[1])
-            elif kind == "history":
-                await self._answer(message[1], message[2], *message[3:])
-            elif kind == "crashed":
-                return await self._failed_in_worker(message[1])
-            elif kind == "cancelled":
-                return await self._failed_in_worker("the worker process cancelled the run by itself")
-            elif message == _EXITED:
-                return await self._died()
+            match await self.worker.inbox.get():
+                case Done(result):
+                    return result
+                case Progressed(progress):
+                    self._progress(progress)
+                case StartRun() | FinishRun() as request:
+                    await self._answer(request)
+                case Crashed(error):
+                    return await self._failed_in_worker(error)
+                case Cancelled():
+                    return await self._failed_in_worker("the worker process cancelled the run by itself")
+                case _Exited():
+                    return await self._died()
 
-    async def _answer(self, request_id: int, what: str, *args: Any) -> None:
+    async def _answer(self, request: StartRun | FinishRun) -> None:
         """Write the worker's run record through the parent's history; the answer (or its failure) back."""
         try:
-            if what == "start":
-                self._run_id = await self._history.start_run(self.config, args[0])
-                self.worker.send("history", request_id, self._run_id)
+            if isinstance(request, StartRun):
+                self._run_id = await self._history.start_run(self.job.superhub, request.feeder)
+                self.worker.send(HistoryWritten(request.request_id, self._run_id))
                 return
-            await self._history.finish_run(self.config, args[0], args[1])
+            await self._history.finish_run(self.job.superhub, request.run_id, request.record)
             self._finished = True
-            self.worker.send("history", request_id, None)
+            self.worker.send(HistoryWritten(request.request_id, None))
         except FedloadError as exc:  # the worker's pipeline decides, as with its own history
-            self.worker.send("history_error", request_id, str(exc) or type(exc).__name__, exc.kind)
+            self.worker.send(HistoryFailed(request.request_id, str(exc) or type(exc).__name__, exc.kind))
         except Exception as exc:  # a bug here: logged once, and the worker's run fails with it as an internal error
             log.error("worker.history_failed", feeder=self.feeder, exc_info=exc)
-            self.worker.send("history_error", request_id, internal_error(exc), ErrorKind.INTERNAL)
+            self.worker.send(HistoryFailed(request.request_id, internal_error(exc), ErrorKind.INTERNAL))
 
     async def _died(self) -> FeederRun:
         """The worker ended mid-run: the run failed; its record (if it was started) says why."""
@@ -499,19 +503,19 @@ class _WorkerRun:
         """The run failed for `error`, outside its pipeline: its record, if started and not finished, says so."""
         if self._run_id is not None and not self._finished:
             record = RunRecord(outcome=Outcome.FAILED, error=error, error_kind=ErrorKind.INTERNAL)
-            await best_effort(self._history.finish_run(self.config, self._run_id, record))
+            await best_effort(self._history.finish_run(self.job.superhub, self._run_id, record))
         return _failed(self.feeder, error, self._started)
 
     async def _cancel(self) -> None:
         """Cancel the worker's run and wait for its end (its record written), at most CANCEL_WAIT_S; then kill."""
         if not self.worker.alive:
             return
-        self.worker.send("cancel")
+        self.worker.send(Cancel())
         try:
             async with asyncio.timeout(CANCEL_WAIT_S):
-                while (message := await self.worker.inbox.get())[0] not in ("done", "cancelled", "crashed", _EXITED[0]):
-                    if message[0] == "history":
-                        await self._answer(message[1], message[2], *message[3:])
+                while not isinstance(message := await self.worker.inbox.get(), Done | Cancelled | Crashed | _Exited):
+                    if isinstance(message, StartRun | FinishRun):
+                        await self._answer(message)
         except TimeoutError:
             log.warning("worker.killed", feeder=self.feeder, pid=self.worker.process.pid, waited_s=CANCEL_WAIT_S)
             await self.worker.kill()

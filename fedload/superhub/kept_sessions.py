@@ -10,7 +10,7 @@ fails its reset (the server restarted, an administrator ended it) is dropped and
 `IDLE_S` is closed, and every kept one when the worker ends, so a daemon's idle workers hold no sessions.
 
     keep_sessions()  # once, in the worker process
-    async with reused_session(config, "hub1") as conn:  # as superhub_session, elsewhere too
+    async with reused_session(target, "hub1") as conn:  # as superhub_session, elsewhere too
         ...
 """
 
@@ -22,9 +22,9 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 
-from fedload.config import Config
 from fedload.log import get_logger
 from fedload.superhub.session import (
+    SuperhubTarget,
     application_name,
     close_superhub,
     connect_superhub,
@@ -40,21 +40,21 @@ IDLE_S = 60.0
 
 
 class _Keeper:
-    """At most one idle connection, with what it was made for (DSN and timeouts) and its idle timer."""
+    """At most one idle connection, with the superhub it was made for (dsn and timeouts) and its idle timer."""
 
     def __init__(self) -> None:
         self.conn: asyncpg.Connection | None = None
-        self.made_for: object = None
+        self.made_for: SuperhubTarget | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._closing: set[asyncio.Task[None]] = set()
 
-    def keep(self, conn: asyncpg.Connection, made_for: object) -> None:
+    def keep(self, conn: asyncpg.Connection, made_for: SuperhubTarget) -> None:
         self._discard()  # one at a time, as a worker runs one feeder at a time
         self.conn, self.made_for = conn, made_for
         self._timer = asyncio.get_running_loop().call_later(IDLE_S, self._discard)
 
-    def take(self, made_for: object) -> asyncpg.Connection | None:
-        """The kept connection if it was made for the same superhub settings and is open (else it is closed)."""
+    def take(self, made_for: SuperhubTarget) -> asyncpg.Connection | None:
+        """The kept connection if it was made for the same superhub and settings and is open (else it is closed)."""
         if self.made_for != made_for or (self.conn is not None and self.conn.is_closed()):
             self._discard()
         return self._pop()
@@ -93,43 +93,38 @@ async def close_kept() -> None:
 
 
 @contextlib.asynccontextmanager
-async def reused_session(config: Config, purpose: str) -> AsyncIterator[asyncpg.Connection]:
+async def reused_session(superhub: SuperhubTarget, purpose: str) -> AsyncIterator[asyncpg.Connection]:
     """`superhub_session`, but on the connection the last clean session left, if this process keeps them."""
     if _keeper is None:
-        async with superhub_session(config, purpose) as conn:
+        async with superhub_session(superhub, purpose) as conn:
             yield conn
         return
-    keeper, made_for = _keeper, _made_for(config)
-    with superhub_errors(config):
-        conn = await _reset(keeper.take(made_for), config, purpose) or await _connect(config, purpose)
+    keeper = _keeper
+    with superhub_errors(superhub.statement_timeout_s):
+        conn = await _reset(keeper.take(superhub), superhub, purpose) or await _connect(superhub, purpose)
         clean = False
         try:
             yield conn
             clean = not conn.is_closed() and not conn.is_in_transaction()
         finally:
             if clean:
-                keeper.keep(conn, made_for)
+                keeper.keep(conn, superhub)
             else:
                 await asyncio.shield(close_superhub(conn))
 
 
-async def _connect(config: Config, purpose: str) -> asyncpg.Connection:
-    conn = await connect_superhub(config, purpose)
+async def _connect(superhub: SuperhubTarget, purpose: str) -> asyncpg.Connection:
+    conn = await connect_superhub(superhub, purpose)
     log.debug("superhub.session_started", feeder=purpose, pid=conn.get_server_pid())
     return conn
 
 
-def _made_for(config: Config) -> object:
-    superhub = config.superhub
-    return (superhub.dsn, superhub.statement_timeout_s)
-
-
-async def _reset(conn: asyncpg.Connection | None, config: Config, purpose: str) -> asyncpg.Connection | None:
+async def _reset(conn: asyncpg.Connection | None, superhub: SuperhubTarget, purpose: str) -> asyncpg.Connection | None:
     """A kept connection as a new session for `purpose`; None (it is dropped) if it does not answer."""
     if conn is None:
         return None
     try:
-        async with asyncio.timeout(config.superhub.connect_timeout_s):
+        async with asyncio.timeout(superhub.connect_timeout_s):
             await conn.reset()
             await conn.execute("SELECT set_config('application_name', $1, false)", application_name(purpose))
     except Exception as exc:  # noqa: BLE001 - whatever fails (a connection the server ended mid-idle can leave

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Iterable
 
 import asyncpg
 
-from fedload.config import Config, FeederConfig
+from fedload.config import FeederConfig
 from fedload.errors import ConfigError, DumpError, ErrorKind, FedloadError, internal_error, one_line
 from fedload.log import get_logger
 from fedload.names import TableName
@@ -28,7 +28,8 @@ from fedload.stream import Header, Trailer
 from fedload.superhub import parents_cache
 from fedload.superhub.bookkeeping import RunRecord, ensure_superhub, forget_rejects, has_history, moved_away
 from fedload.superhub.bookkeeping.connection import Bookkeeping, RunHistory
-from fedload.superhub.importer import Importer, ImportPolicy
+from fedload.superhub.importer import Importer
+from fedload.superhub.job import Job
 from fedload.superhub.kept_sessions import reused_session
 from fedload.superhub.receive import DumpReceiver
 from fedload.superhub.schema import ParentTable, unmatched_patterns
@@ -40,7 +41,7 @@ from fedload.superhub.session import (
     superhub_error,
     superhub_session,
 )
-from fedload.superhub.swap import SwapPolicy, SwapStats, analyze_partitions, describe_swap, swap_in
+from fedload.superhub.swap import SwapStats, analyze_partitions, describe_swap, swap_in
 from fedload.transport import FeederProcess, Transport
 from fedload.transport.command import dump_command, transport_for
 from transforms import Item, Remap, RemapError, load_remap
@@ -51,22 +52,22 @@ log = get_logger()
 
 
 async def sync_feeder(
-    name: str,
-    config: Config,
+    job: Job,
     *,
     progress: ProgressCallback | None = None,
     transport: Transport | None = None,
     dry_run: bool = False,
     history: RunHistory | None = None,
 ) -> FeederRun:
-    """Run one feeder's sync; never raises for the feeder's or the dump's failures, only reports them.
+    """Run one feeder's sync (`job`: the feeder, its superhub and settings, `fedload.superhub.job.feeder_job`); never
+    raises for the feeder's or the dump's failures, only reports them.
 
     `history` is the connection that records the run in fedload.runs, shared by the feeders of a sync or daemon;
     without it the run opens one of its own."""
-    feeder_sync = _FeederSync(name, config, progress or (lambda _: None), transport, dry_run=dry_run)
+    feeder_sync = _FeederSync(job, progress or (lambda _: None), transport, dry_run=dry_run)
     if history is not None:
         return await feeder_sync.run(history)
-    history = Bookkeeping(f"{name} history")
+    history = Bookkeeping(f"{job.name} history")
     try:
         return await feeder_sync.run(history)
     finally:
@@ -76,21 +77,19 @@ async def sync_feeder(
 class _FeederSync:
     """The state of one feeder's run while it goes through its phases."""
 
-    def __init__(
-        self, name: str, config: Config, report: ProgressCallback, transport: Transport | None, *, dry_run: bool
-    ) -> None:
-        self.name = name
+    def __init__(self, job: Job, report: ProgressCallback, transport: Transport | None, *, dry_run: bool) -> None:
+        self.name = job.name
         self.dry_run = dry_run
-        self.config = config
-        self.feeder = config.feeders[name]
-        self.state = Progress(name)
+        self.job = job
+        self.feeder = job.feeder
+        self.state = Progress(job.name)
         self._report = report
         self._transport = transport or transport_for(self.feeder)
         self.record = RunRecord(outcome=Outcome.FAILED)
         self.run_id: int | None = None
         self.stage_prefix = ""
         self.plan: list[str] = []
-        self._deadline = asyncio.timeout(config.superhub.run_timeout_s)
+        self._deadline = asyncio.timeout(job.run_timeout_s)
         self._committed = False  # the swap's transaction has committed: the feeder's new data is in
         self._parents: dict[TableName, ParentTable] | Exception = {}  # read before the lock, or why it failed
         self._opening: asyncio.Task[FeederProcess] | None = None  # the dump started before the lock
@@ -117,7 +116,7 @@ class _FeederSync:
 
     async def _sync(self, history: RunHistory) -> None:
         """The run's phases in order."""
-        async with reused_session(self.config, self.name) as conn:
+        async with reused_session(self.job.superhub, self.name) as conn:
             await ensure_superhub(conn)
             try:
                 await self._start_dump_early(conn)
@@ -152,7 +151,7 @@ class _FeederSync:
         except Exception as exc:  # noqa: BLE001 - raised again inside the run's record (`_locked_run`)
             self._parents = exc
             return
-        command = dump_command(self.feeder, self.config, self._parents)
+        command = dump_command(self.feeder, self.job.transform, self._parents)
         self._opening = asyncio.get_running_loop().create_task(self._transport.open(command))
 
     async def _stop_unused_dump(self) -> None:
@@ -169,8 +168,8 @@ class _FeederSync:
 
     async def _dry_run(self) -> None:
         """The run's phases up to the swap, which only describes what it would do; then all is rolled back."""
-        async with superhub_session(self.config, self.name) as conn, self._rolled_back(conn):
-            await setup_superhub(conn, self.config, history=not await has_history(conn))
+        async with superhub_session(self.job.superhub, self.name) as conn, self._rolled_back(conn):
+            await setup_superhub(conn, self.job.parents, history=not await has_history(conn))
             self.stage_prefix = f"dry{conn.get_server_pid()}"
             parents = await self._expected_parents(conn)
             remap = await asyncio.to_thread(_read_remap, self.feeder)
@@ -195,7 +194,7 @@ class _FeederSync:
         """The run's record in fedload.runs, written through `history` (outside the load's transaction): started
         before the block, finished after it with its outcome and error, even when cancelled. If the superhub is
         gone by then, the next run of the feeder marks this one abandoned."""
-        run_id = self.run_id = await history.start_run(self.config, self.name)
+        run_id = self.run_id = await history.start_run(self.job.superhub, self.name)
         self.stage_prefix = f"r{run_id}"
         try:
             yield
@@ -204,13 +203,13 @@ class _FeederSync:
             raise
         finally:
             self.record.raw_bytes, self.record.dump_bytes = self.state.raw_bytes, self.state.dump_bytes
-            await asyncio.shield(best_effort(history.finish_run(self.config, run_id, self.record)))
+            await asyncio.shield(best_effort(history.finish_run(self.job.superhub, run_id, self.record)))
 
     async def _expected_parents(self, conn: asyncpg.Connection) -> dict[TableName, ParentTable]:
         """The parents this feeder's dump must fill: every configured pattern matches one, exclusions aside."""
-        superhub = self.config.superhub
-        parents = await parents_cache.cached_parents(conn, superhub.dsn, superhub.tables, superhub.feeder_key)
-        if unmatched := unmatched_patterns(superhub.tables, parents):
+        spec = self.job.parents
+        parents = await parents_cache.cached_parents(conn, self.job.superhub.dsn, spec.tables, spec.feeder_key)
+        if unmatched := unmatched_patterns(spec.tables, parents):
             raise ConfigError(
                 f"superhub.tables: {', '.join(repr(str(p)) for p in unmatched)} match(es) no partitioned table on "
                 "the superhub; create the parent, set superhub.schema_file, or correct the pattern"
@@ -225,7 +224,7 @@ class _FeederSync:
         if opening is not None:
             process = await opening
         else:
-            process = await self._transport.open(dump_command(self.feeder, self.config, parents))
+            process = await self._transport.open(dump_command(self.feeder, self.job.transform, parents))
         receiver = DumpReceiver(process, framed=self.feeder.agent, feeder=self.name)
         try:
             yield receiver
@@ -242,13 +241,6 @@ class _FeederSync:
     ) -> Importer:
         """Load the dump into this run's staging tables (in the caller's transaction), verify the counts the agent
         sent, and index the tables."""
-        superhub = self.config.superhub
-        policy = ImportPolicy(
-            feeder_key=superhub.feeder_key,
-            table_patterns=tuple(superhub.tables),
-            extra_columns=superhub.extra_columns,
-            bad_rows=superhub.bad_rows,
-        )
         self.phase(Phase.LOAD)
         importer = Importer(
             conn,
@@ -256,7 +248,7 @@ class _FeederSync:
             key=self.feeder.key,
             stage_prefix=self.stage_prefix,
             parents=parents,
-            policy=policy,
+            policy=self.job.imports,
             run_id=self.run_id,
             remap=remap,
         )
@@ -283,9 +275,9 @@ class _FeederSync:
                 importer.staged.values(),
                 feeder=self.name,
                 key=self.feeder.key,
-                policy=SwapPolicy.from_config(self.config.superhub),
+                policy=self.job.swap,
                 stats=stats,
-                connect=lambda: connect_superhub(self.config, f"{self.name} swap watcher"),
+                connect=lambda: connect_superhub(self.job.superhub, f"{self.name} swap watcher"),
             )
         finally:
             _note_swap(self.record, stats)
@@ -295,12 +287,11 @@ class _FeederSync:
     async def _analyze(self, conn: asyncpg.Connection, parents: Iterable[ParentTable]) -> None:
         """Gather the new partitions' statistics, after the commit; with `analyze = "autovacuum"` leave them to
         autovacuum, which analyzes a table this fresh within autovacuum_naptime (the same CPU, later, throttled)."""
-        if self.config.superhub.analyze == "autovacuum":
+        if self.job.analyze == "autovacuum":
             return
         self.phase(Phase.ANALYZE)
-        policy = SwapPolicy.from_config(self.config.superhub)
         partitions = self._partitions
-        await analyze_partitions(conn, parents, self.name, self.feeder.key, policy, partitions=partitions)
+        await analyze_partitions(conn, parents, self.name, self.feeder.key, self.job.swap, partitions=partitions)
 
     def _succeeded(self, importer: Importer) -> None:
         self.record.outcome = Outcome.SUCCESS
@@ -317,10 +308,10 @@ class _FeederSync:
     def _failure(self, exc: BaseException) -> tuple[ErrorKind, str]:
         """What kind of failure `exc` is for this run, and its one-line description."""
         if isinstance(exc, asyncio.CancelledError | TimeoutError) and self._deadline.expired():
-            return ErrorKind.TIMEOUT, f"the run took longer than run_timeout_s = {self.config.superhub.run_timeout_s:g}"
+            return ErrorKind.TIMEOUT, f"the run took longer than run_timeout_s = {self.job.run_timeout_s:g}"
         if isinstance(exc, asyncio.CancelledError):
             return ErrorKind.CANCELLED, "the run was cancelled"
-        if (error := superhub_error(exc, self.config)) is not None:
+        if (error := superhub_error(exc, self.job.superhub.statement_timeout_s)) is not None:
             return error.kind, one_line(str(error), limit=None)
         return ErrorKind.INTERNAL, internal_error(exc)
 

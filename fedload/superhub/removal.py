@@ -7,12 +7,11 @@ from collections.abc import Sequence
 
 import asyncpg
 
-from fedload.config import Config
 from fedload.errors import FeederError, UsageError
 from fedload.names import TableName, TablePattern
 from fedload.superhub.bookkeeping import forget_feeder, note_moved
-from fedload.superhub.schema import read_parents
-from fedload.superhub.session import feeder_lock, superhub_session
+from fedload.superhub.schema import ParentsSpec, read_parents
+from fedload.superhub.session import SuperhubTarget, feeder_lock, superhub_session
 from fedload.superhub.swap import drop_partitions, feeder_partition
 
 __all__ = ["FeederBusyError", "drop_feeder", "partition_rows"]
@@ -22,10 +21,12 @@ class FeederBusyError(FeederError):
     """The feeder's run lock is held: a run of it is under way."""
 
 
-async def _removable_tables(conn: asyncpg.Connection, config: Config, only: Sequence[TablePattern]) -> list[TableName]:
+async def _removable_tables(
+    conn: asyncpg.Connection, spec: ParentsSpec, only: Sequence[TablePattern]
+) -> list[TableName]:
     """The tables whose partitions of a feeder a removal drops: every parent, or those `only` matches (UsageError
     for a pattern that matches none)."""
-    parents = await read_parents(conn, config.superhub.tables, config.superhub.feeder_key)
+    parents = await read_parents(conn, spec.tables, spec.feeder_key)
     if unmatched := [p for p in only if not any(p.matches(t) for t in parents)]:
         names = ", ".join(map(str, unmatched))
         raise UsageError(f"--table {names} matches none of the superhub's tables (superhub.tables)")
@@ -33,32 +34,37 @@ async def _removable_tables(conn: asyncpg.Connection, config: Config, only: Sequ
 
 
 async def partition_rows(
-    conn: asyncpg.Connection, config: Config, name: str, only: Sequence[TablePattern]
+    conn: asyncpg.Connection, parents: ParentsSpec, name: str, key: int | str | None, only: Sequence[TablePattern]
 ) -> dict[TableName, int]:
-    """The feeder's partitions a removal would drop (of the `only` tables), with their rows."""
-    feeder = config.feeders.get(name)
-    key = feeder.key if feeder else None
+    """The partitions of feeder `name` (its `key`, None for one no longer configured) a removal would drop (of the
+    `only` tables), with their rows."""
     partitions = {}
-    for table in await _removable_tables(conn, config, only):
+    for table in await _removable_tables(conn, parents, only):
         if (partition := await feeder_partition(conn, table, name, key)) is not None:
             partitions[table] = await conn.fetchval(f"SELECT count(*) FROM {partition}")  # noqa: S608
     return partitions
 
 
 async def drop_feeder(
-    config: Config, name: str, only: Sequence[TablePattern] = (), *, moved_to: str | None = None
+    superhub: SuperhubTarget,
+    parents: ParentsSpec,
+    name: str,
+    key: int | str | None,
+    only: Sequence[TablePattern] = (),
+    *,
+    moved_to: str | None = None,
 ) -> tuple[dict[TableName, int], int]:
-    """Under the feeder's run lock, drop its partitions (of the `only` tables) and, for the whole feeder, forget its
-    history; `moved_to`: note there that it moved to that shard (`fedload feeder move`). All in one transaction:
-    a crash or an error leaves the feeder as it was, never its partitions gone and its history kept. The
-    partitions dropped with their rows, and the runs forgotten. FeederBusyError while a run of it holds the lock."""
-    feeder = config.feeders.get(name)
-    async with superhub_session(config) as conn, feeder_lock(conn, name) as locked:
+    """On `superhub`, under the feeder's run lock, drop the partitions of feeder `name` (its `key`, None for one no
+    longer configured; of the `only` tables) and, for the whole feeder, forget its history; `moved_to`: note there
+    that it moved to that shard (`fedload feeder move`). All in one transaction: a crash or an error leaves the
+    feeder as it was, never its partitions gone and its history kept. The partitions dropped with their rows, and
+    the runs forgotten. FeederBusyError while a run of it holds the lock."""
+    async with superhub_session(superhub) as conn, feeder_lock(conn, name) as locked:
         if not locked:
             raise FeederBusyError(f"feeder {name} is being synced right now; try again when the run has finished")
-        tables = await _removable_tables(conn, config, only)
+        tables = await _removable_tables(conn, parents, only)
         async with conn.transaction():
-            dropped = await drop_partitions(conn, tables, name, feeder.key if feeder else None)
+            dropped = await drop_partitions(conn, tables, name, key)
             if only:
                 return dropped, 0
             forgotten = await forget_feeder(conn, name)  # the rejected rows too

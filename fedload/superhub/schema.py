@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import asyncpg
 
@@ -18,6 +19,7 @@ __all__ = [
     "Column",
     "ParentIndex",
     "ParentTable",
+    "ParentsSpec",
     "ident",
     "key_literal",
     "qualified",
@@ -42,6 +44,21 @@ def qualified(schema: str, name: str) -> str:
 def key_literal(key: int | str) -> str:
     """A feeder key as an SQL literal."""
     return str(int(key)) if isinstance(key, int) else "'" + key.replace("'", "''") + "'"
+
+
+@dataclass(frozen=True, slots=True)
+class ParentsSpec:
+    """The parents as the configuration describes them: the patterns that name them, their feeder key column and
+    that column's type, and the schema file that creates the missing ones (None: they must exist)."""
+
+    tables: tuple[TablePattern, ...]
+    feeder_key: str
+    key_type: str  # the feeder key column's type in a parent made from the schema file: "integer" or "text"
+    schema_file: Path | None
+
+    def wanted(self, schema: str, name: str) -> bool:
+        """Whether a table of the schema file is one of the parents (a pattern matches it)."""
+        return any(p.matches(TableName(schema, name)) for p in self.tables)
 
 
 @dataclass(frozen=True, slots=True)

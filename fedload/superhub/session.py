@@ -1,8 +1,9 @@
 """The superhub connection: its settings and timeouts, the one translation of the driver's errors into fedload's,
 sessions that always close, the feeder's run lock, and the setup every command expects (schemas, run history,
-parents from the schema file).
+parents from the schema file). A session is given the `SuperhubTarget` it talks to, resolved from the configuration
+once, at the top (`fedload.superhub.job`), never the whole configuration.
 
-    async with superhub_session(config, "hub1") as conn:  # errors inside come out as DumpError/SuperhubError
+    async with superhub_session(target, "hub1") as conn:  # errors inside come out as DumpError/SuperhubError
         ...
 """
 
@@ -10,18 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
+from dataclasses import dataclass, field
 
 import asyncpg
 
-from fedload.config import Config
-from fedload.errors import ConfigError, DumpError, FedloadError, SuperhubError, internal_error, one_line
+from fedload.errors import DumpError, FedloadError, SuperhubError, internal_error, one_line
 from fedload.log import get_logger
-from fedload.names import TableName
 from fedload.superhub.bookkeeping import ensure_superhub, try_feeder_lock, unlock_feeder
 from fedload.superhub.rejects import is_bad_row
+from fedload.superhub.schema import ParentsSpec
 
 __all__ = [
+    "SuperhubTarget",
     "application_name",
     "best_effort",
     "close_superhub",
@@ -48,17 +50,22 @@ _CLIENT_ERRORS = (asyncpg.InterfaceError, asyncpg.InternalClientError, Connectio
 _DRIVER_ERRORS = (*_CLIENT_ERRORS, asyncpg.PostgresError, TimeoutError)
 
 
-async def connect_superhub(config: Config, purpose: str = "") -> asyncpg.Connection:
+@dataclass(frozen=True, slots=True)
+class SuperhubTarget:
+    """The superhub a session talks to: its dsn and timeouts (`superhub.connect_timeout_s`, `statement_timeout_s`);
+    with shards one shard's dsn, `shard` naming it. Resolved from the configuration once, at the top
+    (`fedload.superhub.job.superhub_target`). The dsn, which may hold a password, is left out of its repr."""
+
+    dsn: str = field(repr=False)
+    connect_timeout_s: float
+    statement_timeout_s: float
+    shard: str | None = None
+
+
+async def connect_superhub(superhub: SuperhubTarget, purpose: str = "") -> asyncpg.Connection:
     """A connection to the superhub, with fedload's settings and timeouts; SuperhubError if it cannot be made.
 
     `purpose` (a feeder's name, say) shows in pg_stat_activity as the application name "fedload <purpose>"."""
-    superhub = config.superhub
-    if (
-        not superhub.dsn
-    ):  # a configuration with [shards] not narrowed to one (Config.for_shard): a bug, not libpq's default
-        raise ConfigError(
-            "with [shards], this needs one shard's configuration (Config.for_shard), not the whole file's"
-        )
     settings = {**_SESSION_SETTINGS, "application_name": application_name(purpose)}
     try:
         async with asyncio.timeout(superhub.connect_timeout_s):
@@ -83,11 +90,11 @@ async def close_superhub(conn: asyncpg.Connection) -> None:
 
 
 @contextlib.asynccontextmanager
-async def superhub_session(config: Config, purpose: str = "") -> AsyncIterator[asyncpg.Connection]:
+async def superhub_session(superhub: SuperhubTarget, purpose: str = "") -> AsyncIterator[asyncpg.Connection]:
     """A superhub connection for the block, closed after it even when cancelled; the driver's errors in the block
     come out as fedload's (see `superhub_error`)."""
-    with superhub_errors(config):
-        conn = await connect_superhub(config, purpose)
+    with superhub_errors(superhub.statement_timeout_s):
+        conn = await connect_superhub(superhub, purpose)
         try:
             yield conn
         finally:
@@ -95,22 +102,22 @@ async def superhub_session(config: Config, purpose: str = "") -> AsyncIterator[a
 
 
 @contextlib.contextmanager
-def superhub_errors(config: Config) -> Iterator[None]:
+def superhub_errors(statement_timeout_s: float) -> Iterator[None]:
     """Raise the driver's failures in the block as fedload's errors (`superhub_error`), the rest unchanged."""
     try:
         yield
     except Exception as exc:
-        if (translated := superhub_error(exc, config)) in (None, exc):
+        if (translated := superhub_error(exc, statement_timeout_s)) in (None, exc):
             raise
         raise translated from exc
 
 
-def superhub_error(exc: BaseException, config: Config) -> FedloadError | None:
+def superhub_error(exc: BaseException, statement_timeout_s: float) -> FedloadError | None:
     """fedload's error for a failure of the superhub session, None for an exception that is not the driver's.
 
     A refused row is the dump's fault (DumpError); anything else the superhub's (SuperhubError): a lost
     connection, any other client-side failure of the driver, and a statement past `statement_timeout_s`
-    (asyncpg's command_timeout) too. fedload's own errors stay as they are."""
+    (asyncpg's command_timeout, the session's `statement_timeout_s`) too. fedload's own errors stay as they are."""
     if isinstance(exc, FedloadError):
         return exc
     if isinstance(exc, asyncpg.PostgresError):
@@ -120,8 +127,7 @@ def superhub_error(exc: BaseException, config: Config) -> FedloadError | None:
     if isinstance(exc, _CLIENT_ERRORS):
         return _client_error(exc)
     if isinstance(exc, TimeoutError):
-        limit = config.superhub.statement_timeout_s
-        return SuperhubError(f"a superhub statement took longer than statement_timeout_s = {limit:g}")
+        return SuperhubError(f"a superhub statement took longer than statement_timeout_s = {statement_timeout_s:g}")
     return None
 
 
@@ -169,47 +175,36 @@ async def feeder_lock(conn: asyncpg.Connection, feeder: str) -> AsyncIterator[bo
         await asyncio.shield(best_effort(unlock_feeder(conn, feeder)))
 
 
-def _schema_file_args(config: Config) -> tuple[str, Callable[[str, str], bool]]:
-    """The feeder key's type and which of the schema file's tables are wanted."""
-    key_type = "integer" if all(isinstance(f.key, int) for f in config.feeders.values()) else "text"
-
-    def wanted(schema: str, name: str) -> bool:
-        return any(p.matches(TableName(schema, name)) for p in config.superhub.tables)
-
-    return key_type, wanted
-
-
-async def create_parents(conn: asyncpg.Connection, config: Config) -> list[str]:
+async def create_parents(conn: asyncpg.Connection, parents: ParentsSpec) -> list[str]:
     """Create the missing partitioned parents from the schema file, if one is configured; their names."""
-    superhub = config.superhub
-    if superhub.schema_file is None:
+    if parents.schema_file is None:
         return []
     from fedload.superhub.schema_file import create_parents_from_file  # noqa: PLC0415 - pglast, not needed by worker processes
 
-    return await create_parents_from_file(conn, superhub.schema_file, superhub.feeder_key, *_schema_file_args(config))
+    args = (parents.schema_file, parents.feeder_key, parents.key_type, parents.wanted)
+    return await create_parents_from_file(conn, *args)
 
 
-async def schema_file_refusals(conn: asyncpg.Connection, config: Config) -> list[str]:
+async def schema_file_refusals(conn: asyncpg.Connection, parents: ParentsSpec) -> list[str]:
     """Why the schema file's missing parents could not be created on this superhub (none created); [] if they can."""
-    superhub = config.superhub
-    if superhub.schema_file is None:
+    if parents.schema_file is None:
         return []
     from fedload.superhub import schema_file  # noqa: PLC0415 - pglast, not needed by worker processes
 
-    args = _schema_file_args(config)
-    return await schema_file.schema_file_refusals(conn, superhub.schema_file, superhub.feeder_key, *args)
+    args = (parents.schema_file, parents.feeder_key, parents.key_type, parents.wanted)
+    return await schema_file.schema_file_refusals(conn, *args)
 
 
-async def setup_superhub(conn: asyncpg.Connection, config: Config, *, history: bool = True) -> list[str]:
+async def setup_superhub(conn: asyncpg.Connection, parents: ParentsSpec, *, history: bool = True) -> list[str]:
     """What every command expects of the superhub: fedload's schemas and run history (`history`; safe to race),
     then the parents of the schema file the superhub lacks. The parents created."""
     if history:
         await ensure_superhub(conn)
-    return await create_parents(conn, config)
+    return await create_parents(conn, parents)
 
 
-async def prepare_superhub(config: Config) -> None:
+async def prepare_superhub(superhub: SuperhubTarget, parents: ParentsSpec) -> None:
     """Set up the superhub on a session of its own (see `setup_superhub`), logging the parents it creates."""
-    async with superhub_session(config) as conn:
-        if created := await setup_superhub(conn, config):
+    async with superhub_session(superhub) as conn:
+        if created := await setup_superhub(conn, parents):
             log.info("superhub.parents_created", tables=created)

@@ -6,7 +6,7 @@ import shlex
 import sys
 from collections.abc import Iterable
 
-from fedload.config import Config, FeederConfig
+from fedload.config import FeederConfig, TransformConfig
 from fedload.feeder.agent import pg_dump_argv
 from fedload.feeder.agent_options import AgentOptions
 from fedload.names import TableName
@@ -15,8 +15,9 @@ from fedload.transport import Transport
 __all__ = ["dump_command", "transport_for", "transport_modules"]
 
 
-def dump_command(feeder: FeederConfig, config: Config, tables: Iterable[TableName]) -> list[str]:
-    """The command the transport runs on the feeder: the agent, or pg_dump piped into gzip without it.
+def dump_command(feeder: FeederConfig, transform: TransformConfig, tables: Iterable[TableName]) -> list[str]:
+    """The command the transport runs on the feeder: the agent (merging INSERTs as `transform` says), or pg_dump
+    piped into gzip without it.
 
     pg_dump gets the exact, quoted names of the tables the superhub expects, never the configured patterns:
     the superhub has already matched those by PostgreSQL's rules, so pg_dump cannot read them another way."""
@@ -27,8 +28,8 @@ def dump_command(feeder: FeederConfig, config: Config, tables: Iterable[TableNam
         compression=feeder.compression.value,
         pg_dump=feeder.pg_dump,
         pg_dump_args=feeder.pg_dump_args,
-        rows_per_statement=config.transform.rows_per_statement,
-        max_statement_bytes=config.transform.max_statement_bytes,
+        rows_per_statement=transform.rows_per_statement,
+        max_statement_bytes=transform.max_statement_bytes,
         quiet=True,
     )
     if not feeder.agent:
@@ -37,9 +38,9 @@ def dump_command(feeder: FeederConfig, config: Config, tables: Iterable[TableNam
     return [*head, *options.to_argv()]
 
 
-def transport_modules(config: Config) -> tuple[str, ...]:
-    """The transport modules the configured feeders need, for a worker process to import before its first run."""
-    return ("fedload.transport.ssh",) if any(f.transport == "ssh" for f in config.feeders.values()) else ()
+def transport_modules(feeders: Iterable[FeederConfig]) -> tuple[str, ...]:
+    """The transport modules `feeders` need, for a worker process to import before its first run."""
+    return ("fedload.transport.ssh",) if any(f.transport == "ssh" for f in feeders) else ()
 
 
 def transport_for(feeder: FeederConfig) -> Transport:

@@ -22,10 +22,10 @@ import pytest
 from fedload.errors import SuperhubError
 from fedload.results import Outcome
 from fedload.service import workers
-from fedload.service.sync import prepare_superhub
 from fedload.service.workers import WorkerPool
 from fedload.superhub import kept_sessions
 from fedload.superhub.bookkeeping.connection import Bookkeeping
+from fedload.superhub.job import feeder_job, superhub_target
 from fedload.superhub.kept_sessions import reused_session
 from tests.support.fault_injection import Fault, fault_environment
 from tests.support.federation import (
@@ -35,6 +35,7 @@ from tests.support.federation import (
     Federation,
     children_running,
     config_toml,
+    prepare,
     psql_int,
     staging_leftovers,
     sync,
@@ -133,7 +134,7 @@ async def test_a_driver_client_error_discards_the_session_it_happened_on(
     used: list[asyncpg.Connection] = []
 
     async def session_failing_inside() -> None:
-        async with reused_session(config, "hub1") as conn:
+        async with reused_session(superhub_target(config), "hub1") as conn:
             used.append(conn)
             raise asyncpg.InternalClientError("cannot perform operation: another operation is in progress")
 
@@ -163,17 +164,17 @@ async def test_a_worker_that_stops_answering_is_failed_killed_and_replaced(
     stuck = config.model_copy(deep=True)
     stuck.feeders["hub1"] = stuck.feeders["hub1"].model_copy(update={"agent_command": [hanging]})
 
-    await prepare_superhub(config)
+    await prepare(config)
     history, pool = Bookkeeping(), WorkerPool(1)
     try:
-        running = asyncio.create_task(pool.run("hub1", stuck, history=history))
+        running = asyncio.create_task(pool.run(feeder_job(stuck, "hub1"), history=history))
         pid = await _worker_when_running(federation)
         os.kill(pid, signal.SIGSTOP)
         started = time.monotonic()
         silent = await asyncio.wait_for(running, 30)
         waited = time.monotonic() - started
         assert _state(pid) in ("gone", "Z")
-        again = await asyncio.wait_for(pool.run("hub1", config, history=history), 60)
+        again = await asyncio.wait_for(pool.run(feeder_job(config, "hub1"), history=history), 60)
     finally:
         await pool.close()
         await history.close()
@@ -286,13 +287,13 @@ async def test_a_run_whose_parent_side_fails_never_hands_its_worker_to_the_next_
     def broken_display(_: object) -> None:
         raise RuntimeError("a bug in the display")
 
-    await prepare_superhub(config)
+    await prepare(config)
     history, pool = Bookkeeping(), WorkerPool(1)
     try:
         with pytest.raises(RuntimeError, match="a bug in the display"):
-            await asyncio.wait_for(pool.run("hub1", config, history=history, progress=broken_display), 60)
+            await asyncio.wait_for(pool.run(feeder_job(config, "hub1"), history=history, progress=broken_display), 60)
         first = children_running(os.getpid(), "fedload.service.worker")
-        run = await asyncio.wait_for(pool.run("hub2", config, history=history), 60)
+        run = await asyncio.wait_for(pool.run(feeder_job(config, "hub2"), history=history), 60)
         workers_seen = [*first, *children_running(os.getpid(), "fedload.service.worker")]
     finally:
         await pool.close()

@@ -23,12 +23,13 @@ from fedload.config import Config, SshConfig, parse_config
 from fedload.errors import ConfigError
 from fedload.results import Outcome
 from fedload.service import workers
-from fedload.service._pipe import frame
-from fedload.service.sync import prepare_superhub, sync_feeders
+from fedload.service._pipe import Cancel, Cancelled, Crashed, Done, Run, frame
+from fedload.service.sync import sync_feeders
 from fedload.service.worker import PROCESS_NAME
 from fedload.service.workers import WorkerPool, _Worker
 from fedload.superhub import kept_sessions
 from fedload.superhub.bookkeeping.connection import Bookkeeping
+from fedload.superhub.job import feeder_job, superhub_target
 from fedload.transport.command import transport_modules
 from tests.support.federation import (
     Federation,
@@ -36,6 +37,7 @@ from tests.support.federation import (
     children_running,
     config_toml,
     end_process,
+    prepare,
     staging_leftovers,
     sync,
     write_script,
@@ -141,13 +143,13 @@ async def test_cancelling_a_run_cancels_it_in_its_worker(federation: Federation)
 
     pool, history = WorkerPool(1), Bookkeeping()
     try:
-        task = asyncio.create_task(pool.run("hub1", slow, history=history))
+        task = asyncio.create_task(pool.run(feeder_job(slow, "hub1"), history=history))
         await rows_in_flight_soon(federation)
         first = worker_pids()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(task, WAIT_S)
-        run = await pool.run("hub2", fast, history=history)
+        run = await pool.run(feeder_job(fast, "hub2"), history=history)
         after = worker_pids()
     finally:
         await pool.close()
@@ -164,22 +166,22 @@ async def test_cancelling_a_run_cancels_it_in_its_worker(federation: Federation)
 
 
 async def test_a_run_cancelled_before_it_starts_in_its_worker_is_still_answered(federation: Federation) -> None:
-    """ "run" and "cancel" read in one go, so that the run's task is cancelled before its first step: the worker
-    still answers "cancelled" at once (it used to answer nothing, and the parent waited CANCEL_WAIT_S to kill it,
+    """`Run` and `Cancel` read in one go, so that the run's task is cancelled before its first step: the worker
+    still answers `Cancelled` at once (it used to answer nothing, and the parent waited CANCEL_WAIT_S to kill it,
     which made a daemon stopped just after a run began take over 30 s)."""
-
     worker = await _Worker.start()
     try:
-        run, cancel = frame(("run", "hub1", federation.config(), False)), frame(("cancel",))
+        job = feeder_job(federation.config(), "hub1")
+        run, cancel = frame(Run(job, False)), frame(Cancel())
         worker._writer.write(run + cancel)  # one write: the worker reads both before the run's task has a step
         answer = await asyncio.wait_for(worker.inbox.get(), 10)
-        worker.send("run", "hub1", federation.config(), True)  # and it serves the next run (a dry one)
-        while (after := await asyncio.wait_for(worker.inbox.get(), WAIT_S))[0] not in ("done", "crashed"):
+        worker.send(Run(job, True))  # and it serves the next run (a dry one)
+        while not isinstance(after := await asyncio.wait_for(worker.inbox.get(), WAIT_S), Done | Crashed):
             pass
     finally:
         await worker.close()
-    assert answer == ("cancelled",)
-    assert (after[0], after[1].outcome if after[0] == "done" else after) == ("done", Outcome.SUCCESS)
+    assert answer == Cancelled()
+    assert (after.result.outcome if isinstance(after, Done) else after) == Outcome.SUCCESS
 
 
 async def test_a_run_cancelled_while_its_worker_starts_leaves_no_process(
@@ -193,7 +195,7 @@ async def test_a_run_cancelled_while_its_worker_starts_leaves_no_process(
 
     pool, history = WorkerPool(1), Bookkeeping()
     try:
-        task = asyncio.create_task(pool.run("hub1", federation.config(), history=history))
+        task = asyncio.create_task(pool.run(feeder_job(federation.config(), "hub1"), history=history))
         async with asyncio.timeout(WAIT_S):
             while not (starting := worker_pids()):  # noqa: ASYNC110 - a process appearing: nothing to await
                 await asyncio.sleep(0.01)
@@ -217,7 +219,7 @@ async def test_workers_started_ahead_serve_the_first_runs(federation: Federation
     any run asks for one; the first runs use them and start no other."""
     config = with_workers(federation, 2)
 
-    await prepare_superhub(config)
+    await prepare(config)
     with structlog.testing.capture_logs() as logs:
         pool, history = WorkerPool(2, preload=("fedload.transport.ssh",)), Bookkeeping()
         try:
@@ -226,7 +228,9 @@ async def test_workers_started_ahead_serve_the_first_runs(federation: Federation
                 while len(ahead := worker_pids()) < 2:  # noqa: ASYNC110 - processes appearing: nothing to await
                     await asyncio.sleep(0.01)
             assert all("fedload.transport.ssh" in worker_argv(pid) for pid in ahead)
-            runs = await asyncio.gather(*(pool.run(n, config, history=history) for n in ("hub1", "hub2", "hub3")))
+            runs = await asyncio.gather(
+                *(pool.run(feeder_job(config, n), history=history) for n in ("hub1", "hub2", "hub3"))
+            )
         finally:
             await pool.close()
             await history.close()
@@ -259,10 +263,10 @@ async def test_closing_a_pool_while_its_workers_start_ahead_leaves_no_process(
 
 def test_workers_preload_the_ssh_transport_only_where_a_feeder_uses_it(federation: Federation) -> None:
     local = federation.config()
-    assert transport_modules(local) == ()
+    assert transport_modules(local.feeders.values()) == ()
     hub1 = local.feeders["hub1"].model_copy(update={"transport": "ssh", "ssh": SshConfig(host="feeder.example")})
     with_ssh = local.model_copy(update={"feeders": {**local.feeders, "hub1": hub1}})
-    assert transport_modules(with_ssh) == ("fedload.transport.ssh",)
+    assert transport_modules(with_ssh.feeders.values()) == ("fedload.transport.ssh",)
 
 
 def test_worker_processes_default_and_validation(federation: Federation) -> None:
@@ -404,10 +408,10 @@ async def test_a_kept_superhub_session_is_reset_renamed_and_dropped_when_dead(
     kept_sessions.keep_sessions()
     seen: dict[str, Any] = {}
     try:
-        async with kept_sessions.reused_session(config, "hub1") as conn:
+        async with kept_sessions.reused_session(superhub_target(config), "hub1") as conn:
             seen["first"] = conn.get_server_pid()
             await conn.execute("SET lock_timeout = '7s'; SELECT pg_advisory_lock(7)")
-        async with kept_sessions.reused_session(config, "hub2") as conn:
+        async with kept_sessions.reused_session(superhub_target(config), "hub2") as conn:
             seen["second"] = conn.get_server_pid()
             seen["name"] = await conn.fetchval("SELECT current_setting('application_name')")
             seen["lock_timeout"] = await conn.fetchval("SELECT current_setting('lock_timeout')")
@@ -415,13 +419,13 @@ async def test_a_kept_superhub_session_is_reset_renamed_and_dropped_when_dead(
                 "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
             )
         await asyncio.to_thread(federation.superhub_sql, f"SELECT pg_terminate_backend({seen['second']})")
-        async with kept_sessions.reused_session(config, "hub3") as conn:
+        async with kept_sessions.reused_session(superhub_target(config), "hub3") as conn:
             seen["third"] = conn.get_server_pid()
         with pytest.raises(RuntimeError):
-            async with kept_sessions.reused_session(config, "hub1") as conn:
+            async with kept_sessions.reused_session(superhub_target(config), "hub1") as conn:
                 raise RuntimeError
         seen["failed_closed"] = conn.is_closed()
-        async with kept_sessions.reused_session(config, "hub1") as conn:
+        async with kept_sessions.reused_session(superhub_target(config), "hub1") as conn:
             seen["fourth"] = conn.get_server_pid()
     finally:
         await kept_sessions.close_kept()
@@ -488,11 +492,11 @@ async def test_a_kept_session_whose_reset_fails_in_any_way_is_replaced(
 
     kept_sessions.keep_sessions()
     try:
-        async with kept_sessions.reused_session(config, "hub1") as conn:
+        async with kept_sessions.reused_session(superhub_target(config), "hub1") as conn:
             first = conn.get_server_pid()
         with monkeypatch.context() as patched:
             patched.setattr(asyncpg.Connection, "reset", broken_reset)
-            async with kept_sessions.reused_session(config, "hub2") as conn:
+            async with kept_sessions.reused_session(superhub_target(config), "hub2") as conn:
                 second, answer = conn.get_server_pid(), await conn.fetchval("SELECT 42")
     finally:
         await kept_sessions.close_kept()
@@ -503,7 +507,7 @@ async def test_a_kept_session_whose_reset_fails_in_any_way_is_replaced(
 _CTRL_C_WHILE_A_WORKER_STARTS = """
 import asyncio, os, signal
 signal.signal(signal.SIGINT, lambda *_: None)
-from fedload.service._pipe import frame
+from fedload.service._pipe import Cancel, Cancelled, Crashed, Done, Run, frame
 from fedload.service import workers
 from fedload.service.workers import WorkerPool, _Worker
 
@@ -554,7 +558,7 @@ async def cancel_a_stopped_worker(fed: Federation, monkeypatch: pytest.MonkeyPat
     with structlog.testing.capture_logs() as logs:
         pool, history, pid = WorkerPool(1), Bookkeeping(), 0
         try:
-            task = asyncio.create_task(pool.run("hub1", slow, history=history))
+            task = asyncio.create_task(pool.run(feeder_job(slow, "hub1"), history=history))
             await rows_in_flight_soon(fed)
             (pid,) = worker_pids()
             os.kill(pid, signal.SIGSTOP)

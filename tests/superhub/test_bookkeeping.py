@@ -10,10 +10,11 @@ import pytest
 
 from fedload.config import Config
 from fedload.results import FeederRun, Outcome
-from fedload.service.sync import prepare_superhub, sync_feeders
+from fedload.service.sync import sync_feeders
 from fedload.superhub.bookkeeping.connection import Bookkeeping
+from fedload.superhub.job import feeder_job, superhub_target
 from fedload.superhub.pipeline import sync_feeder
-from tests.support.federation import AGENT, Federation, write_script
+from tests.support.federation import AGENT, Federation, prepare, write_script
 from tests.support.mid_copy import mid_copy_agent, rows_in_flight_soon
 
 _FEDLOAD_CONNECTIONS = (
@@ -63,15 +64,17 @@ async def test_a_cancelled_run_leaves_the_shared_connection_usable(federation: F
     slow = mid_copy_agent(federation)
     config = federation.config()
 
-    await prepare_superhub(config)
+    await prepare(config)
     history = Bookkeeping()
     try:
-        task = asyncio.create_task(sync_feeder("hub1", federation.config(agent_command=[slow]), history=history))
+        task = asyncio.create_task(
+            sync_feeder(feeder_job(federation.config(agent_command=[slow]), "hub1"), history=history)
+        )
         await rows_in_flight_soon(federation)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        run = await sync_feeder("hub2", config, history=history)
+        run = await sync_feeder(feeder_job(config, "hub2"), history=history)
     finally:
         await history.close()
     assert run.outcome == Outcome.SUCCESS, run.error
@@ -94,12 +97,12 @@ async def test_a_write_cancelled_in_flight_ends_on_the_connection(federation: Fe
 
     history = Bookkeeping()
     try:
-        first = asyncio.create_task(history.write(config, slow))
+        first = asyncio.create_task(history.write(superhub_target(config), slow))
         await asyncio.sleep(0.1)
         first.cancel()
         with pytest.raises(asyncio.CancelledError):
             await first
-        pid: int = await history.write(config, lambda conn: conn.fetchval("SELECT pg_backend_pid()"))
+        pid: int = await history.write(superhub_target(config), lambda conn: conn.fetchval("SELECT pg_backend_pid()"))
     finally:
         await history.close()
     assert finished == [pid]  # the cancelled caller's write ran to its end, on the session the next write used

@@ -14,6 +14,7 @@ import pytest
 
 from fedload.results import Outcome
 from fedload.superhub import pipeline
+from fedload.superhub.job import feeder_job
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.session import feeder_lock
 from tests.support.federation import AGENT, Federation, sync, write_script
@@ -60,7 +61,7 @@ async def test_a_busy_run_stops_the_dump_it_started_early(
         deadline = time.monotonic() + 30
         while federation.superhub_int(held) == 0 and time.monotonic() < deadline:  # noqa: ASYNC110 - polls the server
             await asyncio.sleep(0.05)
-        run = await sync_feeder("hub1", federation.config(agent_command=[agent]))
+        run = await sync_feeder(feeder_job(federation.config(agent_command=[agent]), "hub1"))
         assert run.outcome == Outcome.BUSY, run.error
         assert started.exists()  # the agent was started before the lock was tried
         assert not _alive(int(started.read_text()))

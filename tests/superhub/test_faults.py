@@ -23,6 +23,7 @@ import pytest
 from fedload.config import Config
 from fedload.localpg import LocalCluster
 from fedload.results import Outcome
+from fedload.superhub.job import feeder_job
 from fedload.superhub.pipeline import FeederRun, sync_feeder
 from tests.support.federation import (
     AGENT,
@@ -85,7 +86,7 @@ class Gate:
         """Sync hub1 through the gate; once the stream stops there, run `fault` (in a thread), open the gate."""
 
         gated = with_feeder(config, "hub1", agent_command=[self.command])
-        task = asyncio.create_task(sync_feeder("hub1", gated))
+        task = asyncio.create_task(sync_feeder(feeder_job(gated, "hub1")))
         try:
             await self.reached()
             await asyncio.to_thread(fault)
@@ -239,9 +240,9 @@ async def test_two_syncs_of_one_feeder_at_once(federation: Federation, category:
     gate = Gate.around(federation.tmp, after_bytes=2000)
     gated = with_feeder(config, "hub1", agent_command=[gate.command])
 
-    syncing = asyncio.create_task(sync_feeder("hub1", gated))
+    syncing = asyncio.create_task(sync_feeder(feeder_job(gated, "hub1")))
     await gate.reached()
-    second = await asyncio.wait_for(sync_feeder("hub1", config), 30)
+    second = await asyncio.wait_for(sync_feeder(feeder_job(config, "hub1")), 30)
     gate.open()
     first = await asyncio.wait_for(syncing, 60)
     assert (first.outcome, second.outcome) == (Outcome.SUCCESS, Outcome.BUSY), (first.error, second.error)

@@ -22,6 +22,7 @@ from fedload.results import FeederRun
 from fedload.scaleout.coordinator import build_coordinator, moving_feeders
 from fedload.service.sync import sync_feeders
 from fedload.superhub.bookkeeping import try_feeder_lock
+from fedload.superhub.job import Job
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.removal import drop_feeder
 from tests.support.federation import Federation, fedload, sync
@@ -160,8 +161,8 @@ async def test_a_report_holding_the_coordinator_stops_the_switch(
     async def move_stopped_by_the_report() -> str:
         here = asyncio.get_running_loop()
 
-        async def load_then_report(name: str, on_shard: Config) -> FeederRun:
-            run = await sync_feeder(name, on_shard)
+        async def load_then_report(job: Job) -> FeederRun:
+            run = await sync_feeder(job)
             await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(begin_report(), here))
             return run
 
@@ -366,7 +367,7 @@ async def test_a_move_stopped_by_a_run_on_the_old_shard_is_finished_by_running_i
     config, path = await _moved_setup(federation)
     monkeypatch.setattr(move_module, "_BUSY_WAIT_S", 0.5)
 
-    run = await asyncpg.connect(config.for_shard("s1").superhub.dsn)
+    run = await asyncpg.connect(config.shards["s1"].dsn)
     try:
         assert await try_feeder_lock(run, "hub2")
         with pytest.raises(MoveError) as stopped:

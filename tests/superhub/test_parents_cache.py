@@ -8,6 +8,7 @@ import asyncpg
 from fedload.names import TablePattern
 from fedload.results import Outcome
 from fedload.superhub import parents_cache
+from fedload.superhub.job import feeder_job
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.schema import read_parents
 from tests.support.federation import Federation, sync
@@ -79,6 +80,6 @@ async def test_a_failed_run_forgets_the_cached_parents(federation: Federation) -
     await sync(federation.config(), "hub1")
     await _cached_and_read(federation.cluster.dsn(federation.superhub))
     assert parents_cache._cache
-    run = await sync_feeder("hub1", federation.config(agent_command=["false"]))  # in this process
+    run = await sync_feeder(feeder_job(federation.config(agent_command=["false"]), "hub1"))  # in this process
     assert run.outcome == Outcome.FAILED
     assert not parents_cache._cache

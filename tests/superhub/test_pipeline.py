@@ -15,7 +15,8 @@ import pytest
 from fedload import __version__
 from fedload.names import TablePattern
 from fedload.results import Outcome
-from fedload.service.sync import prepare_superhub, sync_feeders
+from fedload.service.sync import sync_feeders
+from fedload.superhub.job import feeder_job
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.schema import read_parents
 from tests.support.federation import (
@@ -27,6 +28,7 @@ from tests.support.federation import (
     crafted_stream,
     end_process,
     failing_after_first_sync,
+    prepare,
     staging_leftovers,
     sync,
     write_script,
@@ -157,7 +159,7 @@ async def test_cancel_mid_load_keeps_old_data(federation: Federation, category: 
     before = feeder_rows(federation)
     script = mid_copy_agent(federation)
 
-    task = asyncio.create_task(sync_feeder("hub1", federation.config(agent_command=[script])))
+    task = asyncio.create_task(sync_feeder(feeder_job(federation.config(agent_command=[script]), "hub1")))
     await rows_in_flight_soon(federation)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -172,7 +174,7 @@ async def test_cancel_mid_load_keeps_old_data(federation: Federation, category: 
 async def test_readers_never_see_a_mixed_or_empty_feeder(federation: Federation) -> None:
     """While syncs repeat with changing data, readers see each feeder's old or new state, never anything else."""
     config = federation.config()
-    await prepare_superhub(config)
+    await prepare(config)
     assert [r.outcome for r in await sync(config)] == [Outcome.SUCCESS] * 3
     feeder_db = federation.feeders["hub1"]
     states = {
@@ -209,7 +211,7 @@ async def test_readers_never_see_a_mixed_or_empty_feeder(federation: Federation)
             + "/"
             + federation.digest(feeder_db, "contexts", "hostkey").split(":")[0]
         )
-        run = await sync_feeder("hub1", config)
+        run = await sync_feeder(feeder_job(config, "hub1"))
         assert run.outcome == Outcome.SUCCESS, run.error
     stop.set()
     reads = await reading

@@ -34,6 +34,8 @@ from fedload.scaleout.coordinator import (
 from fedload.service.daemon_metrics import DaemonMetricsService
 from fedload.service.sync import sync_feeders
 from fedload.superhub.bookkeeping.connection import ShardHistories
+from fedload.superhub.job import feeder_job, feeder_jobs, parents_spec, superhub_target, superhub_targets
+from fedload.superhub.session import SuperhubTarget
 from tests.support.federation import HOST_COLS, DaemonProcess, Federation, fedload, sync
 from tests.support.shards import (
     COUNTS,
@@ -71,23 +73,29 @@ def _problems(document: dict[str, Any]) -> list[str]:
 
 
 def test_each_feeder_runs_against_its_shard() -> None:
-    """for_feeder gives the feeder's shard's dsn as the superhub's; everything else is shared."""
+    """A feeder's job has its shard's dsn as its superhub's, named by the shard; everything else is shared. There
+    is no one superhub to ask for."""
     config = parse_config(_document())
-    assert config.for_feeder("a").superhub.dsn == "postgresql:///s1"
-    assert config.for_feeder("b").superhub.dsn == "postgresql:///s2"
-    assert config.for_feeder("b").superhub.tables == config.superhub.tables
+    jobs = feeder_jobs(config)
+    assert (jobs["a"].superhub.dsn, jobs["a"].superhub.shard) == ("postgresql:///s1", "s1")
+    assert (jobs["b"].superhub.dsn, jobs["b"].superhub.shard) == ("postgresql:///s2", "s2")
+    assert jobs["a"].parents == jobs["b"].parents == parents_spec(config)
+    assert jobs["b"].parents.tables == tuple(config.superhub.tables)
     assert config.by_shard() == {"s1": ["a"], "s2": ["b"]}
+    with pytest.raises(KeyError):
+        superhub_target(config)
 
 
 def test_without_shards_nothing_changes() -> None:
-    """No [shards]: one superhub, every feeder in one group, for_feeder is the configuration itself."""
+    """No [shards]: one superhub, every feeder in one group and on that superhub."""
     config = parse_config(
         {
-            "superhub": {"dsn": "postgresql:///x", "tables": ["public.*"]},
+            "superhub": {"dsn": "postgresql:///x", "tables": ["public.*"], "statement_timeout_s": 60},
             "feeders": {"a": {"key": 1, "transport": "local"}},
         }
     )
-    assert config.for_feeder("a") is config
+    assert superhub_targets(config) == {None: SuperhubTarget("postgresql:///x", 15.0, 60.0)}
+    assert feeder_job(config, "a").superhub == superhub_target(config)
     assert config.by_shard() == {None: ["a"]}
     assert _problems({"superhub": {"tables": ["public.*"]}}) == ["f.toml: superhub.dsn: Field required"]
 

@@ -25,7 +25,9 @@ from fedload.localpg import LocalCluster
 from fedload.results import Outcome
 from fedload.service.sync import sync_feeders
 from fedload.stream import Header, StreamEncoder
+from fedload.superhub.job import parents_spec, superhub_target
 from fedload.superhub.pipeline import FeederRun
+from fedload.superhub.session import prepare_superhub
 
 SCHEMA = """
 CREATE TABLE public.hosts (hostkey text NOT NULL, name text, site text DEFAULT 'none', seen timestamptz,
@@ -170,6 +172,11 @@ def new_database(cluster: LocalCluster, prefix: str, sql: str = "") -> str:
 async def sync(config: Config, *names: str) -> list[FeederRun]:
     """Sync the named feeders (all if none)."""
     return await sync_feeders(config, list(names) or list(config.feeders))
+
+
+async def prepare(config: Config) -> None:
+    """The (one) superhub of `config` set up as a sync sets it up: fedload's schemas, history, parents."""
+    await prepare_superhub(superhub_target(config), parents_spec(config))
 
 
 def staging_leftovers(fed: Federation) -> int:
