@@ -123,7 +123,7 @@ SABOTAGES = (
         "fedload/transport/local.py",
         "argv=[without_passwords(a) for a in argv]",
         "argv=argv",
-        ("tests/superhub/test_coordinator_auth.py", "-k", "password_in_a_dsn"),
+        ("tests/scaleout/test_coordinator_auth.py", "-k", "password_in_a_dsn"),
     ),
     Sabotage(
         "old-contexts-emptied",

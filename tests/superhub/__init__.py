@@ -1,1 +1,2 @@
-"""Tests of the superhub's load path: import, swap, schema files, shards, faults and hostile dumps."""
+"""Tests of fedload/superhub/: the load path (import, literals, swap, parents, pipeline), schema files and
+bookkeeping in their own folders."""
