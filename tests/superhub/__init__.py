@@ -1,2 +1,2 @@
-"""Tests of fedload/superhub/: the load path (import, literals, swap, parents, pipeline), schema files and
-bookkeeping in their own folders."""
+"""Tests of fedload/superhub/: the load path (import, literals, swap, parents, pipeline), with schema files and
+bookkeeping in folders of their own; the scenarios across the sides are in tests/scenarios/."""

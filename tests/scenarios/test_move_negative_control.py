@@ -11,7 +11,7 @@ import pytest
 from fedload.commands.move import move_feeder
 from fedload.scaleout import coordinator
 from fedload.superhub.schema import ParentTable
-from tests.superhub.test_feeder_move import AFTER, BEFORE, _moved_setup, _read_while
+from tests.scenarios.test_feeder_move import AFTER, BEFORE, _moved_setup, _read_while
 from tests.support.federation import Federation
 
 
