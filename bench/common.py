@@ -24,8 +24,8 @@ from pathlib import Path
 from fedload.config import SshConfig
 from fedload.localpg import LocalCluster, PgInstall, find_installs
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository, for tests.sshd
-from tests.sshd import SSHD, OpenSshServer
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository, for tests.support.sshd
+from tests.support.sshd import SSHD, OpenSshServer
 
 __all__ = [
     "BUSY_NOTE",
@@ -302,12 +302,12 @@ def grow_to_dump_size(
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# sshd on loopback (after tests/sshd.py, without pytest)
+# sshd on loopback (after tests/support/sshd.py, without pytest)
 # ---------------------------------------------------------------------------------------------------------------
 
 
 class SshServer(OpenSshServer):
-    """The tests' sshd (tests/sshd.py), plus the OpenSSH client command lines the baselines use."""
+    """The tests' sshd (tests/support/sshd.py), plus the OpenSSH client command lines the baselines use."""
 
     def __init__(self, directory: Path) -> None:
         if not Path(SSHD).exists():

@@ -115,7 +115,7 @@ SABOTAGES = (
         "fedload/scaleout/coordinator.py",
         "if self.placement.reads[shard].filtered:",
         "if False:",
-        ("tests/superhub/test_feeder_move.py::test_a_feeder_moved_while_readers_run",),
+        ("tests/scenarios/test_feeder_move.py::test_a_feeder_moved_while_readers_run",),
     ),
     Sabotage(
         "password-logged",
@@ -123,7 +123,7 @@ SABOTAGES = (
         "fedload/transport/local.py",
         "argv=[without_passwords(a) for a in argv]",
         "argv=argv",
-        ("tests/superhub/test_coordinator_auth.py", "-k", "password_in_a_dsn"),
+        ("tests/scaleout/test_coordinator_auth.py", "-k", "password_in_a_dsn"),
     ),
     Sabotage(
         "old-contexts-emptied",
@@ -132,7 +132,7 @@ SABOTAGES = (
         "async with self._dump(parents) as receiver, conn.transaction():",
         _EMPTIED_FIRST,
         (
-            "tests/superhub/test_faults.py",
+            "tests/scenarios/test_faults.py",
             "-k",
             "stopped_mid_dump or disk_full",
             "tests/service/test_workers.py",

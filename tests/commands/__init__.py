@@ -1,1 +1,1 @@
-"""Tests of the operator's commands: the command line, status, admin, check-config, the demo, local clusters."""
+"""Tests of the operator's commands: the command line, status, admin, check-config, the demo."""

@@ -11,14 +11,15 @@ import sys
 import time
 from pathlib import Path
 
-from tests.federation import Federation, config_toml, fedload, sync
+from fedload.results import Outcome
+from tests.support.federation import Federation, config_toml, fedload, sync
 
 
-def _synced(fed: Federation) -> Path:
+async def _synced(fed: Federation) -> Path:
     """The federation synced once; its configuration file."""
     path = fed.tmp / "fedload.toml"
     path.write_text(config_toml(fed))
-    assert all(run.outcome == "success" for run in sync(fed.config()))
+    assert all(run.outcome == Outcome.SUCCESS for run in await sync(fed.config()))
     return path
 
 
@@ -49,9 +50,9 @@ def _partitions(fed: Federation, key: int) -> str:
     )
 
 
-def test_unknown_feeder_is_an_error_naming_the_known_ones(federation: Federation) -> None:
+async def test_unknown_feeder_is_an_error_naming_the_known_ones(federation: Federation) -> None:
     """A name neither configured nor known to the superhub: exit 2, one line naming the known feeders."""
-    config = _synced(federation)
+    config = await _synced(federation)
     result = fedload("feeder", "remove", "nosuch", "--yes", "--config", str(config))
     assert result.returncode == 2
     assert result.stderr == (
@@ -61,18 +62,18 @@ def test_unknown_feeder_is_an_error_naming_the_known_ones(federation: Federation
     assert result.stdout == ""
 
 
-def test_without_terminal_or_yes_nothing_is_dropped(federation: Federation) -> None:
+async def test_without_terminal_or_yes_nothing_is_dropped(federation: Federation) -> None:
     """stdin not a terminal and no --yes: a one-line error saying to pass --yes; the partitions stay."""
-    config = _synced(federation)
+    config = await _synced(federation)
     result = fedload("feeder", "remove", "hub2", "--config", str(config))
     assert result.returncode == 2
     assert result.stderr == "fedload: feeder remove hub2 asks for confirmation on a terminal; pass --yes to remove it\n"
     assert _partitions(federation, 2) == "contexts,hosts"
 
 
-def test_terminal_shows_tables_and_rows_and_asks(federation: Federation) -> None:
+async def test_terminal_shows_tables_and_rows_and_asks(federation: Federation) -> None:
     """On a terminal the tables and row counts are shown; "n" keeps everything (exit 1), "y" drops them."""
-    config = _synced(federation)
+    config = await _synced(federation)
     status, output = _on_terminal(["feeder", "remove", "hub2", "--config", str(config)], b"n\n")
     assert status == 1
     assert "  public.contexts: 2,000 rows\n  public.hosts: 200 rows\n  run history: 1 recorded run\n" in output
@@ -84,9 +85,9 @@ def test_terminal_shows_tables_and_rows_and_asks(federation: Federation) -> None
     assert _partitions(federation, 2) == ""
 
 
-def test_removed_feeder_leaves_status(federation: Federation) -> None:
+async def test_removed_feeder_leaves_status(federation: Federation) -> None:
     """After removing an unconfigured feeder, status no longer lists it; a second removal is an unknown name."""
-    config = _synced(federation)
+    config = await _synced(federation)
     config.write_text(config_toml(federation).split("[feeders.hub3]")[0])
     result = fedload("feeder", "remove", "hub3", "--yes", "--config", str(config))
     assert result.returncode == 0, result.stderr
@@ -99,10 +100,10 @@ def test_removed_feeder_leaves_status(federation: Federation) -> None:
     assert fedload("feeder", "remove", "hub3", "--yes", "--config", str(config)).returncode == 2
 
 
-def test_table_option_drops_only_those_tables_and_keeps_history(federation: Federation) -> None:
+async def test_table_option_drops_only_those_tables_and_keeps_history(federation: Federation) -> None:
     """--table drops only the matching tables' partitions; the run history stays; a pattern matching nothing is
     an error."""
-    config = _synced(federation)
+    config = await _synced(federation)
     result = fedload("feeder", "remove", "hub1", "--table", "public.contexts", "--yes", "--config", str(config))
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
@@ -111,7 +112,7 @@ def test_table_option_drops_only_those_tables_and_keeps_history(federation: Fede
         "public.contexts not in feeders.hub1.exclude_tables: the next sync of hub1 brings their data back",
     ]
     assert _partitions(federation, 1) == "hosts"
-    assert federation.superhub_sql("SELECT count(*) FROM fedload.runs WHERE feeder = 'hub1'") == "1"
+    assert federation.superhub_int("SELECT count(*) FROM fedload.runs WHERE feeder = 'hub1'") == 1
     nothing = fedload("feeder", "remove", "hub1", "--table", "public.nosuch", "--yes", "--config", str(config))
     assert nothing.returncode == 2
     assert "--table public.nosuch matches none of the superhub's tables" in nothing.stderr

@@ -12,8 +12,8 @@ from fedload import __version__
 from fedload.commands.probe import probe_feeder
 from fedload.config import FeederConfig, locate_config
 from fedload.localpg import LocalCluster
-from tests.federation import Federation, config_toml
-from tests.sshd import SshServer, keygen
+from tests.support.federation import Federation, config_toml
+from tests.support.sshd import SshServer, keygen
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,7 @@ from fedload.commands.helptext import COMMANDS
 from fedload.errors import DumpError
 from fedload.localpg import find_installs
 from fedload.stream import StreamDecoder
-from tests.federation import Federation, config_toml, on_terminal
+from tests.support.federation import Federation, config_toml, on_terminal
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -260,7 +260,7 @@ def test_piped_sync_summary_and_status_keep_whole_values(federation: Federation)
     summary = synced.stdout.decode().splitlines()
     assert summary[:2] == ["# fedload sync summary", "feeder\toutcome\trows\tMB received\tseconds\tswap lock ms\terror"]
     hub2 = next(line.split("\t") for line in summary if line.startswith("hub2\t"))
-    assert hub2[1] == "failed"
+    assert hub2[1] == "failed"  # the summary's text: a contract, in its own words
     assert hub2[-1].startswith("pg_dump failed on the feeder with exit status 1: pg_dump: error: connection to server")
     assert hub2[-1].endswith(f'database "{gone}" does not exist')
 

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 from fedload.localpg import find_installs
-from tests.federation import fedload
+from tests.support.federation import fedload
 
 
 def _run(command: str) -> subprocess.CompletedProcess[str]:

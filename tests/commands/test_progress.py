@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 
 from fedload.commands.progress import progress_row
 from fedload.commands.sync import expected_sizes
 from fedload.superhub.pipeline import Progress
-from tests.federation import Federation, config_toml, on_terminal, sync
+from tests.support.federation import Federation, config_toml, on_terminal, sync
 
 
 def test_row_shows_rates_and_eta_from_the_expected_size() -> None:
@@ -31,22 +30,22 @@ def test_row_shows_rates_and_eta_from_the_expected_size() -> None:
     assert progress_row(state, 1_000_000_000, now=10.0)[-1] == "~166 min"  # 999 MB left at 0.1 MB/s
 
 
-def test_expected_sizes_come_from_the_last_successful_run(federation: Federation) -> None:
+async def test_expected_sizes_come_from_the_last_successful_run(federation: Federation) -> None:
     """Before any run nothing is expected; after one, each feeder's received bytes of its last success."""
     config = federation.config()
-    assert asyncio.run(expected_sizes(config, ["hub1"])) == {}
-    runs = {run.feeder: run for run in sync(config)}
-    assert asyncio.run(expected_sizes(config, ["hub1", "hub2"])) == {
+    assert (await expected_sizes(config, ["hub1"])) == {}
+    runs = {run.feeder: run for run in await sync(config)}
+    assert (await expected_sizes(config, ["hub1", "hub2"])) == {
         "hub1": runs["hub1"].raw_bytes,
         "hub2": runs["hub2"].raw_bytes,
     }
 
 
-def test_sync_on_a_terminal_shows_the_live_table(federation: Federation) -> None:
+async def test_sync_on_a_terminal_shows_the_live_table(federation: Federation) -> None:
     """`fedload sync` on a terminal draws phase, MB of the expected size, rates and ETA while it runs."""
     config = federation.tmp / "fedload.toml"
     config.write_text(config_toml(federation))
-    sync(federation.config())
+    await sync(federation.config())
     status, text = on_terminal(["sync", "--config", str(config)], env={**os.environ, "COLUMNS": "160"})
     assert status == 0
     for header in ("phase", "received MB", "MB/s", "rows/s", "ETA"):

@@ -1,1 +1,1 @@
-"""Tests of the feeder's side and the wire: the agent, the stream format, the transports."""
+"""Tests of fedload/feeder/: the agent, its forced command, its zipapp and pg_dump's command line."""

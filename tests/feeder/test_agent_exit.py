@@ -11,7 +11,7 @@ import pytest
 
 from fedload.feeder.agent import run_agent
 from fedload.feeder.agent_options import AgentOptions
-from tests.federation import Federation, write_script
+from tests.support.federation import Federation, write_script
 
 DUMPS = 5
 BOUND_S = 0.2

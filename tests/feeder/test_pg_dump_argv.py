@@ -8,7 +8,7 @@ import pytest
 
 from fedload.feeder.agent import pg_dump_argv
 from fedload.feeder.agent_options import AgentOptions
-from tests.federation import Federation
+from tests.support.federation import Federation
 
 SKIPPED = {"--no-comments", "--no-security-labels", "--no-publications", "--no-subscriptions"}
 

@@ -18,10 +18,11 @@ from fedload.commands.probe import probe_feeder
 from fedload.feeder.agent_options import AgentOptions
 from fedload.feeder.errors import AgentUsageError
 from fedload.feeder.ssh_command import AGENT_VERSION, PG_DUMP_VERSION, Allowlist, add_arguments, read_request
-from tests.federation import CONTEXT_COLS, HOST_COLS, Federation, sync
+from fedload.results import Outcome
 from tests.feeder.zipapp import build
-from tests.interpreters import python_named
-from tests.sshd import OpenSshServer, SshServer, require_openssh
+from tests.support.federation import CONTEXT_COLS, HOST_COLS, Federation, sync
+from tests.support.interpreters import python_named
+from tests.support.sshd import OpenSshServer, SshServer, require_openssh
 
 _PG_DUMP = "/usr/lib/postgresql/15/bin/pg_dump"
 
@@ -159,11 +160,11 @@ def forced(request: pytest.FixtureRequest, federation: Federation, zipapp: Path,
     server.stop()
 
 
-def test_sync_through_the_forced_command(forced: SshServer, federation: Federation) -> None:
+async def test_sync_through_the_forced_command(forced: SshServer, federation: Federation) -> None:
     """A superhub sync over SSH through the forced command loads the feeder's rows exactly."""
     config = federation.config(transport="ssh", ssh=forced.ssh_config().model_dump())
-    run = sync(config, "hub1")[0]
-    assert run.outcome == "success", run.error
+    (run,) = await sync(config, "hub1")
+    assert run.outcome == Outcome.SUCCESS, run.error
     for table, cols in (("hosts", HOST_COLS), ("contexts", CONTEXT_COLS)):
         expected = federation.digest(federation.feeders["hub1"], table, cols)
         assert federation.digest(federation.superhub, table, cols, "WHERE hub_id = 1") == expected

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -13,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from fedload import __version__
+from fedload.results import Outcome
 from fedload.stream import StreamDecoder
-from tests.federation import CONTEXT_COLS, HOST_COLS, Federation, sync, write_script
 from tests.feeder.zipapp import PYTHONS, build
-from tests.interpreters import python_named
+from tests.support.federation import CONTEXT_COLS, HOST_COLS, Federation, sync, write_script
+from tests.support.interpreters import python_named
 
 _HEAVY = ("pydantic", "asyncpg", "asyncssh", "structlog", "rich", "zstandard", "prometheus_client", "pglast", "tomlkit")
 
@@ -94,15 +96,15 @@ def test_zipapp_imports_nothing_but_the_standard_library(zipapp: Path) -> None:
 
 
 @pytest.mark.parametrize("name", PYTHONS)
-def test_zipapp_loads_what_the_installed_agent_loads(federation: Federation, zipapp: Path, name: str) -> None:
+async def test_zipapp_loads_what_the_installed_agent_loads(federation: Federation, zipapp: Path, name: str) -> None:
     """The zipapp run by each Python here (`python -I fedload-agent.pyz`: Debian 12's 3.11.2, pyenv's 3.9, 3.10,
     3.12, 3.13) feeds a real superhub exactly the rows the installed agent does, which are the feeder's."""
     python = str(python_named(name))
-    installed = sync(federation.config(), "hub1")[0]
-    assert installed.outcome == "success", installed.error
+    (installed,) = await sync(federation.config(), "hub1")
+    assert installed.outcome == Outcome.SUCCESS, installed.error
     by_installed = _loaded(federation)
-    run = sync(federation.config(agent_command=[python, "-I", str(zipapp)]), "hub1")[0]
-    assert run.outcome == "success", run.error
+    run = (await sync(federation.config(agent_command=[python, "-I", str(zipapp)]), "hub1"))[0]
+    assert run.outcome == Outcome.SUCCESS, run.error
     assert _loaded(federation) == by_installed == _feeder_rows(federation)
 
 
@@ -114,7 +116,7 @@ _COMPRESSORS = {  # site-packages (zstandard), the zstd program on PATH, the str
 
 
 @pytest.mark.parametrize("case", _COMPRESSORS)
-def test_each_compressor_is_read_by_the_superhub(
+async def test_each_compressor_is_read_by_the_superhub(
     federation: Federation, zipapp: Path, tmp_path: Path, case: str
 ) -> None:
     """zstd through zstandard (if importable), else the zstd program (if on PATH), else gzip: the stream's header
@@ -135,8 +137,8 @@ def test_each_compressor_is_read_by_the_superhub(
         tmp_path / "agent.sh",
         f'shift 2\nPATH={bin_dir} exec {" ".join(python)} {zipapp} dump -vv --log-format json "$@" 2>{log}\n',
     )
-    run = sync(federation.config(agent_command=[wrapper]), "hub1")[0]
-    assert run.outcome == "success", (run.error, log.read_text())
+    (run,) = await sync(federation.config(agent_command=[wrapper]), "hub1")
+    assert run.outcome == Outcome.SUCCESS, (run.error, log.read_text())
     assert _loaded(federation) == _feeder_rows(federation)
     events = {event["event"]: event for event in map(json.loads, log.read_text().splitlines())}
     assert events["agent.dump_started"]["compressor"].startswith(compressor)
@@ -145,13 +147,15 @@ def test_each_compressor_is_read_by_the_superhub(
         assert events["agent.compression_fallback"]["level"] == "warning"
     database = federation.cluster.conninfo(federation.feeders["hub1"])
     pg_dump = federation.cluster.install.tool("pg_dump")
-    stream = subprocess.run(
+    dump = await asyncio.to_thread(
+        subprocess.run,
         [*python, str(zipapp), "dump", "--database", database, "--table", "public.hosts", "--pg-dump", pg_dump],
         capture_output=True,
         check=True,
         timeout=60,
         env={"PATH": str(bin_dir)},
-    ).stdout
+    )
+    stream = dump.stdout
     decoder = StreamDecoder("hub1")
     assert b"".join(decoder.feed(stream)).count(b"\n") > 300
     decoder.close()

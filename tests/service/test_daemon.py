@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Category
-from tests.fault_injection import sabotage_environment
-from tests.federation import (
+from fedload.results import Outcome
+from tests.support.fault_injection import sabotage_environment
+from tests.support.federation import (
     AGENT,
     CONTEXT_COLS,
     HOST_COLS,
@@ -30,7 +30,8 @@ from tests.federation import (
     sync,
     write_script,
 )
-from tests.mid_copy import feeder_rows, mid_copy_agent, rows_in_flight
+from tests.support.fix_tally import Category
+from tests.support.mid_copy import feeder_rows, mid_copy_agent, rows_in_flight
 
 # Per feeder, the pause between a failed run's end and the next run's start, for each run that follows a failure.
 _PAUSES_AFTER_FAILURES = """
@@ -76,7 +77,7 @@ def test_daemon_syncs_repeatedly_backs_off_and_recovers(
     )
     hub2 = next(s for s in json.loads(status.stdout) if s["feeder"] == "hub2")
     assert hub2["failures"] >= 3
-    assert hub2["last_outcome"] == "failed"
+    assert hub2["last_outcome"] == "failed"  # the JSON of `status --json`: a contract, in its own words
     assert hub2["last_error"]
     before = successes(federation, "hub1")
     daemon.wait_for("others keep going", lambda: successes(federation, "hub1") > before + 1)
@@ -129,19 +130,19 @@ class Stopped:
     """A daemon stopped by SIGTERM while hub1's dump paused: how long the stop took, hub1's last run, its data."""
 
     seconds: float
-    outcome: str
+    outcome: Outcome
     error: str | None
     data: tuple[str, str]
     after_resume_s: float | None  # from the agent's resuming its stream to the daemon's exit (None: never resumed)
 
 
-def sigterm_while_paused(
+async def sigterm_while_paused(
     fed: Federation, start_daemon: Callable[..., DaemonProcess], *, pause_s: float, grace_s: float, **env: str
 ) -> tuple[Stopped, tuple[str, str]]:
     """hub1 synced once, grown past several stream blocks, then loaded by a daemon whose agent pauses `pause_s`
     after the first half of its stream; SIGTERM once the superhub's COPY has rows in flight. What the stop did,
     and hub1's rows before."""
-    assert sync(fed.config(), "hub1")[0].outcome == "success"
+    assert (await sync(fed.config(), "hub1"))[0].outcome == Outcome.SUCCESS
     before = feeder_rows(fed)
     mid_copy_agent(fed)  # grows hub1; the agent below cuts its stream the same way
     stream, half = fed.tmp / "s.bin", f"$(( $(stat -c %s {fed.tmp}/s.bin) / 2 ))"
@@ -160,7 +161,7 @@ def sigterm_while_paused(
     resumed_s = stopped_at - float(resumed.read_text()) if resumed.exists() else None
     last = fed.superhub_sql("SELECT outcome || '|' || coalesce(error, '') FROM fedload.runs ORDER BY id DESC LIMIT 1")
     outcome, _, error = last.partition("|")
-    return Stopped(seconds, outcome, error or None, feeder_rows(fed), resumed_s), before
+    return Stopped(seconds, Outcome(outcome), error or None, feeder_rows(fed), resumed_s), before
 
 
 def feeder_digests(fed: Federation, feeder: str) -> tuple[str, str]:
@@ -172,45 +173,45 @@ def feeder_digests(fed: Federation, feeder: str) -> tuple[str, str]:
 def assert_finished_within_grace(stopped: Stopped, fed: Federation, *, pause_s: float, grace_s: float) -> None:
     """The run that could finish within the grace period did: success, the new data in, the daemon gone after the
     agent resumed its stream and within the grace period."""
-    assert (stopped.outcome, stopped.error) == ("success", None)
+    assert (stopped.outcome, stopped.error) == (Outcome.SUCCESS, None)
     assert stopped.data == feeder_digests(fed, "hub1")
     assert stopped.seconds < grace_s, stopped
     assert stopped.after_resume_s is not None, stopped  # the daemon waited for the rest of the stream
     assert 0 <= stopped.after_resume_s < grace_s, stopped
 
 
-def test_sigterm_lets_a_run_that_can_finish_within_the_grace_period_finish(
+async def test_sigterm_lets_a_run_that_can_finish_within_the_grace_period_finish(
     federation: Federation, start_daemon: Callable[..., DaemonProcess]
 ) -> None:
     """SIGTERM while a feeder loads, its dump 3 s from its end, shutdown_grace_s = 20: the daemon waits for it;
     the run succeeds and the stop takes about the 3 s."""
-    stopped, _ = sigterm_while_paused(federation, start_daemon, pause_s=3, grace_s=20)
+    stopped, _ = await sigterm_while_paused(federation, start_daemon, pause_s=3, grace_s=20)
     assert_finished_within_grace(stopped, federation, pause_s=3, grace_s=20)
-    assert staging_leftovers(federation) == "0"
+    assert staging_leftovers(federation) == 0
 
 
-def test_negative_control_a_daemon_that_cancels_at_once_is_seen(
+async def test_negative_control_a_daemon_that_cancels_at_once_is_seen(
     federation: Federation, start_daemon: Callable[..., DaemonProcess]
 ) -> None:
     """Negative control of the grace period: a daemon sabotaged to cancel its runs at SIGTERM (grace 0) fails the
     check of the run that could have finished."""
     env = sabotage_environment("no-grace", federation.tmp)
-    stopped, before = sigterm_while_paused(federation, start_daemon, pause_s=3, grace_s=20, **env)
+    stopped, before = await sigterm_while_paused(federation, start_daemon, pause_s=3, grace_s=20, **env)
     with pytest.raises(AssertionError):
         assert_finished_within_grace(stopped, federation, pause_s=3, grace_s=20)
-    assert (stopped.outcome, stopped.data) == ("failed", before)
+    assert (stopped.outcome, stopped.data) == (Outcome.FAILED, before)
 
 
-def test_sigterm_cancels_a_run_that_cannot_finish_at_the_grace_bound(
+async def test_sigterm_cancels_a_run_that_cannot_finish_at_the_grace_bound(
     federation: Federation, start_daemon: Callable[..., DaemonProcess], category: Category
 ) -> None:
     """SIGTERM while a feeder's dump hangs, shutdown_grace_s = 3: the run is cancelled when the grace period ends
     (the stop takes 3 s and little more), old data stays, no staging left, exit 0."""
     category("fault:daemon SIGTERM mid-load")
-    stopped, before = sigterm_while_paused(federation, start_daemon, pause_s=60, grace_s=3)
+    stopped, before = await sigterm_while_paused(federation, start_daemon, pause_s=60, grace_s=3)
     assert 3.0 <= stopped.seconds < 3.0 + 10.0, stopped
-    assert (stopped.outcome, stopped.error, stopped.data) == ("failed", "the run was cancelled", before)
-    assert staging_leftovers(federation) == "0"
+    assert (stopped.outcome, stopped.error, stopped.data) == (Outcome.FAILED, "the run was cancelled", before)
+    assert staging_leftovers(federation) == 0
 
 
 def test_ready_at_once_while_the_superhub_is_down(tmp_path: Path) -> None:

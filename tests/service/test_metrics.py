@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
@@ -24,8 +25,8 @@ from fedload.errors import ConfigError, ErrorKind
 from fedload.results import FeederRun, Outcome
 from fedload.service.metrics import DaemonMetrics
 from fedload.superhub.bookkeeping import FeederState
-from tests.federation import DaemonProcess, Federation, config_toml, runs_exist, successes, sync, write_script
-from tests.shards import sharded, sharded_toml
+from tests.support.federation import DaemonProcess, Federation, config_toml, runs_exist, successes, sync, write_script
+from tests.support.shards import sharded, sharded_toml
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -144,7 +145,7 @@ def test_metrics_agree_with_the_run_history(
         "runs of both feeders",
         lambda: runs_exist(federation) and successes(federation, "hub2") >= 3 and failures(federation, "hub1") >= 2,
     )
-    samples = agreeing(daemon, federation, port)
+    samples = agreeing(daemon, federation, port)  # the series' labels are a contract: in their own words below
     assert samples["fedload_runs_total", (("feeder", "hub1"), ("outcome", "success"))] == 0
     assert samples["fedload_runs_total", (("feeder", "hub2"), ("outcome", "success"))] >= 3
     assert samples["fedload_run_failures_total", (("error_kind", ErrorKind.TRANSPORT), ("feeder", "hub1"))] >= 2
@@ -237,7 +238,7 @@ def test_a_busy_run_is_counted_as_busy_only() -> None:
     failed = FeederRun.failed("hub1", "unreachable", kind=ErrorKind.TRANSPORT, seconds=2.0)
     metrics.record_run(busy)
     metrics.record_run(failed)
-    value = metrics.registry.get_sample_value
+    value = metrics.registry.get_sample_value  # the series' labels are a contract: in their own words below
     assert value("fedload_runs_total", {"feeder": "hub1", "outcome": "busy"}) == 1
     assert value("fedload_runs_total", {"feeder": "hub1", "outcome": "failed"}) == 1
     assert value("fedload_runs_total", {"feeder": "hub1", "outcome": "success"}) == 0
@@ -421,19 +422,19 @@ def _scrape_when(daemon: DaemonProcess, port: int, what: str, ready: Callable[[S
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (Debian: apt install prometheus)")
-def test_two_daemons_one_per_shard_add_up_in_one_promtool_test(federation: Federation) -> None:
+async def test_two_daemons_one_per_shard_add_up_in_one_promtool_test(federation: Federation) -> None:
     """`fedload daemon --shard s1` and `--shard s2`, scraped before and while shard s1 is down, are the input of one
     promtool rule test: the README's join on fedload_feeder_info gives each feeder once with its shard, the
     failing and stale alerts fire once per feeder, FedloadSuperhubDown once, for shard s1; each daemon serves the
     process_* metrics."""
     config = sharded(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
-    assert all(run.succeeded for run in sync(config))
+    assert all(run.succeeded for run in await sync(config))
     hub2, s1 = federation.feeders["hub2"], f"{federation.superhub}_s1"
     federation.cluster.psql(f"ALTER DATABASE {hub2} ALLOW_CONNECTIONS false")  # hub2 fails from now on
     daemons: dict[str, DaemonProcess] = {}
     try:
         for _ in range(3):
-            assert not sync(config, "hub2")[0].succeeded
+            assert not (await sync(config, "hub2"))[0].succeeded
         path = sharded_toml(federation, config)
         text = path.read_text().replace("interval_s = 0.5", "interval_s = 3600")
         path.write_text(text.replace("[daemon]\n", '[daemon]\nmetrics_listen = "127.0.0.1:0"\n'))
@@ -487,7 +488,6 @@ def test_two_daemons_one_per_shard_add_up_in_one_promtool_test(federation: Feder
     }
     rules = federation.tmp / "two-daemons.test.yml"
     rules.write_text(json.dumps(test, indent=1))
-    done = subprocess.run(
-        ["promtool", "test", "rules", str(rules)], check=False, capture_output=True, text=True, timeout=60
-    )
+    promtool = ["promtool", "test", "rules", str(rules)]
+    done = await asyncio.to_thread(subprocess.run, promtool, check=False, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]

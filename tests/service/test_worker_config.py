@@ -4,17 +4,17 @@ proportion to the federation."""
 
 from __future__ import annotations
 
-import asyncio
 import pickle
 
 import pytest
 
 from fedload.config import Config, parse_config
+from fedload.results import Outcome
 from fedload.service._pipe import Run, ToWorker, frame
 from fedload.service.workers import WorkerPool, _Worker
 from fedload.superhub.bookkeeping.connection import Bookkeeping
 from fedload.superhub.job import Job, feeder_job
-from tests.federation import Federation, assert_feeders_equal_partitions, sync
+from tests.support.federation import Federation, assert_feeders_equal_partitions, sync
 
 
 def _with_workers(fed: Federation, count: int) -> Config:
@@ -23,10 +23,12 @@ def _with_workers(fed: Federation, count: int) -> Config:
     return config.model_copy(update={"superhub": superhub})
 
 
-def test_a_worker_gets_each_runs_job_with_the_run(federation: Federation, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_worker_gets_each_runs_job_with_the_run(
+    federation: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Three runs on one worker: each message carries its feeder's job, the third one's (a new configuration, as
     after a daemon's reload) with the reloaded setting; all load exactly."""
-    sync(federation.config(), "hub1")  # the superhub's parents and history exist
+    await sync(federation.config(), "hub1")  # the superhub's parents and history exist
     sent: list[Job] = []
     original = _Worker.send
 
@@ -41,20 +43,17 @@ def test_a_worker_gets_each_runs_job_with_the_run(federation: Federation, monkey
         update={"superhub": first.superhub.model_copy(update={"run_timeout_s": first.superhub.run_timeout_s + 1})}
     )
 
-    async def three_runs() -> list[str]:
-        pool, history = WorkerPool(1), Bookkeeping()
-        try:
-            runs = [
-                await pool.run(feeder_job(first, "hub1"), history=history),
-                await pool.run(feeder_job(first, "hub2"), history=history),
-                await pool.run(feeder_job(reloaded, "hub3"), history=history),
-            ]
-        finally:
-            await pool.close()
-            await history.close()
-        return [f"{r.outcome} {r.error or ''}".strip() for r in runs]
-
-    assert asyncio.run(three_runs()) == ["success"] * 3
+    pool, history = WorkerPool(1), Bookkeeping()
+    try:
+        runs = [
+            await pool.run(feeder_job(first, "hub1"), history=history),
+            await pool.run(feeder_job(first, "hub2"), history=history),
+            await pool.run(feeder_job(reloaded, "hub3"), history=history),
+        ]
+    finally:
+        await pool.close()
+        await history.close()
+    assert [(r.outcome, r.error) for r in runs] == [(Outcome.SUCCESS, None)] * 3
     assert [job.name for job in sent] == ["hub1", "hub2", "hub3"]
     assert [job.feeder for job in sent] == [first.feeders[name] for name in ("hub1", "hub2", "hub3")]
     assert [job.run_timeout_s for job in sent] == [first.superhub.run_timeout_s] * 2 + [reloaded.superhub.run_timeout_s]

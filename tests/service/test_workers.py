@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from asyncio.subprocess import PIPE
 from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import structlog
 
 from fedload.config import Config, SshConfig, parse_config
 from fedload.errors import ConfigError
-from fedload.results import FeederRun
+from fedload.results import Outcome
 from fedload.service import workers
 from fedload.service._pipe import Cancel, Cancelled, Crashed, Done, Run, frame
 from fedload.service.sync import sync_feeders
@@ -30,17 +31,18 @@ from fedload.superhub import kept_sessions
 from fedload.superhub.bookkeeping.connection import Bookkeeping
 from fedload.superhub.job import feeder_job, superhub_target
 from fedload.transport.command import transport_modules
-from tests.federation import (
+from tests.support.federation import (
     Federation,
     assert_feeders_equal_partitions,
     children_running,
     config_toml,
+    end_process,
     prepare,
     staging_leftovers,
     sync,
     write_script,
 )
-from tests.mid_copy import feeder_rows, mid_copy_agent, rows_in_flight_soon, wait_rows_in_flight
+from tests.support.mid_copy import feeder_rows, mid_copy_agent, rows_in_flight_soon
 
 WAIT_S = 30.0
 
@@ -60,140 +62,129 @@ def with_workers(fed: Federation, count: int, **overrides: object) -> Config:
     return config.model_copy(update={"superhub": superhub})
 
 
-def test_runs_in_workers_load_the_same_data_outside_the_main_process(federation: Federation) -> None:
+async def test_runs_in_workers_load_the_same_data_outside_the_main_process(federation: Federation) -> None:
     """Two workers run three feeders: the data is exact, the loading happens in the workers, not in this process."""
     with structlog.testing.capture_logs() as logs:
-        runs = asyncio.run(sync_feeders(with_workers(federation, 2), ["hub1", "hub2", "hub3"]))
-    assert [r.outcome for r in runs] == ["success"] * 3, [r.error for r in runs]
+        runs = await sync_feeders(with_workers(federation, 2), ["hub1", "hub2", "hub3"])
+    assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 3, [r.error for r in runs]
     assert runs[0].rows == {"public.contexts": 3000, "public.hosts": 300}
     assert_feeders_equal_partitions(federation)
     pids = started_workers(logs)
     assert len(set(pids)) == len(pids) == 2
     assert os.getpid() not in pids
     assert not [e for e in logs if e["event"] == "import.table_loaded"]  # logged by the workers, not here
-    assert federation.superhub_sql("SELECT count(*) FROM fedload.runs WHERE outcome = 'success'") == "3"
+    assert federation.superhub_int("SELECT count(*) FROM fedload.runs WHERE outcome = 'success'") == 3
     assert worker_pids() == []  # the pool is closed with the sync
 
 
-def test_one_worker_runs_every_feeder_in_turn(federation: Federation) -> None:
+async def test_one_worker_runs_every_feeder_in_turn(federation: Federation) -> None:
     """A worker is started once and reused: no interpreter start per run."""
     with structlog.testing.capture_logs() as logs:
-        runs = asyncio.run(sync_feeders(with_workers(federation, 1), ["hub1", "hub2", "hub3"]))
-    assert [r.outcome for r in runs] == ["success"] * 3, [r.error for r in runs]
+        runs = await sync_feeders(with_workers(federation, 1), ["hub1", "hub2", "hub3"])
+    assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 3, [r.error for r in runs]
     assert len(started_workers(logs)) == 1
 
 
-def test_no_workers_runs_in_process(federation: Federation) -> None:
+async def test_no_workers_runs_in_process(federation: Federation) -> None:
     with structlog.testing.capture_logs() as logs:
-        runs = asyncio.run(sync_feeders(with_workers(federation, 0), ["hub1"]))
-    assert runs[0].outcome == "success", runs[0].error
+        runs = await sync_feeders(with_workers(federation, 0), ["hub1"])
+    assert runs[0].outcome == Outcome.SUCCESS, runs[0].error
     assert started_workers(logs) == []
     assert [e for e in logs if e["event"] == "import.table_loaded"]
 
 
-async def wait_for(fed: Federation, sql: str, want: str) -> None:
+async def wait_for(fed: Federation, sql: str, want: int) -> None:
     deadline = time.monotonic() + WAIT_S
-    while await asyncio.to_thread(fed.superhub_sql, sql) != want:
+    while await asyncio.to_thread(fed.superhub_int, sql) != want:
         assert time.monotonic() < deadline, f"{sql} never gave {want}"
         await asyncio.sleep(0.1)
 
 
-def test_a_worker_killed_mid_load_fails_only_its_run(federation: Federation) -> None:
+async def test_a_worker_killed_mid_load_fails_only_its_run(federation: Federation) -> None:
     """SIGKILL of the worker loading hub1, mid-COPY with rows in flight: hub1's run fails saying so, its old data
     and record stay right, hub2 in the other worker succeeds, and the next run of hub1 gets a new worker and
     succeeds."""
     config = federation.config()
-    assert [r.outcome for r in sync(config)] == ["success"] * 3
+    assert [r.outcome for r in await sync(config)] == [Outcome.SUCCESS] * 3
     before = feeder_rows(federation)
     slow = with_workers(federation, 2)
     slow.feeders["hub1"] = slow.feeders["hub1"].model_copy(update={"agent_command": [mid_copy_agent(federation)]})
 
-    async def kill_mid_load() -> list[FeederRun]:
-        syncing = asyncio.create_task(sync_feeders(slow, ["hub1", "hub2"]))
-        await wait_for(federation, "SELECT count(*) FROM fedload.runs WHERE outcome = 'success'", "4")  # hub2
-        await rows_in_flight_soon(federation)
-        (pid,) = [pid for pid in worker_pids() if children(pid)]  # hub1's: its agent hangs; hub2's is idle
-        os.kill(pid, signal.SIGKILL)
-        return await asyncio.wait_for(syncing, WAIT_S)
-
-    run, other = asyncio.run(kill_mid_load())
-    assert other.outcome == "success", other.error
-    assert run.outcome == "failed"
+    syncing = asyncio.create_task(sync_feeders(slow, ["hub1", "hub2"]))
+    await wait_for(federation, "SELECT count(*) FROM fedload.runs WHERE outcome = 'success'", 4)  # hub2
+    await rows_in_flight_soon(federation)
+    (pid,) = [pid for pid in worker_pids() if children(pid)]  # hub1's: its agent hangs; hub2's is idle
+    os.kill(pid, signal.SIGKILL)
+    run, other = await asyncio.wait_for(syncing, WAIT_S)
+    assert other.outcome == Outcome.SUCCESS, other.error
+    assert run.outcome == Outcome.FAILED
     assert "the worker process" in (run.error or ""), run.error
     assert "killed by signal SIGKILL" in (run.error or ""), run.error
     assert feeder_rows(federation) == before
-    assert staging_leftovers(federation) == "0"
+    assert staging_leftovers(federation) == 0
     last = federation.superhub_sql(
         "SELECT outcome || ': ' || error FROM fedload.runs WHERE feeder = 'hub1' ORDER BY id DESC LIMIT 1"
     )
     assert last.startswith("failed: the worker process"), last
     assert "SIGKILL" in last
-    runs = asyncio.run(sync_feeders(with_workers(federation, 2), ["hub1", "hub2"]))
-    assert [r.outcome for r in runs] == ["success"] * 2, [r.error for r in runs]
+    runs = await sync_feeders(with_workers(federation, 2), ["hub1", "hub2"])
+    assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 2, [r.error for r in runs]
     assert_feeders_equal_partitions(federation, {"hub1": 1, "hub2": 2})
 
 
-def test_cancelling_a_run_cancels_it_in_its_worker(federation: Federation) -> None:
+async def test_cancelling_a_run_cancels_it_in_its_worker(federation: Federation) -> None:
     """The caller's cancellation reaches the worker: the run's transaction rolls back, its record says
     cancelled, the worker survives for the next run."""
-    assert [r.outcome for r in sync(federation.config())] == ["success"] * 3
+    assert [r.outcome for r in await sync(federation.config())] == [Outcome.SUCCESS] * 3
     before = feeder_rows(federation)
     slow = with_workers(federation, 1)
     slow.feeders["hub1"] = slow.feeders["hub1"].model_copy(update={"agent_command": [mid_copy_agent(federation)]})
     fast = with_workers(federation, 1)
 
-    async def cancel_then_run() -> tuple[FeederRun, list[int], list[int]]:
-        pool, history = WorkerPool(1), Bookkeeping()
-        try:
-            task = asyncio.create_task(pool.run(feeder_job(slow, "hub1"), history=history))
-            await rows_in_flight_soon(federation)
-            first = worker_pids()
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await asyncio.wait_for(task, WAIT_S)
-            run = await pool.run(feeder_job(fast, "hub2"), history=history)
-            return run, first, worker_pids()
-        finally:
-            await pool.close()
-            await history.close()
-
-    run, first, after = asyncio.run(cancel_then_run())
-    assert run.outcome == "success", run.error
+    pool, history = WorkerPool(1), Bookkeeping()
+    try:
+        task = asyncio.create_task(pool.run(feeder_job(slow, "hub1"), history=history))
+        await rows_in_flight_soon(federation)
+        first = worker_pids()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, WAIT_S)
+        run = await pool.run(feeder_job(fast, "hub2"), history=history)
+        after = worker_pids()
+    finally:
+        await pool.close()
+        await history.close()
+    assert run.outcome == Outcome.SUCCESS, run.error
     assert len(first) == 1
     assert first == after  # the same worker ran the next feeder
     assert feeder_rows(federation) == before
-    assert staging_leftovers(federation) == "0"
+    assert staging_leftovers(federation) == 0
     outcome = federation.superhub_sql(
         "SELECT outcome || ': ' || error FROM fedload.runs WHERE feeder = 'hub1' ORDER BY id DESC LIMIT 1"
     )
     assert outcome == "failed: the run was cancelled", outcome
 
 
-def test_a_run_cancelled_before_it_starts_in_its_worker_is_still_answered(federation: Federation) -> None:
+async def test_a_run_cancelled_before_it_starts_in_its_worker_is_still_answered(federation: Federation) -> None:
     """`Run` and `Cancel` read in one go, so that the run's task is cancelled before its first step: the worker
     still answers `Cancelled` at once (it used to answer nothing, and the parent waited CANCEL_WAIT_S to kill it,
     which made a daemon stopped just after a run began take over 30 s)."""
-
-    async def run_then_cancel() -> tuple[Any, Any]:
-        worker = await _Worker.start()
-        try:
-            job = feeder_job(federation.config(), "hub1")
-            run, cancel = frame(Run(job, False)), frame(Cancel())
-            worker._writer.write(run + cancel)  # one write: the worker reads both before the run's task has a step
-            answer = await asyncio.wait_for(worker.inbox.get(), 10)
-            worker.send(Run(job, True))  # and it serves the next run (a dry one)
-            while not isinstance(after := await asyncio.wait_for(worker.inbox.get(), WAIT_S), Done | Crashed):
-                pass
-            return answer, after
-        finally:
-            await worker.close()
-
-    answer, after = asyncio.run(run_then_cancel())
+    worker = await _Worker.start()
+    try:
+        job = feeder_job(federation.config(), "hub1")
+        run, cancel = frame(Run(job, False)), frame(Cancel())
+        worker._writer.write(run + cancel)  # one write: the worker reads both before the run's task has a step
+        answer = await asyncio.wait_for(worker.inbox.get(), 10)
+        worker.send(Run(job, True))  # and it serves the next run (a dry one)
+        while not isinstance(after := await asyncio.wait_for(worker.inbox.get(), WAIT_S), Done | Crashed):
+            pass
+    finally:
+        await worker.close()
     assert answer == Cancelled()
-    assert (after.result.outcome if isinstance(after, Done) else after) == "success"
+    assert (after.result.outcome if isinstance(after, Done) else after) == Outcome.SUCCESS
 
 
-def test_a_run_cancelled_while_its_worker_starts_leaves_no_process(
+async def test_a_run_cancelled_while_its_worker_starts_leaves_no_process(
     federation: Federation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A worker that has not reported ready when its run is cancelled (SIGTERM during start-up) is killed."""
@@ -202,22 +193,19 @@ def test_a_run_cancelled_while_its_worker_starts_leaves_no_process(
     )
     monkeypatch.setattr(sys, "executable", never_ready)
 
-    async def cancel_while_starting() -> tuple[list[int], list[int]]:
-        pool, history = WorkerPool(1), Bookkeeping()
-        try:
-            task = asyncio.create_task(pool.run(feeder_job(federation.config(), "hub1"), history=history))
-            async with asyncio.timeout(WAIT_S):
-                while not (starting := worker_pids()):  # noqa: ASYNC110 - a process appearing: nothing to await
-                    await asyncio.sleep(0.01)
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await asyncio.wait_for(task, WAIT_S)
-            return starting, worker_pids()
-        finally:
-            await pool.close()
-            await history.close()
-
-    starting, after = asyncio.run(cancel_while_starting())
+    pool, history = WorkerPool(1), Bookkeeping()
+    try:
+        task = asyncio.create_task(pool.run(feeder_job(federation.config(), "hub1"), history=history))
+        async with asyncio.timeout(WAIT_S):
+            while not (starting := worker_pids()):  # noqa: ASYNC110 - a process appearing: nothing to await
+                await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, WAIT_S)
+        after = worker_pids()
+    finally:
+        await pool.close()
+        await history.close()
     assert len(starting) == 1
     assert after == []
 
@@ -226,13 +214,13 @@ def worker_argv(pid: int) -> list[str]:
     return (Path(f"/proc/{pid}") / "cmdline").read_bytes().decode().split("\0")
 
 
-def test_workers_started_ahead_serve_the_first_runs(federation: Federation) -> None:
+async def test_workers_started_ahead_serve_the_first_runs(federation: Federation) -> None:
     """`start_ahead` starts the pool's workers (never more than its size) with their preloaded modules before
     any run asks for one; the first runs use them and start no other."""
     config = with_workers(federation, 2)
 
-    async def start_ahead_then_run() -> tuple[list[int], list[FeederRun]]:
-        await prepare(config)
+    await prepare(config)
+    with structlog.testing.capture_logs() as logs:
         pool, history = WorkerPool(2, preload=("fedload.transport.ssh",)), Bookkeeping()
         try:
             pool.start_ahead(5)
@@ -243,19 +231,15 @@ def test_workers_started_ahead_serve_the_first_runs(federation: Federation) -> N
             runs = await asyncio.gather(
                 *(pool.run(feeder_job(config, n), history=history) for n in ("hub1", "hub2", "hub3"))
             )
-            return ahead, runs
         finally:
             await pool.close()
             await history.close()
-
-    with structlog.testing.capture_logs() as logs:
-        ahead, runs = asyncio.run(start_ahead_then_run())
-    assert [r.outcome for r in runs] == ["success"] * 3, [r.error for r in runs]
+    assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 3, [r.error for r in runs]
     assert sorted(started_workers(logs)) == sorted(ahead)  # type: ignore[type-var]
     assert worker_pids() == []
 
 
-def test_closing_a_pool_while_its_workers_start_ahead_leaves_no_process(
+async def test_closing_a_pool_while_its_workers_start_ahead_leaves_no_process(
     federation: Federation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Workers started ahead that have not reported ready when the pool closes are killed, at once."""
@@ -264,17 +248,14 @@ def test_closing_a_pool_while_its_workers_start_ahead_leaves_no_process(
     )
     monkeypatch.setattr(sys, "executable", never_ready)
 
-    async def close_while_starting() -> tuple[list[int], float]:
-        pool = WorkerPool(2)
-        pool.start_ahead(2)
-        async with asyncio.timeout(WAIT_S):
-            while len(starting := worker_pids()) < 2:  # noqa: ASYNC110 - processes appearing: nothing to await
-                await asyncio.sleep(0.01)
-        started = time.monotonic()
-        await pool.close()
-        return starting, time.monotonic() - started
-
-    starting, closing_s = asyncio.run(close_while_starting())
+    pool = WorkerPool(2)
+    pool.start_ahead(2)
+    async with asyncio.timeout(WAIT_S):
+        while len(starting := worker_pids()) < 2:  # noqa: ASYNC110 - processes appearing: nothing to await
+            await asyncio.sleep(0.01)
+    started = time.monotonic()
+    await pool.close()
+    closing_s = time.monotonic() - started
     assert len(starting) == 2
     assert worker_pids() == []
     assert closing_s < 10, closing_s
@@ -333,7 +314,7 @@ def test_fedload_sync_forks_its_workers_instead_of_starting_interpreters(federat
     with fedload_sync(cli_config(federation)) as sync_process:
         stdout, stderr = sync_process.communicate(timeout=120)
     assert sync_process.returncode == 0, stderr
-    assert [run["outcome"] for run in json.loads(stdout)] == ["success"] * 3
+    assert [run["outcome"] for run in json.loads(stdout)] == ["success"] * 3  # `sync --json`: a contract
     events = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
     (forked,) = [e["pids"] for e in events if e["event"] == "worker.forked"]
     assert len(forked) == 2
@@ -349,20 +330,20 @@ def test_fedload_sync_forks_its_workers_instead_of_starting_interpreters(federat
     assert_feeders_equal_partitions(federation)
 
 
-def test_a_forked_worker_killed_mid_load_fails_only_its_run(federation: Federation) -> None:
+async def test_a_forked_worker_killed_mid_load_fails_only_its_run(federation: Federation) -> None:
     """SIGKILL of the forked worker loading hub1: its run fails saying how the worker died, its old data and no
     staging table stay, hub2 succeeds in the other worker, and `fedload sync` exits 1."""
-    assert [r.outcome for r in sync(federation.config())] == ["success"] * 3
+    assert [r.outcome for r in await sync(federation.config())] == [Outcome.SUCCESS] * 3
     before = feeder_rows(federation)
     hub1_running = "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub1' AND outcome = 'running'"
     hub2_done = "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2' AND outcome = 'success'"
     with fedload_sync(cli_config(federation, mid_copy_agent(federation)), "hub1", "hub2") as sync_process:
         try:
             deadline = time.monotonic() + WAIT_S
-            while federation.superhub_sql(hub1_running) != "1" or federation.superhub_sql(hub2_done) != "2":
+            while federation.superhub_int(hub1_running) != 1 or federation.superhub_int(hub2_done) != 2:
                 assert time.monotonic() < deadline, "hub1 never started, or hub2 never finished"
-                time.sleep(0.1)
-            wait_rows_in_flight(federation)  # hub1's COPY has rows in flight
+                await asyncio.sleep(0.1)
+            await rows_in_flight_soon(federation)  # hub1's COPY has rows in flight
             workers = forked_workers(sync_process.pid)
             (hub1_worker,) = [pid for pid in workers if children(pid)]  # its agent hangs; hub2's worker is idle
             os.kill(hub1_worker, signal.SIGKILL)
@@ -371,18 +352,18 @@ def test_a_forked_worker_killed_mid_load_fails_only_its_run(federation: Federati
             sync_process.kill()
     runs = {run["feeder"]: run for run in json.loads(stdout)}
     assert sync_process.returncode == 1, stderr
-    assert runs["hub2"]["outcome"] == "success", runs["hub2"]
+    assert runs["hub2"]["outcome"] == "success", runs["hub2"]  # the JSON of `sync --json`: a contract, in its words
     assert runs["hub1"]["outcome"] == "failed"
     assert "killed by signal SIGKILL" in runs["hub1"]["error"], runs["hub1"]
     assert feeder_rows(federation) == before
-    assert staging_leftovers(federation) == "0"
+    assert staging_leftovers(federation) == 0
 
 
-def test_ctrl_c_of_fedload_sync_cancels_the_runs_in_its_workers(federation: Federation) -> None:
+async def test_ctrl_c_of_fedload_sync_cancels_the_runs_in_its_workers(federation: Federation) -> None:
     """Ctrl-C on a terminal (SIGINT to the whole process group, workers included) while hub1 loads: the workers
     leave it to the sync, which cancels the run; its record says cancelled, the old data stays, no traceback, no
     worker left behind."""
-    assert [r.outcome for r in sync(federation.config())] == ["success"] * 3
+    assert [r.outcome for r in await sync(federation.config())] == [Outcome.SUCCESS] * 3
     before = feeder_rows(federation)
     hub1_running = "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub1' AND outcome = 'running'"
     argv = [
@@ -393,31 +374,30 @@ def test_ctrl_c_of_fedload_sync_cancels_the_runs_in_its_workers(federation: Fede
         "--config",
         str(cli_config(federation, mid_copy_agent(federation))),
     ]
-    with subprocess.Popen(
-        [*argv, "hub1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    ) as sync_process:
-        try:
-            deadline = time.monotonic() + WAIT_S
-            while federation.superhub_sql(hub1_running) != "1":
-                assert time.monotonic() < deadline, "hub1 never started"
-                time.sleep(0.1)
-            wait_rows_in_flight(federation)
-            workers = forked_workers(sync_process.pid)
-            os.killpg(sync_process.pid, signal.SIGINT)
-            _, stderr = sync_process.communicate(timeout=20)  # before: the worker hung until killed after 30 s
-        finally:
-            sync_process.kill()
-    assert "Traceback" not in stderr, stderr
+    sync_process = await asyncio.create_subprocess_exec(*argv, "hub1", stdout=PIPE, stderr=PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while federation.superhub_int(hub1_running) != 1:
+            assert time.monotonic() < deadline, "hub1 never started"
+            await asyncio.sleep(0.1)
+        await rows_in_flight_soon(federation)
+        workers = forked_workers(sync_process.pid)
+        os.killpg(sync_process.pid, signal.SIGINT)
+        # before: the worker hung until killed after 30 s
+        _, stderr = await asyncio.wait_for(sync_process.communicate(), 20)
+    finally:
+        await end_process(sync_process)
+    assert "Traceback" not in stderr.decode(), stderr.decode()
     assert sync_process.returncode != 0
     assert feeder_rows(federation) == before
-    assert staging_leftovers(federation) == "0"
+    assert staging_leftovers(federation) == 0
     last = federation.superhub_sql("SELECT outcome || ': ' || error FROM fedload.runs ORDER BY id DESC LIMIT 1")
     assert last == "failed: the run was cancelled", last
     assert workers
-    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()]
+    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()]  # noqa: ASYNC240 - /proc, no disk
 
 
-def test_a_kept_superhub_session_is_reset_renamed_and_dropped_when_dead(
+async def test_a_kept_superhub_session_is_reset_renamed_and_dropped_when_dead(
     federation: Federation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """In a process that keeps sessions, the next session gets the last clean one reset (settings, advisory locks)
@@ -425,34 +405,30 @@ def test_a_kept_superhub_session_is_reset_renamed_and_dropped_when_dead(
     monkeypatch.setattr(kept_sessions, "_keeper", None)
     config = federation.config()
 
-    async def sessions() -> dict[str, Any]:
-        kept_sessions.keep_sessions()
-        seen: dict[str, Any] = {}
-        try:
+    kept_sessions.keep_sessions()
+    seen: dict[str, Any] = {}
+    try:
+        async with kept_sessions.reused_session(superhub_target(config), "hub1") as conn:
+            seen["first"] = conn.get_server_pid()
+            await conn.execute("SET lock_timeout = '7s'; SELECT pg_advisory_lock(7)")
+        async with kept_sessions.reused_session(superhub_target(config), "hub2") as conn:
+            seen["second"] = conn.get_server_pid()
+            seen["name"] = await conn.fetchval("SELECT current_setting('application_name')")
+            seen["lock_timeout"] = await conn.fetchval("SELECT current_setting('lock_timeout')")
+            seen["locks"] = await conn.fetchval(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+            )
+        await asyncio.to_thread(federation.superhub_sql, f"SELECT pg_terminate_backend({seen['second']})")
+        async with kept_sessions.reused_session(superhub_target(config), "hub3") as conn:
+            seen["third"] = conn.get_server_pid()
+        with pytest.raises(RuntimeError):
             async with kept_sessions.reused_session(superhub_target(config), "hub1") as conn:
-                seen["first"] = conn.get_server_pid()
-                await conn.execute("SET lock_timeout = '7s'; SELECT pg_advisory_lock(7)")
-            async with kept_sessions.reused_session(superhub_target(config), "hub2") as conn:
-                seen["second"] = conn.get_server_pid()
-                seen["name"] = await conn.fetchval("SELECT current_setting('application_name')")
-                seen["lock_timeout"] = await conn.fetchval("SELECT current_setting('lock_timeout')")
-                seen["locks"] = await conn.fetchval(
-                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
-                )
-            await asyncio.to_thread(federation.superhub_sql, f"SELECT pg_terminate_backend({seen['second']})")
-            async with kept_sessions.reused_session(superhub_target(config), "hub3") as conn:
-                seen["third"] = conn.get_server_pid()
-            with pytest.raises(RuntimeError):
-                async with kept_sessions.reused_session(superhub_target(config), "hub1") as conn:
-                    raise RuntimeError
-            seen["failed_closed"] = conn.is_closed()
-            async with kept_sessions.reused_session(superhub_target(config), "hub1") as conn:
-                seen["fourth"] = conn.get_server_pid()
-        finally:
-            await kept_sessions.close_kept()
-        return seen
-
-    seen = asyncio.run(sessions())
+                raise RuntimeError
+        seen["failed_closed"] = conn.is_closed()
+        async with kept_sessions.reused_session(superhub_target(config), "hub1") as conn:
+            seen["fourth"] = conn.get_server_pid()
+    finally:
+        await kept_sessions.close_kept()
     assert seen["second"] == seen["first"]
     assert seen["name"] == "fedload hub2"
     assert seen["lock_timeout"] == "0"
@@ -502,7 +478,7 @@ def test_forked_workers_that_no_pool_took_exit_when_reaped() -> None:
     assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()]
 
 
-def test_a_kept_session_whose_reset_fails_in_any_way_is_replaced(
+async def test_a_kept_session_whose_reset_fails_in_any_way_is_replaced(
     federation: Federation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A kept connection that the server ended while it was idle can fail its reset with asyncpg's
@@ -514,20 +490,16 @@ def test_a_kept_session_whose_reset_fails_in_any_way_is_replaced(
     async def broken_reset(*_args: object, **_kwargs: object) -> None:
         raise asyncpg.InternalClientError("cannot switch to state 15; another operation (2) is in progress")
 
-    async def sessions() -> tuple[int, int, int]:
-        kept_sessions.keep_sessions()
-        try:
-            async with kept_sessions.reused_session(superhub_target(config), "hub1") as conn:
-                first = conn.get_server_pid()
-            with monkeypatch.context() as patched:
-                patched.setattr(asyncpg.Connection, "reset", broken_reset)
-                async with kept_sessions.reused_session(superhub_target(config), "hub2") as conn:
-                    second, answer = conn.get_server_pid(), await conn.fetchval("SELECT 42")
-            return first, second, answer
-        finally:
-            await kept_sessions.close_kept()
-
-    first, second, answer = asyncio.run(sessions())
+    kept_sessions.keep_sessions()
+    try:
+        async with kept_sessions.reused_session(superhub_target(config), "hub1") as conn:
+            first = conn.get_server_pid()
+        with monkeypatch.context() as patched:
+            patched.setattr(asyncpg.Connection, "reset", broken_reset)
+            async with kept_sessions.reused_session(superhub_target(config), "hub2") as conn:
+                second, answer = conn.get_server_pid(), await conn.fetchval("SELECT 42")
+    finally:
+        await kept_sessions.close_kept()
     assert second != first
     assert answer == 42
 
@@ -576,14 +548,14 @@ def process_gone(pid: int) -> bool:
     return "State:\tZ" in status
 
 
-def cancel_a_stopped_worker(fed: Federation, monkeypatch: pytest.MonkeyPatch) -> tuple[float, bool, list[Any]]:
+async def cancel_a_stopped_worker(fed: Federation, monkeypatch: pytest.MonkeyPatch) -> tuple[float, bool, list[Any]]:
     """CANCEL_WAIT_S = 2; hub1 mid-COPY in a worker, which is then SIGSTOPped (it cannot answer), and the run
     cancelled: the seconds until the cancel returned, whether the worker had ended then, the log events."""
     monkeypatch.setattr(workers, "CANCEL_WAIT_S", 2.0)
     slow = with_workers(fed, 1)
     slow.feeders["hub1"] = slow.feeders["hub1"].model_copy(update={"agent_command": [mid_copy_agent(fed)]})
 
-    async def scenario() -> tuple[float, bool]:
+    with structlog.testing.capture_logs() as logs:
         pool, history, pid = WorkerPool(1), Bookkeeping(), 0
         try:
             task = asyncio.create_task(pool.run(feeder_job(slow, "hub1"), history=history))
@@ -594,15 +566,12 @@ def cancel_a_stopped_worker(fed: Federation, monkeypatch: pytest.MonkeyPatch) ->
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await asyncio.wait_for(task, WAIT_S)
-            return time.monotonic() - started, process_gone(pid)
+            seconds, gone = time.monotonic() - started, process_gone(pid)
         finally:
             if pid and not process_gone(pid):
                 os.kill(pid, signal.SIGKILL)  # left by a sabotaged kill: the pool must not wait for it
             await pool.close()
             await history.close()
-
-    with structlog.testing.capture_logs() as logs:
-        seconds, gone = asyncio.run(scenario())
     return seconds, gone, logs
 
 
@@ -613,23 +582,23 @@ def assert_killed_after_the_wait(seconds: float, gone: bool, logs: list[Any]) ->
     assert 2.0 <= seconds < 2.0 + 10.0, seconds
 
 
-def test_a_worker_that_does_not_answer_a_cancel_is_killed_after_the_wait(
+async def test_a_worker_that_does_not_answer_a_cancel_is_killed_after_the_wait(
     federation: Federation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A worker that cannot answer a cancel (stopped) is killed CANCEL_WAIT_S after it (made 2 s here; 30 s in
     fedload): measured; its run's transaction ends with its session: old data kept, no staging left."""
-    assert sync(federation.config(), "hub1")[0].outcome == "success"
+    assert (await sync(federation.config(), "hub1"))[0].outcome == Outcome.SUCCESS
     before = feeder_rows(federation)
-    seconds, gone, logs = cancel_a_stopped_worker(federation, monkeypatch)
+    seconds, gone, logs = await cancel_a_stopped_worker(federation, monkeypatch)
     assert_killed_after_the_wait(seconds, gone, logs)
     assert feeder_rows(federation) == before
     deadline = time.monotonic() + WAIT_S
-    while staging_leftovers(federation) != "0":  # the killed worker's session ends when the server notices
+    while staging_leftovers(federation) != 0:  # the killed worker's session ends when the server notices
         assert time.monotonic() < deadline, "staging left by the killed worker"
-        time.sleep(0.1)
+        await asyncio.sleep(0.1)
 
 
-def test_negative_control_a_worker_left_alive_after_the_wait_is_seen(
+async def test_negative_control_a_worker_left_alive_after_the_wait_is_seen(
     federation: Federation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Negative control of the kill after an unanswered cancel: with the kill sabotaged (a no-op), the check of
@@ -639,7 +608,7 @@ def test_negative_control_a_worker_left_alive_after_the_wait_is_seen(
         return None
 
     monkeypatch.setattr(_Worker, "kill", spared)
-    assert sync(federation.config(), "hub1")[0].outcome == "success"
-    seconds, gone, logs = cancel_a_stopped_worker(federation, monkeypatch)
+    assert (await sync(federation.config(), "hub1"))[0].outcome == Outcome.SUCCESS
+    seconds, gone, logs = await cancel_a_stopped_worker(federation, monkeypatch)
     with pytest.raises(AssertionError):
         assert_killed_after_the_wait(seconds, gone, logs)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import subprocess
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,11 +12,12 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from fedload.results import Outcome
 from fedload.superhub import pipeline
 from fedload.superhub.job import feeder_job
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.session import feeder_lock
-from tests.federation import AGENT, Federation, sync, write_script
+from tests.support.federation import AGENT, Federation, sync, write_script
 
 HOLD_LOCK = "SELECT pg_advisory_lock(1717920876, hashtext('hub1')); SELECT pg_sleep(60) /* holding hub1 */;"
 
@@ -30,11 +30,13 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_a_busy_run_stops_the_dump_it_started_early(federation: Federation, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_busy_run_stops_the_dump_it_started_early(
+    federation: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """While another session holds hub1's run lock, a run of hub1 has started its agent (before the lock: the
     lock is tried once the agent runs, up to 20 s) and, finding the feeder busy, ends as busy with that agent
     stopped, not left running (it would sleep 30 s)."""
-    sync(federation.config(), "hub1")
+    await sync(federation.config(), "hub1")
     started = federation.tmp / "agent.pid"
     original = feeder_lock
 
@@ -51,14 +53,16 @@ def test_a_busy_run_stops_the_dump_it_started_early(federation: Federation, monk
     agent = write_script(federation.tmp / "agent.sh", f'echo $$ > {started}\nsleep 30\nexec {AGENT} "$@"\n')
     psql = federation.cluster.install.tool("psql")
     dsn = federation.cluster.dsn(federation.superhub)
-    holder = subprocess.Popen([psql, "-X", "-q", dsn, "-c", HOLD_LOCK], stdout=subprocess.DEVNULL)
+    holder = await asyncio.create_subprocess_exec(
+        psql, "-X", "-q", dsn, "-c", HOLD_LOCK, stdout=asyncio.subprocess.DEVNULL
+    )
     try:
         held = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
         deadline = time.monotonic() + 30
-        while federation.superhub_sql(held) == "0" and time.monotonic() < deadline:
-            time.sleep(0.05)
-        run = asyncio.run(sync_feeder(feeder_job(federation.config(agent_command=[agent]), "hub1")))
-        assert run.outcome == "busy", run.error
+        while federation.superhub_int(held) == 0 and time.monotonic() < deadline:  # noqa: ASYNC110 - polls the server
+            await asyncio.sleep(0.05)
+        run = await sync_feeder(feeder_job(federation.config(agent_command=[agent]), "hub1"))
+        assert run.outcome == Outcome.BUSY, run.error
         assert started.exists()  # the agent was started before the lock was tried
         assert not _alive(int(started.read_text()))
     finally:
@@ -66,5 +70,5 @@ def test_a_busy_run_stops_the_dump_it_started_early(federation: Federation, monk
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%holding hub1%' "
             "AND pid <> pg_backend_pid()"
         )
-        holder.wait(timeout=30)
-    assert sync(federation.config(), "hub1")[0].outcome == "success"
+        await asyncio.wait_for(holder.wait(), 30)
+    assert (await sync(federation.config(), "hub1"))[0].outcome == Outcome.SUCCESS

@@ -14,8 +14,9 @@ from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
 from fedload.localpg import LocalCluster
+from fedload.results import Outcome
 from fedload.superhub.literal_copy import CSV_NULL, CSV_QUOTE, copy_rows_pattern, csv_rows
-from tests.federation import Federation, assert_feeders_equal_partitions, sync
+from tests.support.federation import Federation, assert_feeders_equal_partitions, sync
 
 TIMEOUT_S = 30.0
 # (column, type as declared, type as fedload reads it: format_type without modifiers)
@@ -217,13 +218,13 @@ def test_csv_rows_changes_nothing_inside_strings() -> None:
     assert csv_rows(tuples) == b"1,'a''b\n), (2, ''',NULL\n3,'\\.',' NULL'\n"
 
 
-def test_inserts_mode_loads_the_feeders_tables_by_copy(federation: Federation) -> None:
+async def test_inserts_mode_loads_the_feeders_tables_by_copy(federation: Federation) -> None:
     """A sync in inserts mode loads every INSERT tuple of pg_dump's output through the COPY path, exactly."""
     config = federation.config(dump_mode="inserts")
     in_process = config.superhub.model_copy(update={"worker_processes": 0})  # where the test reads the log events
     with structlog.testing.capture_logs() as logs:
-        runs = sync(config.model_copy(update={"superhub": in_process}))
-    assert [r.outcome for r in runs] == ["success"] * 3, [r.error for r in runs]
+        runs = await sync(config.model_copy(update={"superhub": in_process}))
+    assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 3, [r.error for r in runs]
     assert_feeders_equal_partitions(federation)
     loaded = [e for e in logs if e["event"] == "import.table_loaded" and e.get("mode") == "inserts"]
     assert len(loaded) == 6

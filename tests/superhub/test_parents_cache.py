@@ -3,16 +3,15 @@ definition makes the next run read the catalog again, and a failed run forgets i
 
 from __future__ import annotations
 
-import asyncio
-
 import asyncpg
 
 from fedload.names import TablePattern
+from fedload.results import Outcome
 from fedload.superhub import parents_cache
 from fedload.superhub.job import feeder_job
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.schema import read_parents
-from tests.federation import Federation, sync
+from tests.support.federation import Federation, sync
 
 PATTERNS = [TablePattern("public.*")]
 # Each changes what read_parents returns (or its set of parents); applied in this order.
@@ -55,32 +54,32 @@ async def _cached_and_read(dsn: str) -> tuple[object, object]:
         await conn.close()
 
 
-def test_swaps_keep_the_fingerprint_and_each_definition_change_moves_it(federation: Federation) -> None:
+async def test_swaps_keep_the_fingerprint_and_each_definition_change_moves_it(federation: Federation) -> None:
     """Syncs (new partitions, swapped partitions) leave the catalog's fingerprint as it was; each DDL that changes
     a parent's definition (columns, types, defaults, collations, indexes, constraints, names, a new parent)
     changes it, and the cache then gives exactly what the catalog says."""
     dsn = federation.cluster.dsn(federation.superhub)
-    sync(federation.config(), "hub1")
-    before = asyncio.run(_fingerprint(dsn))
-    sync(federation.config(), "hub1", "hub2")
-    assert asyncio.run(_fingerprint(dsn)) == before
-    cached, read = asyncio.run(_cached_and_read(dsn))
+    await sync(federation.config(), "hub1")
+    before = await _fingerprint(dsn)
+    await sync(federation.config(), "hub1", "hub2")
+    assert (await _fingerprint(dsn)) == before
+    cached, read = await _cached_and_read(dsn)
     assert cached == read
     for ddl in DDL:
         federation.superhub_sql(ddl)
-        after = asyncio.run(_fingerprint(dsn))
+        after = await _fingerprint(dsn)
         assert after != before, ddl
-        cached, read = asyncio.run(_cached_and_read(dsn))
+        cached, read = await _cached_and_read(dsn)
         assert cached == read, ddl
         before = after
 
 
-def test_a_failed_run_forgets_the_cached_parents(federation: Federation) -> None:
+async def test_a_failed_run_forgets_the_cached_parents(federation: Federation) -> None:
     """A run that fails, whatever the reason, empties the cache, so the next run reads the catalog: a name the
     fingerprint does not cover (a function in an index expression) cannot keep failing runs."""
-    sync(federation.config(), "hub1")
-    asyncio.run(_cached_and_read(federation.cluster.dsn(federation.superhub)))
+    await sync(federation.config(), "hub1")
+    await _cached_and_read(federation.cluster.dsn(federation.superhub))
     assert parents_cache._cache
-    run = asyncio.run(sync_feeder(feeder_job(federation.config(agent_command=["false"]), "hub1")))  # in this process
-    assert run.outcome == "failed"
+    run = await sync_feeder(feeder_job(federation.config(agent_command=["false"]), "hub1"))  # in this process
+    assert run.outcome == Outcome.FAILED
     assert not parents_cache._cache

@@ -14,43 +14,45 @@ import pytest
 
 from fedload import __version__
 from fedload.names import TablePattern
+from fedload.results import Outcome
 from fedload.service.sync import sync_feeders
 from fedload.superhub.job import feeder_job
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.schema import read_parents
-from tests.conftest import Category
-from tests.federation import (
+from tests.support.federation import (
     AGENT,
     CONTEXT_COLS,
     Federation,
     assert_feeders_equal_partitions,
     config_toml,
     crafted_stream,
+    end_process,
     failing_after_first_sync,
     prepare,
     staging_leftovers,
     sync,
     write_script,
 )
-from tests.mid_copy import feeder_rows, mid_copy_agent, rows_in_flight_soon
+from tests.support.fix_tally import Category
+from tests.support.mid_copy import feeder_rows, mid_copy_agent, rows_in_flight_soon
 
 
 @pytest.mark.parametrize("mode", ["copy", "inserts"])
-def test_three_feeders_load_and_resync(federation: Federation, mode: str) -> None:
+async def test_three_feeders_load_and_resync(federation: Federation, mode: str) -> None:
     """Three feeders load into their partitions exactly; a second sync swaps in their changed data."""
     config = federation.config(dump_mode=mode)
-    runs = sync(config)
-    assert [r.outcome for r in runs] == ["success"] * 3, [r.error for r in runs]
+    runs = await sync(config)
+    assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 3, [r.error for r in runs]
     assert runs[0].rows == {"public.contexts": 3000, "public.hosts": 300}
     assert_feeders_equal_partitions(federation)
     federation.cluster.psql("DELETE FROM hosts WHERE hostkey LIKE 'SHA=1%'", dbname=federation.feeders["hub1"])
-    assert [r.outcome for r in sync(config, "hub1")] == ["success"]
+    assert [r.outcome for r in await sync(config, "hub1")] == [Outcome.SUCCESS]
     assert_feeders_equal_partitions(federation)
-    assert staging_leftovers(federation) == "0"
-    assert federation.superhub_sql("SELECT count(*) FROM fedload.runs WHERE outcome = 'success'") == "4"
+    assert staging_leftovers(federation) == 0
+    assert federation.superhub_int("SELECT count(*) FROM fedload.runs WHERE outcome = 'success'") == 4
 
 
-def test_schema_drift_defaults_and_dropped_columns(federation: Federation) -> None:
+async def test_schema_drift_defaults_and_dropped_columns(federation: Federation) -> None:
     """A missing column takes the superhub default; an extra feeder column is dropped; column order is free."""
     db = federation.feeders["hub2"]
     federation.cluster.psql(
@@ -59,31 +61,31 @@ def test_schema_drift_defaults_and_dropped_columns(federation: Federation) -> No
         "ALTER TABLE h2 RENAME TO hosts;",
         dbname=db,
     )
-    runs = sync(federation.config())
-    assert [r.outcome for r in runs] == ["success"] * 3, [r.error for r in runs]
+    runs = await sync(federation.config())
+    assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 3, [r.error for r in runs]
     assert_feeders_equal_partitions(federation)
     assert federation.superhub_sql("SELECT DISTINCT site FROM hosts WHERE hub_id = 2") == "none"
 
 
-def test_extra_columns_can_be_an_error(federation: Federation) -> None:
+async def test_extra_columns_can_be_an_error(federation: Federation) -> None:
     """With extra_columns = "error", a feeder column the superhub lacks fails that feeder only."""
     federation.cluster.psql("ALTER TABLE hosts ADD COLUMN surprise int", dbname=federation.feeders["hub3"])
     config = federation.config()
     config = config.model_copy(update={"superhub": config.superhub.model_copy(update={"extra_columns": "error"})})
-    runs = sync(config)
-    assert [r.outcome for r in runs] == ["success", "success", "failed"]
+    runs = await sync(config)
+    assert [r.outcome for r in runs] == [Outcome.SUCCESS, Outcome.SUCCESS, Outcome.FAILED]
     assert "columns the superhub lacks: surprise" in (runs[2].error or "")
 
 
-def test_truncated_stream_keeps_old_data(federation: Federation, category: Category) -> None:
+async def test_truncated_stream_keeps_old_data(federation: Federation, category: Category) -> None:
     """A stream cut short is rejected as truncated; the feeder's previous data stays."""
     category("fault:stream truncated")
-    run = failing_after_first_sync(federation, f'{AGENT} "$@" | head -c 3000\n')
-    assert run.outcome == "failed"
+    run = await failing_after_first_sync(federation, f'{AGENT} "$@" | head -c 3000\n')
+    assert run.outcome == Outcome.FAILED
     assert "truncated" in (run.error or "")
 
 
-def test_pg_dump_failing_half_way_keeps_old_data(federation: Federation, category: Category) -> None:
+async def test_pg_dump_failing_half_way_keeps_old_data(federation: Federation, category: Category) -> None:
     """pg_dump that prints part of a dump and then fails is detected from the trailer."""
     category("fault:pg_dump failed half-way")
     real = federation.config().feeders["hub1"].pg_dump
@@ -92,15 +94,15 @@ def test_pg_dump_failing_half_way_keeps_old_data(federation: Federation, categor
         f'case "$1" in --version) exec {real} --version;; esac\n'
         f'{real} "$@" | head -c 20000; echo "pg_dump: error: connection lost" >&2; exit 1\n',
     )
-    run = failing_after_first_sync(federation, pg_dump=fake)
+    run = await failing_after_first_sync(federation, pg_dump=fake)
     assert "pg_dump failed on the feeder with exit status 1: pg_dump: error: connection lost" in (run.error or "")
 
 
-def test_bad_row_fails_the_run_and_keeps_old_data(federation: Federation, category: Category) -> None:
+async def test_bad_row_fails_the_run_and_keeps_old_data(federation: Federation, category: Category) -> None:
     """A row the superhub cannot store rejects the dump (bad_rows = "fail")."""
     category("fault:bad row")
     federation.cluster.psql("ALTER TABLE contexts ALTER score TYPE text", dbname=federation.feeders["hub1"])
-    run = failing_after_first_sync(
+    run = await failing_after_first_sync(
         federation,
         f"psql -q -c \"UPDATE contexts SET score = 'not a number' WHERE score = '5'\" "
         f"'{federation.cluster.conninfo(federation.feeders['hub1'])}'\nexec {AGENT} \"$@\"\n",
@@ -123,58 +125,57 @@ HOSTILE_DUMPS = {
 
 
 @pytest.mark.parametrize("attack", list(HOSTILE_DUMPS))
-def test_hostile_dumps_are_rejected_and_change_nothing(federation: Federation, category: Category, attack: str) -> None:
+async def test_hostile_dumps_are_rejected_and_change_nothing(
+    federation: Federation, category: Category, attack: str
+) -> None:
     """Statements other than data for the feeder's own tables reject the dump; the superhub is unchanged."""
     category("adversarial:statements other than data")
     evil = federation.tmp / "evil.bin"
     prefix = b"SET statement_timeout = 0;\nINSERT INTO public.hosts (hostkey) VALUES ('ok');\n"
     evil.write_bytes(crafted_stream(prefix + HOSTILE_DUMPS[attack]))
-    run = failing_after_first_sync(federation, f"cat {evil}\n")
-    assert run.outcome == "failed"
+    run = await failing_after_first_sync(federation, f"cat {evil}\n")
+    assert run.outcome == Outcome.FAILED
     assert "dump line" in (run.error or ""), run.error
-    assert federation.superhub_sql("SELECT count(*) FROM pg_proc WHERE proname = 'f'") == "0"
-    assert not Path("/tmp/fedload-pwned").exists()
+    assert federation.superhub_int("SELECT count(*) FROM pg_proc WHERE proname = 'f'") == 0
+    assert not Path("/tmp/fedload-pwned").exists()  # noqa: ASYNC240 - one stat of a local path
 
 
-def test_row_counts_must_match_the_trailer(federation: Federation, category: Category) -> None:
+async def test_row_counts_must_match_the_trailer(federation: Federation, category: Category) -> None:
     """A stream whose trailer states other row counts than arrived is rejected."""
     category("adversarial:lying trailer")
     evil = federation.tmp / "liar.bin"
     dump = b"COPY public.hosts (hostkey) FROM stdin;\nk1\nk2\n\\.\nCOPY public.contexts (hostkey) FROM stdin;\n\\.\n"
     evil.write_bytes(crafted_stream(dump, rows={"public.hosts": 3}))
-    run = failing_after_first_sync(federation, f"cat {evil}\n")
+    run = await failing_after_first_sync(federation, f"cat {evil}\n")
     assert "the feeder sent 3 rows but 2 were loaded" in (run.error or "")
 
 
-def test_cancel_mid_load_keeps_old_data(federation: Federation, category: Category) -> None:
+async def test_cancel_mid_load_keeps_old_data(federation: Federation, category: Category) -> None:
     """Cancelling a run while rows stream in (its COPY has rows in flight) rolls everything back; the next run
     succeeds."""
     category("fault:run cancelled mid-load")
     config = federation.config()
-    assert sync(config, "hub1")[0].outcome == "success"
+    assert (await sync(config, "hub1"))[0].outcome == Outcome.SUCCESS
     before = feeder_rows(federation)
     script = mid_copy_agent(federation)
 
-    async def cancel_mid_copy() -> None:
-        task = asyncio.create_task(sync_feeder(feeder_job(federation.config(agent_command=[script]), "hub1")))
-        await rows_in_flight_soon(federation)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(cancel_mid_copy())
+    task = asyncio.create_task(sync_feeder(feeder_job(federation.config(agent_command=[script]), "hub1")))
+    await rows_in_flight_soon(federation)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
     gc.collect()  # a dump command's pipe left open by the cancel shows here, as an unraisable ResourceWarning
     assert feeder_rows(federation) == before
-    assert staging_leftovers(federation) == "0"
-    assert sync(config, "hub1")[0].outcome == "success"
+    assert staging_leftovers(federation) == 0
+    assert (await sync(config, "hub1"))[0].outcome == Outcome.SUCCESS
     assert_feeders_equal_partitions(federation, {"hub1": 1})
 
 
-def test_readers_never_see_a_mixed_or_empty_feeder(federation: Federation) -> None:
+async def test_readers_never_see_a_mixed_or_empty_feeder(federation: Federation) -> None:
     """While syncs repeat with changing data, readers see each feeder's old or new state, never anything else."""
     config = federation.config()
-    asyncio.run(prepare(config))
-    assert [r.outcome for r in sync(config)] == ["success"] * 3
+    await prepare(config)
+    assert [r.outcome for r in await sync(config)] == [Outcome.SUCCESS] * 3
     feeder_db = federation.feeders["hub1"]
     states = {
         federation.superhub_sql(
@@ -196,50 +197,47 @@ def test_readers_never_see_a_mixed_or_empty_feeder(federation: Federation) -> No
             await conn.close()
         return reads
 
-    async def scenario() -> tuple[set[str], int]:
-        stop, seen = asyncio.Event(), set[str]()
-        reading = asyncio.create_task(reader(stop, seen))
-        for round_ in range(4):
-            federation.cluster.psql(
-                f"INSERT INTO hosts (hostkey) SELECT 'r{round_}-' || g FROM generate_series(1, 10) g;"
-                f"INSERT INTO contexts (hostkey, contextname) "
-                f"SELECT 'r{round_}', 'c' || g FROM generate_series(1, 5) g",
-                dbname=feeder_db,
-            )
-            states.add(
-                federation.digest(feeder_db, "hosts", "hostkey").split(":")[0]
-                + "/"
-                + federation.digest(feeder_db, "contexts", "hostkey").split(":")[0]
-            )
-            run = await sync_feeder(feeder_job(config, "hub1"))
-            assert run.outcome == "success", run.error
-        stop.set()
-        return seen, await reading
-
-    seen, reads = asyncio.run(scenario())
+    stop, seen = asyncio.Event(), set[str]()
+    reading = asyncio.create_task(reader(stop, seen))
+    for round_ in range(4):
+        federation.cluster.psql(
+            f"INSERT INTO hosts (hostkey) SELECT 'r{round_}-' || g FROM generate_series(1, 10) g;"
+            f"INSERT INTO contexts (hostkey, contextname) "
+            f"SELECT 'r{round_}', 'c' || g FROM generate_series(1, 5) g",
+            dbname=feeder_db,
+        )
+        states.add(
+            federation.digest(feeder_db, "hosts", "hostkey").split(":")[0]
+            + "/"
+            + federation.digest(feeder_db, "contexts", "hostkey").split(":")[0]
+        )
+        run = await sync_feeder(feeder_job(config, "hub1"))
+        assert run.outcome == Outcome.SUCCESS, run.error
+    stop.set()
+    reads = await reading
     assert reads > 20
     assert seen <= states, seen - states  # only complete states of the feeder, never empty, never mixed
 
 
-def test_dry_run_reports_and_changes_nothing(federation: Federation) -> None:
+async def test_dry_run_reports_and_changes_nothing(federation: Federation) -> None:
     """A dry run reads and checks every dump and says what a sync would do, without changing the superhub."""
     config = federation.config()
-    first = asyncio.run(sync_feeders(config, list(config.feeders), dry_run=True))
-    assert [r.outcome for r in first] == ["success"] * 3, [r.error for r in first]
+    first = await sync_feeders(config, list(config.feeders), dry_run=True)
+    assert [r.outcome for r in first] == [Outcome.SUCCESS] * 3, [r.error for r in first]
     assert first[0].plan == (
         "public.contexts: attach a new partition of 3,000 rows",
         "public.hosts: attach a new partition of 300 rows",
     )
-    assert federation.superhub_sql("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'fedload%'") == "0"
-    assert [r.outcome for r in sync(config)] == ["success"] * 3
+    assert federation.superhub_int("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'fedload%'") == 0
+    assert [r.outcome for r in await sync(config)] == [Outcome.SUCCESS] * 3
     federation.cluster.psql("DELETE FROM hosts WHERE hostkey LIKE 'SHA=1%'", dbname=federation.feeders["hub1"])
     federation.cluster.psql("ALTER TABLE hosts ADD COLUMN extra int", dbname=federation.feeders["hub2"])
-    again = asyncio.run(sync_feeders(config, ["hub1", "hub2"], dry_run=True))
+    again = await sync_feeders(config, ["hub1", "hub2"], dry_run=True)
     assert again[0].plan[1] == "public.hosts: replace 300 rows by 189"
     assert again[1].plan[1] == "public.hosts: replace 200 rows by 200 (feeder columns dropped: extra)"
-    assert federation.superhub_sql("SELECT count(*) FROM hosts WHERE hub_id = 1") == "300"
-    assert federation.superhub_sql("SELECT count(*) FROM fedload.runs") == "3"
-    assert staging_leftovers(federation) == "0"
+    assert federation.superhub_int("SELECT count(*) FROM hosts WHERE hub_id = 1") == 300
+    assert federation.superhub_int("SELECT count(*) FROM fedload.runs") == 3
+    assert staging_leftovers(federation) == 0
 
 
 def test_dry_run_reports_a_rejected_dump(federation: Federation) -> None:
@@ -263,7 +261,7 @@ def test_dry_run_reports_a_rejected_dump(federation: Federation) -> None:
 
 
 @pytest.mark.parametrize("mode", ["copy", "inserts"])
-def test_rejected_rows_are_set_aside_with_their_error(federation: Federation, mode: str) -> None:
+async def test_rejected_rows_are_set_aside_with_their_error(federation: Federation, mode: str) -> None:
     """With bad_rows = "reject", rows the superhub refuses go to fedload.rejects; the rest load and swap in."""
     db = federation.feeders["hub1"]
     federation.cluster.psql(
@@ -274,8 +272,8 @@ def test_rejected_rows_are_set_aside_with_their_error(federation: Federation, mo
     )
     config = federation.config(dump_mode=mode)
     config = config.model_copy(update={"superhub": config.superhub.model_copy(update={"bad_rows": "reject"})})
-    runs = sync(config)
-    assert [r.outcome for r in runs] == ["success"] * 3, [r.error for r in runs]
+    runs = await sync(config)
+    assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 3, [r.error for r in runs]
     assert runs[0].rejected == {"public.contexts": 3}
     assert runs[0].rows["public.contexts"] == 2997
     good = "WHERE score NOT IN ('not a number', '99999999999')"
@@ -288,56 +286,55 @@ def test_rejected_rows_are_set_aside_with_their_error(federation: Federation, mo
     )
     assert rejects == "22003 false,22P02 true,22P02 true"
     federation.cluster.psql("DELETE FROM contexts WHERE score !~ '^[0-9]{1,9}$'", dbname=db)
-    assert sync(config, "hub1")[0].rejected == {}
-    assert federation.superhub_sql("SELECT count(*) FROM fedload.rejects") == "0"
+    assert (await sync(config, "hub1"))[0].rejected == {}
+    assert federation.superhub_int("SELECT count(*) FROM fedload.rejects") == 0
 
 
-def test_a_run_records_the_agents_version(federation: Federation) -> None:
+async def test_a_run_records_the_agents_version(federation: Federation) -> None:
     """fedload.runs says which agent sent each dump (none without the agent)."""
-    sync(federation.config(), "hub1")
-    sync(federation.config(agent=False), "hub2")
+    await sync(federation.config(), "hub1")
+    await sync(federation.config(agent=False), "hub2")
     versions = federation.superhub_sql(
         "SELECT string_agg(feeder || '=' || coalesce(agent_version, '-'), ',' ORDER BY feeder) FROM fedload.runs"
     )
     assert versions == f"hub1={__version__},hub2=-"
 
 
-def test_reading_the_parents_leaves_the_search_path_alone(federation: Federation) -> None:
+async def test_reading_the_parents_leaves_the_search_path_alone(federation: Federation) -> None:
     """read_parents() reads the catalog with an empty search_path but gives the session back as it was."""
 
-    async def read() -> tuple[str, str]:
-        conn = await asyncpg.connect(federation.cluster.dsn(federation.superhub))
-        try:
-            await conn.execute("SET search_path = public, pg_temp")
-            parents = await read_parents(conn, [TablePattern("public.*")], "hub_id")
-            return ",".join(sorted(map(str, parents))), await conn.fetchval("SHOW search_path")
-        finally:
-            await conn.close()
-
-    sync(federation.config(), "hub1")
-    assert asyncio.run(read()) == ("public.contexts,public.hosts", "public, pg_temp")
+    await sync(federation.config(), "hub1")
+    conn = await asyncpg.connect(federation.cluster.dsn(federation.superhub))
+    try:
+        await conn.execute("SET search_path = public, pg_temp")
+        parents = await read_parents(conn, [TablePattern("public.*")], "hub_id")
+        assert sorted(map(str, parents)) == ["public.contexts", "public.hosts"]
+        assert await conn.fetchval("SHOW search_path") == "public, pg_temp"
+    finally:
+        await conn.close()
 
 
-def test_a_long_report_on_the_run_history_does_not_hold_up_runs(federation: Federation) -> None:
+async def test_a_long_report_on_the_run_history_does_not_hold_up_runs(federation: Federation) -> None:
     """Once fedload's tables are current, a run does not lock fedload.runs: a long report reading it (which
     would make an ALTER TABLE wait) delays no sync."""
-    sync(federation.config(), "hub1")
+    await sync(federation.config(), "hub1")
     cluster = federation.cluster
     report = "BEGIN; SELECT count(*) FROM fedload.runs; SELECT pg_sleep(30); COMMIT;"
     argv = [cluster.install.tool("psql"), "-X", "-h", cluster.host, "-p", str(cluster.port), "-U", "postgres"]
-    reader = subprocess.Popen([*argv, "-d", federation.superhub, "-c", report], stdout=subprocess.DEVNULL)
+    reader = await asyncio.create_subprocess_exec(
+        *argv, "-d", federation.superhub, "-c", report, stdout=asyncio.subprocess.DEVNULL
+    )
     try:
         holding = "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(30)%' AND pid <> pg_backend_pid()"
         deadline = time.monotonic() + 10
-        while federation.superhub_sql(holding) == "0" and time.monotonic() < deadline:
-            time.sleep(0.05)
+        while federation.superhub_int(holding) == 0 and time.monotonic() < deadline:  # noqa: ASYNC110 - polls the server
+            await asyncio.sleep(0.05)
         started = time.monotonic()
-        assert [r.outcome for r in sync(federation.config(), "hub1", "hub2")] == ["success"] * 2
+        assert [r.outcome for r in await sync(federation.config(), "hub1", "hub2")] == [Outcome.SUCCESS] * 2
         assert time.monotonic() - started < 20  # generous: the report runs for 30 s
-        assert reader.poll() is None  # the report was still running all along
+        assert reader.returncode is None  # the report was still running all along
     finally:
-        reader.kill()
-        reader.wait(timeout=10)
+        await end_process(reader)
 
 
 _ANALYZED = (
@@ -346,14 +343,14 @@ _ANALYZED = (
 
 
 @pytest.mark.parametrize("analyze", ["after_swap", "autovacuum"])
-def test_analyze_after_the_swap_or_leave_it_to_autovacuum(federation: Federation, analyze: str) -> None:
+async def test_analyze_after_the_swap_or_leave_it_to_autovacuum(federation: Federation, analyze: str) -> None:
     """By default a run gathers its new partitions' statistics after the swap; `analyze = "autovacuum"` skips the
     phase and leaves them to autovacuum."""
     config = federation.config()
     config = config.model_copy(update={"superhub": config.superhub.model_copy(update={"analyze": analyze})})
     phases: set[str] = set()
-    runs = asyncio.run(sync_feeders(config, ["hub1"], lambda progress: phases.add(progress.phase)))
-    assert [r.outcome for r in runs] == ["success"], [r.error for r in runs]
+    runs = await sync_feeders(config, ["hub1"], lambda progress: phases.add(progress.phase))
+    assert [r.outcome for r in runs] == [Outcome.SUCCESS], [r.error for r in runs]
     analyzed = federation.superhub_sql(_ANALYZED)
     if analyze == "after_swap":
         assert "analyze" in phases
@@ -361,4 +358,4 @@ def test_analyze_after_the_swap_or_leave_it_to_autovacuum(federation: Federation
     else:
         assert "analyze" not in phases
         counts = "SELECT sum(analyze_count) FROM pg_stat_user_tables WHERE schemaname = 'fedload_parts'"
-        assert federation.superhub_sql(counts) == "0"
+        assert federation.superhub_int(counts) == 0

@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from fedload.config import Config
-from fedload.localpg import LocalCluster, find_installs
-from tests.federation import CONTEXT_COLS, DIGEST, HOST_COLS, Federation, require_major, sync
-
-
-@pytest.fixture(scope="module", params=[17, 18])
-def superhub_cluster(request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
-    """A PostgreSQL cluster of another major for the superhub."""
-    major: int = request.param
-    require_major(major)
-    running = LocalCluster(find_installs()[major], name=f"superhub{major}").start()
-    yield running
-    running.stop()
+from fedload.localpg import LocalCluster
+from fedload.results import Outcome
+from tests.support.federation import CONTEXT_COLS, DIGEST, HOST_COLS, Federation, psql_int, sync
 
 
 def on_superhub(fed: Federation, hub: LocalCluster, **feeder_overrides: object) -> Config:
@@ -38,21 +27,22 @@ def assert_partitions_equal(fed: Federation, hub: LocalCluster) -> None:
             assert actual.strip() == expected, (db, table)
 
 
+@pytest.mark.pg_major(17, 18)  # the superhub's; the feeders are on the module's cluster, PostgreSQL 15
 @pytest.mark.parametrize("mode", ["copy", "inserts"])
-def test_drifting_feeders_load_into_a_superhub_of_another_major(
-    federation: Federation, superhub_cluster: LocalCluster, mode: str
+async def test_drifting_feeders_load_into_a_superhub_of_another_major(
+    federation: Federation, major_cluster: LocalCluster, mode: str
 ) -> None:
     """Feeders on PostgreSQL 15 with drifting schemas load exactly into a PostgreSQL 17/18 superhub, twice."""
     feeders = federation.cluster
     feeders.psql(
         "ALTER TABLE hosts DROP COLUMN site; ALTER TABLE hosts ADD COLUMN uptime int", dbname=federation.feeders["hub2"]
     )
-    config = on_superhub(federation, superhub_cluster, dump_mode=mode)
-    runs = sync(config)
-    assert [r.outcome for r in runs] == ["success"] * 3, [r.error for r in runs]
-    assert_partitions_equal(federation, superhub_cluster)
+    config = on_superhub(federation, major_cluster, dump_mode=mode)
+    runs = await sync(config)
+    assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 3, [r.error for r in runs]
+    assert_partitions_equal(federation, major_cluster)
     feeders.psql("DELETE FROM contexts WHERE score % 3 = 0", dbname=federation.feeders["hub3"])
-    assert [r.outcome for r in sync(config)] == ["success"] * 3
-    assert_partitions_equal(federation, superhub_cluster)
+    assert [r.outcome for r in await sync(config)] == [Outcome.SUCCESS] * 3
+    assert_partitions_equal(federation, major_cluster)
     leftovers = "SELECT count(*) FROM pg_tables WHERE schemaname = 'fedload_stage'"
-    assert superhub_cluster.psql(leftovers, dbname=federation.superhub).strip() == "0"
+    assert psql_int(major_cluster, leftovers, federation.superhub) == 0

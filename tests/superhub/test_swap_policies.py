@@ -8,6 +8,7 @@ import os
 import subprocess
 import threading
 import time
+from asyncio.subprocess import DEVNULL, PIPE
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -19,9 +20,10 @@ from structlog.testing import capture_logs
 from fedload.commands.status import read_status
 from fedload.config import Config, SuperhubConfig
 from fedload.names import TableName
+from fedload.results import Outcome
 from fedload.superhub import blockers, pipeline, swap
 from fedload.superhub.pipeline import FeederRun
-from tests.federation import Federation, new_database, staging_leftovers, sync
+from tests.support.federation import Federation, end_process, new_database, psql_int, staging_leftovers, sync
 
 LONG_QUERY = "SELECT count(*), pg_sleep(2) FROM hosts"
 # Per feeder, by its key, and per table, in one statement (one snapshot): "key:hosts:contexts". A feeder with no
@@ -125,9 +127,9 @@ class Totals:
         return self.old.split(":")[1]
 
 
-def first_sync_then_change(fed: Federation, config: Config) -> Totals:
+async def first_sync_then_change(fed: Federation, config: Config) -> Totals:
     """Sync all feeders, then delete some of hub1's hosts and contexts; the totals readers may see."""
-    assert [r.outcome for r in sync(config)] == ["success"] * 3
+    assert [r.outcome for r in await sync(config)] == [Outcome.SUCCESS] * 3
     before = fed.superhub_sql(TOTALS).split()
     feeder = fed.feeders["hub1"]
     fed.cluster.psql("DELETE FROM hosts WHERE hostkey LIKE 'SHA=1%'", dbname=feeder)
@@ -137,10 +139,10 @@ def first_sync_then_change(fed: Federation, config: Config) -> Totals:
     return Totals(old, f"1:{counts.strip()}", frozenset(before) - {old})
 
 
-def timed_sync(config: Config) -> tuple[FeederRun, float]:
+async def timed_sync(config: Config) -> tuple[FeederRun, float]:
     """Sync hub1; its run and the seconds it took."""
     started = time.monotonic()
-    run = sync(config, "hub1")[0]
+    (run,) = await sync(config, "hub1")
     return run, time.monotonic() - started
 
 
@@ -153,21 +155,21 @@ def assert_only_whole_totals(seen: set[str], totals: Totals, *hub1: str) -> None
     assert {line.split(":")[0] for line in seen} == {"1", "2", "3"}
 
 
-def test_partition_swap_fails_in_bound_and_status_flags_it(federation: Federation) -> None:
+async def test_partition_swap_fails_in_bound_and_status_flags_it(federation: Federation) -> None:
     """swap_on_timeout = "fail": the swap gives up after swap_max_wait_s; old data stays; status flags the feeder."""
     config = swap_config(federation, swap_max_wait_s=1.0, swap_lock_timeout_s=0.2)
-    totals = first_sync_then_change(federation, config)
+    totals = await first_sync_then_change(federation, config)
     with Sessions(federation).running() as sessions:
-        runs = [timed_sync(config) for _ in range(2)]
+        runs = [await timed_sync(config) for _ in range(2)]
     for run, seconds in runs:
-        assert run.outcome == "failed"
+        assert run.outcome == Outcome.FAILED
         assert "could not lock the parent tables of feeder hub1" in (run.error or "")
         assert seconds < BOUND_S
         assert (run.swap_attempts or 0) > 1
     assert_only_whole_totals(sessions.seen, totals, totals.old)
     assert federation.superhub_sql("SELECT count(*) FROM hosts WHERE hub_id = 1") == totals.hosts_before
-    assert staging_leftovers(federation) == "0"
-    hub1 = next(s for s in asyncio.run(read_status(config)) if s.feeder == "hub1")
+    assert staging_leftovers(federation) == 0
+    hub1 = next(s for s in await read_status(config) if s.feeder == "hub1")
     assert hub1.swaps_starved
     assert hub1.swap_lock_failures == 2
     assert (hub1.swap_attempts or 0) > 1
@@ -208,7 +210,7 @@ class HeldSession:
             f"WHERE application_name = '{application}' AND query LIKE '%pg_sleep%'"
         )
         deadline = time.monotonic() + 10
-        while self._fed.cluster.psql(sql, dbname=self._dbname).strip() != "1":
+        while psql_int(self._fed.cluster, sql, self._dbname) != 1:
             assert time.monotonic() < deadline, "the held session never started its query"
             time.sleep(0.05)
 
@@ -245,15 +247,15 @@ def held(fed: Federation, **options: Any) -> Iterator[HeldSession]:
 CANCELLING = {"swap_max_wait_s": 1.0, "swap_lock_timeout_s": 0.2, "swap_on_timeout": "cancel", "swap_cancel_wait_s": 5}
 
 
-def test_partition_swap_cancels_blocking_reports(federation: Federation) -> None:
+async def test_partition_swap_cancels_blocking_reports(federation: Federation) -> None:
     """swap_on_timeout = "cancel": the blocking reports are cancelled, logged and counted; the swap completes; a
     cancelled session survives (cancelled, never terminated): same backend, its transaction goes on."""
     config = swap_config(federation, **CANCELLING)
-    totals = first_sync_then_change(federation, config)
+    totals = await first_sync_then_change(federation, config)
     with held(federation) as session, capture_logs() as events, Sessions(federation).running() as sessions:
-        run, seconds = timed_sync(config)
+        run, seconds = await timed_sync(config)
         sessions.wait_to_see(totals.new)
-    assert run.outcome == "success", run.error
+    assert run.outcome == Outcome.SUCCESS, run.error
     assert seconds < BOUND_S
     cancelled = [e for e in events if e["event"] == "swap.blocker_cancelled"]
     assert cancelled
@@ -271,21 +273,23 @@ def test_partition_swap_cancels_blocking_reports(federation: Federation) -> None
     assert recorded == str(len(cancelled))
 
 
-def test_negative_control_a_terminated_blocker_is_seen(federation: Federation, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_negative_control_a_terminated_blocker_is_seen(
+    federation: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Negative control of "cancel, never terminate": with the watcher sabotaged to pg_terminate_backend, the same
     check of the blocking session fails."""
     monkeypatch.setattr(blockers, "_CANCEL", "SELECT pg_terminate_backend($1)")
     config = swap_config(federation, **CANCELLING)
-    first_sync_then_change(federation, config)
+    await first_sync_then_change(federation, config)
     with held(federation) as session:
-        run, _ = timed_sync(config)
-        assert run.outcome == "success", run.error
+        run, _ = await timed_sync(config)
+        assert run.outcome == Outcome.SUCCESS, run.error
         with pytest.raises(AssertionError):
             session.assert_survived()
 
 
 @pytest.mark.parametrize("reads_stats", [True, False], ids=["pg_read_all_stats", "plain"])
-def test_a_cancel_the_superhub_user_may_not_send_is_logged_and_the_bound_applies(
+async def test_a_cancel_the_superhub_user_may_not_send_is_logged_and_the_bound_applies(
     federation: Federation, reads_stats: bool
 ) -> None:
     """The superhub user, neither a superuser nor in pg_signal_backend, may not cancel a superuser's report: with
@@ -301,11 +305,11 @@ def test_a_cancel_the_superhub_user_may_not_send_is_logged_and_the_bound_applies
     cluster.psql(f"ALTER DATABASE {database} OWNER TO {role}")
     dsn = cluster.dsn(database).replace("postgres@", f"{role}@")
     config = swap_config(federation, dsn=dsn, **CANCELLING | {"swap_cancel_wait_s": 2})
-    assert [r.outcome for r in sync(config)] == ["success"] * 3
+    assert [r.outcome for r in await sync(config)] == [Outcome.SUCCESS] * 3
     with held(federation, dbname=database, sleep_s=8) as session, capture_logs() as events:
-        run, seconds = timed_sync(config)
+        run, seconds = await timed_sync(config)
         session.assert_survived()  # its query ran to its end: nobody cancelled it
-    assert run.outcome == "failed"
+    assert run.outcome == Outcome.FAILED
     assert "(0 queries cancelled)" in (run.error or ""), run.error
     assert 3.0 <= seconds < BOUND_S
     refused = [e["application_name"] for e in events if e["event"] == "swap.cancel_refused"]
@@ -314,31 +318,39 @@ def test_a_cancel_the_superhub_user_may_not_send_is_logged_and_the_bound_applies
     assert not [e for e in events if e["event"] == "swap.blocker_cancelled"]
 
 
-def test_other_fedload_sessions_and_idle_transactions_are_waited_for(federation: Federation) -> None:
+async def test_other_fedload_sessions_and_idle_transactions_are_waited_for(federation: Federation) -> None:
     """Escalated, the swap cancels neither another fedload session nor an idle transaction: it waits for them
     (swap.blocker_awaited) and swaps once they are gone; both sessions end normally."""
     config = swap_config(federation, **CANCELLING | {"swap_max_wait_s": 0.5, "swap_cancel_wait_s": 20})
-    totals = first_sync_then_change(federation, config)
-    idle = subprocess.Popen(
-        [federation.cluster.install.tool("psql"), "-X", "-At", "-d", federation.cluster.conninfo(federation.superhub)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PGAPPNAME": "idle"},
-    )
+    totals = await first_sync_then_change(federation, config)
+    psql = [
+        federation.cluster.install.tool("psql"),
+        "-X",
+        "-At",
+        "-d",
+        federation.cluster.conninfo(federation.superhub),
+    ]
+    env = {**os.environ, "PGAPPNAME": "idle"}
+    idle = await asyncio.create_subprocess_exec(*psql, stdin=PIPE, stdout=PIPE, env=env)
     assert idle.stdin is not None
-    idle.stdin.write("BEGIN;\nSELECT 'read:' || count(*) FROM contexts;\n")
-    idle.stdin.flush()
-    committed = threading.Timer(3.0, lambda: idle.communicate("COMMIT;\nSELECT 'committed';\n", timeout=30))
+    idle.stdin.write(b"BEGIN;\nSELECT 'read:' || count(*) FROM contexts;\n")
+    await idle.stdin.drain()
+
+    async def commit_in_3_s() -> None:
+        await asyncio.sleep(3.0)
+        await asyncio.wait_for(idle.communicate(b"COMMIT;\nSELECT 'committed';\n"), 30)
+
+    committing: asyncio.Task[None] | None = None
     try:
         with held(federation, application="fedload elsewhere", sleep_s=6) as other, capture_logs() as events:
-            committed.start()
-            run, _ = timed_sync(config)
+            committing = asyncio.create_task(commit_in_3_s())
+            run, _ = await timed_sync(config)
             other.assert_survived()
     finally:
-        committed.join(timeout=40)
-        idle.kill()
-    assert run.outcome == "success", run.error
+        if committing is not None:
+            await asyncio.wait_for(committing, 40)
+        await end_process(idle)
+    assert run.outcome == Outcome.SUCCESS, run.error
     assert run.cancelled_backends == 0
     assert (run.swap_lock_ms or 0) >= 4000  # it waited for both: contexts (idle, ~3 s), then hosts (~6 s)
     awaited = {(e["application_name"], e["state"]) for e in events if e["event"] == "swap.blocker_awaited"}
@@ -356,7 +368,7 @@ def reporter(federation: Federation) -> str:
 
 
 @pytest.mark.parametrize("protected_by", ["role", "application"])
-def test_never_cancel_sessions_are_spared(federation: Federation, reporter: str, protected_by: str) -> None:
+async def test_never_cancel_sessions_are_spared(federation: Federation, reporter: str, protected_by: str) -> None:
     """Reports of a never-cancel role or application are not cancelled: the swap stops waiting and fails instead."""
     protection = {"swap_never_cancel_roles": [reporter]} if protected_by == "role" else {}
     protection |= {"swap_never_cancel_applications": ["report"]} if protected_by == "application" else {}
@@ -368,30 +380,30 @@ def test_never_cancel_sessions_are_spared(federation: Federation, reporter: str,
         swap_cancel_wait_s=5,
         **protection,
     )
-    totals = first_sync_then_change(federation, config)
+    totals = await first_sync_then_change(federation, config)
     federation.superhub_sql(f"GRANT SELECT ON hosts, contexts TO {reporter}")
     with capture_logs() as events, Sessions(federation, user=reporter).running() as sessions:
-        run, seconds = timed_sync(config)
-    assert run.outcome == "failed"
+        run, seconds = await timed_sync(config)
+    assert run.outcome == Outcome.FAILED
     assert "swap_never_cancel" in (run.error or ""), run.error
     assert seconds < BOUND_S
     assert not [e for e in events if e["event"] == "swap.blocker_cancelled" and e["application_name"] == "report"]
     assert [e for e in events if e["event"] == "swap.blocker_spared"]
     assert_only_whole_totals(sessions.seen, totals, totals.old)
-    assert federation.superhub_sql("SELECT swap_lock_failed FROM fedload.runs ORDER BY id DESC LIMIT 1") == "t"
+    assert federation.superhub_bool("SELECT swap_lock_failed FROM fedload.runs ORDER BY id DESC LIMIT 1")
 
 
 HUB1_PARTITION = "SELECT tableoid::regclass FROM hosts WHERE hub_id = 1 LIMIT 1"
 
 
-def mvcc_swap_under_reports(fed: Federation, methods: dict[str, Any]) -> tuple[FeederRun, Totals, Sessions, str]:
+async def mvcc_swap_under_reports(fed: Federation, methods: dict[str, Any]) -> tuple[FeederRun, Totals, Sessions, str]:
     """hub1 changed, then synced by `methods` while reports run and the counter reads; its run, the totals, the
     readers, and hub1's partition of hosts before the swap."""
     config = swap_config(fed, swap_max_wait_s=1.0, swap_lock_timeout_s=0.2, **methods)
-    totals = first_sync_then_change(fed, config)
+    totals = await first_sync_then_change(fed, config)
     partition = fed.superhub_sql(HUB1_PARTITION)
     with Sessions(fed).running() as sessions:
-        run, seconds = timed_sync(config)
+        run, seconds = await timed_sync(config)
         sessions.wait_to_see(totals.new)
     assert seconds < BOUND_S
     return run, totals, sessions, partition
@@ -402,21 +414,21 @@ def mvcc_swap_under_reports(fed: Federation, methods: dict[str, Any]) -> tuple[F
     [{"swap_method": "mvcc"}, {"swap_method_tables": {"public.hosts": "mvcc"}}],
     ids=["superhub", "per-table"],
 )
-def test_mvcc_swap_never_waits_for_readers(federation: Federation, methods: dict[str, Any]) -> None:
+async def test_mvcc_swap_never_waits_for_readers(federation: Federation, methods: dict[str, Any]) -> None:
     """swap_method = "mvcc": the swap completes at its first try under constant reports; readers see old or new."""
-    run, totals, sessions, partition = mvcc_swap_under_reports(federation, methods)
-    assert run.outcome == "success", run.error
+    run, totals, sessions, partition = await mvcc_swap_under_reports(federation, methods)
+    assert run.outcome == Outcome.SUCCESS, run.error
     assert run.swap_attempts == 1
     assert run.cancelled_backends == 0
     assert_only_whole_totals(sessions.seen, totals, totals.old, totals.new)
     assert totals.new in sessions.seen
     assert federation.superhub_sql(HUB1_PARTITION) == partition  # rows replaced in the same partition
-    assert staging_leftovers(federation) == "0"
+    assert staging_leftovers(federation) == 0
     vacuumed = f"SELECT vacuum_count > 0 FROM pg_stat_user_tables WHERE relid = '{partition}'::regclass"
-    assert federation.superhub_sql(vacuumed) == "t"  # the dead old rows are freed after the swap, not left
+    assert federation.superhub_bool(vacuumed)  # the dead old rows are freed after the swap, not left
 
 
-def test_negative_control_a_non_atomic_mvcc_swap_is_seen(
+async def test_negative_control_a_non_atomic_mvcc_swap_is_seen(
     federation: Federation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Negative control of "old or new, never empty": with the mvcc swap sabotaged to empty the partition in a
@@ -434,14 +446,14 @@ def test_negative_control_a_non_atomic_mvcc_swap_is_seen(
         await original(conn, table, partition)
 
     monkeypatch.setattr(swap, "_replace_rows", emptied_apart)
-    run, totals, sessions, _ = mvcc_swap_under_reports(federation, {"swap_method": "mvcc"})
-    assert run.outcome == "success", run.error
+    run, totals, sessions, _ = await mvcc_swap_under_reports(federation, {"swap_method": "mvcc"})
+    assert run.outcome == Outcome.SUCCESS, run.error
     with pytest.raises(AssertionError):
         assert_only_whole_totals(sessions.seen, totals, totals.old, totals.new)
     assert "1:0:0" in sessions.seen
 
 
-def test_negative_control_a_partition_swap_detached_apart_is_seen(
+async def test_negative_control_a_partition_swap_detached_apart_is_seen(
     federation: Federation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Negative control of the partition swap's atomicity: with hub1's old hosts partition detached and dropped in
@@ -461,43 +473,42 @@ def test_negative_control_a_partition_swap_detached_apart_is_seen(
         return await original(conn, *args, **kwargs)
 
     config = swap_config(federation)
-    totals = first_sync_then_change(federation, config)
+    totals = await first_sync_then_change(federation, config)
     monkeypatch.setattr(pipeline, "swap_in", detached_apart)
     with Sessions(federation).running(reports=0) as sessions:
-        run, _ = timed_sync(config)
+        run, _ = await timed_sync(config)
         sessions.wait_to_see(totals.new)
-    assert run.outcome == "success", run.error
+    assert run.outcome == Outcome.SUCCESS, run.error
     with pytest.raises(AssertionError):
         assert_only_whole_totals(sessions.seen, totals, totals.old, totals.new)
     assert any(line.startswith("1:0:") for line in sessions.seen), sorted(sessions.seen)
 
 
-def test_partition_swap_retries_until_a_held_lock_is_released(federation: Federation) -> None:
+async def test_partition_swap_retries_until_a_held_lock_is_released(federation: Federation) -> None:
     """A session holding a lock on a parent for a while makes the swap's short tries time out; it retries, and
     succeeds once the lock is released, within swap_max_wait_s."""
     config = swap_config(federation, swap_max_wait_s=20.0, swap_lock_timeout_s=0.2)
-    totals = first_sync_then_change(federation, config)
+    totals = await first_sync_then_change(federation, config)
     cluster = federation.cluster
     argv = [cluster.install.tool("psql"), "-X", "-At", "-h", cluster.host, "-p", str(cluster.port), "-U", "postgres"]
     sql = "BEGIN; LOCK TABLE hosts IN ACCESS SHARE MODE; SELECT pg_sleep(4); COMMIT;"
     env = {**os.environ, "PGAPPNAME": "holder"}
-    holder = subprocess.Popen([*argv, "-d", federation.superhub, "-c", sql], env=env, stdout=subprocess.DEVNULL)
+    holder = await asyncio.create_subprocess_exec(*argv, "-d", federation.superhub, "-c", sql, env=env, stdout=DEVNULL)
     try:
         held = "SELECT count(*) FROM pg_locks JOIN pg_stat_activity USING (pid) WHERE application_name = 'holder'"
         deadline = time.monotonic() + 10
-        while federation.superhub_sql(held) == "0" and time.monotonic() < deadline:
-            time.sleep(0.05)
+        while federation.superhub_int(held) == 0 and time.monotonic() < deadline:  # noqa: ASYNC110 - polls the server
+            await asyncio.sleep(0.05)
         with capture_logs() as events:
-            run, seconds = timed_sync(config)
-        assert holder.poll() == 0  # the holder committed before the swap got its locks
+            run, seconds = await timed_sync(config)
+        assert holder.returncode == 0  # the holder committed before the swap got its locks
     finally:
-        holder.kill()
-        holder.wait(timeout=10)
-    assert run.outcome == "success", run.error
+        await end_process(holder)
+    assert run.outcome == Outcome.SUCCESS, run.error
     busy = [e for e in events if e["event"] == "swap.lock_busy"]
     assert len(busy) >= 2
     assert run.swap_attempts == len(busy) + 1
     assert (run.swap_lock_ms or 0) >= 1000
     assert seconds < BOUND_S
     assert federation.superhub_sql(TOTALS).split()[0] == totals.new
-    assert staging_leftovers(federation) == "0"
+    assert staging_leftovers(federation) == 0

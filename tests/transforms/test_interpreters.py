@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.interpreters import python_named
+from tests.support.interpreters import python_named
 from tests.transforms.interpreter_child import Case, transformed
 
 REPOSITORY = Path(__file__).resolve().parents[2]

@@ -6,7 +6,6 @@ forwarded to the feeder, so a test knows the tunnel was used (loopback would als
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import re
 import socket
@@ -22,9 +21,10 @@ from fedload import __version__
 from fedload.commands.probe import probe_feeder
 from fedload.config import FeederConfig, SshConfig
 from fedload.errors import FeederAuthError, FeederHostKeyError, FeederUnreachableError
+from fedload.results import Outcome
 from fedload.transport.ssh import SshTransport
-from tests.federation import CONTEXT_COLS, DIGEST, HOST_COLS, Federation, sync
-from tests.sshd import SSHD, OpenSshServer, require_openssh
+from tests.support.federation import CONTEXT_COLS, DIGEST, HOST_COLS, Federation, sync
+from tests.support.sshd import SSHD, OpenSshServer, require_openssh
 
 FEEDER_ADDRESS, BASTION_ADDRESS = "127.0.0.2", "127.0.0.3"
 
@@ -125,14 +125,14 @@ async def run(config: SshConfig, argv: list[str]) -> bytes:
         await process.cancel()
 
 
-def test_a_command_runs_through_the_bastion_and_both_connections_close(
+async def test_a_command_runs_through_the_bastion_and_both_connections_close(
     feeder_sshd: LoopbackSshd, tmp_path: Path
 ) -> None:
     """The feeder's only login comes through the bastion's tunnel; closing the feeder's connection closes the
     bastion's."""
     bastion = bastion_for(feeder_sshd, tmp_path / "bastion")
     try:
-        assert asyncio.run(run(through(bastion, feeder_sshd), ["echo", "hello"])) == b"hello\n"
+        assert (await run(through(bastion, feeder_sshd), ["echo", "hello"])) == b"hello\n"
         assert (logins(bastion), forwarded(bastion), logins(feeder_sshd)) == (1, 1, 1)
         assert wait_for(lambda: "Disconnected from user" in bastion.log(), within_s=10)
     finally:
@@ -150,7 +150,7 @@ def wait_for(condition: object, within_s: float) -> bool:
     return True
 
 
-def test_sync_through_a_bastion_loads_the_feeder(feeder_sshd: LoopbackSshd, federation: Federation) -> None:
+async def test_sync_through_a_bastion_loads_the_feeder(feeder_sshd: LoopbackSshd, federation: Federation) -> None:
     """A feeder behind a bastion syncs into a real superhub (agent over the tunnel): rows as on the feeder; every
     login at the feeder was forwarded by the bastion."""
     bastion = bastion_for(feeder_sshd, federation.tmp / "bastion")
@@ -160,8 +160,8 @@ def test_sync_through_a_bastion_loads_the_feeder(feeder_sshd: LoopbackSshd, fede
             transport="ssh", ssh=ssh, agent=True, agent_command=[sys.executable, "-m", "fedload"]
         )
         config = config.model_copy(update={"feeders": {"hub1": config.feeders["hub1"]}})
-        run_ = sync(config, "hub1")[0]
-        assert run_.outcome == "success", run_.error
+        (run_,) = await sync(config, "hub1")
+        assert run_.outcome == Outcome.SUCCESS, run_.error
         feeder_db = federation.feeders["hub1"]
         for table, cols in (("hosts", HOST_COLS), ("contexts", CONTEXT_COLS)):
             expected = federation.cluster.psql(DIGEST.format(cols=cols, table=table), dbname=feeder_db).strip()
@@ -171,7 +171,7 @@ def test_sync_through_a_bastion_loads_the_feeder(feeder_sshd: LoopbackSshd, fede
         bastion.stop()
 
 
-def test_check_config_connect_names_the_bastion(feeder_sshd: LoopbackSshd, tmp_path: Path) -> None:
+async def test_check_config_connect_names_the_bastion(feeder_sshd: LoopbackSshd, tmp_path: Path) -> None:
     """check-config --connect's connection line says which bastion the feeder was reached through, and the probes
     get their answers through it."""
     bastion = bastion_for(feeder_sshd, tmp_path / "bastion")
@@ -179,7 +179,7 @@ def test_check_config_connect_names_the_bastion(feeder_sshd: LoopbackSshd, tmp_p
         pg_dump = "/usr/lib/postgresql/15/bin/pg_dump"
         ssh = through(bastion, feeder_sshd)
         feeder = FeederConfig(key=1, ssh=ssh, agent_command=[sys.executable, "-m", "fedload"], pg_dump=pg_dump)
-        probes = [probe.line() for probe in asyncio.run(probe_feeder("ap1", feeder))]
+        probes = [probe.line() for probe in await probe_feeder("ap1", feeder)]
         assert probes[0] == (
             f"feeder ap1 connection: OK (ssh {feeder_sshd.user}@{FEEDER_ADDRESS}:{feeder_sshd.port} "
             f"via bastion {BASTION_ADDRESS}:{bastion.port})"
@@ -191,12 +191,12 @@ def test_check_config_connect_names_the_bastion(feeder_sshd: LoopbackSshd, tmp_p
         bastion.stop()
 
 
-def test_a_bastion_that_refuses_forwarding_is_named(feeder_sshd: LoopbackSshd, tmp_path: Path) -> None:
+async def test_a_bastion_that_refuses_forwarding_is_named(feeder_sshd: LoopbackSshd, tmp_path: Path) -> None:
     """`AllowTcpForwarding no` on the bastion: one line, the bastion named, the feeder never reached."""
     bastion = bastion_for(feeder_sshd, tmp_path / "bastion", forwarding=False)
     try:
         with pytest.raises(FeederUnreachableError) as failed:
-            asyncio.run(run(through(bastion, feeder_sshd), ["true"]))
+            await run(through(bastion, feeder_sshd), ["true"])
         message = str(failed.value)
         assert message.startswith(
             f"bastion {BASTION_ADDRESS}:{bastion.port} did not forward the connection to feeder "
@@ -216,7 +216,7 @@ def test_a_bastion_that_refuses_forwarding_is_named(feeder_sshd: LoopbackSshd, t
         ("down", FeederUnreachableError, "bastion {bastion} refused the connection"),
     ],
 )
-def test_a_failing_bastion_is_named(
+async def test_a_failing_bastion_is_named(
     feeder_sshd: LoopbackSshd, tmp_path: Path, change: str, error: type[Exception], message: str
 ) -> None:
     """The bastion's unknown host key, a user it refuses, or no bastion at all: the error names the bastion."""
@@ -231,14 +231,14 @@ def test_a_failing_bastion_is_named(
         else:
             bastion.stop()
         with pytest.raises(error, match="^" + re.escape(message.format(bastion=address))):
-            asyncio.run(run(config, ["true"]))
+            await run(config, ["true"])
         assert logins(feeder_sshd) == 0
     finally:
         bastion.stop()
 
 
 @pytest.mark.parametrize("frozen", ["bastion", "feeder"])
-def test_a_silent_bastion_or_feeder_is_given_up_within_the_connect_timeout(
+async def test_a_silent_bastion_or_feeder_is_given_up_within_the_connect_timeout(
     feeder_sshd: LoopbackSshd, tmp_path: Path, frozen: str
 ) -> None:
     """A bastion, or a feeder behind it, that accepts the connection and says nothing: given up after about the
@@ -253,7 +253,7 @@ def test_a_silent_bastion_or_feeder_is_given_up_within_the_connect_timeout(
         )
         started = time.monotonic()
         with pytest.raises(FeederUnreachableError, match=f"^{re.escape(silent)} did not answer in time"):
-            asyncio.run(run(through(bastion, feeder_sshd, connect_timeout_s=2), ["true"]))
+            await run(through(bastion, feeder_sshd, connect_timeout_s=2), ["true"])
         assert time.monotonic() - started < 2 + 5 + 2
     finally:
         bastion.stop()

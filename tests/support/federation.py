@@ -13,7 +13,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from fedload.config import Config, parse_config
-from fedload.localpg import LocalCluster, find_installs, search_installs
+from fedload.localpg import LocalCluster
+from fedload.results import Outcome
 from fedload.service.sync import sync_feeders
 from fedload.stream import Header, StreamEncoder
 from fedload.superhub.job import parents_spec, superhub_target
@@ -76,8 +77,28 @@ class Federation:
         return self.cluster.psql(DIGEST.format(cols=cols, table=f"{table} {where}"), dbname=db).strip()
 
     def superhub_sql(self, sql: str) -> str:
-        """Run SQL on the superhub."""
+        """Run SQL on the superhub; psql's text (for text values)."""
         return self.cluster.psql(sql, dbname=self.superhub).strip()
+
+    def superhub_int(self, sql: str) -> int:
+        """The integer (a count) that `sql` selects on the superhub."""
+        return psql_int(self.cluster, sql, self.superhub)
+
+    def superhub_bool(self, sql: str) -> bool:
+        """The boolean that `sql` selects on the superhub."""
+        return psql_bool(self.cluster, sql, self.superhub)
+
+
+def psql_int(cluster: LocalCluster, sql: str, dbname: str = "postgres") -> int:
+    """The integer (a count) that `sql` selects, read from psql's text; NULL or any other text fails."""
+    return int(cluster.psql(sql, dbname=dbname))
+
+
+def psql_bool(cluster: LocalCluster, sql: str, dbname: str = "postgres") -> bool:
+    """The boolean that `sql` selects, read from psql's `t` or `f`; NULL or any other text fails."""
+    text = cluster.psql(sql, dbname=dbname).strip()
+    assert text in ("t", "f"), f"{sql} gave {text!r}, not a boolean"
+    return text == "t"
 
 
 def make_federation(cluster: LocalCluster, tmp: Path) -> Federation:
@@ -136,29 +157,6 @@ def config_toml(fed: Federation, *, interval_s: float = 0.5, extra: str = "", ag
     return "\n".join(lines) + "\n" + extra
 
 
-def require_major(major: int) -> None:
-    """Fail (in CI, where FEDLOAD_REQUIRE_MAJORS lists it) or skip when a PostgreSQL major is not installed."""
-    if major in find_installs():
-        return
-    required = {int(m) for m in os.environ.get("FEDLOAD_REQUIRE_MAJORS", "").split(",") if m}
-    if major in required:
-        problems = search_installs().problems
-        pytest.fail(f"PostgreSQL {major} binaries are required here but not found (or not usable: {problems})")
-    pytest.skip(f"PostgreSQL {major} binaries not installed")
-
-
-def cluster_of_major(cluster: LocalCluster, major: int, name: str) -> Iterator[LocalCluster]:
-    """For a module fixture: `cluster` if it is of `major`, else a cluster of `major` started for the module
-    (skipped or failed as `require_major` says when that major is not installed)."""
-    if major == cluster.install.major:
-        yield cluster
-        return
-    require_major(major)
-    running = LocalCluster(find_installs()[major], name=name).start()
-    yield running
-    running.stop()
-
-
 _databases = itertools.count()
 
 
@@ -171,9 +169,9 @@ def new_database(cluster: LocalCluster, prefix: str, sql: str = "") -> str:
     return name
 
 
-def sync(config: Config, *names: str) -> list[FeederRun]:
+async def sync(config: Config, *names: str) -> list[FeederRun]:
     """Sync the named feeders (all if none)."""
-    return asyncio.run(sync_feeders(config, list(names) or list(config.feeders)))
+    return await sync_feeders(config, list(names) or list(config.feeders))
 
 
 async def prepare(config: Config) -> None:
@@ -181,9 +179,14 @@ async def prepare(config: Config) -> None:
     await prepare_superhub(superhub_target(config), parents_spec(config))
 
 
-def staging_leftovers(fed: Federation) -> str:
-    """Tables left in fedload's staging schema."""
-    return fed.superhub_sql("SELECT count(*) FROM pg_tables WHERE schemaname = 'fedload_stage'")
+def staging_leftovers(fed: Federation) -> int:
+    """How many tables are left in fedload's staging schema."""
+    return fed.superhub_int("SELECT count(*) FROM pg_tables WHERE schemaname = 'fedload_stage'")
+
+
+def last_outcome(fed: Federation) -> Outcome:
+    """The outcome of the superhub's last recorded run (a value `fedload.runs.outcome` may hold)."""
+    return Outcome(fed.superhub_sql("SELECT outcome FROM fedload.runs ORDER BY id DESC LIMIT 1"))
 
 
 def write_script(path: Path, body: str) -> str:
@@ -193,19 +196,27 @@ def write_script(path: Path, body: str) -> str:
     return str(path)
 
 
-def failing_after_first_sync(fed: Federation, body: str | None = None, **overrides: Any) -> FeederRun:
+async def failing_after_first_sync(fed: Federation, body: str | None = None, **overrides: Any) -> FeederRun:
     """Sync hub1 once normally, then again with `body` as its dump command (or other overrides); that result."""
     config = fed.config()
-    assert sync(config, "hub1")[0].outcome == "success"
+    assert (await sync(config, "hub1"))[0].outcome == Outcome.SUCCESS
     before = fed.digest(fed.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1")
     fed.cluster.psql("INSERT INTO hosts (hostkey) VALUES ('new')", dbname=fed.feeders["hub1"])
     if body is not None:
         overrides["agent_command"] = [write_script(fed.tmp / "dump.sh", body)]
-    run = sync(fed.config(**overrides), "hub1")[0]
+    (run,) = await sync(fed.config(**overrides), "hub1")
     assert fed.digest(fed.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1") == before  # old data intact
-    assert staging_leftovers(fed) == "0"
-    assert fed.superhub_sql("SELECT outcome FROM fedload.runs ORDER BY id DESC LIMIT 1") == "failed"
+    assert staging_leftovers(fed) == 0
+    assert last_outcome(fed) == Outcome.FAILED
     return run
+
+
+async def end_process(process: asyncio.subprocess.Process, timeout_s: float = 10) -> None:
+    """Kill `process` (a psql holding a lock, a report) if it still runs, and wait for its end."""
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):  # ended meanwhile
+            process.kill()
+    await asyncio.wait_for(process.wait(), timeout_s)
 
 
 def crafted_stream(dump: bytes, rows: dict[str, int] | None = None, mode: str = "copy") -> bytes:
@@ -267,12 +278,12 @@ class DaemonProcess:
 
 def successes(fed: Federation, feeder: str) -> int:
     """Successful runs of a feeder so far."""
-    return int(fed.superhub_sql(f"SELECT count(*) FROM fedload.runs WHERE feeder = '{feeder}' AND outcome = 'success'"))
+    return fed.superhub_int(f"SELECT count(*) FROM fedload.runs WHERE feeder = '{feeder}' AND outcome = 'success'")
 
 
 def runs_exist(fed: Federation) -> bool:
     """Whether the daemon has set up its history table yet."""
-    return fed.superhub_sql("SELECT to_regclass('fedload.runs') IS NOT NULL") == "t"
+    return fed.superhub_bool("SELECT to_regclass('fedload.runs') IS NOT NULL")
 
 
 def fedload(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:

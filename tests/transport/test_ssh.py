@@ -21,13 +21,23 @@ from fedload.errors import (
     FeederTimeoutError,
     FeederUnreachableError,
 )
-from fedload.localpg import LocalCluster, find_installs
+from fedload.localpg import LocalCluster
+from fedload.results import Outcome
 from fedload.transport import FeederProcess, Transport
 from fedload.transport.local import LocalTransport
 from fedload.transport.ssh import SshTransport
-from tests.conftest import Category
-from tests.federation import CONTEXT_COLS, DIGEST, FEEDER_DATA, HOST_COLS, SCHEMA, Federation, require_major, sync
-from tests.sshd import AsyncsshServer, OpenSshServer, SshServer, keygen, require_openssh
+from tests.support.federation import (
+    CONTEXT_COLS,
+    DIGEST,
+    FEEDER_DATA,
+    HOST_COLS,
+    SCHEMA,
+    Federation,
+    new_database,
+    sync,
+)
+from tests.support.fix_tally import Category
+from tests.support.sshd import AsyncsshServer, OpenSshServer, SshServer, keygen, require_openssh
 
 
 async def read_all(process: FeederProcess, chunk: int = 1 << 16) -> bytes:
@@ -49,7 +59,7 @@ def transports(server: SshServer) -> list[Transport]:
     return [SshTransport(server.ssh_config()), LocalTransport(read_timeout_s=30)]
 
 
-def test_both_transports_deliver_exact_bytes_and_status(sshd: SshServer, tmp_path: Path) -> None:
+async def test_both_transports_deliver_exact_bytes_and_status(sshd: SshServer, tmp_path: Path) -> None:
     """A 5 MB random file arrives byte for byte, exit status 0; a failing command reports its status and stderr."""
     payload = tmp_path / "payload.bin"
     payload.write_bytes(os.urandom(5_000_000))
@@ -67,34 +77,30 @@ def test_both_transports_deliver_exact_bytes_and_status(sshd: SshServer, tmp_pat
         await failing.cancel()
 
     for transport in transports(sshd):
-        asyncio.run(check(transport))
+        await check(transport)
 
 
-def test_slow_reader_throttles_the_remote_writer(sshd: SshServer, tmp_path: Path) -> None:
+async def test_slow_reader_throttles_the_remote_writer(sshd: SshServer, tmp_path: Path) -> None:
     """While the superhub does not read, the feeder's writer stays blocked: memory and buffers stay bounded; once
     the superhub cancels, the writer is gone."""
     counter, pid_file = tmp_path / "count", tmp_path / "pid"
     writer = f"echo $$ > {pid_file}; i=0; while head -c 65536 /dev/zero; do i=$((i+1)); echo $i > {counter}; done"
 
-    async def scenario() -> tuple[int, int]:
-        process = await SshTransport(sshd.ssh_config()).open(["sh", "-c", writer])
-        await process.read(1024)
-        await asyncio.sleep(2)
-        stalled = int(counter.read_text() or 0)
-        await asyncio.sleep(1)
-        still = int(counter.read_text() or 0)
-        for _ in range(200):
-            await process.read(1 << 16)
-        await process.cancel()
-        return stalled, still
-
-    stalled, still = asyncio.run(scenario())
+    process = await SshTransport(sshd.ssh_config()).open(["sh", "-c", writer])
+    await process.read(1024)
+    await asyncio.sleep(2)
+    stalled = int(counter.read_text() or 0)
+    await asyncio.sleep(1)
+    still = int(counter.read_text() or 0)
+    for _ in range(200):
+        await process.read(1 << 16)
+    await process.cancel()
     assert stalled * 65536 < 16 * 1024 * 1024  # channel window + pipe buffers, not the 100s of MB of a free run
     assert still == stalled
-    assert gone(int(pid_file.read_text()), within_s=10)
+    assert await gone(int(pid_file.read_text()), within_s=10)
 
 
-def gone(pid: int, within_s: float) -> bool:
+async def gone(pid: int, within_s: float) -> bool:
     """Whether process `pid` has ended (and been reaped by its parent) within `within_s` seconds."""
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
@@ -102,47 +108,41 @@ def gone(pid: int, within_s: float) -> bool:
             os.kill(pid, 0)
         except ProcessLookupError:
             return True
-        time.sleep(0.05)
+        await asyncio.sleep(0.05)
     return False
 
 
 @pytest.mark.parametrize("transport_name", ["ssh", "local"])
-def test_silent_feeder_times_out(sshd: SshServer, transport_name: str) -> None:
+async def test_silent_feeder_times_out(sshd: SshServer, transport_name: str) -> None:
     """A command that sends nothing is given up after the read timeout."""
     transport: Transport = (
         SshTransport(sshd.ssh_config(read_timeout_s=1)) if transport_name == "ssh" else LocalTransport(read_timeout_s=1)
     )
 
-    async def scenario() -> None:
-        process = await transport.open(["sleep", "30"])
-        try:
-            async with asyncio.timeout(10):
-                with pytest.raises(FeederTimeoutError, match="sent nothing for 1 s"):
-                    await process.read(1024)
-        finally:
-            await process.cancel()
-
-    asyncio.run(scenario())
+    process = await transport.open(["sleep", "30"])
+    try:
+        async with asyncio.timeout(10):
+            with pytest.raises(FeederTimeoutError, match="sent nothing for 1 s"):
+                await process.read(1024)
+    finally:
+        await process.cancel()
 
 
-def test_sshd_killed_mid_stream_is_a_lost_connection(sshd: SshServer, category: Category) -> None:
+async def test_sshd_killed_mid_stream_is_a_lost_connection(sshd: SshServer, category: Category) -> None:
     """Killing the server and its session while data flows is reported as a lost connection within seconds."""
     category("fault:network cut mid-stream")
 
-    async def scenario() -> None:
-        process = await SshTransport(sshd.ssh_config(keepalive_s=1)).open(
-            ["sh", "-c", "while head -c 65536 /dev/urandom; do sleep 0.05; done"]
-        )
-        await process.read(1 << 16)
-        sshd.kill()
-        started = time.monotonic()
-        async with asyncio.timeout(20):
-            with pytest.raises(FeederConnectionLostError):
-                await drain(process)
-        assert time.monotonic() - started < 15
-        await process.cancel()
-
-    asyncio.run(scenario())
+    process = await SshTransport(sshd.ssh_config(keepalive_s=1)).open(
+        ["sh", "-c", "while head -c 65536 /dev/urandom; do sleep 0.05; done"]
+    )
+    await process.read(1 << 16)
+    sshd.kill()
+    started = time.monotonic()
+    async with asyncio.timeout(20):
+        with pytest.raises(FeederConnectionLostError):
+            await drain(process)
+    assert time.monotonic() - started < 15
+    await process.cancel()
 
 
 @pytest.mark.parametrize(
@@ -154,7 +154,7 @@ def test_sshd_killed_mid_stream_is_a_lost_connection(sshd: SshServer, category: 
         ("dns", FeederUnreachableError, "cannot resolve"),
     ],
 )
-def test_connection_failures_map_to_clear_errors(
+async def test_connection_failures_map_to_clear_errors(
     sshd: SshServer, tmp_path: Path, change: str, error: type[Exception], message: str
 ) -> None:
     """Wrong host key, unknown client key, closed port and unknown host name each raise their own error class."""
@@ -172,12 +172,9 @@ def test_connection_failures_map_to_clear_errors(
     else:
         overrides["host"] = "no-such-feeder.invalid"
 
-    async def scenario() -> None:
-        async with asyncio.timeout(30):
-            with pytest.raises(error, match=message):
-                await SshTransport(sshd.ssh_config(**overrides)).open(["true"])
-
-    asyncio.run(scenario())
+    async with asyncio.timeout(30):
+        with pytest.raises(error, match=message):
+            await SshTransport(sshd.ssh_config(**overrides)).open(["true"])
 
 
 def test_a_server_that_fails_to_start_leaves_nothing_open(tmp_path: Path) -> None:
@@ -192,54 +189,43 @@ def test_a_server_that_fails_to_start_leaves_nothing_open(tmp_path: Path) -> Non
     gc.collect()  # an open log would warn here, and warnings are errors in this suite
 
 
-def test_forced_command_is_all_the_key_can_run(tmp_path: Path) -> None:
+async def test_forced_command_is_all_the_key_can_run(tmp_path: Path) -> None:
     """With command="..." in authorized_keys, whatever the client asks for, only the forced command runs."""
     require_openssh()  # what feeders run (deploy/authorized_keys.example); asyncssh's server is not the one to trust
     directory = tmp_path / "forced"
     directory.mkdir()
     server = OpenSshServer(directory, forced_command="echo forced")
     try:
-
-        async def scenario() -> bytes:
-            process = await SshTransport(server.ssh_config()).open(["cat", "/etc/shadow"])
-            data = await read_all(process)
-            await process.cancel()
-            return data
-
-        assert asyncio.run(scenario()) == b"forced\n"
+        process = await SshTransport(server.ssh_config()).open(["cat", "/etc/shadow"])
+        data = await read_all(process)
+        await process.cancel()
     finally:
         server.stop()
+    assert data == b"forced\n"
 
 
-@pytest.mark.parametrize(("major", "agent", "mode"), [(15, True, "copy"), (18, True, "inserts"), (18, False, "copy")])
-def test_sync_over_ssh_from_feeders_of_several_majors(
-    sshd: SshServer, federation: Federation, major: int, agent: bool, mode: str
+@pytest.mark.parametrize(
+    ("pg_major", "agent", "mode"), [(15, True, "copy"), (18, True, "inserts"), (18, False, "copy")], scope="module"
+)
+async def test_sync_over_ssh_from_feeders_of_several_majors(
+    sshd: SshServer, federation: Federation, major_cluster: LocalCluster, agent: bool, mode: str
 ) -> None:
     """Feeders reached over SSH, with the agent or plain pg_dump | gzip, on PostgreSQL 15 and 18, load exactly."""
-    require_major(major)
-    feeder = federation.cluster
-    if major != feeder.install.major:
-        feeder = LocalCluster(find_installs()[major], name=f"feeder{major}").start()
-    try:
-        feeder_db = "cfdb"
-        if feeder is not federation.cluster:
-            feeder.psql(f"CREATE DATABASE {feeder_db}")
-            feeder.psql(SCHEMA + FEEDER_DATA.format(n=150, m=700), dbname=feeder_db)
-        else:
-            feeder_db = federation.feeders["hub1"]
-        ssh = sshd.ssh_config().model_dump()
-        config = federation.config(
-            transport="ssh", ssh=ssh, agent=agent, dump_mode=mode, agent_command=[sys.executable, "-m", "fedload"]
-        )
-        hub1 = config.feeders["hub1"].model_copy(
-            update={"database": feeder.conninfo(feeder_db), "pg_dump": feeder.install.tool("pg_dump")}
-        )
-        config = config.model_copy(update={"feeders": {"hub1": hub1}})
-        run = sync(config, "hub1")[0]
-        assert run.outcome == "success", run.error
-        for table, cols in (("hosts", HOST_COLS), ("contexts", CONTEXT_COLS)):
-            expected = feeder.psql(DIGEST.format(cols=cols, table=table), dbname=feeder_db).strip()
-            assert federation.digest(federation.superhub, table, cols, "WHERE hub_id = 1") == expected
-    finally:
-        if feeder is not federation.cluster:
-            feeder.stop()
+    feeder = major_cluster
+    if feeder is federation.cluster:
+        feeder_db = federation.feeders["hub1"]
+    else:
+        feeder_db = new_database(feeder, "cfdb", SCHEMA + FEEDER_DATA.format(n=150, m=700))
+    ssh = sshd.ssh_config().model_dump()
+    config = federation.config(
+        transport="ssh", ssh=ssh, agent=agent, dump_mode=mode, agent_command=[sys.executable, "-m", "fedload"]
+    )
+    hub1 = config.feeders["hub1"].model_copy(
+        update={"database": feeder.conninfo(feeder_db), "pg_dump": feeder.install.tool("pg_dump")}
+    )
+    config = config.model_copy(update={"feeders": {"hub1": hub1}})
+    (run,) = await sync(config, "hub1")
+    assert run.outcome == Outcome.SUCCESS, run.error
+    for table, cols in (("hosts", HOST_COLS), ("contexts", CONTEXT_COLS)):
+        expected = feeder.psql(DIGEST.format(cols=cols, table=table), dbname=feeder_db).strip()
+        assert federation.digest(federation.superhub, table, cols, "WHERE hub_id = 1") == expected

@@ -4,10 +4,9 @@ aside; what the superhub's PostgreSQL or its extensions cannot hold is refused b
 
 from __future__ import annotations
 
-import asyncio
 import re
 import subprocess
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -18,18 +17,12 @@ import structlog
 from fedload.config import parse_config
 from fedload.errors import ConfigError
 from fedload.localpg import LocalCluster
+from fedload.results import Outcome
 from fedload.superhub.schema_file import check_schema_file, create_parents_from_file, schema_file_refusals
-from tests import feature_schema
-from tests.federation import cluster_of_major, new_database, sync
+from tests.support import feature_schema
+from tests.support.federation import new_database, psql_bool, psql_int, sync
 
 T = TypeVar("T")
-
-
-@pytest.fixture(scope="module", params=[15, 17, 18])
-def major_cluster(request: pytest.FixtureRequest, cluster: LocalCluster) -> Iterator[LocalCluster]:
-    """A cluster of PostgreSQL 15 (the module's own), 17 or 18: feeder and superhub of that major."""
-    major: int = request.param
-    yield from cluster_of_major(cluster, major, f"features{major}")
 
 
 def _database(cluster: LocalCluster, sql: str = "") -> str:
@@ -50,19 +43,16 @@ def _wanted(schema: str, name: str) -> bool:
     return schema == "public"
 
 
-def _run(cluster: LocalCluster, db: str, call: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
-    async def run() -> T:
-        conn = await asyncpg.connect(cluster.dsn(db))
-        try:
-            return await call(conn)
-        finally:
-            await conn.close()
-
-    return asyncio.run(run())
+async def _run(cluster: LocalCluster, db: str, call: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+    conn = await asyncpg.connect(cluster.dsn(db))
+    try:
+        return await call(conn)
+    finally:
+        await conn.close()
 
 
-def _create(cluster: LocalCluster, db: str, path: Path) -> list[str]:
-    return _run(cluster, db, lambda conn: create_parents_from_file(conn, path, "hub_id", "integer", _wanted))
+async def _create(cluster: LocalCluster, db: str, path: Path) -> list[str]:
+    return await _run(cluster, db, lambda conn: create_parents_from_file(conn, path, "hub_id", "integer", _wanted))
 
 
 _COLUMNS = """
@@ -94,7 +84,10 @@ def _catalog(cluster: LocalCluster, db: str, table: str) -> str:
     return "\n".join(_without_key(cluster.psql(q.replace("{t}", table), dbname=db)) for q in [*queries, _INDEXES])
 
 
-def test_pg_dump_files_create_parents_like_the_feeders_tables(major_cluster: LocalCluster, tmp_path: Path) -> None:
+@pytest.mark.pg_major(15, 17, 18)  # feeder and superhub of that major (on 15, the module's own cluster)
+async def test_pg_dump_files_create_parents_like_the_feeders_tables(
+    major_cluster: LocalCluster, tmp_path: Path
+) -> None:
     """Each parent has its feeder table's columns, identity, generated kinds, defaults, collations, constraints (names,
     validity, enforcement) and indexes (operator classes included), the key aside; the extensions it needs are
     created in their schema; everything else is listed as left out; then a sync loads every row."""
@@ -103,7 +96,7 @@ def test_pg_dump_files_create_parents_like_the_feeders_tables(major_cluster: Loc
     assert check_schema_file(path, "hub_id") == []
     hub = _database(cluster)
     with structlog.testing.capture_logs() as logs:
-        created = _create(cluster, hub, path)
+        created = await _create(cluster, hub, path)
     assert sorted(created) == sorted(f"public.{t}" for t in feature_schema.tables(major))
     for table in feature_schema.tables(major):
         assert _catalog(cluster, hub, table) == _catalog(cluster, feeder, table), table
@@ -129,10 +122,10 @@ def test_pg_dump_files_create_parents_like_the_feeders_tables(major_cluster: Loc
     assert any(i.startswith("publication ") for i in items)
     assert any(i.startswith(("grant ", "comment ", "owner ")) for i in items)
     assert ("extension btree_gist" in items) == (major < 17)
-    _sync_and_compare(cluster, feeder, hub, major)
+    await _sync_and_compare(cluster, feeder, hub, major)
 
 
-def _sync_and_compare(cluster: LocalCluster, feeder: str, hub: str, major: int) -> None:
+async def _sync_and_compare(cluster: LocalCluster, feeder: str, hub: str, major: int) -> None:
     """A sync loads every row of every table, including those only NOT ENFORCED allows."""
     config = parse_config(
         {
@@ -147,8 +140,8 @@ def _sync_and_compare(cluster: LocalCluster, feeder: str, hub: str, major: int) 
             },
         }
     )
-    (run,) = sync(config, "hub1")
-    assert run.outcome == "success", run.error
+    (run,) = await sync(config, "hub1")
+    assert run.outcome == Outcome.SUCCESS, run.error
     for table in feature_schema.tables(major):
         columns = cluster.psql(
             "SELECT string_agg(quote_ident(attname), ', ' ORDER BY attnum) FROM pg_attribute "
@@ -159,11 +152,11 @@ def _sync_and_compare(cluster: LocalCluster, feeder: str, hub: str, major: int) 
         expected = cluster.psql(f"{digest} FROM public.{table}", dbname=feeder)
         assert cluster.psql(f"{digest} FROM public.{table} WHERE hub_id = 1", dbname=hub) == expected, table
     if major >= 18:
-        assert cluster.psql("SELECT count(*) FROM public.invoice WHERE total < 0", dbname=hub).strip() == "2"
+        assert psql_int(cluster, "SELECT count(*) FROM public.invoice WHERE total < 0", hub) == 2
 
 
-@pytest.mark.parametrize("major_cluster", [18], indirect=True)
-def test_clauses_an_older_superhub_lacks_are_refused_before_anything_is_created(
+@pytest.mark.pg_major(18)
+async def test_clauses_an_older_superhub_lacks_are_refused_before_anything_is_created(
     major_cluster: LocalCluster, cluster: LocalCluster, tmp_path: Path
 ) -> None:
     """A pg_dump 18 file on a PostgreSQL 15 superhub: one sentence per clause 15 lacks, naming it and its line;
@@ -172,7 +165,7 @@ def test_clauses_an_older_superhub_lacks_are_refused_before_anything_is_created(
     lines = path.read_text().splitlines()
     hub = _database(cluster)
     with pytest.raises(ConfigError) as caught:
-        _create(cluster, hub, path)
+        await _create(cluster, hub, path)
     problems = caught.value.problems
     expected = {
         "VIRTUAL generated column total_with_tax": "total_with_tax numeric GENERATED ALWAYS AS",
@@ -189,11 +182,11 @@ def test_clauses_an_older_superhub_lacks_are_refused_before_anything_is_created(
         assert "the superhub runs PostgreSQL 15" in problem
     assert len(problems) == len(expected)
     created = "SELECT count(*) FROM pg_class WHERE relnamespace = 'public'::regnamespace"
-    assert cluster.psql(created, dbname=hub).strip() == "0"
-    assert cluster.psql("SELECT count(*) FROM pg_extension", dbname=hub).strip() == "1"  # plpgsql
+    assert psql_int(cluster, created, hub) == 0
+    assert psql_int(cluster, "SELECT count(*) FROM pg_extension", hub) == 1  # plpgsql
 
 
-def test_an_extension_the_superhub_lacks_is_named_with_the_table(cluster: LocalCluster, tmp_path: Path) -> None:
+async def test_an_extension_the_superhub_lacks_is_named_with_the_table(cluster: LocalCluster, tmp_path: Path) -> None:
     """A table needing an extension the superhub does not have (for a column's type, or its domain's): the refusal
     (check-config --connect, sync) names both; the file alone is fine (the extension may be there); nothing is
     created."""
@@ -212,9 +205,9 @@ def test_an_extension_the_superhub_lacks_is_named_with_the_table(cluster: LocalC
         "have (it is not in pg_available_extensions)"
         for table in ("fancy", "by_domain")
     ]
-    refusals = _run(cluster, hub, lambda conn: schema_file_refusals(conn, path, "hub_id", "integer", _wanted))
+    refusals = await _run(cluster, hub, lambda conn: schema_file_refusals(conn, path, "hub_id", "integer", _wanted))
     assert refusals == sentences
     with pytest.raises(ConfigError) as caught:
-        _create(cluster, hub, path)
+        await _create(cluster, hub, path)
     assert caught.value.problems == sentences
-    assert cluster.psql("SELECT to_regclass('public.plain') IS NULL", dbname=hub).strip() == "t"
+    assert psql_bool(cluster, "SELECT to_regclass('public.plain') IS NULL", hub)

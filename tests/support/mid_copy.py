@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from tests.federation import AGENT, CONTEXT_COLS, HOST_COLS, Federation, write_script
+from tests.support.federation import AGENT, CONTEXT_COLS, HOST_COLS, Federation, write_script
 
 _GROWTH = (
     "INSERT INTO contexts (hostkey, contextname) SELECT 'SHA=' || g, md5(g::text) || md5(random()::text) "

@@ -10,7 +10,6 @@ import asyncio
 import itertools
 import json
 import math
-import os
 import re
 import subprocess
 import sys
@@ -174,16 +173,6 @@ class Database:
 
 
 MakeDatabase = Callable[[LocalCluster, str], Database]
-
-
-def require_major(major: int) -> PgInstall:
-    """The install of a PostgreSQL major; fail if FEDLOAD_REQUIRE_MAJORS lists it and it is missing, else skip."""
-    installs = find_installs()
-    if major in installs:
-        return installs[major]
-    if str(major) in os.environ.get("FEDLOAD_REQUIRE_MAJORS", "").split(","):
-        pytest.fail(f"PostgreSQL {major} binaries are required here but not found")
-    pytest.skip(f"PostgreSQL {major} binaries not installed")
 
 
 @pytest.fixture(scope="module")
@@ -432,13 +421,13 @@ def fixed_rows(count: int) -> list[Row]:
     return rows
 
 
-@pytest.mark.parametrize("major", [15, 17, 18])
+@pytest.mark.pg_major(15, 17, 18)
 def test_cli_output_loads_for_dumps_of_each_pg_dump_major(
-    cluster: LocalCluster, newest: LocalCluster, make_database: MakeDatabase, major: int
+    cluster: LocalCluster, newest: LocalCluster, make_database: MakeDatabase, pg_install: PgInstall
 ) -> None:
     """pg_dump N | python -m fedload transform | psql N -v ON_ERROR_STOP=1 loads every dump mode exactly."""
-    install = require_major(major)
-    on = newest if newest.install.major <= major else cluster  # the newest server this pg_dump can dump
+    install = pg_install
+    on = newest if newest.install.major <= install.major else cluster  # the newest server this pg_dump can dump
     source, target = make_database(on, TABLE_DDL), make_database(newest, TABLE_DDL)
     rows = fixed_rows(150)
     source.refill(rows)

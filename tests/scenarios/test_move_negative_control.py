@@ -11,8 +11,8 @@ import pytest
 from fedload.commands.move import move_feeder
 from fedload.scaleout import coordinator
 from fedload.superhub.schema import ParentTable
-from tests.federation import Federation
-from tests.superhub.test_feeder_move import AFTER, BEFORE, _moved_setup, _read_while
+from tests.scenarios.test_feeder_move import AFTER, BEFORE, _moved_setup, _read_while
+from tests.support.federation import Federation
 
 
 def assert_seen_once(seen: list[str]) -> None:
@@ -21,7 +21,7 @@ def assert_seen_once(seen: list[str]) -> None:
     assert odd == [], odd[:5]
 
 
-def test_negative_control_without_the_filter_a_moving_feeder_is_seen_twice(
+async def test_negative_control_without_the_filter_a_moving_feeder_is_seen_twice(
     federation: Federation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`fedload feeder move hub2 --to s2` with the coordinator sabotaged to read every shard's parent directly (no
@@ -31,8 +31,8 @@ def test_negative_control_without_the_filter_a_moving_feeder_is_seen_twice(
         return parent.table.schema, parent.table.name
 
     monkeypatch.setattr(coordinator._Wanted, "relation", unfiltered)
-    config, path = _moved_setup(federation)
-    code, seen = asyncio.run(_read_while(config, asyncio.to_thread(move_feeder, config, path, "hub2", "s2")))
+    config, path = await _moved_setup(federation)
+    code, seen = await _read_while(config, asyncio.to_thread(move_feeder, config, path, "hub2", "s2"))
     assert code == 0
     with pytest.raises(AssertionError):
         assert_seen_once(seen)

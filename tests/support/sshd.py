@@ -1,7 +1,7 @@
 """Real SSH servers on 127.0.0.1 for the tests: temporary host key, client key, authorized_keys, known_hosts.
 
 Two servers: OpenSSH's sshd (what feeders run; needs the openssh-server package) and asyncssh's server in a
-subprocess of its own (tests/asyncssh_server.py; needs nothing but the Python dependencies). Both run each
+subprocess of its own (tests/support/asyncssh_server.py; needs nothing but the Python dependencies). Both run each
 command as a real process of the current user, send its exit status, and can be killed or frozen mid-stream.
 """
 
@@ -195,7 +195,7 @@ class OpenSshServer(SshServer):
 
 
 class AsyncsshServer(SshServer):
-    """asyncssh's server (tests/asyncssh_server.py) in a subprocess on a free loopback port."""
+    """asyncssh's server (tests/support/asyncssh_server.py) in a subprocess on a free loopback port."""
 
     name = "asyncssh"
 

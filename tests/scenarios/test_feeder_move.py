@@ -25,8 +25,8 @@ from fedload.superhub.bookkeeping import try_feeder_lock
 from fedload.superhub.job import Job
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.removal import drop_feeder
-from tests.federation import Federation, fedload, sync
-from tests.shards import COUNTS, coord_sql, shard_sql, sharded_toml, with_coordinator
+from tests.support.federation import Federation, fedload, sync
+from tests.support.shards import COUNTS, coord_int, coord_sql, shard_int, shard_sql, sharded_toml, with_coordinator
 
 LAYOUT = {"s1": ["hub1", "hub2"], "s2": ["hub3"]}
 BEFORE, AFTER = "1:300,2:200,3:100", "1:300,2:201,3:100"  # hub2 gains a host before each move
@@ -34,11 +34,11 @@ FILTERED = "SELECT count(*) FROM pg_foreign_table WHERE array_to_string(ftoption
 VIEWS = "SELECT count(*) FROM pg_views WHERE schemaname = 'fedload_export'"
 
 
-def _moved_setup(federation: Federation, *, superhub: str = "") -> tuple[Config, Path]:
+async def _moved_setup(federation: Federation, *, superhub: str = "") -> tuple[Config, Path]:
     """hub1, hub2 on s1 and hub3 on s2, synced, with a coordinator; hub2's feeder then gains a host, so that what
     the coordinator reads of hub2 tells which shard it comes from. The configuration and its file."""
     config = with_coordinator(federation, LAYOUT)
-    assert all(run.succeeded for run in sync(config))
+    assert all(run.succeeded for run in await sync(config))
     federation.cluster.psql("INSERT INTO hosts (hostkey) VALUES ('moved')", dbname=federation.feeders["hub2"])
     path = sharded_toml(federation, config)
     if superhub:
@@ -66,11 +66,11 @@ async def _read_while(config: Config, work: Awaitable[Any]) -> tuple[Any, list[s
         await conn.close()
 
 
-def test_a_feeder_moved_while_readers_run(federation: Federation) -> None:
+async def test_a_feeder_moved_while_readers_run(federation: Federation) -> None:
     """`fedload feeder move hub2 --to s2` (the command, in its own process): every query of a reader through the
     coordinator sees hub2 once, with its rows from s1 and then from s2; afterwards the configuration file names
     s2, s1 holds nothing of hub2 (and refuses it), and the coordinator reads both shards directly again."""
-    config, path = _moved_setup(federation)
+    config, path = await _moved_setup(federation)
     before = path.read_text()
 
     async def move() -> tuple[int, str]:
@@ -81,7 +81,7 @@ def test_a_feeder_moved_while_readers_run(federation: Federation) -> None:
         output, _ = await asyncio.wait_for(process.communicate(), 120)
         return process.returncode or 0, output.decode()
 
-    (code, output), seen = asyncio.run(_read_while(config, move()))
+    (code, output), seen = await _read_while(config, move())
     assert code == 0, output
     assert [line for line in output.splitlines() if line.startswith("feeder hub2: ")] == [
         "feeder hub2: 1/6 coordinator: reads it from where it is, and shard s2 through a filter",
@@ -99,7 +99,7 @@ def test_a_feeder_moved_while_readers_run(federation: Federation) -> None:
     assert shard_sql(federation, "s1", COUNTS.format(table="hosts")) == "1:300"
     assert shard_sql(federation, "s2", COUNTS.format(table="contexts")) == "2:2000,3:1000"
     assert shard_sql(federation, "s1", "SELECT feeder || '>' || to_shard FROM fedload.moved") == "hub2>s2"
-    assert shard_sql(federation, "s2", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") == "1"
+    assert shard_int(federation, "s2", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") == 1
     views = [shard_sql(federation, shard, VIEWS) for shard in ("s1", "s2")]
     assert (coord_sql(federation, FILTERED), views) == ("0", ["0", "0"])
     plan = coord_sql(federation, "EXPLAIN (VERBOSE) SELECT hub_id, count(*) FROM hosts GROUP BY hub_id")
@@ -108,22 +108,22 @@ def test_a_feeder_moved_while_readers_run(federation: Federation) -> None:
     assert (again.returncode, again.stdout) == (0, "feeder hub2 is on shard s2 already\n")
 
 
-def test_a_daemon_with_the_old_configuration_is_refused_on_the_old_shard(federation: Federation) -> None:
+async def test_a_daemon_with_the_old_configuration_is_refused_on_the_old_shard(federation: Federation) -> None:
     """After the move, a sync that still has hub2 on s1 fails hub2 with a configuration error naming the move
     and loads nothing there; its coordinator build still reads hub2 from s2, which holds it."""
-    stale, path = _moved_setup(federation)
-    assert move_feeder(load_config(path), path, "hub2", "s2") == 0
-    runs = {run.feeder: run for run in sync(stale)}
+    stale, path = await _moved_setup(federation)
+    assert await asyncio.to_thread(move_feeder, load_config(path), path, "hub2", "s2") == 0
+    runs = {run.feeder: run for run in await sync(stale)}
     assert [runs["hub1"].succeeded, runs["hub3"].succeeded, runs["hub2"].error_kind] == [True, True, ErrorKind.CONFIG]
     assert "feeder hub2 moved to shard s2 at " in (runs["hub2"].error or ""), runs["hub2"].error
     assert shard_sql(federation, "s1", COUNTS.format(table="hosts")) == "1:300"
     assert coord_sql(federation, COUNTS.format(table="hosts")) == AFTER
 
 
-def test_a_failed_load_leaves_the_feeder_served_from_its_old_shard(federation: Federation) -> None:
+async def test_a_failed_load_leaves_the_feeder_served_from_its_old_shard(federation: Federation) -> None:
     """hub2's feeder refuses connections: the move stops at the load, exit 1 with one line saying hub2 is still
     served from s1; the configuration file and s1 are unchanged. Once the feeder is back, the move goes through."""
-    config, path = _moved_setup(federation)
+    config, path = await _moved_setup(federation)
     before = path.read_text()
     database = federation.feeders["hub2"]
     federation.cluster.psql(f"ALTER DATABASE {database} ALLOW_CONNECTIONS false")
@@ -138,17 +138,17 @@ def test_a_failed_load_leaves_the_feeder_served_from_its_old_shard(federation: F
     assert path.read_text() == before
     assert coord_sql(federation, COUNTS.format(table="hosts")) == BEFORE
     assert shard_sql(federation, "s1", COUNTS.format(table="hosts")) == "1:300,2:200"
-    assert move_feeder(config, path, "hub2", "s2") == 0
+    assert await asyncio.to_thread(move_feeder, config, path, "hub2", "s2") == 0
     assert coord_sql(federation, COUNTS.format(table="hosts")) == AFTER
 
 
-def test_a_report_holding_the_coordinator_stops_the_switch(
+async def test_a_report_holding_the_coordinator_stops_the_switch(
     federation: Federation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A report through the coordinator begins while hub2 loads on s2 and holds it past swap_max_wait_s: the
     switch fails and says hub2 is loaded on s2 but served from s1, which the reader keeps seeing (never twice);
     after the report the move, run again, finishes."""
-    config, path = _moved_setup(federation, superhub="swap_max_wait_s = 1.0")
+    config, path = await _moved_setup(federation, superhub="swap_max_wait_s = 1.0")
     assert config.coordinator is not None
     report: list[asyncpg.Connection] = []
 
@@ -158,7 +158,7 @@ def test_a_report_holding_the_coordinator_stops_the_switch(
         await conn.execute("BEGIN; SELECT count(*) FROM hosts")  # holds ACCESS SHARE until it ends
         report.append(conn)
 
-    async def scenario() -> str:
+    async def move_stopped_by_the_report() -> str:
         here = asyncio.get_running_loop()
 
         async def load_then_report(job: Job) -> FeederRun:
@@ -176,56 +176,56 @@ def test_a_report_holding_the_coordinator_stops_the_switch(
             for conn in report:
                 await conn.close()
 
-    stopped, seen = asyncio.run(_read_while(config, scenario()))
+    stopped, seen = await _read_while(config, move_stopped_by_the_report())
     assert stopped.startswith("feeder hub2: the coordinator's build failed (the coordinator's reports held"), stopped
     assert stopped.endswith("it is loaded there but still served from shard s1"), stopped
     assert set(seen) == {BEFORE}, set(seen)
     assert load_config(path).feeders["hub2"].shard == "s1"
     assert shard_sql(federation, "s2", COUNTS.format(table="hosts")) == "2:201,3:100"  # loaded, filtered out
-    assert move_feeder(config, path, "hub2", "s2") == 0
+    assert await asyncio.to_thread(move_feeder, config, path, "hub2", "s2") == 0
     assert coord_sql(federation, COUNTS.format(table="hosts")) == AFTER
 
 
-def test_a_configuration_that_cannot_be_written_leaves_the_feeder_served_from_the_new_shard(
+async def test_a_configuration_that_cannot_be_written_leaves_the_feeder_served_from_the_new_shard(
     federation: Federation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The file cannot be written (as root here no file is unwritable, so the write fails by a patch): the move
     stops after the drop on s1, saying hub2 is served from s2 and what to do; a coordinator built from the old
     configuration reads hub2 from s2, the only shard holding it; the move run again finishes."""
-    config, path = _moved_setup(federation)
+    config, path = await _moved_setup(federation)
 
     def unwritable(*_: Any) -> list[str]:
         raise ConfigError(f"{path}: cannot write it: Read-only file system")
 
     monkeypatch.setattr(move_module, "set_feeder_shard", unwritable)
     with pytest.raises(MoveError) as stopped:
-        move_feeder(config, path, "hub2", "s2")
+        await asyncio.to_thread(move_feeder, config, path, "hub2", "s2")
     assert str(stopped.value) == (
         f"feeder hub2 is served from shard s2 and gone from s1, but {path}: cannot write it: Read-only file system; "
         'set feeders.hub2.shard = "s2" there by hand, or run the move again'
     )
     assert coord_sql(federation, COUNTS.format(table="hosts")) == AFTER
     assert shard_sql(federation, "s1", COUNTS.format(table="hosts")) == "1:300"
-    runs = asyncio.run(sync_feeders(config, ["hub1"]))  # the old configuration's build: only s2 holds hub2
+    runs = await sync_feeders(config, ["hub1"])  # the old configuration's build: only s2 holds hub2
     assert runs[0].succeeded
     assert coord_sql(federation, COUNTS.format(table="hosts")) == AFTER
     monkeypatch.undo()
-    assert move_feeder(load_config(path), path, "hub2", "s2") == 0
+    assert await asyncio.to_thread(move_feeder, load_config(path), path, "hub2", "s2") == 0
     _assert_moved(federation, path)
 
 
-def test_moving_the_last_feeder_off_a_shard_removes_the_shard_from_the_configuration(
+async def test_moving_the_last_feeder_off_a_shard_removes_the_shard_from_the_configuration(
     federation: Federation, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """hub3, s2's only feeder, moved to s1: the file loses [shards.s2] (a configuration names no unused shard),
     the coordinator no longer reads s2, and every feeder is read once from s1."""
-    config, path = _moved_setup(federation)
-    assert move_feeder(config, path, "hub3", "s1") == 0
+    config, path = await _moved_setup(federation)
+    assert await asyncio.to_thread(move_feeder, config, path, "hub3", "s1") == 0
     assert "and no longer has [shards.s2], which has no feeders left" in capsys.readouterr().out
     after = load_config(path)
     assert (sorted(after.shards), after.feeders["hub3"].shard) == (["s1"], "s1")
     assert coord_sql(federation, COUNTS.format(table="hosts")) == BEFORE
-    assert coord_sql(federation, "SELECT count(*) FROM pg_foreign_table") == "2"  # hosts and contexts, from s1
+    assert coord_int(federation, "SELECT count(*) FROM pg_foreign_table") == 2  # hosts and contexts, from s1
     assert shard_sql(federation, "s2", COUNTS.format(table="hosts")) == ""
 
 
@@ -243,22 +243,19 @@ def test_move_usage_errors(federation: Federation, argv: list[str], error: str) 
     assert (moved.returncode, moved.stderr) == (2, error + "\n")
 
 
-def test_other_builds_wait_for_a_move(federation: Federation) -> None:
+async def test_other_builds_wait_for_a_move(federation: Federation) -> None:
     """While a move holds the coordinator, a build from another configuration (a daemon's, a sync's) is deferred
     and changes nothing; a second move is refused after its wait; once the move ends, builds go through."""
     config = with_coordinator(federation, LAYOUT)
-    assert all(run.succeeded for run in sync(config))
+    assert all(run.succeeded for run in await sync(config))
 
-    async def scenario() -> tuple[bool, str, bool]:
-        async with moving_feeders(config):
-            deferred = (await build_coordinator(config)).deferred
-            with pytest.raises(SuperhubError) as refused:
-                async with moving_feeders(config, wait_s=0.5):
-                    pass
-        return deferred, str(refused.value), (await build_coordinator(config)).deferred
-
-    deferred, refused, after = asyncio.run(scenario())
-    assert (deferred, refused, after) == (
+    async with moving_feeders(config):
+        deferred = (await build_coordinator(config)).deferred
+        with pytest.raises(SuperhubError) as refused:
+            async with moving_feeders(config, wait_s=0.5):
+                pass
+    after = (await build_coordinator(config)).deferred
+    assert (deferred, str(refused.value), after) == (
         True,
         "another feeder move or a coordinator build held the coordinator for 0.5 s",
         False,
@@ -270,7 +267,7 @@ def _assert_moved(federation: Federation, path: Path) -> None:
     holds it; the coordinator reads it once, from s2, and both shards directly."""
     assert load_config(path).feeders["hub2"].shard == "s2"
     assert shard_sql(federation, "s1", COUNTS.format(table="hosts")) == "1:300"
-    assert shard_sql(federation, "s1", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") == "0"
+    assert shard_int(federation, "s1", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") == 0
     assert shard_sql(federation, "s1", "SELECT feeder || '>' || to_shard FROM fedload.moved") == "hub2>s2"
     assert shard_sql(federation, "s2", COUNTS.format(table="hosts")) == "2:201,3:100"
     assert coord_sql(federation, COUNTS.format(table="hosts")) == AFTER
@@ -311,20 +308,20 @@ sys.exit(main(sys.argv[4:]))
         pytest.param("fedload.commands.move", "build_coordinator", 3, id="after-5-configuration"),
     ],
 )
-def test_a_move_killed_between_two_steps_is_finished_by_running_it_again(
+async def test_a_move_killed_between_two_steps_is_finished_by_running_it_again(
     federation: Federation, module: str, function: str, nth: int
 ) -> None:
     """The move's process is killed between two of its steps (or inside the drop on s1, between its partitions and
     its history): the coordinator still reads hub2 once, s1 holds hub2 with its history or neither, and the move
     run again finishes it: hub2 only on s2, s1 clean with the move noted, the file naming s2, the shards read
     directly."""
-    _, path = _moved_setup(federation)
+    _, path = await _moved_setup(federation)
     args = ["feeder", "move", "hub2", "--to", "s2", "--config", str(path)]
     _killed_at(module, function, nth, args)
     assert coord_sql(federation, COUNTS.format(table="hosts")) in (BEFORE, AFTER)
     holds = "2:" in shard_sql(federation, "s1", COUNTS.format(table="hosts"))
-    history = shard_sql(federation, "s1", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") != "0"
-    noted = shard_sql(federation, "s1", "SELECT count(*) FROM fedload.moved") != "0"
+    history = shard_int(federation, "s1", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") != 0
+    noted = shard_int(federation, "s1", "SELECT count(*) FROM fedload.moved") != 0
     assert (holds, history, noted) in ((True, True, False), (False, False, True)), (holds, history, noted)
     again = fedload(*args, timeout_s=120)
     assert again.returncode == 0, again.stdout + again.stderr
@@ -343,10 +340,12 @@ def _killed_at(module: str, function: str, nth: int, args: list[str]) -> None:
     assert crashed.returncode == 70, crashed.stdout + crashed.stderr
 
 
-def test_a_move_off_a_shard_killed_before_its_drop_is_finished_by_running_it_again(federation: Federation) -> None:
+async def test_a_move_off_a_shard_killed_before_its_drop_is_finished_by_running_it_again(
+    federation: Federation,
+) -> None:
     """hub3, s2's only feeder, moves to s1 and the move is killed before the drop on s2: the file still names s2
     (its section too), so the move run again drops hub3 there, and only then removes [shards.s2]."""
-    _, path = _moved_setup(federation)
+    _, path = await _moved_setup(federation)
     args = ["feeder", "move", "hub3", "--to", "s1", "--config", str(path)]
     _killed_at("fedload.commands.move", "drop_feeder", 1, args)
     assert coord_sql(federation, COUNTS.format(table="hosts")) == BEFORE
@@ -357,45 +356,41 @@ def test_a_move_off_a_shard_killed_before_its_drop_is_finished_by_running_it_aga
     assert shard_sql(federation, "s2", COUNTS.format(table="hosts")) == ""
     assert shard_sql(federation, "s2", "SELECT feeder || '>' || to_shard FROM fedload.moved") == "hub3>s1"
     assert coord_sql(federation, COUNTS.format(table="hosts")) == BEFORE
-    assert coord_sql(federation, "SELECT count(*) FROM pg_foreign_table") == "2"
+    assert coord_int(federation, "SELECT count(*) FROM pg_foreign_table") == 2
 
 
-def test_a_move_stopped_by_a_run_on_the_old_shard_is_finished_by_running_it_again(
+async def test_a_move_stopped_by_a_run_on_the_old_shard_is_finished_by_running_it_again(
     federation: Federation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A run of hub2 on s1 (an old daemon) holds its run lock past the drop's wait: the move stops with s1 still
     named in the file and holding hub2, filtered out; once the run is over, the move run again finishes it."""
-    config, path = _moved_setup(federation)
+    config, path = await _moved_setup(federation)
     monkeypatch.setattr(move_module, "_BUSY_WAIT_S", 0.5)
 
-    async def stopped_by_a_run() -> str:
-        run = await asyncpg.connect(config.shards["s1"].dsn)
-        try:
-            assert await try_feeder_lock(run, "hub2")
-            with pytest.raises(MoveError) as stopped:
-                await asyncio.to_thread(move_feeder, config, path, "hub2", "s2")
-            return str(stopped.value)
-        finally:
-            await run.close()
-
-    stopped = asyncio.run(stopped_by_a_run())
-    assert stopped == (
+    run = await asyncpg.connect(config.shards["s1"].dsn)
+    try:
+        assert await try_feeder_lock(run, "hub2")
+        with pytest.raises(MoveError) as stopped:
+            await asyncio.to_thread(move_feeder, config, path, "hub2", "s2")
+    finally:
+        await run.close()
+    assert str(stopped.value) == (
         "feeder hub2 is served from shard s2, but a run of it on shard s1 held it for 0.5 s: run the move again to "
         "remove it there"
     )
     assert (load_config(path).feeders["hub2"].shard, "s1" in load_config(path).shards) == ("s1", True)
     assert shard_sql(federation, "s1", COUNTS.format(table="hosts")) == "1:300,2:200"
     assert coord_sql(federation, COUNTS.format(table="hosts")) == AFTER
-    assert move_feeder(load_config(path), path, "hub2", "s2") == 0
+    assert await asyncio.to_thread(move_feeder, load_config(path), path, "hub2", "s2") == 0
     _assert_moved(federation, path)
 
 
-def test_a_move_whose_old_shard_goes_down_before_the_drop_is_finished_by_running_it_again(
+async def test_a_move_whose_old_shard_goes_down_before_the_drop_is_finished_by_running_it_again(
     federation: Federation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """s1 refuses connections when the drop begins: the move stops saying hub2 is served from s2 and to run it
     again; the file still names s1; once s1 is back, the move run again finishes it."""
-    config, path = _moved_setup(federation)
+    config, path = await _moved_setup(federation)
     s1 = f"{federation.superhub}_s1"
 
     async def s1_down_then_drop(*args: Any, **kwargs: Any) -> Any:
@@ -405,7 +400,7 @@ def test_a_move_whose_old_shard_goes_down_before_the_drop_is_finished_by_running
     monkeypatch.setattr(move_module, "drop_feeder", s1_down_then_drop)
     try:
         with pytest.raises(MoveError) as stopped:
-            move_feeder(config, path, "hub2", "s2")
+            await asyncio.to_thread(move_feeder, config, path, "hub2", "s2")
     finally:
         federation.cluster.psql(f"ALTER DATABASE {s1} ALLOW_CONNECTIONS true")
     assert str(stopped.value).startswith("feeder hub2 is served from shard s2, but dropping it from shard s1 failed ")
@@ -413,5 +408,5 @@ def test_a_move_whose_old_shard_goes_down_before_the_drop_is_finished_by_running
     assert load_config(path).feeders["hub2"].shard == "s1"
     assert coord_sql(federation, COUNTS.format(table="hosts")) == AFTER
     monkeypatch.undo()
-    assert move_feeder(load_config(path), path, "hub2", "s2") == 0
+    assert await asyncio.to_thread(move_feeder, load_config(path), path, "hub2", "s2") == 0
     _assert_moved(federation, path)

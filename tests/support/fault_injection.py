@@ -27,7 +27,7 @@ from transforms import CopyRows
 ENV = "FEDLOAD_TEST_FAULT"
 SABOTAGE_ENV = "FEDLOAD_TEST_SABOTAGE"
 STAGES = ("connect", "load", "swap", "analyze", "history")
-_REPO = Path(__file__).resolve().parent.parent
+_REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def sabotage_environment(name: str, directory: Path) -> dict[str, str]:
 
 
 def _hooked_environment(directory: Path) -> dict[str, str]:
-    hook = "from tests.fault_injection import install_from_env\ninstall_from_env()\n"
+    hook = "from tests.support.fault_injection import install_from_env\ninstall_from_env()\n"
     (directory / "sitecustomize.py").write_text(hook)
     path = os.pathsep.join(p for p in (str(directory), str(_REPO), os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "PYTHONPATH": path}

@@ -22,10 +22,10 @@ import pytest
 
 from fedload.config import Config
 from fedload.localpg import LocalCluster
+from fedload.results import Outcome
 from fedload.superhub.job import feeder_job
 from fedload.superhub.pipeline import FeederRun, sync_feeder
-from tests.conftest import Category
-from tests.federation import (
+from tests.support.federation import (
     AGENT,
     CONTEXT_COLS,
     DIGEST,
@@ -36,12 +36,15 @@ from tests.federation import (
     Federation,
     assert_feeders_equal_partitions,
     config_toml,
+    end_process,
+    last_outcome,
     staging_leftovers,
     sync,
     write_script,
 )
-from tests.mid_copy import HALF_STREAM_BYTES, grow, wait_rows_in_flight
-from tests.sshd import SshServer
+from tests.support.fix_tally import Category
+from tests.support.mid_copy import HALF_STREAM_BYTES, grow, wait_rows_in_flight
+from tests.support.sshd import SshServer
 
 GROWTH = (
     "INSERT INTO contexts (hostkey, contextname) SELECT 'SHA=' || g, md5(g::text) || md5(random()::text) "
@@ -79,21 +82,18 @@ class Gate:
         """Let the rest of the stream through."""
         self.go.touch()
 
-    def sync_with_fault(self, config: Config, fault: Callable[[], object], timeout_s: float = 60) -> FeederRun:
+    async def sync_with_fault(self, config: Config, fault: Callable[[], object], timeout_s: float = 60) -> FeederRun:
         """Sync hub1 through the gate; once the stream stops there, run `fault` (in a thread), open the gate."""
 
-        async def scenario() -> FeederRun:
-            gated = with_feeder(config, "hub1", agent_command=[self.command])
-            task = asyncio.create_task(sync_feeder(feeder_job(gated, "hub1")))
-            try:
-                await self.reached()
-                await asyncio.to_thread(fault)
-            finally:
-                self.open()  # never leave the gated command polling
-            async with asyncio.timeout(timeout_s):
-                return await task
-
-        return asyncio.run(scenario())
+        gated = with_feeder(config, "hub1", agent_command=[self.command])
+        task = asyncio.create_task(sync_feeder(feeder_job(gated, "hub1")))
+        try:
+            await self.reached()
+            await asyncio.to_thread(fault)
+        finally:
+            self.open()  # never leave the gated command polling
+        async with asyncio.timeout(timeout_s):
+            return await task
 
 
 def with_feeder(config: Config, name: str, **changes: object) -> Config:
@@ -126,20 +126,20 @@ def changed_on_feeder(fed: Federation) -> None:
 
 def assert_old_data_kept(fed: Federation, before: tuple[str, str], run: FeederRun, *phrases: str) -> None:
     """The run failed with an error naming one of `phrases`; hub1 still has its old data; no staging is left."""
-    assert run.outcome == "failed", run
+    assert run.outcome == Outcome.FAILED, run
     assert any(p in (run.error or "") for p in phrases), run.error
     assert "\n" not in (run.error or "")
     assert hub1_digest(fed) == before
-    assert staging_leftovers(fed) == "0"
+    assert staging_leftovers(fed) == 0
 
 
 @pytest.mark.parametrize("cut", ["killed", "frozen"])
-def test_network_cut_mid_stream(sshd: SshServer, federation: Federation, category: Category, cut: str) -> None:
+async def test_network_cut_mid_stream(sshd: SshServer, federation: Federation, category: Category, cut: str) -> None:
     """sshd killed (the connection resets) or frozen (the link goes silent) mid-stream: old data kept, clear error."""
     category("fault:network cut mid-stream")
     ssh = sshd.ssh_config(keepalive_s=1, read_timeout_s=4).model_dump()
     config = federation.config(transport="ssh", ssh=ssh, agent_command=[sys.executable, "-m", "fedload"])
-    assert sync(config, "hub1")[0].outcome == "success"
+    assert (await sync(config, "hub1"))[0].outcome == Outcome.SUCCESS
     before = hub1_digest(federation)
     changed_on_feeder(federation)
     grow(federation)
@@ -152,10 +152,10 @@ def test_network_cut_mid_stream(sshd: SshServer, federation: Federation, categor
         (sshd.kill if cut == "killed" else sshd.freeze)()
         cut_at.append(time.monotonic())
 
-    run = gate.sync_with_fault(config, cut_mid_copy, timeout_s=60)
+    run = await gate.sync_with_fault(config, cut_mid_copy, timeout_s=60)
     assert time.monotonic() - cut_at[0] < 20  # read_timeout_s = 4, keepalives every second
     assert_old_data_kept(federation, before, run, "connection", "sent nothing")
-    assert federation.superhub_sql("SELECT outcome FROM fedload.runs ORDER BY id DESC LIMIT 1") == "failed"
+    assert last_outcome(federation) == Outcome.FAILED
 
 
 @pytest.fixture
@@ -170,24 +170,24 @@ def feeder_cluster(cluster: LocalCluster) -> Iterator[LocalCluster]:
         own.stop()
 
 
-def test_feeder_postgres_stopped_mid_dump(
+async def test_feeder_postgres_stopped_mid_dump(
     federation: Federation, feeder_cluster: LocalCluster, category: Category
 ) -> None:
     """The feeder's server goes down while pg_dump streams a table: pg_dump's failure reaches the superhub."""
     category("fault:feeder PostgreSQL stopped mid-dump")
     config = with_feeder(federation.config(), "hub1", database=feeder_cluster.conninfo("cfdb"))
-    assert sync(config, "hub1")[0].outcome == "success"
+    assert (await sync(config, "hub1"))[0].outcome == Outcome.SUCCESS
     before = hub1_digest(federation)
     feeder_cluster.psql(GROWTH.format(rows=400_000), dbname="cfdb")  # more than every buffer on the way holds
     gate = Gate.around(federation.tmp)
 
-    run = gate.sync_with_fault(config, lambda: feeder_cluster.halt(mode="immediate"))
+    run = await gate.sync_with_fault(config, lambda: feeder_cluster.halt(mode="immediate"))
     assert_old_data_kept(federation, before, run, "pg_dump failed on the feeder")
     federation.superhub_sql("DELETE FROM contexts WHERE ctid = (SELECT min(ctid) FROM contexts WHERE hub_id = 1)")
     with pytest.raises(AssertionError):  # negative control: one row of the grown table lost is seen
         assert_old_data_kept(federation, before, run, "pg_dump failed on the feeder")
     feeder_cluster.resume()
-    assert sync(config, "hub1")[0].outcome == "success"
+    assert (await sync(config, "hub1"))[0].outcome == Outcome.SUCCESS
     assert hub1_digest(federation) == feeder_digest(feeder_cluster, "cfdb")
 
 
@@ -202,14 +202,14 @@ def own_superhub(cluster: LocalCluster) -> Iterator[LocalCluster]:
         own.stop()
 
 
-def test_superhub_crash_mid_load(federation: Federation, own_superhub: LocalCluster, category: Category) -> None:
+async def test_superhub_crash_mid_load(federation: Federation, own_superhub: LocalCluster, category: Category) -> None:
     """The superhub's server crashes and recovers while a feeder loads: the run fails, the old data survives."""
     category("fault:superhub PostgreSQL restarted mid-load")
     base = federation.config()
     config = base.model_copy(
         update={"superhub": base.superhub.model_copy(update={"dsn": own_superhub.dsn("superhub")})}
     )
-    assert [r.outcome for r in sync(config)] == ["success"] * 3
+    assert [r.outcome for r in await sync(config)] == [Outcome.SUCCESS] * 3
     superhub = Federation(own_superhub, "superhub", {}, federation.tmp)  # digests of the superhub's side
     before = hub1_digest(superhub)
     changed_on_feeder(federation)
@@ -221,9 +221,9 @@ def test_superhub_crash_mid_load(federation: Federation, own_superhub: LocalClus
         own_superhub.halt(mode="immediate")
         own_superhub.resume()
 
-    run = gate.sync_with_fault(config, crash_and_recover)
+    run = await gate.sync_with_fault(config, crash_and_recover)
     assert_old_data_kept(superhub, before, run, "the superhub")
-    assert sync(config, "hub1")[0].outcome == "success"
+    assert (await sync(config, "hub1"))[0].outcome == Outcome.SUCCESS
     assert hub1_digest(superhub) == feeder_digest(federation.cluster, federation.feeders["hub1"])
     outcomes = superhub.superhub_sql(
         "SELECT string_agg(outcome, ',' ORDER BY id) FROM fedload.runs WHERE feeder = 'hub1'"
@@ -231,24 +231,21 @@ def test_superhub_crash_mid_load(federation: Federation, own_superhub: LocalClus
     assert outcomes in ("success,failed,success", "success,abandoned,success")
 
 
-def test_two_syncs_of_one_feeder_at_once(federation: Federation, category: Category) -> None:
+async def test_two_syncs_of_one_feeder_at_once(federation: Federation, category: Category) -> None:
     """A second sync of a feeder that is being synced says it is busy and leaves the first to finish."""
     category("fault:two syncs of the same feeder at once")
     config = federation.config()
-    assert sync(config, "hub1")[0].outcome == "success"
+    assert (await sync(config, "hub1"))[0].outcome == Outcome.SUCCESS
     changed_on_feeder(federation)
     gate = Gate.around(federation.tmp, after_bytes=2000)
     gated = with_feeder(config, "hub1", agent_command=[gate.command])
 
-    async def scenario() -> tuple[FeederRun, FeederRun]:
-        first = asyncio.create_task(sync_feeder(feeder_job(gated, "hub1")))
-        await gate.reached()
-        second = await asyncio.wait_for(sync_feeder(feeder_job(config, "hub1")), 30)
-        gate.open()
-        return await asyncio.wait_for(first, 60), second
-
-    first, second = asyncio.run(scenario())
-    assert (first.outcome, second.outcome) == ("success", "busy"), (first.error, second.error)
+    syncing = asyncio.create_task(sync_feeder(feeder_job(gated, "hub1")))
+    await gate.reached()
+    second = await asyncio.wait_for(sync_feeder(feeder_job(config, "hub1")), 30)
+    gate.open()
+    first = await asyncio.wait_for(syncing, 60)
+    assert (first.outcome, second.outcome) == (Outcome.SUCCESS, Outcome.BUSY), (first.error, second.error)
     assert "being synced by another fedload process" in (second.error or "")
     assert_feeders_equal_partitions(federation, {"hub1": 1})
     assert federation.superhub_sql(OUTCOMES) == "success,success"
@@ -265,53 +262,50 @@ def superhub_digests(fed: Federation) -> list[str]:
     return [fed.digest(fed.superhub, "hosts", HOST_COLS), fed.digest(fed.superhub, "contexts", CONTEXT_COLS)]
 
 
-def test_daemon_killed_mid_swap_then_restarted(
+async def test_daemon_killed_mid_swap_then_restarted(
     federation: Federation, start_daemon: Callable[[str], DaemonProcess], category: Category
 ) -> None:
     """SIGKILL while swaps wait for their locks: old data stays; the restarted daemon swaps in the new data."""
     category("fault:daemon SIGKILLed mid-swap")
-    assert [r.outcome for r in sync(federation.config())] == ["success"] * 3
+    assert [r.outcome for r in await sync(federation.config())] == [Outcome.SUCCESS] * 3
     before = superhub_digests(federation)
     for db in federation.feeders.values():
         federation.cluster.psql(
             "INSERT INTO hosts (hostkey) SELECT 'new' || g FROM generate_series(1, 10) g", dbname=db
         )
-    reader = subprocess.Popen(
-        [federation.cluster.install.tool("psql"), "-X", "-q", "-d", federation.cluster.conninfo(federation.superhub)],
-        stdin=subprocess.PIPE,
-        text=True,
-    )
+    psql = [federation.cluster.install.tool("psql"), "-X", "-q", "-d", federation.cluster.conninfo(federation.superhub)]
+    reader = await asyncio.create_subprocess_exec(*psql, stdin=asyncio.subprocess.PIPE)
     assert reader.stdin is not None
-    reader.stdin.write("BEGIN; SELECT count(*) FROM hosts;\n")  # a report holding its lock: every swap waits
-    reader.stdin.flush()
+    reader.stdin.write(b"BEGIN; SELECT count(*) FROM hosts;\n")  # a report holding its lock: every swap waits
+    await reader.stdin.drain()
     try:
         daemon = start_daemon(config_toml(federation, interval_s=3600))
-        daemon.wait_for("a swap waiting for its lock", lambda: federation.superhub_sql(SWAP_WAITING) != "0")
+        daemon.wait_for("a swap waiting for its lock", lambda: federation.superhub_int(SWAP_WAITING) != 0)
         killed = federation.superhub_sql(RUNNING).split(",")
         daemon.process.send_signal(signal.SIGKILL)
         daemon.process.wait(timeout=10)
         assert superhub_digests(federation) == before
     finally:
         try:
-            reader.communicate("COMMIT;\n", timeout=30)
+            await asyncio.wait_for(reader.communicate(b"COMMIT;\n"), 30)
         finally:
-            reader.kill()
+            await end_process(reader)
     deadline = time.monotonic() + 30
-    while staging_leftovers(federation) != "0" and time.monotonic() < deadline:
-        time.sleep(0.2)  # the killed daemon's sessions end when the server notices
-    assert staging_leftovers(federation) == "0"
+    while staging_leftovers(federation) != 0 and time.monotonic() < deadline:  # noqa: ASYNC110 - polls the server
+        await asyncio.sleep(0.2)  # the killed daemon's sessions end when the server notices
+    assert staging_leftovers(federation) == 0
     assert superhub_digests(federation) == before
     restarted = start_daemon(config_toml(federation, interval_s=3600))
     restarted.wait_for(
         "every feeder swapped in by the restarted daemon",
-        lambda: federation.superhub_sql("SELECT count(*) FROM fedload.runs WHERE outcome = 'success'") == "6",
+        lambda: federation.superhub_int("SELECT count(*) FROM fedload.runs WHERE outcome = 'success'") == 6,
     )
     assert restarted.stop() == 0
     assert_feeders_equal_partitions(federation)
     for feeder in killed:
         outcomes = federation.superhub_sql(OUTCOMES.replace("hub1", feeder))
         assert outcomes == "success,abandoned,success", feeder
-    assert staging_leftovers(federation) == "0"
+    assert staging_leftovers(federation) == 0
 
 
 @contextlib.contextmanager
@@ -352,15 +346,15 @@ def tiny_tablespace(fed: Federation, size: str = "4m") -> Iterator[str]:
         mount.rmdir()
 
 
-def test_superhub_disk_full_while_staging(federation: Federation, category: Category) -> None:
+async def test_superhub_disk_full_while_staging(federation: Federation, category: Category) -> None:
     """Staging tables fill their tablespace: the run fails with the server's words, and the old data stays."""
     category("fault:superhub disk full")
     config = federation.config()
-    assert sync(config, "hub1")[0].outcome == "success"
+    assert (await sync(config, "hub1"))[0].outcome == Outcome.SUCCESS
     before = hub1_digest(federation)
     federation.cluster.psql(GROWTH.format(rows=100_000), dbname=federation.feeders["hub1"])
     with tiny_tablespace(federation):
-        run = sync(config, "hub1")[0]
+        (run,) = await sync(config, "hub1")
         assert_old_data_kept(federation, before, run, "No space left on device")
-    assert sync(config, "hub1")[0].outcome == "success"
+    assert (await sync(config, "hub1"))[0].outcome == Outcome.SUCCESS
     assert_feeders_equal_partitions(federation, {"hub1": 1})

@@ -15,8 +15,8 @@ from fedload.commands.admin import remove_feeder
 from fedload.commands.move import move_feeder
 from fedload.config import Config, load_config, parse_config
 from fedload.scaleout.coordinator import CoordinatorReport, build_coordinator
-from tests.federation import Federation, sync
-from tests.shards import config_file, exactly_once, read_per_feeder, shard_sql, with_coordinator
+from tests.support.federation import Federation, sync
+from tests.support.shards import config_file, exactly_once, read_per_feeder, shard_int, shard_sql, with_coordinator
 
 TYPED_SCHEMA = """
 CREATE TABLE public.hosts (hub_id {type} NOT NULL, hostkey text NOT NULL, name text, site text DEFAULT 'none',
@@ -44,51 +44,52 @@ def _typed(federation: Federation, key_type: str) -> Config:
     return parse_config(document)
 
 
-def _settled(federation: Federation, config: Config, rows: dict[str, int]) -> None:
+async def _settled(federation: Federation, config: Config, rows: dict[str, int]) -> None:
     """Each feeder seen exactly once with its rows, before and after a build (which may read a shard directly again
     after a removal); another build then changes nothing and filters no shard."""
     keys = {name: feeder.key for name, feeder in config.feeders.items()}
     assert read_per_feeder(federation, keys) == exactly_once(federation, keys, rows)
-    assert asyncio.run(build_coordinator(config)).filtered == []
+    assert (await build_coordinator(config)).filtered == []
     assert read_per_feeder(federation, keys) == exactly_once(federation, keys, rows)
-    assert asyncio.run(build_coordinator(config)) == CoordinatorReport()
+    assert (await build_coordinator(config)) == CoordinatorReport()
 
 
 @pytest.mark.parametrize("key_type", list(KEYS))
-def test_every_key_type_through_build_move_hand_change_new_feeder_and_removal(
+async def test_every_key_type_through_build_move_hand_change_new_feeder_and_removal(
     federation: Federation, key_type: str
 ) -> None:
     """Build, move, hand change, new feeder and removals with this key type: exactly once after every step."""
     config = _typed(federation, key_type)
-    assert all(run.succeeded for run in sync(config))
+    assert all(run.succeeded for run in await sync(config))
     column = "SELECT format_type(atttypid, -1) FROM pg_attribute WHERE attrelid = 'hosts'::regclass AND attnum = 1"
     assert shard_sql(federation, "s1", column) == key_type
-    _settled(federation, config, {"hub1": 300, "hub2": 200, "hub3": 100})
+    await _settled(federation, config, {"hub1": 300, "hub2": 200, "hub3": 100})
 
     path = config_file(federation, config)  # a move: hub1 to s2
     with capture_logs() as logs:
-        assert move_feeder(config, path, "hub1", "s2") == 0
+        assert await asyncio.to_thread(move_feeder, config, path, "hub1", "s2") == 0
     assert [e for e in logs if e["event"] == "coordinator.stray_partitions"] == []  # s1 drops it: no warning
     assert [e["feeders"] for e in logs if e["event"] == "coordinator.feeders_leaving"] == [["hub1"]]
     config = load_config(path)
-    assert shard_sql(federation, "s1", "SELECT count(*) FROM pg_inherits WHERE inhparent = 'hosts'::regclass") == "1"
-    _settled(federation, config, {"hub1": 300, "hub2": 200, "hub3": 100})
+    assert shard_int(federation, "s1", "SELECT count(*) FROM pg_inherits WHERE inhparent = 'hosts'::regclass") == 1
+    await _settled(federation, config, {"hub1": 300, "hub2": 200, "hub3": 100})
 
     document = config.model_dump(mode="json", exclude_none=True)  # by hand: hub3 to s1, then removed from s2
     document["feeders"]["hub3"]["shard"] = "s1"
     config = parse_config(document)
-    assert all(run.succeeded for run in sync(config))
+    assert all(run.succeeded for run in await sync(config))
     keys = {name: feeder.key for name, feeder in config.feeders.items()}
     assert read_per_feeder(federation, keys) == exactly_once(federation, keys, {"hub1": 300, "hub2": 200, "hub3": 100})
-    assert remove_feeder(config, "hub3", yes=True, shard="s2") == 0
-    _settled(federation, config, {"hub1": 300, "hub2": 200, "hub3": 100})
+    assert await asyncio.to_thread(remove_feeder, config, "hub3", yes=True, shard="s2") == 0
+    await _settled(federation, config, {"hub1": 300, "hub2": 200, "hub3": 100})
 
     document["feeders"]["hub4"] = {**document["feeders"]["hub3"], "key": KEYS[key_type]["hub4"], "shard": "s2"}
     config = parse_config(document)  # a new feeder on s2, reading hub3's database
-    assert all(run.succeeded for run in sync(config))
-    _settled(federation, config, {"hub1": 300, "hub2": 200, "hub3": 100, "hub4": 100})
+    assert all(run.succeeded for run in await sync(config))
+    await _settled(federation, config, {"hub1": 300, "hub2": 200, "hub3": 100, "hub4": 100})
 
-    assert remove_feeder(config, "hub2", yes=True) == 0  # removed, then gone from the configuration
+    # removed, then gone from the configuration
+    assert await asyncio.to_thread(remove_feeder, config, "hub2", yes=True) == 0
     del document["feeders"]["hub2"]
     config = parse_config(document)
-    _settled(federation, config, {"hub1": 300, "hub3": 100, "hub4": 100})
+    await _settled(federation, config, {"hub1": 300, "hub3": 100, "hub4": 100})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 from pathlib import Path
 
@@ -11,10 +10,10 @@ import pytest
 import structlog
 
 from fedload.errors import ConfigError
-from fedload.localpg import LocalCluster, find_installs
+from fedload.localpg import LocalCluster, PgInstall
 from fedload.superhub.schema_file import check_schema_file, create_parents_from_file
-from tests.federation import new_database, require_major
-from tests.sample_schema import FEEDER_SCHEMA
+from tests.support.federation import new_database, psql_bool, psql_int
+from tests.support.sample_schema import FEEDER_SCHEMA
 
 WANTED_OUT = {("public", "not_wanted")}
 
@@ -27,15 +26,12 @@ def _wanted(schema: str, name: str) -> bool:
     return (schema, name) not in WANTED_OUT
 
 
-def _create(cluster: LocalCluster, db: str, schema_file: Path) -> list[str]:
-    async def run() -> list[str]:
-        conn = await asyncpg.connect(cluster.dsn(db))
-        try:
-            return await create_parents_from_file(conn, schema_file, "hub_id", "integer", _wanted)
-        finally:
-            await conn.close()
-
-    return asyncio.run(run())
+async def _create(cluster: LocalCluster, db: str, schema_file: Path) -> list[str]:
+    conn = await asyncpg.connect(cluster.dsn(db))
+    try:
+        return await create_parents_from_file(conn, schema_file, "hub_id", "integer", _wanted)
+    finally:
+        await conn.close()
 
 
 @pytest.fixture(scope="module")
@@ -46,31 +42,37 @@ def feeder(cluster: LocalCluster) -> str:
     return _database(cluster, FEEDER_SCHEMA.replace("CREATE ROLE reader_sf;", ""))
 
 
-def _dump(cluster: LocalCluster, feeder: str, major: int, tmp: Path) -> Path:
-    require_major(major)
-    pg_dump = find_installs()[major].tool("pg_dump")
+def _dump(cluster: LocalCluster, feeder: str, install: PgInstall, tmp: Path) -> Path:
     out = subprocess.run(
-        [pg_dump, "--schema-only", "-d", cluster.conninfo(feeder)], capture_output=True, text=True, check=True
+        [install.tool("pg_dump"), "--schema-only", "-d", cluster.conninfo(feeder)],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
-    path = tmp / f"schema{major}.sql"
+    path = tmp / f"schema{install.major}.sql"
     path.write_text(out)
     return path
 
 
-@pytest.mark.parametrize("major", [15, 17, 18])
-def test_pg_dump_schema_creates_working_parents(cluster: LocalCluster, feeder: str, tmp_path: Path, major: int) -> None:
+@pytest.mark.pg_major(15, 17, 18)
+async def test_pg_dump_schema_creates_working_parents(
+    cluster: LocalCluster, feeder: str, tmp_path: Path, pg_install: PgInstall
+) -> None:
     """Every wanted table becomes a list-partitioned parent with widened keys, indexes, CHECKs, types, defaults."""
-    schema_file = _dump(cluster, feeder, major, tmp_path)
+    schema_file = _dump(cluster, feeder, pg_install, tmp_path)
     assert check_schema_file(schema_file, "hub_id") == []
     hub = _database(cluster)
     with structlog.testing.capture_logs() as logs:
-        created = _create(cluster, hub, schema_file)
+        created = await _create(cluster, hub, schema_file)
     assert len(created) == 11
     assert {"public.Customer", "sales.orders", "sales.order_details"} <= set(created)
     assert "public.not_wanted" not in created
 
     def q(sql: str) -> str:
         return cluster.psql(sql, dbname=hub).strip()
+
+    def q_int(sql: str) -> int:
+        return psql_int(cluster, sql, hub)
 
     strategy = "SELECT partstrat, partattrs::text FROM pg_partitioned_table WHERE partrelid = '\"Invoice\"'::regclass"
     assert q(strategy) == "l|1"
@@ -91,17 +93,17 @@ def test_pg_dump_schema_creates_working_parents(cluster: LocalCluster, feeder: s
         "SELECT string_agg(typname, ',' ORDER BY typname) FROM pg_type "
         "WHERE typtype IN ('e', 'd') AND typnamespace::regnamespace::text IN ('public', 'sales')"
     ) == ("Order Status,email,mpaa_rating,year")
-    assert q("SELECT count(*) FROM pg_constraint WHERE contype = 'f'") == "0"
-    assert q("SELECT count(*) FROM pg_trigger") == "0"
-    assert q("SELECT count(*) FROM pg_views WHERE schemaname = 'public'") == "0"
-    assert q("SELECT count(*) FROM pg_proc WHERE proname = 'touch_last_update'") == "0"
+    assert q_int("SELECT count(*) FROM pg_constraint WHERE contype = 'f'") == 0
+    assert q_int("SELECT count(*) FROM pg_trigger") == 0
+    assert q_int("SELECT count(*) FROM pg_views WHERE schemaname = 'public'") == 0
+    assert q_int("SELECT count(*) FROM pg_proc WHERE proname = 'touch_last_update'") == 0
     q("CREATE TABLE sales.orders_1 PARTITION OF sales.orders FOR VALUES IN (1)")
     q('CREATE TABLE "public"."Invoice_1" PARTITION OF "public"."Invoice" FOR VALUES IN (1)')
     q("CREATE TABLE public.film_1 PARTITION OF public.film FOR VALUES IN (1)")
     assert q("INSERT INTO sales.orders (hub_id) VALUES (1) RETURNING order_id || status::text || order_date") == (
         "1new" + q("SELECT CURRENT_DATE")
     )
-    assert q('INSERT INTO "Invoice" (hub_id, "CustomerId", "Total") VALUES (1, 5, 2) RETURNING "InvoiceId"') == "1"
+    assert q_int('INSERT INTO "Invoice" (hub_id, "CustomerId", "Total") VALUES (1, 5, 2) RETURNING "InvoiceId"') == 1
     assert q("INSERT INTO film (hub_id, title, language_id) VALUES (1, 'Up', 1) RETURNING film_id, rental_rate") == (
         "1|4.99"
     )
@@ -119,7 +121,7 @@ def test_pg_dump_schema_creates_working_parents(cluster: LocalCluster, feeder: s
     assert "foreign key film_actor_film_fkey on public.film_actor" in items
     assert any(i.startswith("grant ") for i in items)
     assert any(i.startswith("comment ") for i in items)
-    assert _create(cluster, hub, schema_file) == []  # existing parents are left alone
+    assert (await _create(cluster, hub, schema_file)) == []  # existing parents are left alone
 
 
 def test_check_schema_file_reports_lines(tmp_path: Path) -> None:
@@ -140,7 +142,7 @@ def test_check_schema_file_reports_lines(tmp_path: Path) -> None:
     assert len(problems) == 3
 
 
-def test_smuggled_statements_are_never_executed(cluster: LocalCluster, tmp_path: Path) -> None:
+async def test_smuggled_statements_are_never_executed(cluster: LocalCluster, tmp_path: Path) -> None:
     """Functions, DROPs, COPY TO PROGRAM and injected defaults in a schema file are left out, never run."""
     hub = _database(cluster, "CREATE TABLE public.victim (id int);")
     path = tmp_path / "schema.sql"
@@ -152,7 +154,7 @@ def test_smuggled_statements_are_never_executed(cluster: LocalCluster, tmp_path:
         "DO $$ BEGIN EXECUTE 'DROP TABLE public.victim'; END $$;\n"
     )
     assert any("DROP is not a schema definition" in p for p in check_schema_file(path, "hub_id"))
-    assert _create(cluster, hub, path) == ["public.t"]
-    assert cluster.psql("SELECT count(*) FROM pg_proc WHERE proname = 'evil'", dbname=hub).strip() == "0"
-    assert cluster.psql("SELECT to_regclass('public.victim') IS NOT NULL", dbname=hub).strip() == "t"
-    assert not Path("/tmp/fedload-smuggled").exists()
+    assert (await _create(cluster, hub, path)) == ["public.t"]
+    assert psql_int(cluster, "SELECT count(*) FROM pg_proc WHERE proname = 'evil'", hub) == 0
+    assert psql_bool(cluster, "SELECT to_regclass('public.victim') IS NOT NULL", hub)
+    assert not Path("/tmp/fedload-smuggled").exists()  # noqa: ASYNC240 - one stat of a local path

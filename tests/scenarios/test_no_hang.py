@@ -20,15 +20,15 @@ import asyncpg
 import pytest
 
 from fedload.errors import SuperhubError
-from fedload.results import FeederRun
+from fedload.results import Outcome
 from fedload.service import workers
 from fedload.service.workers import WorkerPool
 from fedload.superhub import kept_sessions
 from fedload.superhub.bookkeeping.connection import Bookkeeping
 from fedload.superhub.job import feeder_job, superhub_target
 from fedload.superhub.kept_sessions import reused_session
-from tests.fault_injection import Fault, fault_environment
-from tests.federation import (
+from tests.support.fault_injection import Fault, fault_environment
+from tests.support.federation import (
     AGENT,
     HOST_COLS,
     DaemonProcess,
@@ -36,6 +36,7 @@ from tests.federation import (
     children_running,
     config_toml,
     prepare,
+    psql_int,
     staging_leftovers,
     sync,
     write_script,
@@ -64,29 +65,32 @@ def events(stderr: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
 
 
-def last_run(fed: Federation, feeder: str) -> list[str]:
+def last_run(fed: Federation, feeder: str) -> tuple[Outcome, str, str]:
+    """The outcome, error kind and error of `feeder`'s last recorded run."""
     row = fed.superhub_sql(
         f"SELECT concat_ws('|', outcome, error_kind, error) FROM fedload.runs WHERE feeder = '{feeder}' "
         "ORDER BY id DESC LIMIT 1"
     )
-    return row.split("|", 2)
+    outcome, kind, error = ([*row.split("|", 2), "", ""])[:3]
+    return Outcome(outcome), kind, error
 
 
 @pytest.mark.parametrize("workers_count", [2, 0], ids=["forked-workers", "in-process"])
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_an_unexpected_exception_fails_only_its_run(
+async def test_an_unexpected_exception_fails_only_its_run(
     federation: Federation, workers_count: int, case: tuple[str, str, str, str]
 ) -> None:
     """`fedload sync --json` with the fault in hub1's run: it ends within seconds, exit 1, JSON on stdout; hub1
     failed with its kind and the error, recorded; its old data and no staging left; hub2 and hub3 succeed."""
     stage, error, kind, words = case
-    assert [r.outcome for r in sync(federation.config())] == ["success"] * 3
+    assert [r.outcome for r in await sync(federation.config())] == [Outcome.SUCCESS] * 3
     before = federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1")
     federation.cluster.psql("INSERT INTO hosts (hostkey) VALUES ('new')", dbname=federation.feeders["hub1"])
     env = fault_environment(Fault(stage, "hub1", error), federation.tmp)
     argv = [sys.executable, "-m", "fedload", "--log-format", "json", "sync", "--json"]
     started = time.monotonic()
-    done = subprocess.run(
+    done = await asyncio.to_thread(
+        subprocess.run,
         [*argv, "--config", str(cli_config(federation, workers_count))],
         capture_output=True,
         text=True,
@@ -97,14 +101,15 @@ def test_an_unexpected_exception_fails_only_its_run(
     assert time.monotonic() - started < 60
     assert done.returncode == 1, done.stderr[-3000:]
     runs = {run["feeder"]: run for run in json.loads(done.stdout)}
-    assert [runs[f]["outcome"] for f in ("hub1", "hub2", "hub3")] == ["failed", "success", "success"]
+    outcomes = [runs[f]["outcome"] for f in ("hub1", "hub2", "hub3")]
+    assert outcomes == ["failed", "success", "success"]  # the JSON of `sync --json`: a contract, in its own words
     assert runs["hub1"]["error_kind"] == kind
     assert words in runs["hub1"]["error"], runs["hub1"]["error"]
     assert "Traceback" not in done.stdout
     if kind == "internal":  # the traceback logged once, as an error event with the exception
         logged = [e for e in events(done.stderr) if e["level"] == "error" and "Traceback" in str(e.get("exception"))]
         assert len(logged) == 1, [e["event"] for e in logged]
-    assert staging_leftovers(federation) == "0"
+    assert staging_leftovers(federation) == 0
     after = federation.digest(federation.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1")
     if stage == "analyze":  # after the commit: the new data is in, the run still says it failed
         assert after != before
@@ -112,13 +117,13 @@ def test_an_unexpected_exception_fails_only_its_run(
     else:
         assert after == before
     if stage in ("connect", "history"):  # before the run's record could be started: none is left running
-        assert federation.superhub_sql("SELECT count(*) FROM fedload.runs WHERE outcome = 'running'") == "0"
+        assert federation.superhub_int("SELECT count(*) FROM fedload.runs WHERE outcome = 'running'") == 0
     else:
-        assert last_run(federation, "hub1")[:2] == ["failed", kind]
+        assert last_run(federation, "hub1")[:2] == (Outcome.FAILED, kind)
         assert words in last_run(federation, "hub1")[2]
 
 
-def test_a_driver_client_error_discards_the_session_it_happened_on(
+async def test_a_driver_client_error_discards_the_session_it_happened_on(
     federation: Federation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """asyncpg's InternalClientError inside a kept session reads as a superhub failure, and that connection is
@@ -133,23 +138,19 @@ def test_a_driver_client_error_discards_the_session_it_happened_on(
             used.append(conn)
             raise asyncpg.InternalClientError("cannot perform operation: another operation is in progress")
 
-    async def fail_inside() -> tuple[asyncpg.Connection, object]:
-        kept_sessions.keep_sessions()
-        with pytest.raises(SuperhubError, match="InternalClientError"):
-            await session_failing_inside()
-        (connection,) = used
-        await asyncio.sleep(0.1)
-        assert kept_sessions._keeper is not None
-        kept = kept_sessions._keeper.conn
-        await kept_sessions.close_kept()
-        return connection, kept
-
-    conn, kept = asyncio.run(fail_inside())
+    kept_sessions.keep_sessions()
+    with pytest.raises(SuperhubError, match="InternalClientError"):
+        await session_failing_inside()
+    (conn,) = used
+    await asyncio.sleep(0.1)
+    assert kept_sessions._keeper is not None
+    kept = kept_sessions._keeper.conn
+    await kept_sessions.close_kept()
     assert conn.is_closed()
     assert kept is None
 
 
-def test_a_worker_that_stops_answering_is_failed_killed_and_replaced(
+async def test_a_worker_that_stops_answering_is_failed_killed_and_replaced(
     federation: Federation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """SIGSTOP of the worker loading hub1: past run_timeout_s plus the margin the run fails ("went silent"), the
@@ -163,41 +164,37 @@ def test_a_worker_that_stops_answering_is_failed_killed_and_replaced(
     stuck = config.model_copy(deep=True)
     stuck.feeders["hub1"] = stuck.feeders["hub1"].model_copy(update={"agent_command": [hanging]})
 
-    async def stop_then_run() -> tuple[FeederRun, FeederRun, int, float]:
-        await prepare(config)
-        history, pool = Bookkeeping(), WorkerPool(1)
-        try:
-            running = asyncio.create_task(pool.run(feeder_job(stuck, "hub1"), history=history))
-            pid = await _worker_when_running(federation)
-            os.kill(pid, signal.SIGSTOP)
-            started = time.monotonic()
-            silent = await asyncio.wait_for(running, 30)
-            waited = time.monotonic() - started
-            assert _state(pid) in ("gone", "Z")
-            again = await asyncio.wait_for(pool.run(feeder_job(config, "hub1"), history=history), 60)
-        finally:
-            await pool.close()
-            await history.close()
-        return silent, again, pid, waited
-
-    silent, again, pid, waited = asyncio.run(stop_then_run())
-    assert silent.outcome == "failed"
+    await prepare(config)
+    history, pool = Bookkeeping(), WorkerPool(1)
+    try:
+        running = asyncio.create_task(pool.run(feeder_job(stuck, "hub1"), history=history))
+        pid = await _worker_when_running(federation)
+        os.kill(pid, signal.SIGSTOP)
+        started = time.monotonic()
+        silent = await asyncio.wait_for(running, 30)
+        waited = time.monotonic() - started
+        assert _state(pid) in ("gone", "Z")
+        again = await asyncio.wait_for(pool.run(feeder_job(config, "hub1"), history=history), 60)
+    finally:
+        await pool.close()
+        await history.close()
+    assert silent.outcome == Outcome.FAILED
     assert silent.error_kind == "internal"
     assert "went silent" in (silent.error or ""), silent.error
     assert waited < 10
-    assert again.outcome == "success", again.error
-    assert last_run(federation, "hub1")[0] == "success"
+    assert again.outcome == Outcome.SUCCESS, again.error
+    assert last_run(federation, "hub1")[0] == Outcome.SUCCESS
     failed = federation.superhub_sql("SELECT error FROM fedload.runs WHERE feeder = 'hub1' ORDER BY id DESC OFFSET 1")
     assert f"(pid {pid})" in failed
     assert "went silent" in failed
-    _wait_until(lambda: staging_leftovers(federation) == "0")
+    _wait_until(lambda: staging_leftovers(federation) == 0)
 
 
 async def _worker_when_running(fed: Federation) -> int:
     """The pid of this process's one worker, once its run is recorded as running."""
     deadline = time.monotonic() + 30
     running = "SELECT count(*) FROM fedload.runs WHERE outcome = 'running'"
-    while await asyncio.to_thread(fed.superhub_sql, running) != "1":
+    while await asyncio.to_thread(fed.superhub_int, running) != 1:
         assert time.monotonic() < deadline
         await asyncio.sleep(0.1)
     (pid,) = children_running(os.getpid(), "fedload.service.worker")
@@ -237,7 +234,7 @@ def test_the_daemon_goes_on_running_a_feeder_whose_runs_crash(
         return tally
 
     def enough() -> bool:
-        if federation.superhub_sql("SELECT to_regclass('fedload.runs') IS NULL") == "t":
+        if federation.superhub_bool("SELECT to_regclass('fedload.runs') IS NULL"):
             return False
         tally = counts()
         ok = ("hub2=success/", "hub3=success/")
@@ -266,7 +263,7 @@ def test_the_agent_kills_pg_dump_when_its_reader_goes_away(federation: Federatio
     holder = subprocess.Popen([psql, "-X", "-q", federation.cluster.dsn(feeder), "-c", hold], stdout=subprocess.DEVNULL)
     try:
         with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as agent:
-            _wait_until(lambda: federation.cluster.psql(waiting, feeder).strip() == "1")
+            _wait_until(lambda: psql_int(federation.cluster, waiting, feeder) == 1)
             (pg_dump_pid,) = children_running(agent.pid, "pg_dump")
             assert agent.stdout is not None
             agent.stdout.close()  # the superhub's end of the stream goes away
@@ -281,7 +278,7 @@ def test_the_agent_kills_pg_dump_when_its_reader_goes_away(federation: Federatio
         holder.wait(timeout=30)
 
 
-def test_a_run_whose_parent_side_fails_never_hands_its_worker_to_the_next_run(federation: Federation) -> None:
+async def test_a_run_whose_parent_side_fails_never_hands_its_worker_to_the_next_run(federation: Federation) -> None:
     """The parent's side of a worker's run raises (a progress display with a bug): the worker, whose run may still
     be going, is killed, so the pool's next run gets a new worker and its own result, not the old run's."""
     config = federation.config()
@@ -290,22 +287,17 @@ def test_a_run_whose_parent_side_fails_never_hands_its_worker_to_the_next_run(fe
     def broken_display(_: object) -> None:
         raise RuntimeError("a bug in the display")
 
-    async def fail_then_run() -> tuple[FeederRun, list[int]]:
-        await prepare(config)
-        history, pool = Bookkeeping(), WorkerPool(1)
-        try:
-            with pytest.raises(RuntimeError, match="a bug in the display"):
-                await asyncio.wait_for(
-                    pool.run(feeder_job(config, "hub1"), history=history, progress=broken_display), 60
-                )
-            first = children_running(os.getpid(), "fedload.service.worker")
-            run = await asyncio.wait_for(pool.run(feeder_job(config, "hub2"), history=history), 60)
-            return run, [*first, *children_running(os.getpid(), "fedload.service.worker")]
-        finally:
-            await pool.close()
-            await history.close()
-
-    run, workers_seen = asyncio.run(fail_then_run())
+    await prepare(config)
+    history, pool = Bookkeeping(), WorkerPool(1)
+    try:
+        with pytest.raises(RuntimeError, match="a bug in the display"):
+            await asyncio.wait_for(pool.run(feeder_job(config, "hub1"), history=history, progress=broken_display), 60)
+        first = children_running(os.getpid(), "fedload.service.worker")
+        run = await asyncio.wait_for(pool.run(feeder_job(config, "hub2"), history=history), 60)
+        workers_seen = [*first, *children_running(os.getpid(), "fedload.service.worker")]
+    finally:
+        await pool.close()
+        await history.close()
     assert run.feeder == "hub2"
-    assert run.outcome == "success", run.error
+    assert run.outcome == Outcome.SUCCESS, run.error
     assert len(workers_seen) == 1  # the first worker was gone before the second run started one

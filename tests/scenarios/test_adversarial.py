@@ -14,15 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import pytest_asyncio
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
 from fedload.errors import DumpError
 from fedload.localpg import LocalCluster
+from fedload.results import Outcome
 from fedload.stream import GzipDecoder, Header, StreamDecoder, StreamEncoder
 from fedload.superhub.pipeline import FeederRun
-from tests.conftest import Category
-from tests.federation import (
+from tests.support.federation import (
     CONTEXT_COLS,
     FEEDER_DATA,
     HOST_COLS,
@@ -34,6 +35,7 @@ from tests.federation import (
     sync,
     write_script,
 )
+from tests.support.fix_tally import Category
 from transforms import DumpSyntaxError, Transformer, TransformError, TransformOptions
 
 DUMP_OPTIONS = {"copy": [], "inserts": ["--column-inserts"], "rows-per-insert": ["--rows-per-insert=7"]}
@@ -186,21 +188,21 @@ class SuperhubState:
         return cls(fed.superhub_sql(FINGERPRINT), digests("WHERE hub_id <> 1"), digests("WHERE hub_id = 1"))
 
 
-@pytest.fixture(scope="module")
-def synced(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Federation:
+@pytest_asyncio.fixture(scope="module", loop_scope="module")  # a module's fixture awaits on a loop of its scope
+async def synced(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Federation:
     """A federation synced once, shared by the attacks below: each compares the superhub before and after it."""
     fed = make_federation(cluster, tmp_path_factory.mktemp("adversarial"))
-    assert [r.outcome for r in sync(fed.config())] == ["success"] * 3
+    assert [r.outcome for r in await sync(fed.config())] == [Outcome.SUCCESS] * 3
     return fed
 
 
-def sync_crafted(fed: Federation, stream: bytes, name: str = "crafted", **overrides: object) -> FeederRun:
+async def sync_crafted(fed: Federation, stream: bytes, name: str = "crafted", **overrides: object) -> FeederRun:
     """Sync hub1 from a stream that its feeder sends as is; crafted dumps carry only hosts unless they say so."""
     overrides.setdefault("exclude_tables", ["public.contexts"])
     path = fed.tmp / f"{name}.bin"
     path.write_bytes(stream)
     script = write_script(fed.tmp / f"{name}.sh", f"cat {path}\n")
-    return sync(fed.config(agent_command=[script], **overrides), "hub1")[0]
+    return (await sync(fed.config(agent_command=[script], **overrides), "hub1"))[0]
 
 
 def assert_only_hub1_data_changed(fed: Federation, before: SuperhubState, run: FeederRun) -> SuperhubState:
@@ -208,9 +210,9 @@ def assert_only_hub1_data_changed(fed: Federation, before: SuperhubState, run: F
     after = SuperhubState.of(fed)
     assert after.fingerprint == before.fingerprint
     assert after.others == before.others
-    if run.outcome != "success":
+    if run.outcome != Outcome.SUCCESS:
         assert after.hub1 == before.hub1
-    assert staging_leftovers(fed) == "0"
+    assert staging_leftovers(fed) == 0
     assert not PWNED.exists()
     return after
 
@@ -227,7 +229,7 @@ def hub1_hosts(fed: Federation) -> list[list[str | None]]:
 
 def one_line_error(run: FeederRun) -> str:
     """A failed run's error: one sentence, no traceback."""
-    assert run.outcome == "failed"
+    assert run.outcome == Outcome.FAILED
     error = run.error or ""
     assert error, "a failed run must say why"
     assert "Traceback" not in error
@@ -240,7 +242,7 @@ def one_line_error(run: FeederRun) -> str:
     max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
 @given(data=st.data())
-def test_importer_loads_mutated_dumps_or_rejects_them(
+async def test_importer_loads_mutated_dumps_or_rejects_them(
     synced: Federation, category: Category, mode: str, count_option: list[str], data: st.DataObject
 ) -> None:
     """A corrupted dump in a well-formed stream loads rows into hub1's partitions, or fails and changes nothing."""
@@ -248,10 +250,10 @@ def test_importer_loads_mutated_dumps_or_rejects_them(
     category.inputs()
     before = SuperhubState.of(synced)
     dump = data.draw(mutated(pg_dump(synced.cluster, synced.feeders["hub3"], count_option)), label="dump")
-    run = sync_crafted(synced, crafted_stream(dump, mode=mode))
+    run = await sync_crafted(synced, crafted_stream(dump, mode=mode))
     note(f"{run.outcome}: {run.error}")
     event(run.outcome)
-    if run.outcome == "success":
+    if run.outcome == Outcome.SUCCESS:
         assert int(synced.superhub_sql("SELECT count(*) FROM hosts WHERE hub_id = 1")) == run.rows["public.hosts"]
     else:
         assert DUMP_FAULT.match(one_line_error(run)), run.error
@@ -479,13 +481,15 @@ def category_of(attack: str) -> str:
 
 
 @pytest.mark.parametrize("attack", list(INJECTIONS))
-def test_injection_corpus_loads_only_data(synced: Federation, category: Category, attack: str) -> None:
+async def test_injection_corpus_loads_only_data(synced: Federation, category: Category, attack: str) -> None:
     """Each attack is rejected with a one-line error, or its text is loaded as plain data; nothing else changes."""
     category(category_of(attack))
     before = SuperhubState.of(synced)
     case = INJECTIONS[attack]
-    run = sync_crafted(synced, crafted_stream(case.dump, mode=case.mode), exclude_tables=list(case.exclude_tables))
-    assert run.outcome == ("failed" if case.rejected else "success"), run.error
+    run = await sync_crafted(
+        synced, crafted_stream(case.dump, mode=case.mode), exclude_tables=list(case.exclude_tables)
+    )
+    assert run.outcome == (Outcome.FAILED if case.rejected else Outcome.SUCCESS), run.error
     if case.rejected:
         assert case.message in one_line_error(run)
     else:
@@ -493,17 +497,17 @@ def test_injection_corpus_loads_only_data(synced: Federation, category: Category
     assert_only_hub1_data_changed(synced, before, run)
 
 
-def test_values_stay_data_when_the_superhub_defaults_to_backslash_escapes(
+async def test_values_stay_data_when_the_superhub_defaults_to_backslash_escapes(
     federation: Federation, category: Category
 ) -> None:
     """A superhub database set to standard_conforming_strings = off does not turn a backslash into an injection."""
     category("adversarial:sql injection")
-    assert [r.outcome for r in sync(federation.config())] == ["success"] * 3
+    assert [r.outcome for r in await sync(federation.config())] == [Outcome.SUCCESS] * 3
     before = SuperhubState.of(federation)
     federation.superhub_sql(f"ALTER DATABASE {federation.superhub} SET standard_conforming_strings = off")
     before.fingerprint = federation.superhub_sql(FINGERPRINT)
-    run = sync_crafted(federation, crafted_stream(INJECTIONS["backslash before a quote"].dump, mode="inserts"))
-    assert run.outcome == "success", run.error
+    run = await sync_crafted(federation, crafted_stream(INJECTIONS["backslash before a quote"].dump, mode="inserts"))
+    assert run.outcome == Outcome.SUCCESS, run.error
     assert_only_hub1_data_changed(federation, before, run)
     assert federation.superhub_sql("SELECT name FROM hosts WHERE hub_id = 1") == ") ; DROP TABLE public.contexts; --"
 
@@ -511,7 +515,9 @@ def test_values_stay_data_when_the_superhub_defaults_to_backslash_escapes(
 @pytest.mark.slow  # 100 MiB through pg_dump, the agent and the superhub, twice
 @pytest.mark.timeout(120)  # ten times its usual time: a splitter that rescans a huge row per chunk takes minutes
 @pytest.mark.parametrize("mode", ["copy", "inserts"])
-def test_a_100_mb_value_and_deep_arrays_load_intact(federation: Federation, category: Category, mode: str) -> None:
+async def test_a_100_mb_value_and_deep_arrays_load_intact(
+    federation: Federation, category: Category, mode: str
+) -> None:
     """A single 100 MiB value, a 6-dimensional array and a 100,000-element array arrive exactly as on the feeder."""
     category("adversarial:huge values")
     category("adversarial:deep nesting")
@@ -522,8 +528,8 @@ def test_a_100_mb_value_and_deep_arrays_load_intact(federation: Federation, cate
         "UPDATE contexts SET tags = (SELECT array_agg(g::text) FROM generate_series(1, 100000) g) WHERE score = 2;",
         dbname=db,
     )
-    run = sync(federation.config(dump_mode=mode), "hub3")[0]
-    assert run.outcome == "success", run.error
+    (run,) = await sync(federation.config(dump_mode=mode), "hub3")
+    assert run.outcome == Outcome.SUCCESS, run.error
     assert run.dump_bytes > 100 * 1024 * 1024
     for table, cols in (("hosts", HOST_COLS), ("contexts", CONTEXT_COLS)):
         assert federation.digest(federation.superhub, table, cols, "WHERE hub_id = 3") == federation.digest(

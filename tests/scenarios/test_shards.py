@@ -7,7 +7,6 @@ import asyncio
 import json
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +19,9 @@ from fedload.commands.admin import remove_feeder
 from fedload.commands.status import read_status
 from fedload.config import Config, CoordinatorConfig, parse_config
 from fedload.errors import ConfigError, SuperhubError
-from fedload.localpg import LocalCluster, find_installs
+from fedload.localpg import LocalCluster
 from fedload.names import TableName
+from fedload.results import Outcome
 from fedload.scaleout.coordinator import (
     CoordinatorReport,
     bound_keys,
@@ -32,16 +32,18 @@ from fedload.scaleout.coordinator import (
     user_mapping_options,
 )
 from fedload.service.daemon_metrics import DaemonMetricsService
-from fedload.service.metrics import DaemonMetrics
 from fedload.service.sync import sync_feeders
 from fedload.superhub.bookkeeping.connection import ShardHistories
 from fedload.superhub.job import feeder_job, feeder_jobs, parents_spec, superhub_target, superhub_targets
 from fedload.superhub.session import SuperhubTarget
-from tests.federation import HOST_COLS, DaemonProcess, Federation, fedload, require_major, sync
-from tests.shards import (
+from tests.support.federation import HOST_COLS, DaemonProcess, Federation, fedload, sync
+from tests.support.shards import (
     COUNTS,
+    coord_int,
     coord_sql,
     require_postgres_fdw,
+    shard_bool,
+    shard_int,
     shard_sql,
     sharded,
     sharded_toml,
@@ -123,11 +125,11 @@ def test_coordinator_needs_shards_and_a_dsn_of_its_own() -> None:
     ]
 
 
-def test_sync_loads_each_feeder_into_its_shard(federation: Federation) -> None:
+async def test_sync_loads_each_feeder_into_its_shard(federation: Federation) -> None:
     """Each feeder's rows, run history and staging live on its shard only; the other shard never sees them."""
     config = sharded(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
-    runs = sync(config)
-    assert [run.outcome for run in runs] == ["success"] * 3, [run.error for run in runs]
+    runs = await sync(config)
+    assert [run.outcome for run in runs] == [Outcome.SUCCESS] * 3, [run.error for run in runs]
     count = COUNTS.format(table="hosts")
     assert shard_sql(federation, "s1", count) == "1:300,2:200"
     assert shard_sql(federation, "s2", count) == "3:100"
@@ -135,9 +137,9 @@ def test_sync_loads_each_feeder_into_its_shard(federation: Federation) -> None:
     assert shard_sql(federation, "s1", history) == "hub1:success,hub2:success"
     assert shard_sql(federation, "s2", history) == "hub3:success"
     for shard in ("s1", "s2"):
-        assert shard_sql(federation, shard, "SELECT count(*) FROM pg_tables WHERE schemaname = 'fedload_stage'") == "0"
-    assert federation.superhub_sql("SELECT to_regclass('fedload.runs') IS NULL") == "t"  # the old superhub: unused
-    statuses = asyncio.run(read_status(config))
+        assert shard_int(federation, shard, "SELECT count(*) FROM pg_tables WHERE schemaname = 'fedload_stage'") == 0
+    assert federation.superhub_bool("SELECT to_regclass('fedload.runs') IS NULL")  # the old superhub: unused
+    statuses = await read_status(config)
     assert [(s.feeder, s.shard, s.configured, s.rows) for s in statuses] == [
         ("hub1", "s1", True, 3300),
         ("hub2", "s1", True, 2200),
@@ -154,7 +156,7 @@ def test_daemon_per_shard(federation: Federation) -> None:
             "hub3 synced on s2",
             lambda: synced(federation, "s2") == 1,
         )
-        assert shard_sql(federation, "s1", "SELECT to_regclass('fedload.runs') IS NULL") == "t"  # s1 untouched
+        assert shard_bool(federation, "s1", "SELECT to_regclass('fedload.runs') IS NULL")  # s1 untouched
         assert one.stop() == 0
     finally:
         one.stop()
@@ -165,7 +167,7 @@ def test_daemon_per_shard(federation: Federation) -> None:
             "hub1 and hub2 synced on s1",
             lambda: synced(federation, "s1") == 2,
         )
-        assert shard_sql(federation, "s1", "SELECT count(*) FROM fedload.schedule") == "2"
+        assert shard_int(federation, "s1", "SELECT count(*) FROM fedload.schedule") == 2
         assert shard_sql(federation, "s2", COUNTS.format(table="hosts")) == "3:100"
         assert every.stop() == 0
         status = fedload("status", "--json", "--config", str(path))
@@ -183,12 +185,12 @@ def test_daemon_refuses_an_unknown_shard(federation: Federation) -> None:
     assert (result.returncode, result.stderr) == (2, "fedload: unknown shard s9; shards: s1\n")
 
 
-def test_coordinator_reads_every_shard(federation: Federation) -> None:
+async def test_coordinator_reads_every_shard(federation: Federation) -> None:
     """The coordinator's parents hold every feeder's rows exactly once, read from the shards at once (async
     append), aggregates grouped by the key run on the shards; a second build changes nothing."""
     config = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
     with capture_logs() as logs:
-        assert all(run.succeeded for run in sync(config))  # which builds the coordinator first
+        assert all(run.succeeded for run in await sync(config))  # which builds the coordinator first
     built = [e for e in logs if e["event"] == "coordinator.built"]
     assert [sorted(built[0]["created"]), sorted(built[0]["attached"])] == [
         ["public.contexts", "public.hosts"],
@@ -204,7 +206,7 @@ def test_coordinator_reads_every_shard(federation: Federation) -> None:
     plan = coord_sql(federation, "EXPLAIN (VERBOSE) SELECT hub_id, count(*) FROM hosts GROUP BY hub_id")
     assert plan.count("Async Foreign Scan") == 2, plan
     assert "Aggregate on" in plan, plan  # partitionwise: the shards count
-    assert asyncio.run(build_coordinator(config)) == CoordinatorReport()
+    assert (await build_coordinator(config)) == CoordinatorReport()
     options = coord_sql(
         federation, "SELECT array_to_string(srvoptions, ',') FROM pg_foreign_server WHERE srvname = 'fedload_s2'"
     )
@@ -215,12 +217,12 @@ def test_coordinator_reads_every_shard(federation: Federation) -> None:
     )
 
 
-def test_a_changed_feeder_list_repartitions_atomically(federation: Federation) -> None:
+async def test_a_changed_feeder_list_repartitions_atomically(federation: Federation) -> None:
     """A feeder added to a shard: the shard's foreign partitions are replaced in one transaction while readers
     of the coordinator keep seeing every feeder exactly once."""
     layout = {"s1": ["hub1"], "s2": ["hub2", "hub3"]}
     config = with_coordinator(federation, layout)
-    assert all(run.succeeded for run in sync(config))
+    assert all(run.succeeded for run in await sync(config))
     document = config.model_dump(mode="json", exclude_none=True)
     document["feeders"]["hub4"] = {**document["feeders"]["hub3"], "key": 4}  # never synced: no rows
     more = parse_config(document)
@@ -237,22 +239,19 @@ def test_a_changed_feeder_list_repartitions_atomically(federation: Federation) -
             await conn.close()
         return seen
 
-    async def flip() -> tuple[list[str], list[str], int]:
-        stop = asyncio.Event()
-        reader = asyncio.create_task(read(stop))
-        changes = []
-        for round_ in range(6):
-            await asyncio.sleep(0.05)
-            report = await build_coordinator(more if round_ % 2 == 0 else config)
-            changes.append(",".join(sorted(report.detached)) + "|" + ",".join(sorted(report.attached)))
-        stop.set()
-        seen = await reader
-        return changes, [value for value in seen if value not in (expected, "200")], len(seen)
-
-    changes, odd, reads = asyncio.run(flip())
+    stop = asyncio.Event()
+    reader = asyncio.create_task(read(stop))
+    changes = []
+    for round_ in range(6):
+        await asyncio.sleep(0.05)
+        report = await build_coordinator(more if round_ % 2 == 0 else config)
+        changes.append(",".join(sorted(report.detached)) + "|" + ",".join(sorted(report.attached)))
+    stop.set()
+    seen = await reader
+    odd = [value for value in seen if value not in (expected, "200")]
     both = "public.contexts@s2,public.hosts@s2"
     assert changes == [f"{both}|{both}"] * 6  # each build replaced s2's partitions
-    assert (odd, reads > 10) == ([], True)  # and the readers never saw a feeder missing or twice
+    assert (odd, len(seen) > 10) == ([], True)  # and the readers never saw a feeder missing or twice
     assert (
         coord_sql(federation, "SELECT pg_get_expr(relpartbound, oid) FROM pg_class WHERE relname = 'public.hosts@s2'")
         == "FOR VALUES IN (2, 3)"
@@ -268,14 +267,14 @@ FULL JOIN (SELECT hub_id, count(*) AS c FROM contexts GROUP BY 1) AS b USING (hu
 
 
 @pytest.mark.parametrize("method", ["partition", "mvcc"])
-def test_coordinator_readers_see_old_or_new_rows_during_swaps(federation: Federation, method: str) -> None:
+async def test_coordinator_readers_see_old_or_new_rows_during_swaps(federation: Federation, method: str) -> None:
     """While feeders on both shards are swapped again and again, each coordinator query sees every feeder once,
     with its old or its new rows in every table together (one remote REPEATABLE READ transaction per shard)."""
     config = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
     document = config.model_dump(mode="json", exclude_none=True)
     document["superhub"] |= {"swap_method": method, "worker_processes": 0}
     config = parse_config(document)
-    assert all(run.succeeded for run in sync(config))
+    assert all(run.succeeded for run in await sync(config))
     rounds, sizes = 3, {1: 300, 2: 200, 3: 100}
 
     async def read(stop: asyncio.Event) -> list[str]:
@@ -289,110 +288,96 @@ def test_coordinator_readers_see_old_or_new_rows_during_swaps(federation: Federa
             await conn.close()
         return seen
 
-    async def swaps() -> list[str]:
-        stop = asyncio.Event()
-        reader = asyncio.create_task(read(stop))
-        for k in range(1, rounds + 1):
-            for db in federation.feeders.values():
-                grow = f"INSERT INTO hosts (hostkey) VALUES ('new{k}'); {GROW_CONTEXTS}"
-                await asyncio.to_thread(federation.cluster.psql, grow, dbname=db)
-            runs = await sync_feeders(config, list(config.feeders))
-            assert all(run.succeeded for run in runs), [run.error for run in runs]
-        stop.set()
-        return await reader
-
-    seen = asyncio.run(swaps())
+    stop = asyncio.Event()
+    reader = asyncio.create_task(read(stop))
+    for k in range(1, rounds + 1):
+        for db in federation.feeders.values():
+            grow = f"INSERT INTO hosts (hostkey) VALUES ('new{k}'); {GROW_CONTEXTS}"
+            await asyncio.to_thread(federation.cluster.psql, grow, dbname=db)
+        runs = await sync_feeders(config, list(config.feeders))
+        assert all(run.succeeded for run in runs), [run.error for run in runs]
+    stop.set()
+    seen = await reader
     valid = [{f"{i}:{n + k}/{10 * (n + k)}" for k in range(rounds + 1)} for i, n in sizes.items()]
     odd = [s for s in seen if len(parts := s.split(",")) != 3 or any(p not in v for p, v in zip(parts, valid))]  # noqa: B905
     assert (odd, len(seen) > 20, len(set(seen)) > rounds) == ([], True, True), (odd[:5], len(seen), set(seen))
     assert seen[-1] == ",".join(f"{i}:{n + rounds}/{10 * (n + rounds)}" for i, n in sizes.items())
 
 
-@pytest.fixture
-def other_major() -> Iterator[LocalCluster]:
-    """A PostgreSQL 18 cluster for a shard of another major than the coordinator's."""
-    require_major(18)
-    running = LocalCluster(find_installs()[18], name="shard18").start()
-    yield running
-    running.stop()
-
-
-def test_a_shard_on_another_cluster_and_major(federation: Federation, other_major: LocalCluster) -> None:
+@pytest.mark.pg_major(18)
+async def test_a_shard_on_another_cluster_and_major(federation: Federation, major_cluster: LocalCluster) -> None:
     """Shard s2 on a PostgreSQL 18 cluster, s1 and the coordinator on the feeders' cluster: its feeder loads
     there, and the coordinator reads both shards, the far one through its own socket."""
     require_postgres_fdw(federation.cluster)
     config = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
-    other_major.psql("CREATE DATABASE far")
+    major_cluster.psql("CREATE DATABASE far")
     document = config.model_dump(mode="json", exclude_none=True)
-    document["shards"]["s2"]["dsn"] = other_major.dsn("far")
+    document["shards"]["s2"]["dsn"] = major_cluster.dsn("far")
     config = parse_config(document)
-    runs = sync(config)
+    runs = await sync(config)
     assert all(run.succeeded for run in runs), [run.error for run in runs]
-    assert other_major.psql(COUNTS.format(table="hosts"), dbname="far").strip() == "3:100"
+    assert major_cluster.psql(COUNTS.format(table="hosts"), dbname="far").strip() == "3:100"
     assert coord_sql(federation, COUNTS.format(table="contexts")) == "1:3000,2:2000,3:1000"
     plan = coord_sql(federation, "EXPLAIN (VERBOSE) SELECT hub_id, count(*) FROM contexts GROUP BY hub_id")
     assert plan.count("Async Foreign Scan") == 2, plan
 
 
-def test_a_feeder_given_another_shard_by_hand_is_never_counted_twice(federation: Federation) -> None:
+async def test_a_feeder_given_another_shard_by_hand_is_never_counted_twice(federation: Federation) -> None:
     """hub2's shard changed from s1 to s2 in the configuration: the sync reads it from s1 while s2 loads it (s2
     through a filter), then from s2 (s1 through a filter, warned of as a stray); `feeder remove hub2 --shard s1`
     removes it there, and the next build reads s1 directly again."""
     before = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
-    assert all(run.succeeded for run in sync(before))
+    assert all(run.succeeded for run in await sync(before))
     document = before.model_dump(mode="json", exclude_none=True)
     document["feeders"]["hub2"]["shard"] = "s2"
     after = parse_config(document)
     with capture_logs() as logs:
-        assert all(run.succeeded for run in sync(after))
+        assert all(run.succeeded for run in await sync(after))
     pending = [(e["feeder"], e["shard"], e["served_from"]) for e in logs if e["event"] == "coordinator.feeder_pending"]
     assert pending == [("hub2", "s2", "s1")]  # the first build, before the load on s2
     strays = [(e["shard"], e["feeders"]) for e in logs if e["event"] == "coordinator.stray_partitions"]
     assert strays == [("s1", ["hub2"])]  # the second, after it
     assert coord_sql(federation, COUNTS.format(table="hosts")) == "1:300,2:200,3:100"
     assert "fedload_export" in coord_sql(federation, "SELECT ftoptions FROM pg_foreign_table")  # s1 is filtered
-    assert remove_feeder(after, "hub2", yes=True, shard="s1") == 0
+    assert await asyncio.to_thread(remove_feeder, after, "hub2", yes=True, shard="s1") == 0
     assert coord_sql(federation, COUNTS.format(table="hosts")) == "1:300,2:200,3:100"
-    assert asyncio.run(build_coordinator(after)).filtered == []
-    assert coord_sql(federation, "SELECT count(*) FROM pg_foreign_table WHERE ftoptions::text LIKE '%export%'") == "0"
-    assert shard_sql(federation, "s1", "SELECT count(*) FROM pg_views WHERE schemaname = 'fedload_export'") == "0"
-    assert shard_sql(federation, "s1", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") == "0"
-    assert shard_sql(federation, "s2", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") == "1"
+    assert (await build_coordinator(after)).filtered == []
+    assert coord_int(federation, "SELECT count(*) FROM pg_foreign_table WHERE ftoptions::text LIKE '%export%'") == 0
+    assert shard_int(federation, "s1", "SELECT count(*) FROM pg_views WHERE schemaname = 'fedload_export'") == 0
+    assert shard_int(federation, "s1", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") == 0
+    assert shard_int(federation, "s2", "SELECT count(*) FROM fedload.runs WHERE feeder = 'hub2'") == 1
 
 
-def test_repartitioning_yields_to_reports(federation: Federation) -> None:
+async def test_repartitioning_yields_to_reports(federation: Federation) -> None:
     """A report holding a coordinator parent: the re-partition tries politely for swap_max_wait_s, fails saying
     so and changes nothing; once the report ends it goes through."""
     config = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
-    assert all(run.succeeded for run in sync(config))
+    assert all(run.succeeded for run in await sync(config))
     document = config.model_dump(mode="json", exclude_none=True)
     document["superhub"]["swap_max_wait_s"] = 1.0
     document["feeders"]["hub4"] = {**document["feeders"]["hub3"], "key": 4}
     more = parse_config(document)
 
-    async def scenario() -> tuple[str, CoordinatorReport, float]:
-        assert config.coordinator is not None
-        report = await asyncpg.connect(config.coordinator.dsn)
-        try:
-            async with report.transaction():
-                await report.fetchval("SELECT count(*) FROM hosts")  # holds ACCESS SHARE until it ends
-                with pytest.raises(SuperhubError) as refused:
-                    await build_coordinator(more)
-            async with report.transaction():  # a report reading s2's foreign partition itself, not the parent
-                await report.fetchval('SELECT count(*) FROM fedload_shards."public.hosts@s2"')
-                started = time.monotonic()
-                with pytest.raises(SuperhubError):  # the parent's lock covers its partitions: no DETACH waits
-                    await build_coordinator(more)
-                waited = time.monotonic() - started
-            return str(refused.value), await build_coordinator(more), waited
-        finally:
-            await report.close()
-
-    refused, report, waited = asyncio.run(scenario())
+    assert config.coordinator is not None
+    report = await asyncpg.connect(config.coordinator.dsn)
+    try:
+        async with report.transaction():
+            await report.fetchval("SELECT count(*) FROM hosts")  # holds ACCESS SHARE until it ends
+            with pytest.raises(SuperhubError) as refused:
+                await build_coordinator(more)
+        async with report.transaction():  # a report reading s2's foreign partition itself, not the parent
+            await report.fetchval('SELECT count(*) FROM fedload_shards."public.hosts@s2"')
+            started = time.monotonic()
+            with pytest.raises(SuperhubError):  # the parent's lock covers its partitions: no DETACH waits
+                await build_coordinator(more)
+            waited = time.monotonic() - started
+        built = await build_coordinator(more)
+    finally:
+        await report.close()
     assert waited < 5.0, waited  # swap_max_wait_s = 1, never DETACH's 10 s lock_timeout
     held = "the coordinator's reports held public.contexts, public.hosts for swap_max_wait_s = 1"
-    assert refused.startswith(held), refused
-    assert sorted(report.attached) == ["public.contexts@s2", "public.hosts@s2"]
+    assert str(refused.value).startswith(held), refused.value
+    assert sorted(built.attached) == ["public.contexts@s2", "public.hosts@s2"]
 
 
 def test_server_options_from_a_dsn_never_carry_its_password() -> None:
@@ -441,29 +426,26 @@ def test_check_config_refuses_a_shard_dsn_the_coordinator_cannot_carry() -> None
     assert parse_config(document).shards["s1"].dsn.endswith("sslmode=require")
 
 
-def test_a_shard_dsns_settings_reach_the_coordinators_connections(federation: Federation) -> None:
+async def test_a_shard_dsns_settings_reach_the_coordinators_connections(federation: Federation) -> None:
     """application_name in s2's dsn: the coordinator's postgres_fdw connects to s2 under that name (it used to
     carry only host, port and dbname, so TLS settings such as sslmode were silently dropped)."""
     config = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
     document = config.model_dump(mode="json", exclude_none=True)
     document["shards"]["s2"]["dsn"] += "&application_name=fedload_fdw_s2"
     config = parse_config(document)
-    assert asyncio.run(build_coordinator(config)).attached
+    assert (await build_coordinator(config)).attached
     names = f"""
     SELECT string_agg(DISTINCT application_name, ',') FROM pg_stat_activity
     WHERE datname = '{federation.superhub}_s2' AND pid <> pg_backend_pid()
     """
 
-    async def read() -> str:
-        assert config.coordinator is not None
-        conn = await asyncpg.connect(config.coordinator.dsn)
-        try:
-            await conn.fetchval("SELECT count(*) FROM hosts")  # its postgres_fdw connections stay open
-            return str(await conn.fetchval(names))
-        finally:
-            await conn.close()
-
-    assert asyncio.run(read()) == "fedload_fdw_s2"
+    assert config.coordinator is not None
+    conn = await asyncpg.connect(config.coordinator.dsn)
+    try:
+        await conn.fetchval("SELECT count(*) FROM hosts")  # its postgres_fdw connections stay open
+        assert await conn.fetchval(names) == "fedload_fdw_s2"
+    finally:
+        await conn.close()
 
 
 def test_check_config_connects_to_every_shard_and_the_coordinator(federation: Federation) -> None:
@@ -512,7 +494,7 @@ def test_daemon_reload_rebuilds_the_coordinator(federation: Federation) -> None:
     daemon = DaemonProcess(path, federation.tmp / "reload.log")
     bound = "SELECT pg_get_expr(relpartbound, oid) FROM pg_class WHERE relname = 'public.hosts@s2'"
     try:
-        daemon.wait_for("the coordinator", lambda: coord_sql(federation, f"SELECT count(*) FROM ({bound}) b") == "1")
+        daemon.wait_for("the coordinator", lambda: coord_int(federation, f"SELECT count(*) FROM ({bound}) b") == 1)
         assert coord_sql(federation, bound) == "FOR VALUES IN (3)"
         text = path.read_text()
         hub3 = text[text.index("[feeders.hub3]") : text.index("[shards.")]
@@ -525,11 +507,11 @@ def test_daemon_reload_rebuilds_the_coordinator(federation: Federation) -> None:
         daemon.close_log()
 
 
-def test_daemon_switches_a_feeder_once_its_new_shard_has_loaded_it(federation: Federation) -> None:
+async def test_daemon_switches_a_feeder_once_its_new_shard_has_loaded_it(federation: Federation) -> None:
     """hub2 given s2 by hand, then a daemon: its first build still reads hub2 from s1 (s2 has nothing of it yet),
     and once hub2's run on s2 succeeds the daemon builds again and reads it from s2, never twice."""
     before = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
-    assert all(run.succeeded for run in sync(before))
+    assert all(run.succeeded for run in await sync(before))
     federation.cluster.psql("INSERT INTO hosts (hostkey) VALUES ('moved')", dbname=federation.feeders["hub2"])
     document = before.model_dump(mode="json", exclude_none=True)
     document["feeders"]["hub2"]["shard"] = "s2"
@@ -551,25 +533,25 @@ def test_daemon_switches_a_feeder_once_its_new_shard_has_loaded_it(federation: F
         daemon.close_log()
 
 
-def test_the_coordinator_sets_up_shards_nobody_synced_yet(federation: Federation) -> None:
+async def test_the_coordinator_sets_up_shards_nobody_synced_yet(federation: Federation) -> None:
     """Only s2's feeder synced: the coordinator build sets up s1 too (its parents from the schema file), so reports
     run at once and count s1's feeders as empty, not as an error."""
     config = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
-    assert [run.outcome for run in sync(config, "hub3")] == ["success"]
+    assert [run.outcome for run in await sync(config, "hub3")] == [Outcome.SUCCESS]
     assert coord_sql(federation, COUNTS.format(table="hosts")) == "3:100"
-    assert shard_sql(federation, "s1", "SELECT count(*) FROM hosts") == "0"
+    assert shard_int(federation, "s1", "SELECT count(*) FROM hosts") == 0
 
 
-def test_status_shows_the_other_shards_when_one_cannot_be_reached(federation: Federation) -> None:
+async def test_status_shows_the_other_shards_when_one_cannot_be_reached(federation: Federation) -> None:
     """A shard that is down: `status` still shows the feeders of the others, and says of the down shard's feeders
     which shard cannot be reached (stale, a superhub error), so the exit status flags them."""
     config = sharded(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
-    assert [run.outcome for run in sync(config)] == ["success"] * 3
+    assert [run.outcome for run in await sync(config)] == [Outcome.SUCCESS] * 3
     document = config.model_dump(mode="json", exclude_none=True)
     document["shards"]["s2"]["dsn"] = "postgresql://127.0.0.1:1/nowhere"  # nothing listens there
     document["superhub"]["connect_timeout_s"] = 2.0
     down = parse_config(document)
-    statuses = {s.feeder: s for s in asyncio.run(read_status(down))}
+    statuses = {s.feeder: s for s in await read_status(down)}
     assert [(s.feeder, s.shard, s.stale) for s in statuses.values()] == [
         ("hub1", "s1", False),
         ("hub2", "s1", False),
@@ -580,26 +562,23 @@ def test_status_shows_the_other_shards_when_one_cannot_be_reached(federation: Fe
     assert statuses["hub1"].rows == 3300
 
 
-def test_metrics_name_each_feeders_shard_and_each_shards_health(federation: Federation) -> None:
+async def test_metrics_name_each_feeders_shard_and_each_shards_health(federation: Federation) -> None:
     """The daemon's metrics with shards: each feeder's shard as a series to join on, each shard's own up gauge,
     the superhub up only when every shard answered, and the reachable shards' freshness still read."""
     config = sharded(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
-    assert [run.outcome for run in sync(config)] == ["success"] * 3
+    assert [run.outcome for run in await sync(config)] == [Outcome.SUCCESS] * 3
     document = config.model_dump(mode="json", exclude_none=True)
     document["shards"]["s2"]["dsn"] = "postgresql://127.0.0.1:1/nowhere"  # nothing listens there
     document["superhub"]["connect_timeout_s"] = 2.0
     down = parse_config(document)
 
-    async def refreshed() -> DaemonMetrics:
-        history = ShardHistories()
-        service = DaemonMetricsService(None, history, None, lambda: down)
-        try:
-            await service._refresh()  # what the daemon's refresh loop does every 15 s
-        finally:
-            await history.close()
-        return service.metrics
-
-    value = asyncio.run(refreshed()).registry.get_sample_value
+    history = ShardHistories()
+    service = DaemonMetricsService(None, history, None, lambda: down)
+    try:
+        await service._refresh()  # what the daemon's refresh loop does every 15 s
+    finally:
+        await history.close()
+    value = service.metrics.registry.get_sample_value
     assert value("fedload_feeder_info", {"feeder": "hub3", "shard": "s2"}) == 1
     assert value("fedload_feeder_info", {"feeder": "hub1", "shard": "s1"}) == 1
     assert value("fedload_shard_up", {"shard": "s1"}) == 1
@@ -609,7 +588,7 @@ def test_metrics_name_each_feeders_shard_and_each_shards_health(federation: Fede
     assert value("fedload_feeder_last_success_timestamp_seconds", {"feeder": "hub3"}) is None
 
 
-def test_a_bug_in_the_coordinators_build_is_logged_and_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_bug_in_the_coordinators_build_is_logged_and_retried(monkeypatch: pytest.MonkeyPatch) -> None:
     """The coordinator keeper (sync, daemon): an exception fedload does not expect in a build is logged as
     coordinator.build_failed with kind internal and retried, never raised into the sync or the daemon."""
     config = parse_config(_document(coordinator={"dsn": "postgresql:///c"}))
@@ -623,23 +602,20 @@ def test_a_bug_in_the_coordinators_build_is_logged_and_retried(monkeypatch: pyte
     monkeypatch.setattr(keeper_module, "build_coordinator", broken)
     monkeypatch.setattr(keeper_module, "read_shard", unreachable)
 
-    async def keep() -> bool:
+    with capture_logs() as logs:
         keeper = keeper_module.CoordinatorKeeper(config, retry_max_s=0.05)
         keeper.start()
         try:
             await asyncio.sleep(0.5)
-            return await keeper.settled(0.1)
+            assert await keeper.settled(0.1) is False
         finally:
             await keeper.close()
-
-    with capture_logs() as logs:
-        assert asyncio.run(keep()) is False
     failed = [(e["error"], e["error_kind"]) for e in logs if e["event"] == "coordinator.build_failed"]
     assert len(failed) >= 2, failed
     assert set(failed) == {("internal error: RuntimeError: a bug", "internal")}
 
 
-def test_a_user_mapping_without_options_is_kept_build_after_build(
+async def test_a_user_mapping_without_options_is_kept_build_after_build(
     federation: Federation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No fdw_user and shard dsns without a user: the PUBLIC user mapping has no options, and every build after
@@ -651,7 +627,7 @@ def test_a_user_mapping_without_options_is_kept_build_after_build(
         shard["dsn"] = shard["dsn"].replace("postgresql://postgres@/", "postgresql:///")
     anonymous = parse_config(document)
     assert user_mapping_options(anonymous.shards["s1"].dsn, CoordinatorConfig(dsn="postgresql:///c")) == {}
-    assert asyncio.run(build_coordinator(anonymous)).attached
-    assert asyncio.run(build_coordinator(anonymous)) == CoordinatorReport()
+    assert (await build_coordinator(anonymous)).attached
+    assert (await build_coordinator(anonymous)) == CoordinatorReport()
     mappings = "SELECT count(*) FROM pg_user_mappings WHERE usename = 'public' AND umoptions IS NULL"
-    assert coord_sql(federation, mappings) == "2"
+    assert coord_int(federation, mappings) == 2

@@ -3,7 +3,6 @@ in the libpq passfile of `fdw_passfile`, which the coordinator's server reads; t
 
 from __future__ import annotations
 
-import asyncio
 import os
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -14,20 +13,20 @@ import pytest
 from structlog.testing import capture_logs
 
 from fedload.config import Config, parse_config
-from fedload.localpg import LocalCluster, find_installs
+from fedload.localpg import LocalCluster
 from fedload.scaleout.coordinator import build_coordinator
-from tests.fault_injection import sabotage_environment
-from tests.federation import DaemonProcess, Federation, config_toml, fedload, sync
-from tests.shards import COUNTS, require_postgres_fdw
+from tests.support.fault_injection import sabotage_environment
+from tests.support.federation import DaemonProcess, Federation, config_toml, fedload, psql_bool, sync
+from tests.support.shards import COUNTS, require_postgres_fdw
 
 READER, SECRET = "fdw_reader", "Pa55-word-of-the-reader"
 
 
 @pytest.fixture
-def guarded() -> Iterator[LocalCluster]:
-    """A cluster of its own whose role fdw_reader must give its password (SCRAM) on every connection."""
-    installs = find_installs()
-    running = LocalCluster(installs.get(15) or installs[min(installs)], name="auth").start()
+def guarded(cluster: LocalCluster) -> Iterator[LocalCluster]:
+    """A cluster of its own, of the module cluster's major, whose role fdw_reader must give its password (SCRAM)
+    on every connection."""
+    running = LocalCluster(cluster.install, name="auth").start()
     try:
         require_postgres_fdw(running)
         running.psql(f"CREATE ROLE {READER} LOGIN PASSWORD '{SECRET}'")
@@ -66,7 +65,9 @@ def _config(fed: Federation, cluster: LocalCluster, passfile: Path) -> Config:
     return parse_config(document)
 
 
-def test_the_coordinator_logs_in_with_the_passfiles_password(federation: Federation, guarded: LocalCluster) -> None:
+async def test_the_coordinator_logs_in_with_the_passfiles_password(
+    federation: Federation, guarded: LocalCluster
+) -> None:
     """Shards loaded, SELECT granted to fdw_reader: the coordinator reads both shards as fdw_reader with the
     passfile's password, directly and through a filter view (fedload grants it those); the password is in no
     server or user mapping option and no log event. With a wrong password, the coordinator's query fails with
@@ -74,7 +75,7 @@ def test_the_coordinator_logs_in_with_the_passfiles_password(federation: Federat
     passfile = _passfile(guarded, SECRET)
     config = _config(federation, guarded, passfile)
     with capture_logs() as logs:
-        assert all(run.succeeded for run in sync(config))
+        assert all(run.succeeded for run in await sync(config))
     for shard in ("s1", "s2"):
         guarded.psql(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {READER}", dbname=shard)
     assert guarded.psql(COUNTS.format(table="hosts"), dbname="coord").strip() == "1:300,2:200,3:100"
@@ -86,7 +87,7 @@ def test_the_coordinator_logs_in_with_the_passfiles_password(federation: Federat
 
     document = config.model_dump(mode="json", exclude_none=True)
     document["feeders"]["hub2"]["shard"] = "s2"  # by hand: s2 is read through a filter view until it loads hub2
-    report = asyncio.run(build_coordinator(parse_config(document)))
+    report = await build_coordinator(parse_config(document))
     assert (report.filtered, report.pending) == (["s2"], {"hub2": "s1"})
     assert guarded.psql(COUNTS.format(table="hosts"), dbname="coord").strip() == "1:300,2:200,3:100"
 
@@ -151,7 +152,7 @@ def exposed_by_a_failing_feeder(
     )
 
     def enough() -> bool:
-        if guarded.psql("SELECT to_regclass('fedload.runs') IS NOT NULL", dbname="sh").strip() != "t":
+        if not psql_bool(guarded, "SELECT to_regclass('fedload.runs') IS NOT NULL", "sh"):
             return False
         failed, succeeded = (int(n) for n in guarded.psql(runs, dbname="sh").strip().split(":"))
         return failed >= 2 and succeeded >= 1

@@ -12,7 +12,7 @@ import tomlkit
 from fedload.config import Config, parse_config
 from fedload.localpg import LocalCluster
 from fedload.superhub.schema import key_literal
-from tests.federation import Federation, config_toml
+from tests.support.federation import Federation, config_toml, psql_bool, psql_int
 
 
 def sharded(fed: Federation, layout: dict[str, list[str]], *, coordinator: str | None = None) -> Config:
@@ -37,15 +37,25 @@ COUNTS = (  # rows per feeder key: "1:300,2:200"
 
 
 def shard_sql(fed: Federation, shard: str, sql: str) -> str:
-    """Run SQL on a shard's database."""
+    """Run SQL on a shard's database; psql's text (for text values)."""
     return fed.cluster.psql(sql, dbname=f"{fed.superhub}_{shard}").strip()
+
+
+def shard_int(fed: Federation, shard: str, sql: str) -> int:
+    """The integer (a count) that `sql` selects on a shard's database."""
+    return psql_int(fed.cluster, sql, f"{fed.superhub}_{shard}")
+
+
+def shard_bool(fed: Federation, shard: str, sql: str) -> bool:
+    """The boolean that `sql` selects on a shard's database."""
+    return psql_bool(fed.cluster, sql, f"{fed.superhub}_{shard}")
 
 
 def synced(fed: Federation, shard: str) -> int:
     """How many feeders have synced successfully on a shard."""
-    if shard_sql(fed, shard, "SELECT to_regclass('fedload.runs') IS NULL") == "t":
+    if shard_bool(fed, shard, "SELECT to_regclass('fedload.runs') IS NULL"):
         return 0
-    return int(shard_sql(fed, shard, "SELECT count(DISTINCT feeder) FROM fedload.runs WHERE outcome = 'success'"))
+    return shard_int(fed, shard, "SELECT count(DISTINCT feeder) FROM fedload.runs WHERE outcome = 'success'")
 
 
 def sharded_toml(fed: Federation, config: Config) -> Path:
@@ -69,13 +79,18 @@ def with_coordinator(fed: Federation, layout: dict[str, list[str]]) -> Config:
 
 
 def coord_sql(fed: Federation, sql: str) -> str:
-    """Run SQL on the coordinator."""
+    """Run SQL on the coordinator; psql's text (for text values)."""
     return fed.cluster.psql(sql, dbname=f"{fed.superhub}_coord").strip()
+
+
+def coord_int(fed: Federation, sql: str) -> int:
+    """The integer (a count) that `sql` selects on the coordinator."""
+    return psql_int(fed.cluster, sql, f"{fed.superhub}_coord")
 
 
 def require_postgres_fdw(cluster: LocalCluster) -> None:
     """Fail (in CI, where FEDLOAD_REQUIRE_MAJORS lists the major) or skip when an install lacks postgres_fdw."""
-    if cluster.psql("SELECT count(*) FROM pg_available_extensions WHERE name = 'postgres_fdw'").strip() == "1":
+    if psql_bool(cluster, "SELECT count(*) = 1 FROM pg_available_extensions WHERE name = 'postgres_fdw'"):
         return
     major = cluster.install.major
     if str(major) in os.environ.get("FEDLOAD_REQUIRE_MAJORS", "").split(","):
@@ -95,10 +110,10 @@ def read_per_feeder(fed: Federation, keys: dict[str, int | str], table: str = "h
     feeder the count of `WHERE key = k`, and the unfiltered total."""
     grouped = coord_sql(fed, f"SELECT hub_id::text || ':' || count(*) FROM {table} GROUP BY hub_id ORDER BY 1")
     filtered = {
-        name: int(coord_sql(fed, f"SELECT count(*) FROM {table} WHERE hub_id = {key_literal(key)}"))
+        name: coord_int(fed, f"SELECT count(*) FROM {table} WHERE hub_id = {key_literal(key)}")
         for name, key in keys.items()
     }
-    total = int(coord_sql(fed, f"SELECT count(*) FROM {table}"))
+    total = coord_int(fed, f"SELECT count(*) FROM {table}")
     return {"grouped": sorted(grouped.split()), "filtered": filtered, "total": total}
 
 
