@@ -7,6 +7,7 @@ import asyncio
 import gc
 import hashlib
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -157,24 +158,30 @@ async def test_sshd_killed_mid_stream_is_a_lost_connection(sshd: SshServer, cate
 async def test_connection_failures_map_to_clear_errors(
     sshd: SshServer, tmp_path: Path, change: str, error: type[Exception], message: str
 ) -> None:
-    """Wrong host key, unknown client key, closed port and unknown host name each raise their own error class."""
-    overrides: dict[str, object] = {}
-    if change == "host_key":
-        impostor = keygen(tmp_path / "impostor").split()[:2]
-        other = tmp_path / "other_known_hosts"
-        other.write_text(f"[127.0.0.1]:{sshd.port} {' '.join(impostor)}\n")
-        overrides["known_hosts"] = other
-    elif change == "client_key":
-        keygen(tmp_path / "stranger")
-        overrides["identity"] = tmp_path / "stranger"
-    elif change == "port":
-        sshd.stop()
-    else:
-        overrides["host"] = "no-such-feeder.invalid"
+    """Wrong host key, unknown client key, closed port and unknown host name each raise their own error class.
 
-    async with asyncio.timeout(30):
-        with pytest.raises(error, match=message):
-            await SshTransport(sshd.ssh_config(**overrides)).open(["true"])
+    The closed port is one this test holds bound without listening, so the kernel refuses every connection to it:
+    a port freed by stopping the server could be taken meanwhile by a server of a test running in parallel, which
+    accepted the connection and reset it ("Connection reset by peer" instead of a refusal)."""
+    overrides: dict[str, object] = {}
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        if change == "host_key":
+            impostor = keygen(tmp_path / "impostor").split()[:2]
+            other = tmp_path / "other_known_hosts"
+            other.write_text(f"[127.0.0.1]:{sshd.port} {' '.join(impostor)}\n")
+            overrides["known_hosts"] = other
+        elif change == "client_key":
+            keygen(tmp_path / "stranger")
+            overrides["identity"] = tmp_path / "stranger"
+        elif change == "port":
+            overrides["port"] = closed.getsockname()[1]
+        else:
+            overrides["host"] = "no-such-feeder.invalid"
+
+        async with asyncio.timeout(30):
+            with pytest.raises(error, match=message):
+                await SshTransport(sshd.ssh_config(**overrides)).open(["true"])
 
 
 def test_a_server_that_fails_to_start_leaves_nothing_open(tmp_path: Path) -> None:
