@@ -542,15 +542,20 @@ async def test_the_coordinator_sets_up_shards_nobody_synced_yet(federation: Fede
     assert shard_int(federation, "s1", "SELECT count(*) FROM hosts") == 0
 
 
+def _with_shard_down(config: Config, shard: str) -> Config:
+    """`config` with `shard`'s dsn pointing where nothing listens, and a short connect timeout."""
+    document = config.model_dump(mode="json", exclude_none=True)
+    document["shards"][shard]["dsn"] = "postgresql://127.0.0.1:1/nowhere"  # nothing listens there
+    document["superhub"]["connect_timeout_s"] = 2.0
+    return parse_config(document)
+
+
 async def test_status_shows_the_other_shards_when_one_cannot_be_reached(federation: Federation) -> None:
     """A shard that is down: `status` still shows the feeders of the others, and says of the down shard's feeders
     which shard cannot be reached (stale, a superhub error), so the exit status flags them."""
     config = sharded(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
     assert [run.outcome for run in await sync(config)] == [Outcome.SUCCESS] * 3
-    document = config.model_dump(mode="json", exclude_none=True)
-    document["shards"]["s2"]["dsn"] = "postgresql://127.0.0.1:1/nowhere"  # nothing listens there
-    document["superhub"]["connect_timeout_s"] = 2.0
-    down = parse_config(document)
+    down = _with_shard_down(config, "s2")
     statuses = {s.feeder: s for s in await read_status(down)}
     assert [(s.feeder, s.shard, s.stale) for s in statuses.values()] == [
         ("hub1", "s1", False),
@@ -567,10 +572,7 @@ async def test_metrics_name_each_feeders_shard_and_each_shards_health(federation
     the superhub up only when every shard answered, and the reachable shards' freshness still read."""
     config = sharded(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
     assert [run.outcome for run in await sync(config)] == [Outcome.SUCCESS] * 3
-    document = config.model_dump(mode="json", exclude_none=True)
-    document["shards"]["s2"]["dsn"] = "postgresql://127.0.0.1:1/nowhere"  # nothing listens there
-    document["superhub"]["connect_timeout_s"] = 2.0
-    down = parse_config(document)
+    down = _with_shard_down(config, "s2")
 
     history = ShardHistories()
     service = DaemonMetricsService(None, history, None, lambda: down)
