@@ -32,6 +32,7 @@ _VERSION_TIMEOUT_S = 30.0
 _EXIT_TIMEOUT_S = 60.0
 _WATCHER_EXIT_TIMEOUT_S = 5.0
 _PG_DUMP_VERSION = re.compile(r"\(PostgreSQL\) (\S+)")  # "pg_dump (PostgreSQL) 15.20 (Debian 15.20-0+deb12u1)"
+_LEADING_NUMBER = re.compile(r"\d+")
 _SERVER_VERSION = re.compile(rb"^-- Dumped from database version (\S+)", re.MULTILINE)
 
 log = get_logger()
@@ -64,9 +65,9 @@ def pg_dump_argv(options: AgentOptions, pg_dump_major: int | None = None) -> lis
 
 
 def _major(version: str) -> int | None:
-    """15 for "15.20", 9 for "9.6.24", None for what is not a version."""
-    head = version.split(".", 1)[0]
-    return int(head) if head.isdigit() else None
+    """15 for "15.20", 9 for "9.6.24", 18 for "18beta1", None for what does not start with a number."""
+    found = _LEADING_NUMBER.match(version)
+    return int(found[0]) if found else None
 
 
 def _pg_dump_version(pg_dump: str) -> str:

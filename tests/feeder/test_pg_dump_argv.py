@@ -6,6 +6,7 @@ import subprocess
 
 import pytest
 
+from fedload.feeder import agent
 from fedload.feeder.agent import pg_dump_argv
 from fedload.feeder.agent_options import AgentOptions
 from tests.support.federation import Federation
@@ -18,6 +19,14 @@ def test_the_flags_go_to_pg_dump_11_and_later_only(major: int | None, skips: boo
     """pg_dump 11 added --no-comments: older or unknown versions get none of the flags, 11 and later all four."""
     argv = pg_dump_argv(AgentOptions(database="db", tables=["public.t"]), major)
     assert (set(argv) >= SKIPPED) if skips else SKIPPED.isdisjoint(argv)
+
+
+@pytest.mark.parametrize(
+    ("version", "major"), [("15.20", 15), ("9.6.24", 9), ("18beta1", 18), ("18devel", 18), ("", None), ("x", None)]
+)
+def test_the_major_is_read_from_pg_dump_s_version(version: str, major: int | None) -> None:
+    """The major is the version's leading number, pre-releases included; no number, no major (so no flags)."""
+    assert agent._major(version) == major
 
 
 def _dump(argv: list[str]) -> list[str]:
