@@ -22,10 +22,6 @@ import zstandard
 
 from fedload import __version__
 from fedload.errors import DumpError
-
-if TYPE_CHECKING:
-    from pydantic import TypeAdapter
-
 from fedload.feeder.wire import (
     FORMAT_VERSION,
     FRAME_HEAD,
@@ -37,6 +33,9 @@ from fedload.feeder.wire import (
     Trailer,
     dump_failure,
 )
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 
 __all__ = [
     "FORMAT_VERSION",
