@@ -25,10 +25,10 @@ def _imported(argv: list[str]) -> set[str]:
     "entry", [[sys.executable, "-m", "fedload"], [str(SCRIPT)]], ids=["python -m fedload", "console script"]
 )
 def test_agent_dump_does_not_import_the_command_line(entry: list[str]) -> None:
-    """`fedload agent dump` reaches the agent without fedload.cli and the superhub's commands."""
+    """`fedload agent dump` reaches the agent without fedload.cli, the superhub's commands or the forced command."""
     imported = _imported([*entry, "agent", "dump", "--help"])
     assert "fedload.feeder.main" in imported  # the check sees the agent's modules
-    assert {"fedload.cli", "fedload.commands"} & imported == set()
+    assert {"fedload.cli", "fedload.commands", "fedload.feeder.ssh_command"} & imported == set()
 
 
 def test_agent_ssh_command_does_not_import_the_command_line() -> None:
