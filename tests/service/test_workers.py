@@ -292,7 +292,15 @@ def forked_workers(parent: int) -> list[int]:
 
 
 def children(pid: int) -> list[str]:
-    return (Path(f"/proc/{pid}/task/{pid}/children")).read_text().split()
+    """The child processes of `pid`, but its warm agent process (a worker keeps that one between runs)."""
+    return [child for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split() if not _zygote(child)]
+
+
+def _zygote(pid: str) -> bool:
+    try:
+        return b"fedload.transport.zygote" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # gone already
+        return False
 
 
 def cli_config(fed: Federation, agent_command: str = "") -> Path:
