@@ -29,6 +29,7 @@ import selectors
 import socket
 import sys
 import traceback
+from pathlib import Path
 from typing import Any, NoReturn
 
 __all__ = ["MAX_MESSAGE_BYTES", "main"]
@@ -117,6 +118,8 @@ def _child(words: list[str], env: dict[str, str] | None, stdio: list[int]) -> No
         os.dup2(stdio[0], 1)
         os.dup2(stdio[1], 2)
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the zygote's socket and selector, the other children's pidfds
+        with contextlib.suppress(OSError):  # `ps` and `top` show it as an agent, not as one more zygote
+            Path("/proc/self/comm").write_bytes(b"fedload-agent")
         if env is not None:
             os.environ.clear()
             os.environ.update(env)
