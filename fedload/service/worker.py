@@ -47,6 +47,7 @@ from fedload.superhub.bookkeeping import RunRecord
 from fedload.superhub.kept_sessions import close_kept, keep_sessions
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.session import SuperhubTarget
+from fedload.transport.warm import close_warm_agents, use_warm_agents
 
 log = get_logger()
 
@@ -119,12 +120,15 @@ class _Progress:
 
 
 async def serve(fd: int) -> None:
-    """Run what the parent sends until it closes its end; a run's superhub connection is kept for the next."""
+    """Run what the parent sends until it closes its end; a run's superhub connection is kept for the next, and
+    local agents are forked from a warm process (fedload.transport.warm)."""
     keep_sessions()
+    use_warm_agents()
     try:
         await _serve(fd)
     finally:
         await asyncio.shield(close_kept())
+        await asyncio.shield(close_warm_agents())
 
 
 async def _serve(fd: int) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shlex
-import sys
 from collections.abc import Iterable
 
 from fedload.config import FeederConfig, TransformConfig
@@ -11,6 +10,7 @@ from fedload.feeder.agent import pg_dump_argv
 from fedload.feeder.agent_options import AgentOptions
 from fedload.names import TableName
 from fedload.transport import Transport
+from fedload.transport.local import FEDLOAD_HERE, LocalTransport
 
 __all__ = ["dump_command", "transport_for", "transport_modules"]
 
@@ -34,7 +34,7 @@ def dump_command(feeder: FeederConfig, transform: TransformConfig, tables: Itera
     )
     if not feeder.agent:
         return ["bash", "-o", "pipefail", "-c", f"{shlex.join(pg_dump_argv(options))} | gzip -1"]
-    head = feeder.agent_command or ([sys.executable, "-m", "fedload"] if feeder.transport == "local" else ["fedload"])
+    head = feeder.agent_command or (list(FEDLOAD_HERE) if feeder.transport == "local" else ["fedload"])
     return [*head, *options.to_argv()]
 
 
@@ -46,9 +46,7 @@ def transport_modules(feeders: Iterable[FeederConfig]) -> tuple[str, ...]:
 def transport_for(feeder: FeederConfig) -> Transport:
     """How the superhub reaches `feeder`: a local subprocess or SSH, as configured."""
     if feeder.transport == "local":
-        from fedload.transport.local import LocalTransport  # noqa: PLC0415 - import what is used
-
-        return LocalTransport(read_timeout_s=feeder.read_timeout_s)
+        return LocalTransport(read_timeout_s=feeder.read_timeout_s, warm=True)
     from fedload.transport.ssh import SshTransport  # noqa: PLC0415 - asyncssh is heavy
 
     assert feeder.ssh is not None

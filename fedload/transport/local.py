@@ -6,13 +6,17 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
 from collections.abc import Mapping
 
 from fedload._tail import Tail
 from fedload.errors import FeederCommandError, FeederTimeoutError
 from fedload.log import get_logger, without_passwords
+from fedload.transport.warm import WarmAgent, ZygoteGoneError, start_agent
 
-__all__ = ["LocalProcess", "LocalTransport"]
+__all__ = ["FEDLOAD_HERE", "LocalProcess", "LocalTransport"]
+
+FEDLOAD_HERE = (sys.executable, "-m", "fedload")  # fedload as this process runs it: a local agent's command
 
 _WAIT_TIMEOUT_S = 30.0
 _DRAIN_TIMEOUT_S = 5.0
@@ -22,7 +26,7 @@ log = get_logger()
 class LocalProcess:
     """A running local dump command (its own process group, so cancel() reaches pg_dump too)."""
 
-    def __init__(self, process: asyncio.subprocess.Process, read_timeout_s: float) -> None:
+    def __init__(self, process: asyncio.subprocess.Process | WarmAgent, read_timeout_s: float) -> None:
         self._process = process
         self._read_timeout_s = read_timeout_s
         self._stderr = Tail()
@@ -50,6 +54,8 @@ class LocalProcess:
                 await self._stderr_task
         except TimeoutError:
             raise FeederCommandError(f"the local dump command did not exit within {_WAIT_TIMEOUT_S:g} s") from None
+        except ZygoteGoneError as exc:
+            raise FeederCommandError(f"the exit status of the local agent is unknown: {exc}") from exc
         return status
 
     @property
@@ -62,7 +68,7 @@ class LocalProcess:
         if self._process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self._process.pid, signal.SIGKILL)
-        with contextlib.suppress(TimeoutError, ProcessLookupError):
+        with contextlib.suppress(TimeoutError, ProcessLookupError, ZygoteGoneError):
             async with asyncio.timeout(_WAIT_TIMEOUT_S):
                 await self._process.wait()
         self._stderr_task.cancel()
@@ -82,14 +88,26 @@ class LocalProcess:
 
 
 class LocalTransport:
-    """Runs the dump command on this host."""
+    """Runs the dump command on this host; with `warm`, fedload's own agent (`FEDLOAD_HERE agent ...`) is forked
+    from a warm process where this process has one (a worker's: `fedload.transport.warm`), else started."""
 
-    def __init__(self, read_timeout_s: float = 300.0, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, read_timeout_s: float = 300.0, env: Mapping[str, str] | None = None, *, warm: bool = False
+    ) -> None:
         self._read_timeout_s = read_timeout_s
         self._env = dict(env) if env is not None else None
+        self._warm = warm
 
     async def open(self, argv: list[str]) -> LocalProcess:
         """Start `argv`; FeederCommandError if it cannot start."""
+        if self._warm and tuple(argv[: len(FEDLOAD_HERE)]) == FEDLOAD_HERE:
+            agent = await start_agent(argv[len(FEDLOAD_HERE) :], self._env)
+            if agent is not None:
+                log.debug("transport.local_forked", argv=[without_passwords(a) for a in argv], pid=agent.pid)
+                return LocalProcess(agent, self._read_timeout_s)
+        return await self._start(argv)
+
+    async def _start(self, argv: list[str]) -> LocalProcess:
         try:
             process = await asyncio.create_subprocess_exec(
                 *argv,

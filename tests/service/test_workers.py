@@ -292,7 +292,15 @@ def forked_workers(parent: int) -> list[int]:
 
 
 def children(pid: int) -> list[str]:
-    return (Path(f"/proc/{pid}/task/{pid}/children")).read_text().split()
+    """The child processes of `pid`, but its warm agent process (a worker keeps that one between runs)."""
+    return [child for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split() if not _zygote(child)]
+
+
+def _zygote(pid: str) -> bool:
+    try:
+        return b"fedload.transport.zygote" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # gone already
+        return False
 
 
 def cli_config(fed: Federation, agent_command: str = "") -> Path:
@@ -309,8 +317,9 @@ def fedload_sync(config: Path, *feeders: str) -> subprocess.Popen[str]:
 
 
 def test_fedload_sync_forks_its_workers_instead_of_starting_interpreters(federation: Federation) -> None:
-    """`fedload sync` forks its two workers before its event loop starts; they run every feeder, no worker is
-    started as a new interpreter, the data is exact."""
+    """`fedload sync` forks its two workers before its event loop starts; they run every feeder, no worker and no
+    local agent is started as a new interpreter (the agents are forked by the workers' warm processes), the data is
+    exact."""
     with fedload_sync(cli_config(federation)) as sync_process:
         stdout, stderr = sync_process.communicate(timeout=120)
     assert sync_process.returncode == 0, stderr
@@ -326,6 +335,10 @@ def test_fedload_sync_forks_its_workers_instead_of_starting_interpreters(federat
     reused = [e["pid"] for e in events if e["event"] == "superhub.session_reused"]
     assert len(started) + len(reused) == 3  # three runs on two workers: one connection reused
     assert reused
+    forked_agents = [e["pid"] for e in events if e["event"] == "transport.local_forked"]
+    assert len(forked_agents) == 3  # each local agent forked by its worker's warm process, none started as a program
+    assert not [e for e in events if e["event"] in ("transport.local_started", "transport.warm_agent_unavailable")]
+    assert 1 <= len([e for e in events if e["event"] == "transport.zygote_started"]) <= 2  # one per worker at most
     assert set(reused) <= started
     assert_feeders_equal_partitions(federation)
 
