@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import io
 import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from transforms.batch import DEFAULT_MAX_STATEMENT_BYTES, DEFAULT_ROWS_PER_STATEMENT
 from transforms.errors import RemapError, TransformError
 from transforms.remap import load_remap
 from transforms.transform import TransformOptions, transform_stream
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = ["add_arguments", "main", "positive_int", "run"]
 
@@ -25,6 +28,13 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not a positive number")
     return value
+
+
+def _path(text: str) -> Path:
+    """`Path(text)`, with pathlib imported only when a path is given: the agent's start skips it (#36)."""
+    from pathlib import Path  # noqa: PLC0415
+
+    return Path(text)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="size cap of a merged INSERT; a single larger row still passes (default 16 MiB)",
     )
-    parser.add_argument("--remap", type=Path, metavar="FILE", help="TOML file of per-table column remapping")
+    parser.add_argument("--remap", type=_path, metavar="FILE", help="TOML file of per-table column remapping")
 
 
 def run(args: argparse.Namespace, prog: str = "fedload transform") -> int:

@@ -18,11 +18,13 @@ import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transforms.errors import RemapError
 from transforms.lexical import DEFAULT_SCHEMA
+
+if TYPE_CHECKING:
+    from pathlib import Path  # open() takes it: pathlib stays out of the agent's start (#36)
 
 __all__ = ["ColumnPlan", "Remap", "TableRemap", "load_remap", "parse_remap", "quote_identifier"]
 
@@ -139,7 +141,7 @@ def load_remap(path: Path) -> Remap:
             "install tomli, or run with Python 3.11 or newer"
         )
     try:
-        with path.open("rb") as file:
+        with open(path, "rb") as file:  # open(), not Path.open(): no pathlib to import
             document = toml.load(file)
     except (OSError, ValueError) as exc:  # ValueError: TOMLDecodeError, and UnicodeDecodeError
         raise RemapError(f"cannot read remap file {path}: {exc}") from exc

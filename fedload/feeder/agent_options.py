@@ -10,10 +10,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import transforms.cli
 from transforms.batch import DEFAULT_MAX_STATEMENT_BYTES, DEFAULT_ROWS_PER_STATEMENT
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = ["COMPRESSIONS", "DUMP_MODES", "AgentOptions", "add_arguments"]
 

@@ -8,7 +8,6 @@ states the compression actually used, and a fallback is logged, so a feeder with
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import zlib
 from collections.abc import Callable
@@ -66,6 +65,8 @@ def zstandard_compressor() -> Compressor | None:
 def zstd_program_compressor() -> tuple[Compressor | None, str]:
     """zstd through the zstd program on PATH, if there is one that writes frames the superhub reads; else None
     and why not."""
+    import shutil  # noqa: PLC0415 - with bz2 and lzma, only where the zstandard module is missing (#36)
+
     path = shutil.which("zstd")
     if path is None:
         return None, "neither the zstandard module nor the zstd program (on PATH) is installed"

@@ -8,7 +8,6 @@ else `timestamp [level] event key=value ...` lines. Levels: warning on a termina
 
 from __future__ import annotations
 
-import datetime
 import functools
 import importlib.util
 import json
@@ -113,6 +112,8 @@ class _EventFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         """One line (and a traceback's lines, if the event carries one)."""
+        import datetime  # noqa: PLC0415 - only once an event is logged, not at every agent's start (#36)
+
         fields: dict[str, Any] = getattr(record, "fedload_fields", {})
         stamp = datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc).isoformat()
         stamp = stamp.replace("+00:00", "Z")

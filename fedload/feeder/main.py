@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from fedload import __version__
-from fedload.feeder import ssh_command
 from fedload.feeder.agent_options import AgentOptions
 from fedload.feeder.agent_options import add_arguments as add_dump_arguments
 from fedload.feeder.errors import EXIT_USAGE, AgentError, AgentUsageError, one_line
@@ -49,6 +48,8 @@ def run_ssh_command(args: argparse.Namespace) -> int:
 
 
 def _forced(args: argparse.Namespace) -> int:
+    from fedload.feeder import ssh_command  # noqa: PLC0415 - only under a forced command
+
     allowed = ssh_command.Allowlist.from_args(args)
     request = ssh_command.read_request(os.environ.get("SSH_ORIGINAL_COMMAND"), allowed)
     if isinstance(request, str):
@@ -86,15 +87,27 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser(prog: str = "fedload-agent.pyz") -> argparse.ArgumentParser:
-    """The zipapp's command line: dump, ssh-command, --version."""
+def _add_ssh_command_arguments(parser: argparse.ArgumentParser) -> None:
+    from fedload.feeder import ssh_command  # noqa: PLC0415 - only for the forced command's parser
+
+    ssh_command.add_arguments(parser)
+
+
+_COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
+    "dump": (add_dump_arguments, run_dump),
+    "ssh-command": (_add_ssh_command_arguments, run_ssh_command),
+}
+
+
+def build_parser(prog: str = "fedload-agent.pyz", words: list[str] | None = None) -> argparse.ArgumentParser:
+    """The zipapp's command line: dump, ssh-command, --version. Given the `words` to parse, only the command they
+    name gets its options (the others are listed with their summary, and never parsed): a dump, once per feeder and
+    run, does not import the forced command's module (#36)."""
     parser = _Parser(prog=prog, description="fedload's feeder agent, as one file.")
     parser.add_argument("--version", action="version", version=f"fedload {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True, parser_class=_Parser)
-    for name, add, run in (
-        ("dump", add_dump_arguments, run_dump),
-        ("ssh-command", ssh_command.add_arguments, run_ssh_command),
-    ):
+    named = _named_command(words)
+    for name, (add, run) in _COMMANDS.items():
         text = AGENT_COMMANDS[name]
         command = commands.add_parser(
             name,
@@ -103,16 +116,25 @@ def build_parser(prog: str = "fedload-agent.pyz") -> argparse.ArgumentParser:
             epilog=text.examples or None,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        add(command)
-        add_logging_arguments(command)
+        if named in (None, name):
+            add(command)
+            add_logging_arguments(command)
         command.set_defaults(run=run)
     return parser
+
+
+def _named_command(words: list[str] | None) -> str | None:
+    """The command `words` name (their first word that is not an option: argparse picks the subparser by it), if
+    one of the agent's; None for any other, or no words."""
+    first = next((word for word in words or () if not word.startswith("-")), None)
+    return first if first in _COMMANDS else None
 
 
 def main(argv: list[str] | None = None, prog: str = "fedload-agent.pyz") -> int:
     """The zipapp's entry point, and `fedload agent dump|ssh-command`'s (prog "fedload agent"): 0 success, 1 the
     dump failed, 2 usage error or a refused request."""
     words = sys.argv[1:] if argv is None else argv
-    args = build_parser(prog).parse_args(words[1:] if words[:1] == ["agent"] else words)
+    words = words[1:] if words[:1] == ["agent"] else words
+    args = build_parser(prog, words).parse_args(words)
     run: Callable[[argparse.Namespace], int] = args.run
     return run(args)

@@ -31,7 +31,7 @@ def zipapp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_pack_is_reproducible_and_holds_only_the_agent(zipapp: Path, tmp_path: Path) -> None:
     """Two builds give the same bytes: a shebang for python3, then the agent's, the transformer's and the stream
-    writer's modules, nothing else."""
+    writer's modules (source and bytecode), nothing else."""
     again = build(tmp_path)
     assert again.read_bytes() == zipapp.read_bytes()
     assert zipapp.read_bytes().startswith(b"#!/usr/bin/env python3\n")
@@ -44,6 +44,7 @@ def test_pack_is_reproducible_and_holds_only_the_agent(zipapp: Path, tmp_path: P
     expected = {"__main__.py", "fedload/__init__.py", "fedload/_tail.py"}
     expected |= {path.relative_to(repo).as_posix() for path in (repo / "fedload" / "feeder").glob("*.py")}
     expected |= {path.relative_to(repo).as_posix() for path in (repo / "transforms").glob("*.py")}
+    expected |= {f"{name}c" for name in expected - {"__main__.py"}}
     assert set(names) == expected
 
 
@@ -93,6 +94,29 @@ def test_zipapp_imports_nothing_but_the_standard_library(zipapp: Path) -> None:
         [sys.executable, "-I", "-S", str(zipapp), "--version"], capture_output=True, text=True, check=True, timeout=60
     )
     assert bare.stdout == f"fedload {__version__}\n"
+
+
+_COMPILED_AS = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import fedload.feeder.agent, transforms.lexical
+print(fedload.feeder.agent.run_agent.__code__.co_filename, transforms.lexical.possessive.__code__.co_filename)
+"""
+
+
+def _compiled_as(python: Path | str, zipapp: Path) -> list[str]:
+    """The file names in the code of two of the zipapp's modules, as `python` loads them from it."""
+    argv = [str(python), "-I", "-c", _COMPILED_AS, str(zipapp)]
+    return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60).stdout.split()
+
+
+@pytest.mark.parametrize("name", ["3.9", "3.13"])
+def test_zipapp_bytecode_serves_its_own_python_only(zipapp: Path, name: str) -> None:
+    """The Python that packed the zipapp runs the bytecode packed with it (compiled with the module's name in the
+    archive), not the source; another release compiles the source (its code names the archive's path)."""
+    assert _compiled_as(sys.executable, zipapp) == ["fedload/feeder/agent.py", "transforms/lexical.py"]
+    expected = [f"{zipapp}/fedload/feeder/agent.py", f"{zipapp}/transforms/lexical.py"]
+    assert _compiled_as(python_named(name), zipapp) == expected
 
 
 @pytest.mark.parametrize("name", PYTHONS)
