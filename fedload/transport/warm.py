@@ -131,6 +131,7 @@ class _Zygote:
             for future in (*self._started.values(), *self._exited.values()):
                 if not future.done():
                     future.set_exception(ZygoteGoneError("the warm agent process has exited"))
+                    future.exception()  # retrieved: an agent nobody waits for any more is no error to log
             self._started.clear()
             self._exited.clear()
 

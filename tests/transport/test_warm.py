@@ -75,7 +75,14 @@ def pg_dumps_of(database: str) -> list[int]:
 
 
 def agents_of(parent: int) -> list[int]:
-    return children_running(parent, "agent")
+    """The children of `parent` that are started agents: `... agent dump ...` as words of their command line."""
+    found = []
+    for child in Path(f"/proc/{parent}/task/{parent}/children").read_text().split():
+        with contextlib.suppress(OSError):
+            words = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+            if b"agent" in words and b"dump" in words:
+                found.append(int(child))
+    return found
 
 
 async def test_a_warm_agent_is_a_child_of_the_zygote_and_sends_the_exec_agents_dump(
