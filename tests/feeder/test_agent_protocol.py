@@ -19,8 +19,10 @@ from fedload.feeder.agent_options import COMPRESSIONS, DUMP_MODES, AgentOptions
 from fedload.stream import MAGIC, OLDEST_PROTOCOL, PROTOCOL_VERSION, Header, StreamDecoder, StreamEncoder
 from fedload.superhub.receive import DumpReceiver
 
-# What an argv element can hold: any text but NUL (and lone surrogates, which no OS argument carries).
-_ARG = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"))
+# What an argv element can hold: any text but NUL (and lone surrogates, which no OS argument carries), and but a
+# lone "--": Python 3.11's argparse drops it even as an option's own value (`--pg-dump=--` reads as []), and no
+# database, table pattern or pg_dump path the superhub sends is "--".
+_ARG = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00")).filter(lambda arg: arg != "--")
 
 _OPTIONS = st.builds(
     AgentOptions,
