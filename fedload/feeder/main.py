@@ -9,6 +9,8 @@ parse, set up logging, run, and report a failure as one line on stderr (exit 1; 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import sys
 import textwrap
@@ -128,6 +130,20 @@ def _named_command(words: list[str] | None) -> str | None:
     one of the agent's; None for any other, or no words."""
     first = next((word for word in words or () if not word.startswith("-")), None)
     return first if first in _COMMANDS else None
+
+
+def dump_options_of(words: list[str]) -> AgentOptions | None:
+    """The options of `[agent] dump ...` words as `main` reads them; None for another command or words that do not
+    parse (nothing printed): a process that forks agents looks ahead at what they will need."""
+    words = words[1:] if words[:1] == ["agent"] else words
+    if _named_command(words) != "dump":
+        return None
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            args = build_parser("fedload agent", words).parse_args(words)
+    except SystemExit:
+        return None
+    return AgentOptions.from_args(args)
 
 
 def main(argv: list[str] | None = None, prog: str = "fedload-agent.pyz") -> int:

@@ -71,6 +71,7 @@ def _take_request(sock: socket.socket, selector: selectors.BaseSelector) -> bool
     try:
         request = json.loads(message)
         request_id = int(request["id"])
+        _look_ahead(request["words"])
         pid = _fork(list(request["words"]), request.get("env"), _stdio(fds))
     except Exception as exc:  # noqa: BLE001 - the worker falls back to exec'ing the agent, and logs why
         _send(sock, {"id": request_id, "error": f"{type(exc).__name__}: {exc}"})
@@ -81,6 +82,17 @@ def _take_request(sock: socket.socket, selector: selectors.BaseSelector) -> bool
     selector.register(os.pidfd_open(pid), selectors.EVENT_READ, (request_id, pid))
     _send(sock, {"id": request_id, "pid": pid})
     return True
+
+
+def _look_ahead(words: list[str]) -> None:
+    """Ask the dump's pg_dump for its version here, once per binary, so that every child inherits the answer."""
+    from fedload.feeder.agent import remember_pg_dump_version  # noqa: PLC0415 - imported already (_PRELOAD)
+    from fedload.feeder.main import dump_options_of  # noqa: PLC0415
+
+    options = dump_options_of(words)
+    if options is not None:
+        with contextlib.suppress(Exception):  # the child asks again, and reports what fails
+            remember_pg_dump_version(options.pg_dump)
 
 
 def _stdio(fds: list[int]) -> list[int]:
