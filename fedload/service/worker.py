@@ -47,7 +47,7 @@ from fedload.superhub.bookkeeping import RunRecord
 from fedload.superhub.kept_sessions import close_kept, keep_sessions
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.session import SuperhubTarget
-from fedload.transport.warm import close_warm_agents, use_warm_agents
+from fedload.transport.warm import ZYGOTE_MODULE, close_warm_agents, use_warm_agents
 
 log = get_logger()
 
@@ -119,11 +119,11 @@ class _Progress:
             self._writer.write(frame(Progressed(state)))
 
 
-async def serve(fd: int) -> None:
+async def serve(fd: int, preload: tuple[str, ...] = ()) -> None:
     """Run what the parent sends until it closes its end; a run's superhub connection is kept for the next, and
     local agents are forked from a warm process (fedload.transport.warm)."""
     keep_sessions()
-    use_warm_agents()
+    use_warm_agents(start_now=ZYGOTE_MODULE in preload)
     try:
         await _serve(fd)
     finally:
@@ -204,11 +204,11 @@ def main(argv: list[str]) -> int:
     configure_logging(level=level, log_format=log_format)
     for module in preload:
         importlib.import_module(module)
-    asyncio.run(serve(fd))
+    asyncio.run(serve(fd, tuple(preload)))
     return 0
 
 
-def run_forked(fd: int, sigmask: set[int | signal.Signals]) -> NoReturn:
+def run_forked(fd: int, sigmask: set[int | signal.Signals], preload: tuple[str, ...] = ()) -> NoReturn:
     """The life of a worker that its parent forked (fedload.service.workers.fork_workers) with this module imported and
     logging configured, and SIGINT blocked: serve on `fd`, then exit without returning into the parent's code."""
     status = 1
@@ -220,7 +220,7 @@ def run_forked(fd: int, sigmask: set[int | signal.Signals]) -> NoReturn:
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)  # as a started worker's: the parent's terminal is not ours to read
         os.close(devnull)
-        asyncio.run(serve(fd))
+        asyncio.run(serve(fd, preload))
         status = 0
     except BaseException:  # noqa: BLE001 - reported, and the process ends here whatever happened
         traceback.print_exc()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib
 import os
 import select
@@ -171,7 +172,7 @@ def fork_workers(count: int, preload: tuple[str, ...] = ()) -> list[ForkedWorker
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # no Ctrl-C between fork and handler
     try:
         for i, (ours, _) in enumerate(pairs):
-            forked.append((_fork(i, pairs, worker.run_forked, mask), ours))
+            forked.append((_fork(i, pairs, functools.partial(worker.run_forked, preload=preload), mask), ours))
     except OSError as exc:  # EAGAIN, EMFILE...: the pool starts the rest
         log.warning("worker.fork_failed", error=str(exc), forked=len(forked))
         for _, ours in pairs[len(forked) :]:

@@ -11,6 +11,7 @@ from fedload.feeder.agent_options import AgentOptions
 from fedload.names import TableName
 from fedload.transport import Transport
 from fedload.transport.local import FEDLOAD_HERE, LocalTransport
+from fedload.transport.warm import ZYGOTE_MODULE
 
 __all__ = ["dump_command", "transport_for", "transport_modules"]
 
@@ -39,8 +40,12 @@ def dump_command(feeder: FeederConfig, transform: TransformConfig, tables: Itera
 
 
 def transport_modules(feeders: Iterable[FeederConfig]) -> tuple[str, ...]:
-    """The transport modules `feeders` need, for a worker process to import before its first run."""
-    return ("fedload.transport.ssh",) if any(f.transport == "ssh" for f in feeders) else ()
+    """The transport modules `feeders` need, for a worker process to import before its first run; with the warm
+    agents' zygote among them, a worker starts its zygote at once (fedload.transport.warm)."""
+    feeders = list(feeders)
+    ssh = any(f.transport == "ssh" for f in feeders)
+    warm = any(f.transport == "local" and f.agent and not f.agent_command for f in feeders)
+    return (*(["fedload.transport.ssh"] if ssh else []), *([ZYGOTE_MODULE] if warm else []))
 
 
 def transport_for(feeder: FeederConfig) -> Transport:

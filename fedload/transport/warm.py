@@ -28,7 +28,9 @@ from typing import Any
 from fedload.log import get_logger
 from fedload.transport.zygote import MAX_MESSAGE_BYTES
 
-__all__ = ["WarmAgent", "close_warm_agents", "start_agent", "use_warm_agents"]
+__all__ = ["ZYGOTE_MODULE", "WarmAgent", "close_warm_agents", "start_agent", "use_warm_agents"]
+
+ZYGOTE_MODULE = "fedload.transport.zygote"  # also a worker's preload: then its zygote starts with it
 
 log = get_logger()
 
@@ -77,7 +79,7 @@ class _Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", "fedload.transport.zygote", str(theirs.fileno())],
+                [sys.executable, "-m", ZYGOTE_MODULE, str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -183,6 +185,14 @@ class _WarmAgents:
             await self._retire()
             return None
 
+    def start_now(self) -> None:
+        """Start the zygote now, before the first run asks for it (its imports overlap the superhub's setup)."""
+        if self._zygote is None or not self._zygote.alive:
+            try:
+                self._zygote = _Zygote.start()
+            except OSError as exc:
+                log.warning("transport.warm_agent_unavailable", error=str(exc) or type(exc).__name__)
+
     async def _retire(self) -> None:
         zygote, self._zygote = self._zygote, None
         if zygote is not None:
@@ -195,10 +205,13 @@ class _WarmAgents:
 _agents: _WarmAgents | None = None
 
 
-def use_warm_agents() -> None:
-    """From now on, in this process, local agents are forked from a warm process (once, in a worker)."""
+def use_warm_agents(*, start_now: bool = False) -> None:
+    """From now on, in this process, local agents are forked from a warm process (once, in a worker); `start_now`:
+    its zygote starts at once rather than at the first local run."""
     global _agents  # noqa: PLW0603 - one zygote per worker process, set once at its start
     _agents = _WarmAgents()
+    if start_now:
+        _agents.start_now()
 
 
 async def close_warm_agents() -> None:

@@ -261,12 +261,20 @@ async def test_closing_a_pool_while_its_workers_start_ahead_leaves_no_process(
     assert closing_s < 10, closing_s
 
 
-def test_workers_preload_the_ssh_transport_only_where_a_feeder_uses_it(federation: Federation) -> None:
+def test_workers_preload_the_ssh_transport_and_the_warm_agents_only_where_a_feeder_uses_them(
+    federation: Federation,
+) -> None:
+    """asyncssh only where a feeder is reached over SSH; the warm agents' zygote (which a worker then starts at
+    once) only where a local feeder runs fedload's own agent."""
     local = federation.config()
-    assert transport_modules(local.feeders.values()) == ()
-    hub1 = local.feeders["hub1"].model_copy(update={"transport": "ssh", "ssh": SshConfig(host="feeder.example")})
-    with_ssh = local.model_copy(update={"feeders": {**local.feeders, "hub1": hub1}})
-    assert transport_modules(with_ssh.feeders.values()) == ("fedload.transport.ssh",)
+    assert transport_modules(local.feeders.values()) == ("fedload.transport.zygote",)
+    ssh = SshConfig(host="feeder.example")
+    all_ssh = {name: f.model_copy(update={"transport": "ssh", "ssh": ssh}) for name, f in local.feeders.items()}
+    assert transport_modules(all_ssh.values()) == ("fedload.transport.ssh",)
+    mixed = {**local.feeders, "hub1": all_ssh["hub1"]}
+    assert transport_modules(mixed.values()) == ("fedload.transport.ssh", "fedload.transport.zygote")
+    own_agents = {name: f.model_copy(update={"agent_command": ["/opt/agent"]}) for name, f in local.feeders.items()}
+    assert transport_modules(own_agents.values()) == ()
 
 
 def test_worker_processes_default_and_validation(federation: Federation) -> None:
