@@ -150,4 +150,6 @@ def _child(words: list[str], env: dict[str, str] | None, stdio: list[int]) -> No
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    status = main(sys.argv[1:])
+    sys.stderr.flush()
+    os._exit(status)  # without the interpreter's teardown (freeing every module), which the worker waits for
