@@ -8,6 +8,7 @@ import glob
 import importlib.util
 import os
 import pwd
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -58,8 +59,10 @@ def _version(bindir: Path, user: pwd.struct_passwd | None = None) -> str | None:
 
 
 def _major(version: str) -> int | None:
-    number = version.rsplit(" ", 1)[-1]
-    return int(number.split(".")[0]) if number[:1].isdigit() else None
+    """15 for "postgres (PostgreSQL) 15.20 (Debian 15.20-0+deb12u1)", 18 for a pre-release's "18beta1" or "18devel";
+    None where no number follows "(PostgreSQL)"."""
+    found = re.search(r"\(PostgreSQL\) (\d+)", version)
+    return int(found[1]) if found else None
 
 
 def _runs_as(user: pwd.struct_passwd, bindir: Path) -> bool:
