@@ -26,6 +26,7 @@ import contextlib
 import json
 import os
 import selectors
+import signal
 import socket
 import sys
 import traceback
@@ -73,13 +74,14 @@ def _take_request(sock: socket.socket, selector: selectors.BaseSelector) -> bool
         request_id = int(request["id"])
         _look_ahead(request["words"])
         pid = _fork(list(request["words"]), request.get("env"), _stdio(fds))
+        pidfd = _pidfd(pid)
     except Exception as exc:  # noqa: BLE001 - the worker falls back to exec'ing the agent, and logs why
         _send(sock, {"id": request_id, "error": f"{type(exc).__name__}: {exc}"})
         return True
     finally:
         for fd in fds:
             os.close(fd)
-    selector.register(os.pidfd_open(pid), selectors.EVENT_READ, (request_id, pid))
+    selector.register(pidfd, selectors.EVENT_READ, (request_id, pid))
     _send(sock, {"id": request_id, "pid": pid})
     return True
 
@@ -106,6 +108,16 @@ def _fork(words: list[str], env: dict[str, str] | None, stdio: list[int]) -> int
     if pid == 0:
         _child(words, env, stdio)
     return pid
+
+
+def _pidfd(pid: int) -> int:
+    """A pidfd of the new child; if none can be had, the child is killed and reaped (nobody could report its exit)."""
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise
 
 
 def _report_exit(sock: socket.socket, selector: selectors.BaseSelector, pidfd: int, child: tuple[int, int]) -> None:

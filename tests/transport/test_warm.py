@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import signal
 import subprocess
@@ -187,3 +188,23 @@ async def until(predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:
     async with asyncio.timeout(timeout_s):
         while not predicate():  # noqa: ASYNC110 - the conditions are other processes' states
             await asyncio.sleep(0.05)
+
+
+async def test_without_pidfds_the_agents_are_execd(
+    cluster: LocalCluster, feeder: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a kernel without pidfds (the zygote could not learn when its children exit) a worker starts no zygote,
+    and its local agents are started as programs."""
+
+    def no_pidfds(pid: int, flags: int = 0) -> int:
+        raise OSError(errno.ENOSYS, "pidfd_open is not implemented")
+
+    monkeypatch.setattr(os, "pidfd_open", no_pidfds)
+    use_warm_agents(start_now=True)
+    try:
+        process = await LocalTransport(read_timeout_s=30, warm=True).open(agent_argv(cluster, feeder))
+        assert agents_of(os.getpid())
+        assert (await dump_text(process))[1] == 0
+        assert not children_running(os.getpid(), ZYGOTE)
+    finally:
+        await close_warm_agents()
