@@ -39,6 +39,7 @@ from typing import Any, NoReturn, Protocol
 
 from fedload.errors import ErrorKind, FedloadError, WorkerError, internal_error
 from fedload.log import configured, get_logger, import_if_logging
+from fedload.pidfds import pidfds_work
 from fedload.results import FeederRun, Outcome, ProgressCallback
 from fedload.service._pipe import (
     Cancel,
@@ -156,7 +157,7 @@ def fork_workers(count: int, preload: tuple[str, ...] = ()) -> list[ForkedWorker
     another thread held stays locked in the child): where another thread runs, or the kernel has no pidfds, it
     forks nothing, and where a fork fails it stops there; the pool starts the workers it lacks as separate
     interpreters. Hand the result to `WorkerPool`, and to `reap_forked` once the pool is closed."""
-    if count < 1 or not _pidfds_work():
+    if count < 1 or not pidfds_work():
         return []
     from fedload.service import worker  # noqa: PLC0415 - the workers' modules, imported once for all of them
 
@@ -216,14 +217,6 @@ def reap_forked(forked: list[ForkedWorker]) -> None:
     for process, ours in forked:
         ours.close()
         process.reap_now()
-
-
-def _pidfds_work() -> bool:
-    try:
-        os.close(os.pidfd_open(os.getpid()))
-    except (AttributeError, OSError):
-        return False
-    return True
 
 
 class _Worker:

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedload.log import get_logger
+from fedload.pidfds import pidfds_work
 from fedload.transport.zygote import MAX_MESSAGE_BYTES
 
 __all__ = ["ZYGOTE_MODULE", "WarmAgent", "close_warm_agents", "start_agent", "use_warm_agents"]
@@ -209,20 +210,12 @@ def use_warm_agents(*, start_now: bool = False) -> None:
     """From now on, in this process, local agents are forked from a warm process (once, in a worker); `start_now`:
     its zygote starts at once rather than at the first local run."""
     global _agents  # noqa: PLW0603 - one zygote per worker process, set once at its start
-    if not _pidfds_work():  # the zygote learns of its children's exits through pidfds (Linux 5.3)
+    if not pidfds_work():  # the zygote learns of its children's exits through pidfds (Linux 5.3)
         log.info("transport.warm_agents_unsupported", reason="no pidfds on this kernel")
         return
     _agents = _WarmAgents()
     if start_now:
         _agents.start_now()
-
-
-def _pidfds_work() -> bool:
-    try:
-        os.close(os.pidfd_open(os.getpid()))
-    except (AttributeError, OSError):
-        return False
-    return True
 
 
 async def close_warm_agents() -> None:
