@@ -86,7 +86,9 @@ def remember_pg_dump_version(pg_dump: str) -> None:
 
 
 def _pg_dump_version(pg_dump: str) -> str:
-    identity = _binary_identity(pg_dump)
+    """The kept version where a forking parent asked this binary already; else pg_dump is asked now (an exec'd
+    agent, which has nothing kept, does not even look at the file)."""
+    identity = _binary_identity(pg_dump) if _known_versions else None
     known = _known_versions.get(identity) if identity is not None else None
     return known or _ask_version(pg_dump)
 
@@ -106,6 +108,8 @@ def _binary_identity(pg_dump: str) -> tuple[str, int, int, int, int] | None:
 
 
 def _on_path(program: str) -> str:
+    """`program` as exec finds it on PATH: shutil.which's search, without importing shutil (bz2, lzma) at every
+    agent's start."""
     if os.sep in program:
         return program
     for directory in os.environ.get("PATH", os.defpath).split(os.pathsep):
