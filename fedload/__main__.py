@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["main"]
+from fedload.feeder.main import for_the_agent
+from fedload.feeder.main import main as agent_main
 
-_AGENT_COMMANDS = (["agent", "dump"], ["agent", "ssh-command"])
+__all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `fedload`: exit 0 success, 1 the job or dump failed, 2 usage or configuration error."""
     words = sys.argv[1:] if argv is None else argv
-    if words[:2] in _AGENT_COMMANDS:
-        from fedload.feeder.main import main as agent_main  # noqa: PLC0415 - the agent without the command line
-
+    if for_the_agent(words):
         return agent_main(words, prog="fedload agent")
-    from fedload.cli import main as cli_main  # noqa: PLC0415
+    from fedload.cli import main as cli_main  # noqa: PLC0415 - the superhub's command line, not the agent's
 
     return cli_main(words)
 

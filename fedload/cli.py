@@ -15,6 +15,7 @@ from fedload import __version__
 from fedload.commands.helptext import COMMANDS, PROGRAM, PROGRAM_EPILOG
 from fedload.errors import ConfigError, FedloadError, UsageError, one_line
 from fedload.feeder.agent_options import add_arguments as add_agent_arguments
+from fedload.feeder.main import for_the_agent
 from fedload.feeder.ssh_command import add_arguments as add_ssh_command_arguments
 from fedload.log import LOG_FORMATS, configure_logging, pick_level
 from transforms.cli import positive_int
@@ -308,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `fedload` command: exit 0 success, 1 the job failed, 2 usage or configuration error."""
     words = sys.argv[1:] if argv is None else argv
-    if words[:2] in (["agent", "dump"], ["agent", "ssh-command"]):
+    if for_the_agent(words):
         return _run_agent(words)
     args = build_parser().parse_args(words)
     run: Command = args.run

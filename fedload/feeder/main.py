@@ -24,7 +24,7 @@ from fedload.feeder.errors import EXIT_USAGE, AgentError, AgentUsageError, one_l
 from fedload.feeder.helptext import AGENT_COMMANDS
 from fedload.feeder.logs import LOG_FORMATS, configure
 
-__all__ = ["add_dump_arguments", "main", "run_dump"]
+__all__ = ["add_dump_arguments", "dump_options_of", "for_the_agent", "main", "run_dump"]
 
 
 def add_logging_arguments(parser: argparse.ArgumentParser) -> None:
@@ -130,6 +130,12 @@ def _named_command(words: list[str] | None) -> str | None:
     one of the agent's; None for any other, or no words."""
     first = next((word for word in words or () if not word.startswith("-")), None)
     return first if first in _COMMANDS else None
+
+
+def for_the_agent(words: list[str]) -> bool:
+    """Whether `fedload` words are `agent dump ...` or `agent ssh-command ...`, as the superhub and sshd send them:
+    those go straight to `main`, past the superhub's command line (`fedload/__main__.py`, `fedload.cli.main`)."""
+    return words[:1] == ["agent"] and words[1:2] != [] and words[1] in _COMMANDS
 
 
 def dump_options_of(words: list[str]) -> AgentOptions | None:
