@@ -1,0 +1,60 @@
+"""The process's entry (`python -m fedload`, the console script): its exit without the interpreter's teardown, which
+must still deliver every byte written and the status, and must not cut short what a normal exit waits for."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+_BIG = 1 << 20  # more than a pipe holds: the child blocks in its flush until the test has read the rest
+
+
+def _python(code: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, timeout=60, check=False)
+
+
+def test_the_fast_exit_delivers_buffered_output_and_the_status() -> None:
+    """Output still in Python's buffers (stdout and stderr, and a logging handler's) reaches the reader, and the
+    status is the one given; nothing that runs at a normal exit (an atexit handler) runs."""
+    done = _python(f"""
+        import atexit, logging, sys
+        from fedload.__main__ import exit_now
+        atexit.register(lambda: print("TEARDOWN", file=sys.stderr))
+        logging.basicConfig(stream=sys.stderr)
+        sys.stdout.write("x" * {_BIG})
+        sys.stderr.write("last words")
+        logging.getLogger("t").warning("logged")
+        exit_now(3)
+    """)
+    assert done.returncode == 3
+    assert done.stdout == b"x" * _BIG
+    assert b"last words" in done.stderr
+    assert b"logged" in done.stderr
+    assert b"TEARDOWN" not in done.stderr
+
+
+def test_with_another_thread_alive_the_exit_is_a_normal_one() -> None:
+    """A thread still running is waited for, as a normal exit does: its last output is not lost."""
+    done = _python("""
+        import sys, threading, time
+        from fedload.__main__ import exit_now
+        def late():
+            time.sleep(0.3)
+            print("thread done", flush=True)
+        threading.Thread(target=late).start()
+        exit_now(4)
+    """)
+    assert (done.returncode, done.stdout) == (4, b"thread done\n")
+
+
+def test_the_console_script_and_python_m_exit_with_the_commands_status() -> None:
+    """`python -m fedload` ends through the entry with the command's status: 2 for a usage error, 0 for --version."""
+    usage = _fedload("no-such-command")
+    version = _fedload("--version")
+    assert usage.returncode == 2
+    assert (version.returncode, version.stdout.startswith(b"fedload ")) == (0, True)
+
+
+def _fedload(*words: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "fedload", *words], capture_output=True, timeout=60, check=False)
