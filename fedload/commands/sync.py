@@ -7,11 +7,8 @@ import asyncio
 import dataclasses
 import json
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-
-from fedload.commands.output import print_table
-from fedload.commands.progress import dry_run_table, live_progress, summary_table
 from fedload.config import Config
 from fedload.errors import ConfigError, FedloadError, UsageError
 from fedload.log import get_logger
@@ -22,6 +19,9 @@ from fedload.superhub.bookkeeping import has_history, last_sizes
 from fedload.superhub.job import superhub_target
 from fedload.superhub.session import superhub_session
 from fedload.transport.command import transport_modules
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["expected_sizes", "run_sync", "sync_with_display"]
 
@@ -63,6 +63,8 @@ def run_sync(config: Config, names: Sequence[str], *, as_json: bool = False, dry
             runs = asyncio.run(sync_feeders(config, selected, dry_run=dry_run, forked=forked))
             print(json.dumps([dataclasses.asdict(run) for run in runs]))
         else:
+            from rich.console import Console  # noqa: PLC0415 - the display's; `--json` (scripts) spares its import
+
             runs = asyncio.run(sync_with_display(config, selected, Console(), dry_run=dry_run, forked=forked))
     finally:
         reap_forked(forked)  # those the pool never took (it did not start: Ctrl-C, no superhub)
@@ -78,6 +80,9 @@ async def sync_with_display(
     forked: list[ForkedWorker] | None = None,
 ) -> list[FeederRun]:
     """Sync with a live table on a terminal (plain logs otherwise), then print the summary table."""
+    from fedload.commands.output import print_table  # noqa: PLC0415 - rich, for people: see run_sync
+    from fedload.commands.progress import dry_run_table, live_progress, summary_table  # noqa: PLC0415
+
     if console.is_terminal:
         with live_progress(console, await expected_sizes(config, names)) as progress:
             runs = await sync_feeders(config, names, progress, dry_run=dry_run, forked=forked)
