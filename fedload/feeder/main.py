@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import os
 import sys
@@ -104,11 +105,18 @@ _COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[
 def build_parser(prog: str = "fedload-agent.pyz", words: list[str] | None = None) -> argparse.ArgumentParser:
     """The zipapp's command line: dump, ssh-command, --version. Given the `words` to parse, only the command they
     name gets its options (the others are listed with their summary, and never parsed): a dump, once per feeder and
-    run, does not import the forced command's module (#36)."""
+    run, does not import the forced command's module (#36).
+
+    Built once per process and kind (argparse's building, with its gettext lookups, costs ~3 ms): the warm agent
+    process builds it when it looks ahead at a request, and each agent it forks parses with that parser."""
+    return _parser(prog, _named_command(words))
+
+
+@functools.cache
+def _parser(prog: str, named: str | None) -> argparse.ArgumentParser:
     parser = _Parser(prog=prog, description="fedload's feeder agent, as one file.")
     parser.add_argument("--version", action="version", version=f"fedload {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True, parser_class=_Parser)
-    named = _named_command(words)
     for name, (add, run) in _COMMANDS.items():
         text = AGENT_COMMANDS[name]
         command = commands.add_parser(
