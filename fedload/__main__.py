@@ -42,9 +42,10 @@ def run() -> NoReturn:
 def exit_now(status: int) -> NoReturn:
     """End the process with `status` once stdout, stderr and logging are flushed, skipping the interpreter's teardown.
 
-    Only where nothing else could still need it: with another thread alive (which a normal exit waits for), or an
-    output that cannot be flushed (a reader gone: Python reports it at exit), the process exits normally."""
-    if threading.active_count() == 1:
+    Only where nothing else could still need it: with another thread alive (which a normal exit waits for), a
+    profiler or tracer watching (`python -m cProfile -m fedload ...` writes its report at exit, coverage its data),
+    or an output that cannot be flushed (a reader gone: Python reports it at exit), the process exits normally."""
+    if threading.active_count() == 1 and sys.getprofile() is None and sys.gettrace() is None:
         try:
             logging.shutdown()
             sys.stdout.flush()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 _BIG = 1 << 20  # more than a pipe holds: the child blocks in its flush until the test has read the rest
 
@@ -46,6 +47,21 @@ def test_with_another_thread_alive_the_exit_is_a_normal_one() -> None:
         exit_now(4)
     """)
     assert (done.returncode, done.stdout) == (4, b"thread done\n")
+
+
+def test_under_a_profiler_the_exit_is_a_normal_one(tmp_path: Path) -> None:
+    """`python -m cProfile -o OUT -m fedload ...` (bench/profile_sync.py) still gets its report written at exit,
+    after a command that returns (`transform` of an empty dump) rather than raises SystemExit."""
+    report = tmp_path / "fedload.prof"
+    done = subprocess.run(
+        [sys.executable, "-m", "cProfile", "-o", str(report), "-m", "fedload", "transform"],
+        input=b"",
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0
+    assert report.stat().st_size > 0
 
 
 def test_the_console_script_and_python_m_exit_with_the_commands_status() -> None:
