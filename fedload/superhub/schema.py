@@ -13,6 +13,7 @@ from pathlib import Path
 import asyncpg
 
 from fedload.errors import SuperhubError
+from fedload.feeder.table_patterns import exact_name
 from fedload.names import TableName, TablePattern, quote_ident
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "key_literal",
     "qualified",
     "read_parents",
+    "tables_exist",
     "unmatched_patterns",
 ]
 
@@ -59,6 +61,14 @@ class ParentsSpec:
     def wanted(self, schema: str, name: str) -> bool:
         """Whether a table of the schema file is one of the parents (a pattern matches it)."""
         return any(p.matches(TableName(schema, name)) for p in self.tables)
+
+    def named_tables(self) -> list[TableName] | None:
+        """The tables the patterns name where each names exactly one table (no wildcard, no class): the schema file
+        can then add no other parent; None where a pattern could match more."""
+        try:
+            return [TableName(*exact_name(p.text)) for p in self.tables]
+        except (ValueError, TypeError):  # a pattern, or not schema.table
+            return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +167,19 @@ WHERE i.indrelid = $1
 ORDER BY ic.relname
 """
 _CONSTRAINTS = "SELECT conname, contype::text, pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = $1"
+
+
+_EXISTING = """
+SELECT count(DISTINCT (n.nspname, c.relname)) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relkind IN ('r', 'p') AND (n.nspname, c.relname) IN (SELECT * FROM unnest($1::text[], $2::text[]))
+"""
+
+
+async def tables_exist(conn: asyncpg.Connection, tables: Sequence[TableName]) -> bool:
+    """Whether every one of `tables` exists as a table (partitioned or not), in one catalog query."""
+    wanted = set(tables)
+    found = await conn.fetchval(_EXISTING, [t.schema for t in wanted], [t.name for t in wanted])
+    return bool(found == len(wanted))
 
 
 async def read_parents(

@@ -11,7 +11,10 @@ import structlog
 
 from fedload.errors import ConfigError
 from fedload.localpg import LocalCluster, PgInstall
+from fedload.names import TablePattern
+from fedload.superhub.schema import ParentsSpec
 from fedload.superhub.schema_file import check_schema_file, create_parents_from_file
+from fedload.superhub.session import create_parents
 from tests.support.federation import new_database, psql_bool, psql_int
 from tests.support.sample_schema import FEEDER_SCHEMA
 
@@ -158,3 +161,27 @@ async def test_smuggled_statements_are_never_executed(cluster: LocalCluster, tmp
     assert psql_int(cluster, "SELECT count(*) FROM pg_proc WHERE proname = 'evil'", hub) == 0
     assert psql_bool(cluster, "SELECT to_regclass('public.victim') IS NOT NULL", hub)
     assert not Path("/tmp/fedload-smuggled").exists()  # noqa: ASYNC240 - one stat of a local path
+
+
+@pytest.mark.parametrize(("tables", "read"), [(("public.t", "public.u"), False), (("public.*",), True)])
+async def test_the_file_is_read_only_when_a_parent_may_be_missing(
+    cluster: LocalCluster, tmp_path: Path, tables: tuple[str, ...], read: bool
+) -> None:
+    """Every sync prepares the superhub: where the configured tables are named exactly and all exist, the schema
+    file could create nothing and is not read (nor pglast imported); a pattern could match a table the file has and
+    the superhub lacks, so then the file is read, and its problems reported, every time."""
+    hub = _database(cluster)
+    path = tmp_path / "schema.sql"
+    path.write_text("CREATE TABLE public.t (id int);\nCREATE TABLE public.u (id int);\n")
+    parents = ParentsSpec(tuple(TablePattern(t) for t in tables), "hub_id", "integer", path)
+    conn = await asyncpg.connect(cluster.dsn(hub))
+    try:
+        assert sorted(await create_parents(conn, parents)) == ["public.t", "public.u"]
+        path.write_text("CREATE TABLE public.v (id int;\n")  # no longer valid SQL: reading it fails
+        if read:
+            with pytest.raises(ConfigError, match=r"schema\.sql:1"):
+                await create_parents(conn, parents)
+        else:
+            assert await create_parents(conn, parents) == []
+    finally:
+        await conn.close()
