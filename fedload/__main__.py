@@ -7,7 +7,8 @@ commands: issue #36, a run's fixed cost.
 
 The process then ends without the interpreter's teardown (`exit_now`): freeing every module and object one by one
 takes ~0.1-0.2 s of CPU after a sync (a process that has imported asyncpg, pydantic and rich), which nobody needs
-once stdout and stderr are flushed, and which a local agent pays at every run.
+once stdout and stderr are flushed, and which an agent started as a program (`python -m fedload agent dump`, over
+SSH or by a custom `agent_command`) pays at every run.
 """
 
 from __future__ import annotations
