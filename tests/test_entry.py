@@ -20,7 +20,7 @@ def test_the_fast_exit_delivers_buffered_output_and_the_status() -> None:
     status is the one given; nothing that runs at a normal exit (an atexit handler) runs."""
     done = _python(f"""
         import atexit, logging, sys
-        from fedload.__main__ import exit_now
+        from fedload.feeder.main import exit_now
         atexit.register(lambda: print("TEARDOWN", file=sys.stderr))
         logging.basicConfig(stream=sys.stderr)
         sys.stdout.write("x" * {_BIG})
@@ -39,7 +39,7 @@ def test_with_another_thread_alive_the_exit_is_a_normal_one() -> None:
     """A thread still running is waited for, as a normal exit does: its last output is not lost."""
     done = _python("""
         import sys, threading, time
-        from fedload.__main__ import exit_now
+        from fedload.feeder.main import exit_now
         def late():
             time.sleep(0.3)
             print("thread done", flush=True)

@@ -29,11 +29,9 @@ INTERPRETER = "/usr/bin/env python3"
 _DATE = (1980, 1, 1, 0, 0, 0)  # the earliest a zip entry can state
 _MAIN = b'''"""fedload's feeder agent as one file (built by `fedload agent pack`): dump, ssh-command, --version."""
 
-import sys
+from fedload.feeder.main import exit_now, main
 
-from fedload.feeder.main import main
-
-sys.exit(main())
+exit_now(main())
 '''
 
 

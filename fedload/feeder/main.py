@@ -3,7 +3,8 @@ parse, set up logging, run, and report a failure as one line on stderr (exit 1; 
 
 `main` is the zipapp's entry point (`python3 -I fedload-agent.pyz dump ...`, `... ssh-command ...`,
 `... --version`); it also takes `agent dump ...`, the command the superhub sends, so the zipapp can be a feeder's
-`agent_command` as it is.
+`agent_command` as it is. `exit_now` ends the process after it, without the interpreter's teardown (~35 ms of a
+zipapp dump's CPU on the feeder, at every run), for the zipapp and for `python -m fedload`.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import argparse
 import contextlib
 import functools
 import io
+import logging
 import os
 import sys
 import textwrap
+import threading
 from collections.abc import Callable
 from typing import NoReturn
 
@@ -25,7 +28,7 @@ from fedload.feeder.errors import EXIT_USAGE, AgentError, AgentUsageError, one_l
 from fedload.feeder.helptext import AGENT_COMMANDS
 from fedload.feeder.logs import LOG_FORMATS, configure
 
-__all__ = ["add_dump_arguments", "dump_options_of", "for_the_agent", "main", "run_dump"]
+__all__ = ["add_dump_arguments", "dump_options_of", "exit_now", "for_the_agent", "main", "run_dump"]
 
 
 def add_logging_arguments(parser: argparse.ArgumentParser) -> None:
@@ -168,3 +171,21 @@ def main(argv: list[str] | None = None, prog: str = "fedload-agent.pyz") -> int:
     args = build_parser(prog, words).parse_args(words)
     run: Callable[[argparse.Namespace], int] = args.run
     return run(args)
+
+
+def exit_now(status: int) -> NoReturn:
+    """End the process with `status` once stdout, stderr and logging are flushed, skipping the interpreter's teardown.
+
+    Only where nothing else could still need it: with another thread alive (which a normal exit waits for), a
+    profiler or tracer watching (`python -m cProfile -m fedload ...` writes its report at exit, coverage its data),
+    or an output that cannot be flushed (a reader gone: Python reports it at exit), the process exits normally."""
+    if threading.active_count() == 1 and sys.getprofile() is None and sys.gettrace() is None:
+        try:
+            logging.shutdown()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: the normal exit reports it as it always did
+            pass
+        else:
+            os._exit(status)
+    sys.exit(status)
