@@ -21,11 +21,11 @@ __all__ = [
     "ParentIndex",
     "ParentTable",
     "ParentsSpec",
+    "existing_tables",
     "ident",
     "key_literal",
     "qualified",
     "read_parents",
-    "tables_exist",
     "unmatched_patterns",
 ]
 
@@ -67,7 +67,7 @@ class ParentsSpec:
         can then add no other parent; None where a pattern could match more."""
         try:
             return [TableName(*exact_name(p.text)) for p in self.tables]
-        except (ValueError, TypeError):  # a pattern, or not schema.table
+        except ValueError:  # a pattern
             return None
 
 
@@ -170,16 +170,17 @@ _CONSTRAINTS = "SELECT conname, contype::text, pg_get_constraintdef(oid) FROM pg
 
 
 _EXISTING = """
-SELECT count(DISTINCT (n.nspname, c.relname)) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relkind IN ('r', 'p') AND (n.nspname, c.relname) IN (SELECT * FROM unnest($1::text[], $2::text[]))
 """
 
 
-async def tables_exist(conn: asyncpg.Connection, tables: Sequence[TableName]) -> bool:
-    """Whether every one of `tables` exists as a table (partitioned or not), in one catalog query."""
+async def existing_tables(conn: asyncpg.Connection, tables: Iterable[TableName]) -> set[TableName]:
+    """Those of `tables` that exist as tables, partitioned or not (a parent cannot be created under their names),
+    in one catalog query."""
     wanted = set(tables)
-    found = await conn.fetchval(_EXISTING, [t.schema for t in wanted], [t.name for t in wanted])
-    return bool(found == len(wanted))
+    rows = await conn.fetch(_EXISTING, [t.schema for t in wanted], [t.name for t in wanted])
+    return {TableName(schema, name) for schema, name in rows}
 
 
 async def read_parents(

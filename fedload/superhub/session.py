@@ -20,7 +20,7 @@ from fedload.errors import DumpError, FedloadError, SuperhubError, internal_erro
 from fedload.log import get_logger
 from fedload.superhub.bookkeeping import ensure_superhub, try_feeder_lock, unlock_feeder
 from fedload.superhub.rejects import is_bad_row
-from fedload.superhub.schema import ParentsSpec, tables_exist
+from fedload.superhub.schema import ParentsSpec, existing_tables
 
 __all__ = [
     "SuperhubTarget",
@@ -182,7 +182,7 @@ async def create_parents(conn: asyncpg.Connection, parents: ParentsSpec) -> list
     pglast's import and the file's parse (~0.1 s) would be paid by every `fedload sync` before its first run."""
     if parents.schema_file is None:
         return []
-    if (named := parents.named_tables()) is not None and await tables_exist(conn, named):
+    if (named := parents.named_tables()) is not None and await existing_tables(conn, named) == set(named):
         return []
     from fedload.superhub.schema_file import create_parents_from_file  # noqa: PLC0415 - pglast, not needed by worker processes
 

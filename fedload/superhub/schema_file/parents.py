@@ -11,6 +11,8 @@ import asyncpg
 
 from fedload.errors import ConfigError
 from fedload.log import get_logger
+from fedload.names import TableName
+from fedload.superhub.schema import existing_tables
 from fedload.superhub.schema_file.build import Step, plan_tables, superhub_problems, table_steps
 from fedload.superhub.schema_file.model import LeftOut, Problem, SchemaFile, Table
 from fedload.superhub.schema_file.read import read_statements
@@ -40,9 +42,6 @@ def check_schema_file(path: Path, feeder_key: str) -> list[str]:
     return [f"{sf.where(p.line)}: {p.message}" for p in sorted(sf.problems, key=lambda p: p.line)]
 
 
-_RELATIONS = """
-SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind IN ('r', 'p')
-"""
 _TYPES = "SELECT n.nspname, t.typname FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace"
 _EXTENSIONS = "SELECT name, installed_version IS NOT NULL FROM pg_available_extensions"
 
@@ -63,8 +62,8 @@ async def _prepare(
     sf = await asyncio.to_thread(read_schema_file, schema_file)
     tables = [t for t in sf.tables.values() if wanted(t.schema, t.name)]
     names = {(t.schema, t.name) for t in tables}
-    existing = {(s, n) for s, n in await conn.fetch(_RELATIONS)}
-    missing = [t for t in tables if (t.schema, t.name) not in existing]
+    existing = await existing_tables(conn, (TableName(t.schema, t.name) for t in tables))
+    missing = [t for t in tables if TableName(t.schema, t.name) not in existing]
     steps = {(t.schema, t.name): table_steps(sf, t, feeder_key, key_type) for t in missing}
     fatal = [p for p in sf.problems if p.fatal and (p.table is None or p.table in names)]
     if fatal:

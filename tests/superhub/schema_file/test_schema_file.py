@@ -163,20 +163,25 @@ async def test_smuggled_statements_are_never_executed(cluster: LocalCluster, tmp
     assert not Path("/tmp/fedload-smuggled").exists()  # noqa: ASYNC240 - one stat of a local path
 
 
-@pytest.mark.parametrize(("tables", "read"), [(("public.t", "public.u"), False), (("public.*",), True)])
+@pytest.mark.parametrize(
+    ("tables", "read"),
+    [(("public.t", 'public."Mixed"'), False), (("public.*",), True), (("public.t", "public.mixed"), True)],
+)
 async def test_the_file_is_read_only_when_a_parent_may_be_missing(
     cluster: LocalCluster, tmp_path: Path, tables: tuple[str, ...], read: bool
 ) -> None:
     """Every sync prepares the superhub: where the configured tables are named exactly and all exist, the schema
     file could create nothing and is not read (nor pglast imported); a pattern could match a table the file has and
-    the superhub lacks, so then the file is read, and its problems reported, every time."""
+    the superhub lacks, and so could a name that exists only in another case (`public.mixed` is not "Mixed"), so
+    then the file is read, and its problems reported, every time."""
     hub = _database(cluster)
     path = tmp_path / "schema.sql"
-    path.write_text("CREATE TABLE public.t (id int);\nCREATE TABLE public.u (id int);\n")
+    path.write_text('CREATE TABLE public.t (id int);\nCREATE TABLE public."Mixed" (id int);\n')
     parents = ParentsSpec(tuple(TablePattern(t) for t in tables), "hub_id", "integer", path)
     conn = await asyncpg.connect(cluster.dsn(hub))
     try:
-        assert sorted(await create_parents(conn, parents)) == ["public.t", "public.u"]
+        every_table = ParentsSpec((TablePattern("public.*"),), "hub_id", "integer", path)
+        assert sorted(await create_parents(conn, every_table)) == ["public.Mixed", "public.t"]
         path.write_text("CREATE TABLE public.v (id int;\n")  # no longer valid SQL: reading it fails
         if read:
             with pytest.raises(ConfigError, match=r"schema\.sql:1"):
