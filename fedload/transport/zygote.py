@@ -162,6 +162,7 @@ def _child(words: list[str], env: dict[str, str] | None, stdio: list[int]) -> No
 
 
 if __name__ == "__main__":
-    status = main(sys.argv[1:])
-    sys.stderr.flush()
-    os._exit(status)  # without the interpreter's teardown (freeing every module), which the worker waits for
+    from fedload.feeder.main import exit_now  # imported already (_PRELOAD)
+
+    # without the interpreter's teardown (freeing every module), which the worker waits for
+    exit_now(main(sys.argv[1:]))
