@@ -3,6 +3,7 @@ must still deliver every byte written and the status, and must not cut short wha
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -12,27 +13,34 @@ _BIG = 1 << 20  # more than a pipe holds: the child blocks in its flush until th
 
 
 def _python(code: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, timeout=60, check=False)
+    """`code` in a new interpreter with buffered standard streams, as a process under systemd or ssh has them
+    (PYTHONUNBUFFERED, set in some shells and CI images, would hide an unflushed buffer)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    argv = [sys.executable, "-c", textwrap.dedent(code)]
+    return subprocess.run(argv, capture_output=True, env=env, timeout=60, check=False)
 
 
-def test_the_fast_exit_delivers_buffered_output_and_the_status() -> None:
-    """Output still in Python's buffers (stdout and stderr, and a logging handler's) reaches the reader, and the
-    status is the one given; nothing that runs at a normal exit (an atexit handler) runs."""
+def test_the_fast_exit_delivers_buffered_output_and_the_status(tmp_path: Path) -> None:
+    """Output still in Python's buffers reaches its reader: stdout's tail after a write larger than the pipe, stderr
+    without a newline, a logging handler that holds its records until it is closed; the status is the one given,
+    and nothing that runs at a normal exit (an atexit handler) runs."""
+    log = tmp_path / "held.log"
     done = _python(f"""
-        import atexit, logging, sys
+        import atexit, logging, logging.handlers, sys
         from fedload.feeder.main import exit_now
         atexit.register(lambda: print("TEARDOWN", file=sys.stderr))
-        logging.basicConfig(stream=sys.stderr)
-        sys.stdout.write("x" * {_BIG})
-        sys.stderr.write("last words")
+        target = logging.FileHandler({str(log)!r})
+        logging.getLogger().addHandler(logging.handlers.MemoryHandler(100, logging.CRITICAL, target))
         logging.getLogger("t").warning("logged")
+        sys.stdout.write("x" * {_BIG})
+        sys.stdout.write("end")
+        sys.stderr.write("last words")
         exit_now(3)
     """)
     assert done.returncode == 3
-    assert done.stdout == b"x" * _BIG
-    assert b"last words" in done.stderr
-    assert b"logged" in done.stderr
-    assert b"TEARDOWN" not in done.stderr
+    assert done.stdout == b"x" * _BIG + b"end"
+    assert done.stderr == b"last words"
+    assert log.read_text() == "logged\n"
 
 
 def test_with_another_thread_alive_the_exit_is_a_normal_one() -> None:
