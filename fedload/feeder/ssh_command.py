@@ -24,7 +24,7 @@ from fedload import __version__
 from fedload.feeder.agent_options import COMPRESSIONS, DUMP_MODES, AgentOptions
 from fedload.feeder.agent_options import add_arguments as add_dump_arguments
 from fedload.feeder.errors import AgentError, AgentUsageError, one_line
-from fedload.feeder.table_patterns import exact_name, translate
+from fedload.feeder.table_patterns import NotAsciiError, exact_name, translate
 from transforms.batch import DEFAULT_MAX_STATEMENT_BYTES, DEFAULT_ROWS_PER_STATEMENT
 from transforms.cli import positive_int
 
@@ -65,9 +65,12 @@ class Allowlist:
         return cls(tuple(args.databases), tables, args.pg_dump, tuple(args.args), modes, compressions, *caps)
 
     def allows_table(self, table: str) -> bool:
-        """Whether a requested `--table` names exactly one table (schema.name) that an allowed pattern matches."""
+        """Whether a requested `--table` names exactly one table (schema.name) that an allowed pattern matches;
+        AgentUsageError for a character beyond ASCII outside double quotes (pg_dump would not fold it as we do)."""
         try:
             schema, name = exact_name(table)
+        except NotAsciiError as exc:
+            raise AgentUsageError(f"refused: table {exc}") from None
         except ValueError:
             return False
         return any(s.fullmatch(schema) and n.fullmatch(name) for s, n in self.tables)

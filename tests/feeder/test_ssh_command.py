@@ -104,6 +104,64 @@ def test_anything_else_is_refused(command: str | None, reason: str) -> None:
     assert refused.value.exit_status == 2
 
 
+_KEYS = _allowlist(
+    "--database=cfdb", "--allow-table=public.key", '--allow-table=public."Straße"', '--allow-table=public."\u212aey"'
+)
+
+
+@pytest.mark.parametrize(
+    ("table", "char"),
+    [
+        ("public.\u212aey", "\u212a"),  # KELVIN SIGN: str.lower() gives public.key, pg_dump dumps the table "\u212aey"
+        ("PUBLIC.\u212aEY", "\u212a"),
+        ("public.\u0130ey", "\u0130"),  # LATIN CAPITAL LETTER I WITH DOT ABOVE: str.lower() gives 'i' + U+0307
+        ("public.straße", "ß"),  # str.casefold() gives 'strasse', str.upper() 'STRASSE'
+        ("public.\uff4bey", "\uff4b"),  # FULLWIDTH LATIN SMALL LETTER K: NFKC gives 'k'
+    ],
+)
+def test_a_table_with_non_ascii_outside_quotes_is_refused(table: str, char: str) -> None:
+    """pg_dump folds only ASCII letters outside double quotes: a requested name with any other character there is
+    refused in one line (exit status 2), whatever Python's folding would make of it."""
+    with pytest.raises(AgentUsageError) as refused:
+        read_request(_request(tables=[table]), _KEYS)
+    assert str(refused.value).startswith(f"refused: table {table!r} has {char!r} (U+{ord(char):04X}) outside double")
+    assert refused.value.exit_status == 2
+
+
+def test_quoted_names_are_compared_exactly_and_ascii_letters_folded() -> None:
+    """Quoted names keep every character (a quoted non-ASCII name the allowlist names is allowed, and only that
+    one); unquoted ASCII letters fold to lower case as pg_dump folds them."""
+    for table in ('public."\u212aey"', '"public"."\u212aey"', 'public."Straße"', "PUBLIC.KEY", 'public."key"'):
+        assert read_request(_request(tables=[table]), _KEYS) == AgentOptions("cfdb", [table], quiet=True)
+    for table in ('public."Key"', 'public."\u212aEY"', 'public."straße"', 'public."STRASSE"', 'public."Strasse"'):
+        assert not _KEYS.allows_table(table)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "message"),
+    [
+        (
+            "public.\u212aey",
+            "'public.\u212aey' has '\u212a' (U+212A) outside double quotes, where pg_dump and this "
+            "check could read it differently: write names with characters beyond ASCII in double quotes, exactly as "
+            'stored (e.g. \'"public"."\u212aey"\')',
+        ),
+        ("public.\u0130*", "'public.\u0130*' has '\u0130' (U+0130) outside double quotes"),
+        (
+            '"MySchema".Foo',
+            "'\"MySchema\".Foo' has upper-case letters outside double quotes, which PostgreSQL "
+            "folds to lower case: write '\"MySchema\".foo' for the lower-case table",
+        ),
+    ],
+)
+def test_an_allowlist_pattern_is_folded_as_pg_dump_folds(pattern: str, message: str) -> None:
+    """--allow-table with a character beyond ASCII outside quotes is a usage error; the lower-case name suggested
+    for upper-case letters is pg_dump's reading (ASCII letters outside quotes), not Python's."""
+    with pytest.raises(AgentUsageError) as refused:
+        _allowlist("--database", "cfdb", "--allow-table", pattern)
+    assert str(refused.value).startswith(f"--allow-table {message}")
+
+
 def test_the_statement_caps_are_the_allowlists_own() -> None:
     """--max-rows-per-statement and --max-statement-bytes-limit: a request up to them runs, one above is refused
     (an inserts-mode dump would build its statements in the feeder's memory)."""
