@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shlex
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from fedload.feeder.errors import AgentUsageError
 from fedload.feeder.ssh_command import AGENT_VERSION, PG_DUMP_VERSION, Allowlist, add_arguments, read_request
 from fedload.results import Outcome
 from tests.feeder.zipapp import build
-from tests.support.federation import CONTEXT_COLS, HOST_COLS, Federation, sync
+from tests.support.federation import CONTEXT_COLS, HOST_COLS, Federation, sync, write_script
 from tests.support.interpreters import python_named
 from tests.support.sshd import OpenSshServer, SshServer, require_openssh
 
@@ -84,6 +85,7 @@ def test_version_probes_are_answered(command: str, answer: str) -> None:
         (_request(tables=['"Public"."__hosts"']), 'refused: table \'"Public"."__hosts"\' is not within'),
         (_request(database="host=10.0.0.9 dbname=cfdb"), "refused: database 'host=10.0.0.9 dbname=cfdb' is not one"),
         (_request(pg_dump="/bin/sh"), "refused: pg_dump '/bin/sh': this key runs only"),
+        (_request(zstd="/bin/sh"), "refused: zstd '/bin/sh': this key runs only 'zstd'"),
         (_request(pg_dump_args=["--file=/root/.ssh/authorized_keys"]), "refused: the pg_dump arguments"),
         (_request(remap=Path("/etc/shadow")), "refused: --remap is not allowed"),
         (_request(dump_mode="inserts"), "refused: --mode=inserts --compression=zstd is not allowed"),
@@ -160,6 +162,15 @@ def test_an_allowlist_pattern_is_folded_as_pg_dump_folds(pattern: str, message: 
     with pytest.raises(AgentUsageError) as refused:
         _allowlist("--database", "cfdb", "--allow-table", pattern)
     assert str(refused.value).startswith(f"--allow-table {message}")
+
+
+def test_the_dump_uses_the_allowlists_zstd() -> None:
+    """--zstd of the forced command is the zstd program of every dump it runs; a request may name only that one."""
+    allowed = _allowlist("--database=cfdb", "--allow-table=public.__*", "--zstd=/usr/bin/zstd")
+    expected = AgentOptions("cfdb", ['"public"."__hosts"'], zstd="/usr/bin/zstd", quiet=True)
+    assert read_request(_request(), allowed) == read_request(_request(zstd="/usr/bin/zstd"), allowed) == expected
+    with pytest.raises(AgentUsageError, match=r"^refused: zstd '/tmp/zstd': this key runs only '/usr/bin/zstd'$"):
+        read_request(_request(zstd="/tmp/zstd"), allowed)
 
 
 def test_the_statement_caps_are_the_allowlists_own() -> None:
@@ -276,15 +287,54 @@ async def test_refused_over_ssh_in_one_line(
     assert result.stdout == ""
 
 
+def _example_argv() -> list[str]:
+    """The forced command of deploy/authorized_keys.example's key, split as sshd's shell splits it."""
+    example = Path(__file__).resolve().parents[2] / "deploy" / "authorized_keys.example"
+    line = next(line for line in example.read_text().splitlines() if line.startswith("command="))
+    return shlex.split(line.split('"')[1])
+
+
 def test_the_example_forced_command_allows_the_example_tables() -> None:
     """deploy/authorized_keys.example's forced command reads as an allowlist that lets the superhub of the example
-    fedload.toml dump its tables from that database."""
-    repo = Path(__file__).resolve().parents[2]
-    example = repo / "deploy" / "authorized_keys.example"
-    line = next(line for line in example.read_text().splitlines() if line.startswith("command="))
-    argv = shlex.split(line.split('"')[1])
+    fedload.toml dump its tables from that database, with pg_dump and zstd named by full paths."""
+    argv = _example_argv()
     allowed = _allowlist(*argv[argv.index("ssh-command") + 1 :])
     assert argv[:3] == ["/usr/bin/python3", "-I", "/opt/fedload/fedload-agent.pyz"]
     assert allowed.databases == ("cfdb",)
     for table in ("__hosts", "__contexts", "__promiselog_repaired"):
         assert allowed.allows_table(f'"public"."{table}"')
+    assert (allowed.pg_dump, allowed.zstd) == ("/usr/lib/postgresql/15/bin/pg_dump", "/usr/bin/zstd")  # not PATH's
+
+
+async def test_sync_through_the_example_forced_command(federation: Federation, zipapp: Path, tmp_path: Path) -> None:
+    """The example's forced command as written, with this machine's zipapp, database, pg_dump and zstd in place of
+    its paths, run by sshd: a sync loads the feeder's rows exactly, compressed by the zstd program its --zstd names
+    (Debian's python3 has no zstandard module), whatever zstd sshd's PATH holds."""
+    require_openssh()
+    zstd = shutil.which("zstd")
+    if zstd is None:
+        pytest.skip("the zstd program is not installed (Debian: apt-get install zstd)")
+    used = tmp_path / "zstd.used"
+    recording = write_script(tmp_path / "zstd", f'echo "$@" >> {used}\nexec {zstd} "$@"\n')
+    ours = {
+        "/usr/bin/python3": str(python_named("system")),
+        "/opt/fedload/fedload-agent.pyz": str(zipapp),
+        "cfdb": federation.cluster.conninfo(federation.feeders["hub1"]),
+        "public.__*": "public.*",
+        "/usr/lib/postgresql/15/bin/pg_dump": federation.cluster.install.tool("pg_dump"),
+        "/usr/bin/zstd": recording,
+    }
+    example = _example_argv()
+    assert set(ours) <= set(example)
+    (tmp_path / "sshd").mkdir()
+    command = shlex.join([ours.get(word, word) for word in example])
+    server = OpenSshServer(tmp_path / "sshd", forced_command=command.replace('"', '\\"'))
+    try:
+        (run,) = await sync(federation.config(transport="ssh", ssh=server.ssh_config().model_dump()), "hub1")
+    finally:
+        server.stop()
+    assert run.outcome == Outcome.SUCCESS, run.error
+    for table, cols in (("hosts", HOST_COLS), ("contexts", CONTEXT_COLS)):
+        expected = federation.digest(federation.feeders["hub1"], table, cols)
+        assert federation.digest(federation.superhub, table, cols, "WHERE hub_id = 1") == expected
+    assert "--stream-size=" in used.read_text()  # the zstd program --zstd names compressed the stream
