@@ -253,19 +253,22 @@ async def test_check_config_connect_through_the_forced_command(forced: SshServer
     [
         ("dump-a-table", 'refused: table \'"public"."secrets"\' is not within this key\'s allowed tables'),
         ("dump-big-statements", "refused: --rows-per-statement=1000000 is above this key's --max-rows-per-statement"),
+        ("dump-kelvin", "refused: table 'public.\u212aosts' has '\u212a' (U+212A) outside double quotes, where"),
         ("cat /etc/passwd", "refused `cat /etc/passwd`: this key may only run"),
         (None, "refused a session without a command (a shell): this key may only run"),
     ],
-    ids=["table", "statement", "command", "shell"],
+    ids=["table", "statement", "non-ascii", "command", "shell"],
 )
 async def test_refused_over_ssh_in_one_line(
     forced: SshServer, federation: Federation, command: str | None, refusal: str
 ) -> None:
-    """A table outside the allowlist, inserts merged beyond its caps, another command, a shell: exit status 2 and
-    one line on stderr."""
+    """A table outside the allowlist, inserts merged beyond its caps, a table with a character beyond ASCII outside
+    quotes, another command, a shell: exit status 2 and one line on stderr."""
     database = federation.cluster.conninfo(federation.feeders["hub1"])
     if command == "dump-a-table":
         command = shlex.join(["fedload", *AgentOptions(database, ['"public"."secrets"'], quiet=True).to_argv()])
+    elif command == "dump-kelvin":
+        command = shlex.join(["fedload", *AgentOptions(database, ["public.\u212aosts"], quiet=True).to_argv()])
     elif command == "dump-big-statements":
         request = AgentOptions(database, ["public.hosts"], dump_mode="inserts", rows_per_statement=10**6, quiet=True)
         command = shlex.join(["fedload", *request.to_argv()])
