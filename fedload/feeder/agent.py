@@ -154,7 +154,7 @@ def run_agent(options: AgentOptions, out: BinaryIO) -> int:
     The stream's trailer says the same, so the superhub reports the same line.
     """
     transform = _transform_options(options)
-    compressor = choose_compressor(options.compression)
+    compressor = choose_compressor(options.compression, options.zstd)
     version = _pg_dump_version(options.pg_dump)
     header = Header(compressor.compression, options.dump_mode, __version__, version, list(options.tables))
     encoder = StreamEncoder(header, compressor.compress)

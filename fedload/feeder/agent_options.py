@@ -38,6 +38,7 @@ class AgentOptions:
     rows_per_statement: int = DEFAULT_ROWS_PER_STATEMENT
     max_statement_bytes: int = DEFAULT_MAX_STATEMENT_BYTES
     quiet: bool = False  # log warnings and errors only
+    zstd: str = "zstd"  # the zstd program where the zstandard module is missing: on PATH, or a path
 
     def __post_init__(self) -> None:
         # Tuples, so options compare equal however the sequences were given.
@@ -51,6 +52,7 @@ class AgentOptions:
         argv += [f"--mode={self.dump_mode}", f"--compression={self.compression}", f"--pg-dump={self.pg_dump}"]
         argv += [f"--rows-per-statement={self.rows_per_statement}", f"--max-statement-bytes={self.max_statement_bytes}"]
         argv += [f"--remap={self.remap}"] if self.remap is not None else []
+        argv += [f"--zstd={self.zstd}"] if self.zstd != "zstd" else []  # only when set: older agents lack it
         return [*argv, "--", *self.pg_dump_args]
 
     @classmethod
@@ -75,6 +77,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--compression", choices=COMPRESSIONS, default="zstd", help="default zstd")
     parser.add_argument("--pg-dump", default="pg_dump", metavar="PATH", help="pg_dump to run (default: from PATH)")
+    parser.add_argument(
+        "--zstd",
+        default="zstd",
+        metavar="PATH",
+        help="the zstd program, used where the zstandard module is missing (default: from PATH)",
+    )
     parser.add_argument("--quiet", action="store_true", help="log warnings and errors only")
     transforms.cli.add_arguments(parser)  # --rows-per-statement, --max-statement-bytes, --remap
     parser.add_argument("pg_dump_args", nargs="*", metavar="-- PG_DUMP_ARG", help=argparse.SUPPRESS)

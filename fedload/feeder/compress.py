@@ -1,4 +1,5 @@
-"""The agent's compressor: zstd through the zstandard module, else through the zstd program, else gzip (zlib).
+"""The agent's compressor: zstd through the zstandard module, else through the zstd program (`zstd` on PATH, or
+the one `--zstd PATH` names), else gzip (zlib).
 
 Each call compresses one stream block into one independent frame: a zstd frame stating its content size and
 carrying a checksum (what the superhub requires of a block), or a gzip member. The zstd program gets
@@ -34,9 +35,9 @@ class Compressor:
     compress: Callable[[bytes], bytes]
 
 
-def choose_compressor(requested: str) -> Compressor:
-    """The compressor for `requested` ("zstd" or "gzip"); for zstd without zstandard nor a usable zstd program,
-    gzip. Each fallback is logged, saying which compressor is used and why."""
+def choose_compressor(requested: str, zstd_program: str = "zstd") -> Compressor:
+    """The compressor for `requested` ("zstd" or "gzip"); for zstd without zstandard nor a usable `zstd_program`
+    (a name looked up on PATH, or a path), gzip. Each fallback is logged, saying which compressor is used and why."""
     if requested == "gzip":
         return gzip_compressor()
     if requested != "zstd":
@@ -44,7 +45,7 @@ def choose_compressor(requested: str) -> Compressor:
     module = zstandard_compressor()
     if module is not None:
         return module
-    program, why_not = zstd_program_compressor()
+    program, why_not = zstd_program_compressor(zstd_program)
     if program is not None:
         log.info("agent.compression_fallback", requested=requested, using=program.implementation, reason=why_not)
         return program
@@ -62,14 +63,15 @@ def zstandard_compressor() -> Compressor | None:
     return Compressor("zstd", f"the zstandard module {zstandard.__version__}", compressor.compress)
 
 
-def zstd_program_compressor() -> tuple[Compressor | None, str]:
-    """zstd through the zstd program on PATH, if there is one that writes frames the superhub reads; else None
-    and why not."""
+def zstd_program_compressor(program: str = "zstd") -> tuple[Compressor | None, str]:
+    """zstd through `program` (a name on PATH, or a path), if it writes frames the superhub reads; else None and
+    why not."""
     import shutil  # noqa: PLC0415 - with bz2 and lzma, only where the zstandard module is missing (#36)
 
-    path = shutil.which("zstd")
+    path = shutil.which(program)
     if path is None:
-        return None, "neither the zstandard module nor the zstd program (on PATH) is installed"
+        where = "on PATH" if "/" not in program else "not an executable file"
+        return None, f"neither the zstandard module nor the zstd program ({program}: {where}) is installed"
     compress = _program(path)
     try:
         sample = compress(b"fedload")

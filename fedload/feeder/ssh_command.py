@@ -5,8 +5,8 @@ probes of `fedload check-config --connect` (a command ending in `--version`: thi
 --version`: the allowed pg_dump's), runs `agent dump` when the request stays within this command's own allowlist
 (its arguments, or a file of them given as `@FILE`: the databases, the table patterns, the pg_dump and its extra
 arguments, the dump modes and compressions, the most rows and bytes the dump may merge into one INSERT in the
-feeder's memory), and refuses anything else with one line on stderr and exit status 2. The request is split with
-shlex and read by the dump's own parser, never given to a shell; the dump runs in this process.
+feeder's memory, the zstd program), and refuses anything else with one line on stderr and exit status 2. The
+request is split with shlex and read by the dump's own parser, never given to a shell; the dump runs in this process.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from fedload import __version__
 from fedload.feeder.agent_options import COMPRESSIONS, DUMP_MODES, AgentOptions
 from fedload.feeder.agent_options import add_arguments as add_dump_arguments
 from fedload.feeder.errors import AgentError, AgentUsageError, one_line
-from fedload.feeder.table_patterns import exact_name, translate
+from fedload.feeder.table_patterns import NotAsciiError, exact_name, translate
 from transforms.batch import DEFAULT_MAX_STATEMENT_BYTES, DEFAULT_ROWS_PER_STATEMENT
 from transforms.cli import positive_int
 
@@ -33,6 +33,7 @@ __all__ = ["AGENT_VERSION", "PG_DUMP_VERSION", "Allowlist", "add_arguments", "an
 AGENT_VERSION = "agent --version"
 PG_DUMP_VERSION = "pg_dump --version"
 _DEFAULT_PG_DUMP = "pg_dump"
+_DEFAULT_ZSTD = "zstd"
 _VERSION_TIMEOUT_S = 30.0
 # By default a request may merge INSERTs up to this many times the transformer's defaults (built in memory).
 _STATEMENT_CAP_FACTOR = 4
@@ -55,6 +56,7 @@ class Allowlist:
     compressions: tuple[str, ...] = COMPRESSIONS
     max_rows_per_statement: int = _MAX_ROWS_PER_STATEMENT
     max_statement_bytes: int = _MAX_STATEMENT_BYTES_LIMIT
+    zstd: str = _DEFAULT_ZSTD
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Allowlist:
@@ -62,12 +64,16 @@ class Allowlist:
         tables = tuple(map(_pattern, args.allowed_tables))
         modes, compressions = tuple(args.modes or DUMP_MODES), tuple(args.compressions or COMPRESSIONS)
         caps = (args.max_rows_per_statement, args.max_statement_bytes_limit)
-        return cls(tuple(args.databases), tables, args.pg_dump, tuple(args.args), modes, compressions, *caps)
+        allowed = (tuple(args.databases), tables, args.pg_dump, tuple(args.args), modes, compressions, *caps)
+        return cls(*allowed, zstd=args.zstd)
 
     def allows_table(self, table: str) -> bool:
-        """Whether a requested `--table` names exactly one table (schema.name) that an allowed pattern matches."""
+        """Whether a requested `--table` names exactly one table (schema.name) that an allowed pattern matches;
+        AgentUsageError for a character beyond ASCII outside double quotes (pg_dump would not fold it as we do)."""
         try:
             schema, name = exact_name(table)
+        except NotAsciiError as exc:
+            raise AgentUsageError(f"refused: table {exc}") from None
         except ValueError:
             return False
         return any(s.fullmatch(schema) and n.fullmatch(name) for s, n in self.tables)
@@ -110,6 +116,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="the pg_dump to run and to answer `pg_dump --version` with (default: from PATH); a request may name "
         "only this one or `pg_dump`",
+    )
+    parser.add_argument(
+        "--zstd",
+        default=_DEFAULT_ZSTD,
+        metavar="PATH",
+        help="the zstd program the dump uses where the zstandard module is missing (default: from PATH); a request "
+        "may name only this one or `zstd`",
     )
     parser.add_argument(
         "--allow-mode",
@@ -194,6 +207,8 @@ def _allowed_dump(options: AgentOptions, allowed: Allowlist) -> AgentOptions:
         raise AgentUsageError(f"refused: table {listed} is not within this key's allowed tables (--allow-table)")
     if options.pg_dump not in (_DEFAULT_PG_DUMP, allowed.pg_dump):
         raise AgentUsageError(f"refused: pg_dump {options.pg_dump!r}: this key runs only {allowed.pg_dump!r}")
+    if options.zstd not in (_DEFAULT_ZSTD, allowed.zstd):
+        raise AgentUsageError(f"refused: zstd {options.zstd!r}: this key runs only {allowed.zstd!r}")
     if tuple(options.pg_dump_args) != allowed.pg_dump_args:
         args = shlex.join(options.pg_dump_args)
         raise AgentUsageError(f"refused: the pg_dump arguments `{args}` are not the allowed ones (--pg-dump-arg)")
@@ -203,7 +218,7 @@ def _allowed_dump(options: AgentOptions, allowed: Allowlist) -> AgentOptions:
     if options.remap is not None:
         raise AgentUsageError("refused: --remap is not allowed through this key")
     _within_statement_caps(options, allowed)
-    return replace(options, pg_dump=allowed.pg_dump)
+    return replace(options, pg_dump=allowed.pg_dump, zstd=allowed.zstd)
 
 
 def _within_statement_caps(options: AgentOptions, allowed: Allowlist) -> None:

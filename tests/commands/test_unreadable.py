@@ -1,5 +1,9 @@
 """A directory or file the user cannot read is one line and exit 2, never a traceback: fedload run as `nobody`
-(root switches to it with runuser, as `sudo -u fedload fedload status` does in /root) in a 0700 directory."""
+(root switches to it with runuser, as `sudo -u fedload fedload status` does in /root) in a 0700 directory.
+
+`nobody` imports fedload from a world-readable copy (tests/support/readable_copy.py), so these tests pass when the
+clone itself is out of its reach too (in root's 0700 home).
+"""
 
 from __future__ import annotations
 
@@ -7,14 +11,14 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.readable_copy import readable_copy
+
 RUNUSER = shutil.which("runuser")
 
 pytestmark = pytest.mark.skipif(
@@ -23,13 +27,35 @@ pytestmark = pytest.mark.skipif(
 _CONFIG = '[superhub]\ndsn = "x"\ntables = ["public.t"]\n'
 
 
-def as_nobody(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`python -m fedload ARGS` run as user nobody in `cwd`, with this checkout and its dependencies."""
+@pytest.fixture(scope="module")
+def fedload_for_nobody() -> Iterator[Path]:
+    """A root-owned, world-readable copy of this checkout's fedload and its dependencies, for PYTHONPATH; skipped,
+    saying why, where user nobody still cannot import fedload from it."""
+    directory = readable_copy(Path(tempfile.mkdtemp(prefix="fedload-readable-")))
+    try:
+        probe = _run_as_nobody([_python(), "-c", "import fedload.cli"], directory, cwd="/")
+        if probe.returncode != 0:
+            pytest.skip(f"user nobody cannot import fedload from {directory}: {probe.stderr.strip()[-300:]}")
+        yield directory
+    finally:
+        shutil.rmtree(directory)
+
+
+def as_nobody(
+    *args: str, pythonpath: Path, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`python -m fedload ARGS` run as user nobody in `cwd`, importing fedload from `pythonpath`."""
+    return _run_as_nobody([_python(), "-m", "fedload", *args], pythonpath, cwd=cwd, env=env)
+
+
+def _run_as_nobody(
+    argv: list[str], pythonpath: Path, cwd: Path | str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     assert RUNUSER is not None
-    environment = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{REPO}:{sysconfig.get_paths()['purelib']}", **(env or {})}
+    environment = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(pythonpath), **(env or {})}
     settings = [f"{name}={value}" for name, value in environment.items()]
     return subprocess.run(
-        [RUNUSER, "-u", "nobody", "--", "env", "-i", *settings, _python(), "-m", "fedload", *args],
+        [RUNUSER, "-u", "nobody", "--", "env", "-i", *settings, *argv],
         capture_output=True,
         text=True,
         timeout=60,
@@ -65,9 +91,11 @@ def private_dir() -> Iterator[Path]:
 
 
 @pytest.mark.parametrize("command", [["status"], ["check-config"], ["sync", "--json"]])
-def test_unreadable_current_directory_is_one_line(private_dir: Path, command: list[str]) -> None:
+def test_unreadable_current_directory_is_one_line(
+    fedload_for_nobody: Path, private_dir: Path, command: list[str]
+) -> None:
     """Run in a directory the user cannot read, looking for ./fedload.toml says so in one line, exit 2."""
-    result = as_nobody(*command, cwd=private_dir)
+    result = as_nobody(*command, pythonpath=fedload_for_nobody, cwd=private_dir)
     assert result.returncode == 2
     first = result.stderr.splitlines()[0]
     assert first == (
@@ -79,7 +107,9 @@ def test_unreadable_current_directory_is_one_line(private_dir: Path, command: li
 
 @pytest.mark.parametrize("how", ["--config", "$FEDLOAD_CONFIG"])
 @pytest.mark.parametrize("private", ["file", "directory"])
-def test_unreadable_configuration_file_is_one_line(private_dir: Path, how: str, private: str) -> None:
+def test_unreadable_configuration_file_is_one_line(
+    fedload_for_nobody: Path, private_dir: Path, how: str, private: str
+) -> None:
     """A configuration file the user may not read (mode 0600, or in a 0700 directory): one line naming it, exit 2."""
     config = private_dir / "fedload.toml"
     config.write_text(_CONFIG)
@@ -87,5 +117,6 @@ def test_unreadable_configuration_file_is_one_line(private_dir: Path, how: str, 
         private_dir.chmod(0o755)
         config.chmod(0o600)
     env = {"FEDLOAD_CONFIG": str(config)} if how == "$FEDLOAD_CONFIG" else {}
-    result = as_nobody("status", *(["--config", str(config)] if how == "--config" else []), cwd=Path("/"), env=env)
+    flags = ["--config", str(config)] if how == "--config" else []
+    result = as_nobody("status", *flags, pythonpath=fedload_for_nobody, cwd=Path("/"), env=env)
     assert (result.returncode, result.stderr) == (2, f"fedload: {config}: cannot read the file: Permission denied\n")

@@ -36,6 +36,7 @@ _OPTIONS = st.builds(
     rows_per_statement=st.integers(1, 10**9),
     max_statement_bytes=st.integers(1, 10**12),
     quiet=st.booleans(),
+    zstd=_ARG,
 )
 
 

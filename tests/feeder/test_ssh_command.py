@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shlex
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from fedload.feeder.errors import AgentUsageError
 from fedload.feeder.ssh_command import AGENT_VERSION, PG_DUMP_VERSION, Allowlist, add_arguments, read_request
 from fedload.results import Outcome
 from tests.feeder.zipapp import build
-from tests.support.federation import CONTEXT_COLS, HOST_COLS, Federation, sync
+from tests.support.federation import CONTEXT_COLS, HOST_COLS, Federation, sync, write_script
 from tests.support.interpreters import python_named
 from tests.support.sshd import OpenSshServer, SshServer, require_openssh
 
@@ -84,6 +85,7 @@ def test_version_probes_are_answered(command: str, answer: str) -> None:
         (_request(tables=['"Public"."__hosts"']), 'refused: table \'"Public"."__hosts"\' is not within'),
         (_request(database="host=10.0.0.9 dbname=cfdb"), "refused: database 'host=10.0.0.9 dbname=cfdb' is not one"),
         (_request(pg_dump="/bin/sh"), "refused: pg_dump '/bin/sh': this key runs only"),
+        (_request(zstd="/bin/sh"), "refused: zstd '/bin/sh': this key runs only 'zstd'"),
         (_request(pg_dump_args=["--file=/root/.ssh/authorized_keys"]), "refused: the pg_dump arguments"),
         (_request(remap=Path("/etc/shadow")), "refused: --remap is not allowed"),
         (_request(dump_mode="inserts"), "refused: --mode=inserts --compression=zstd is not allowed"),
@@ -102,6 +104,73 @@ def test_anything_else_is_refused(command: str | None, reason: str) -> None:
         read_request(command, _ALLOWED)
     assert str(refused.value).startswith(reason)
     assert refused.value.exit_status == 2
+
+
+_KEYS = _allowlist(
+    "--database=cfdb", "--allow-table=public.key", '--allow-table=public."Straße"', '--allow-table=public."\u212aey"'
+)
+
+
+@pytest.mark.parametrize(
+    ("table", "char"),
+    [
+        ("public.\u212aey", "\u212a"),  # KELVIN SIGN: str.lower() gives public.key, pg_dump dumps the table "\u212aey"
+        ("PUBLIC.\u212aEY", "\u212a"),
+        ("public.\u0130ey", "\u0130"),  # LATIN CAPITAL LETTER I WITH DOT ABOVE: str.lower() gives 'i' + U+0307
+        ("public.straße", "ß"),  # str.casefold() gives 'strasse', str.upper() 'STRASSE'
+        ("public.\uff4bey", "\uff4b"),  # FULLWIDTH LATIN SMALL LETTER K: NFKC gives 'k'
+    ],
+)
+def test_a_table_with_non_ascii_outside_quotes_is_refused(table: str, char: str) -> None:
+    """pg_dump folds only ASCII letters outside double quotes: a requested name with any other character there is
+    refused in one line (exit status 2), whatever Python's folding would make of it."""
+    with pytest.raises(AgentUsageError) as refused:
+        read_request(_request(tables=[table]), _KEYS)
+    assert str(refused.value).startswith(f"refused: table {table!r} has {char!r} (U+{ord(char):04X}) outside double")
+    assert refused.value.exit_status == 2
+
+
+def test_quoted_names_are_compared_exactly_and_ascii_letters_folded() -> None:
+    """Quoted names keep every character (a quoted non-ASCII name the allowlist names is allowed, and only that
+    one); unquoted ASCII letters fold to lower case as pg_dump folds them."""
+    for table in ('public."\u212aey"', '"public"."\u212aey"', 'public."Straße"', "PUBLIC.KEY", 'public."key"'):
+        assert read_request(_request(tables=[table]), _KEYS) == AgentOptions("cfdb", [table], quiet=True)
+    for table in ('public."Key"', 'public."\u212aEY"', 'public."straße"', 'public."STRASSE"', 'public."Strasse"'):
+        assert not _KEYS.allows_table(table)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "message"),
+    [
+        (
+            "public.\u212aey",
+            "'public.\u212aey' has '\u212a' (U+212A) outside double quotes, where pg_dump and this "
+            "check could read it differently: write names with characters beyond ASCII in double quotes, exactly as "
+            'stored (e.g. \'"public"."\u212aey"\')',
+        ),
+        ("public.\u0130*", "'public.\u0130*' has '\u0130' (U+0130) outside double quotes"),
+        (
+            '"MySchema".Foo',
+            "'\"MySchema\".Foo' has upper-case letters outside double quotes, which PostgreSQL "
+            "folds to lower case: write '\"MySchema\".foo' for the lower-case table",
+        ),
+    ],
+)
+def test_an_allowlist_pattern_is_folded_as_pg_dump_folds(pattern: str, message: str) -> None:
+    """--allow-table with a character beyond ASCII outside quotes is a usage error; the lower-case name suggested
+    for upper-case letters is pg_dump's reading (ASCII letters outside quotes), not Python's."""
+    with pytest.raises(AgentUsageError) as refused:
+        _allowlist("--database", "cfdb", "--allow-table", pattern)
+    assert str(refused.value).startswith(f"--allow-table {message}")
+
+
+def test_the_dump_uses_the_allowlists_zstd() -> None:
+    """--zstd of the forced command is the zstd program of every dump it runs; a request may name only that one."""
+    allowed = _allowlist("--database=cfdb", "--allow-table=public.__*", "--zstd=/usr/bin/zstd")
+    expected = AgentOptions("cfdb", ['"public"."__hosts"'], zstd="/usr/bin/zstd", quiet=True)
+    assert read_request(_request(), allowed) == read_request(_request(zstd="/usr/bin/zstd"), allowed) == expected
+    with pytest.raises(AgentUsageError, match=r"^refused: zstd '/tmp/zstd': this key runs only '/usr/bin/zstd'$"):
+        read_request(_request(zstd="/tmp/zstd"), allowed)
 
 
 def test_the_statement_caps_are_the_allowlists_own() -> None:
@@ -184,19 +253,22 @@ async def test_check_config_connect_through_the_forced_command(forced: SshServer
     [
         ("dump-a-table", 'refused: table \'"public"."secrets"\' is not within this key\'s allowed tables'),
         ("dump-big-statements", "refused: --rows-per-statement=1000000 is above this key's --max-rows-per-statement"),
+        ("dump-kelvin", "refused: table 'public.\u212aosts' has '\u212a' (U+212A) outside double quotes, where"),
         ("cat /etc/passwd", "refused `cat /etc/passwd`: this key may only run"),
         (None, "refused a session without a command (a shell): this key may only run"),
     ],
-    ids=["table", "statement", "command", "shell"],
+    ids=["table", "statement", "non-ascii", "command", "shell"],
 )
 async def test_refused_over_ssh_in_one_line(
     forced: SshServer, federation: Federation, command: str | None, refusal: str
 ) -> None:
-    """A table outside the allowlist, inserts merged beyond its caps, another command, a shell: exit status 2 and
-    one line on stderr."""
+    """A table outside the allowlist, inserts merged beyond its caps, a table with a character beyond ASCII outside
+    quotes, another command, a shell: exit status 2 and one line on stderr."""
     database = federation.cluster.conninfo(federation.feeders["hub1"])
     if command == "dump-a-table":
         command = shlex.join(["fedload", *AgentOptions(database, ['"public"."secrets"'], quiet=True).to_argv()])
+    elif command == "dump-kelvin":
+        command = shlex.join(["fedload", *AgentOptions(database, ["public.\u212aosts"], quiet=True).to_argv()])
     elif command == "dump-big-statements":
         request = AgentOptions(database, ["public.hosts"], dump_mode="inserts", rows_per_statement=10**6, quiet=True)
         command = shlex.join(["fedload", *request.to_argv()])
@@ -218,15 +290,54 @@ async def test_refused_over_ssh_in_one_line(
     assert result.stdout == ""
 
 
+def _example_argv() -> list[str]:
+    """The forced command of deploy/authorized_keys.example's key, split as sshd's shell splits it."""
+    example = Path(__file__).resolve().parents[2] / "deploy" / "authorized_keys.example"
+    line = next(line for line in example.read_text().splitlines() if line.startswith("command="))
+    return shlex.split(line.split('"')[1])
+
+
 def test_the_example_forced_command_allows_the_example_tables() -> None:
     """deploy/authorized_keys.example's forced command reads as an allowlist that lets the superhub of the example
-    fedload.toml dump its tables from that database."""
-    repo = Path(__file__).resolve().parents[2]
-    example = repo / "deploy" / "authorized_keys.example"
-    line = next(line for line in example.read_text().splitlines() if line.startswith("command="))
-    argv = shlex.split(line.split('"')[1])
+    fedload.toml dump its tables from that database, with pg_dump and zstd named by full paths."""
+    argv = _example_argv()
     allowed = _allowlist(*argv[argv.index("ssh-command") + 1 :])
     assert argv[:3] == ["/usr/bin/python3", "-I", "/opt/fedload/fedload-agent.pyz"]
     assert allowed.databases == ("cfdb",)
     for table in ("__hosts", "__contexts", "__promiselog_repaired"):
         assert allowed.allows_table(f'"public"."{table}"')
+    assert (allowed.pg_dump, allowed.zstd) == ("/usr/lib/postgresql/15/bin/pg_dump", "/usr/bin/zstd")  # not PATH's
+
+
+async def test_sync_through_the_example_forced_command(federation: Federation, zipapp: Path, tmp_path: Path) -> None:
+    """The example's forced command as written, with this machine's zipapp, database, pg_dump and zstd in place of
+    its paths, run by sshd: a sync loads the feeder's rows exactly, compressed by the zstd program its --zstd names
+    (Debian's python3 has no zstandard module), whatever zstd sshd's PATH holds."""
+    require_openssh()
+    zstd = shutil.which("zstd")
+    if zstd is None:
+        pytest.skip("the zstd program is not installed (Debian: apt-get install zstd)")
+    used = tmp_path / "zstd.used"
+    recording = write_script(tmp_path / "zstd", f'echo "$@" >> {used}\nexec {zstd} "$@"\n')
+    ours = {
+        "/usr/bin/python3": str(python_named("system")),
+        "/opt/fedload/fedload-agent.pyz": str(zipapp),
+        "cfdb": federation.cluster.conninfo(federation.feeders["hub1"]),
+        "public.__*": "public.*",
+        "/usr/lib/postgresql/15/bin/pg_dump": federation.cluster.install.tool("pg_dump"),
+        "/usr/bin/zstd": recording,
+    }
+    example = _example_argv()
+    assert set(ours) <= set(example)
+    (tmp_path / "sshd").mkdir()
+    command = shlex.join([ours.get(word, word) for word in example])
+    server = OpenSshServer(tmp_path / "sshd", forced_command=command.replace('"', '\\"'))
+    try:
+        (run,) = await sync(federation.config(transport="ssh", ssh=server.ssh_config().model_dump()), "hub1")
+    finally:
+        server.stop()
+    assert run.outcome == Outcome.SUCCESS, run.error
+    for table, cols in (("hosts", HOST_COLS), ("contexts", CONTEXT_COLS)):
+        expected = federation.digest(federation.feeders["hub1"], table, cols)
+        assert federation.digest(federation.superhub, table, cols, "WHERE hub_id = 1") == expected
+    assert "--stream-size=" in used.read_text()  # the zstd program --zstd names compressed the stream

@@ -187,6 +187,36 @@ async def test_each_compressor_is_read_by_the_superhub(
     assert decoder.header.compression == compression
 
 
+@pytest.mark.parametrize("named", ["wrapper", "missing"])
+def test_the_zstd_program_named_by_option(federation: Federation, zipapp: Path, tmp_path: Path, named: str) -> None:
+    """`dump --zstd PATH` without the zstandard module and with no zstd on PATH: the stream is zstd from that
+    program; a path to no program falls back to gzip, the warning naming it."""
+    zstd = shutil.which("zstd")
+    if zstd is None:
+        pytest.skip("the zstd program is not installed (Debian: apt-get install zstd)")
+    used = tmp_path / "zstd.used"
+    program = tmp_path / "bin" / "zstd-of-the-feeder"
+    program.parent.mkdir()
+    if named == "wrapper":
+        write_script(program, f'echo "$@" >> {used}\nexec {zstd} "$@"\n')
+    database = federation.cluster.conninfo(federation.feeders["hub1"])
+    argv = [sys.executable, "-I", "-S", str(zipapp), "dump", "--log-format=json", "--database", database]
+    argv += ["--table", "public.hosts", "--pg-dump", federation.cluster.install.tool("pg_dump"), f"--zstd={program}"]
+    dump = subprocess.run(argv, capture_output=True, check=True, timeout=60, env={"PATH": str(program.parent)})
+    decoder = StreamDecoder("hub1")
+    assert b"".join(decoder.feed(dump.stdout)).count(b"\n") > 300
+    decoder.close()
+    assert decoder.header is not None
+    if named == "wrapper":
+        assert decoder.header.compression == "zstd"
+        assert "--stream-size=" in used.read_text()
+    else:
+        assert decoder.header.compression == "gzip"
+        events = {event["event"]: event for event in map(json.loads, dump.stderr.decode().splitlines())}
+        why = f"neither the zstandard module nor the zstd program ({program}: not an executable file) is installed"
+        assert events["agent.compression_fallback"]["reason"] == why
+
+
 def _loaded(fed: Federation) -> tuple[str, str]:
     return (
         fed.digest(fed.superhub, "hosts", HOST_COLS, "WHERE hub_id = 1"),
