@@ -76,7 +76,7 @@ examples:
     ),
     "feeder": CommandHelp(
         "manage the feeders the superhub holds",
-        "Commands that change which feeders' data the superhub holds.",
+        "Commands that change which feeders' data the superhub holds, and whether their runs are scheduled.",
     ),
     "feeder remove": CommandHelp(
         "drop a feeder's data (its partitions) from the superhub",
@@ -101,6 +101,26 @@ examples:
         """\
 examples:
   fedload feeder move hub7 --to s2""",
+    ),
+    "feeder pause": CommandHelp(
+        "stop a feeder's scheduled runs, keeping its data, until resumed",
+        "Record on the superhub (with [shards], the feeder's shard) that the named configured feeder is paused: "
+        "every daemon and `fedload sync` without names skip it and say so (outcome paused), until `fedload feeder "
+        "resume`; its data stays as it is, `status` shows the pause and does not count it as stale, and the stale "
+        "and failing alerts ignore it. A run under way finishes; `fedload sync NAME` still runs it (you asked). "
+        "Pausing a paused feeder keeps its start and replaces the reason (kept without --reason). "
+        "Exit status 0 paused, 1 the superhub failed, 2 a name not configured.",
+        """\
+examples:
+  fedload feeder pause hub7 --reason "hub7 upgrade, ticket OPS-42"
+  fedload feeder resume hub7""",
+    ),
+    "feeder resume": CommandHelp(
+        "end a feeder's pause: the daemons run it again",
+        "Remove the named feeder's pause (`fedload feeder pause`): the daemons run it again at their next look, "
+        "within its interval_s and at most 30 s. Resuming a feeder that is not paused says so. A feeder no longer "
+        "configured is resumed on every superhub that holds a pause of it. "
+        "Exit status 0 resumed or not paused, 1 the superhub failed, 2 a name neither configured nor paused.",
     ),
     "demo": CommandHelp(
         "try fedload locally: a superhub and three feeders, synced and explained",
