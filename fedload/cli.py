@@ -179,7 +179,9 @@ def _add_pause_parsers(feeder_commands: argparse._SubParsersAction[_Parser]) -> 
 
 def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
     sync = _command(commands, "sync", _WITH_CONFIG)
-    sync.add_argument("feeders", nargs="*", metavar="FEEDER", help="feeder names (default: all configured)")
+    sync.add_argument(
+        "feeders", nargs="*", metavar="FEEDER", help="feeder names, run even if paused (default: all but the paused)"
+    )
     sync.add_argument("--json", action="store_true", help="print the summary as JSON")
     sync.add_argument(
         "--dry-run",

@@ -49,10 +49,11 @@ examples:
     ),
     "sync": CommandHelp(
         "sync some or all feeders once, now, and print a summary",
-        "Pull each named feeder's dump (default: every configured feeder), load it and swap it in as that feeder's "
-        "partitions on the superhub, several feeders in parallel. A feeder whose dump fails keeps its old data. "
+        "Pull each named feeder's dump (default: every configured feeder but the paused ones, shown as paused), load "
+        "it and swap it in as that feeder's partitions on the superhub, several feeders in parallel. A feeder whose "
+        "dump fails keeps its old data. "
         "Live progress on a terminal, then a summary (tab-separated lines when piped, JSON with --json). "
-        "Exit status 0 if every feeder synced, 1 if some did not.",
+        "Exit status 0 if every feeder synced (or was skipped as paused), 1 if some did not.",
         """\
 examples:
   fedload sync                        # every configured feeder
@@ -71,8 +72,9 @@ examples:
         "Read the superhub's run history: per feeder the last successful sync, the age of its data (STALE when "
         "older than stale_after_s), rows, duration, the last run's outcome and error, and the next scheduled run, "
         "under a title naming the configuration file read. "
-        "Exit status 0 if no configured feeder is stale, 1 if one is (or the superhub cannot be read), "
-        "2 usage or configuration error.",
+        "A paused feeder shows its pause instead of its next run. "
+        "Exit status 0 if no configured feeder is stale (a paused one does not count), 1 if one is (or the superhub "
+        "cannot be read), 2 usage or configuration error.",
     ),
     "feeder": CommandHelp(
         "manage the feeders the superhub holds",
