@@ -29,8 +29,11 @@ def _status(config: Path) -> dict[str, dict[str, Any]]:
 
 
 def _sync_json(config: Path, *names: str) -> tuple[int, dict[str, dict[str, Any]]]:
-    result = fedload("sync", "--json", *names, "--config", str(config), timeout_s=120)
-    return result.returncode, {run["feeder"]: run for run in json.loads(result.stdout)}
+    result = fedload("--log-format", "json", "-v", "sync", "--json", *names, "--config", str(config), timeout_s=120)
+    runs = {run["feeder"]: run for run in json.loads(result.stdout)}
+    events = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    runs["(logged)"] = {"paused": [(e["feeder"], e["reason"]) for e in events if e["event"] == "sync.feeder_paused"]}
+    return result.returncode, runs
 
 
 async def test_a_sync_without_names_skips_a_paused_feeder_and_a_named_sync_runs_it(federation: Federation) -> None:
@@ -43,6 +46,7 @@ async def test_a_sync_without_names_skips_a_paused_feeder_and_a_named_sync_runs_
     assert paused.stdout.splitlines()[0].endswith(": hub2 upgrade, OPS-42")
     status, runs = _sync_json(config)
     assert status == 0
+    assert runs.pop("(logged)") == {"paused": [("hub2", "hub2 upgrade, OPS-42")]}
     assert {name: run["outcome"] for name, run in runs.items()} == {
         "hub1": "success",
         "hub2": "paused",
