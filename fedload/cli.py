@@ -151,9 +151,37 @@ def _run_feeder_remove(args: argparse.Namespace) -> int:
     return remove_feeder(config, args.name, args.table, yes=args.yes, shard=args.shard)
 
 
+def _run_feeder_pause(args: argparse.Namespace) -> int:
+    from fedload.commands.pause import pause  # noqa: PLC0415
+
+    config = _config(args)
+    _logging(args, config.log_level)
+    return pause(config, args.name, args.reason)
+
+
+def _run_feeder_resume(args: argparse.Namespace) -> int:
+    from fedload.commands.pause import resume  # noqa: PLC0415
+
+    config = _config(args)
+    _logging(args, config.log_level)
+    return resume(config, args.name)
+
+
+def _add_pause_parsers(feeder_commands: argparse._SubParsersAction[_Parser]) -> None:
+    pause = _command(feeder_commands, "feeder pause", _WITH_CONFIG)
+    pause.add_argument("name", metavar="NAME", help="the feeder's name")
+    pause.add_argument("--reason", metavar="TEXT", help="why, shown by status (again on a paused feeder: replaces it)")
+    pause.set_defaults(run=_run_feeder_pause)
+    resume = _command(feeder_commands, "feeder resume", _WITH_CONFIG)
+    resume.add_argument("name", metavar="NAME", help="the feeder's name")
+    resume.set_defaults(run=_run_feeder_resume)
+
+
 def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
     sync = _command(commands, "sync", _WITH_CONFIG)
-    sync.add_argument("feeders", nargs="*", metavar="FEEDER", help="feeder names (default: all configured)")
+    sync.add_argument(
+        "feeders", nargs="*", metavar="FEEDER", help="feeder names, run even if paused (default: all but the paused)"
+    )
     sync.add_argument("--json", action="store_true", help="print the summary as JSON")
     sync.add_argument(
         "--dry-run",
@@ -193,6 +221,7 @@ def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None
     move.add_argument("name", metavar="NAME", help="the feeder's name")
     move.add_argument("--to", required=True, metavar="SHARD", help="the shard to move it to")
     move.set_defaults(run=_run_feeder_move)
+    _add_pause_parsers(feeder_commands)
 
 
 def _run_demo(args: argparse.Namespace) -> int:

@@ -19,11 +19,12 @@ class Outcome(StrEnum):
     SUCCESS = "success"
     FAILED = "failed"
     BUSY = "busy"  # another process holds the feeder's lock: nothing done, nothing recorded
+    PAUSED = "paused"  # `fedload feeder pause`: skipped by the daemon and by a sync without names, nothing recorded
     ABANDONED = "abandoned"  # recorded as running but never finished (the process died); set by the next run
 
 
-# The outcomes `fedload.runs` holds: a busy run never starts a record.
-RECORDED_OUTCOMES = tuple(o for o in Outcome if o is not Outcome.BUSY)
+# The outcomes `fedload.runs` holds: a busy or paused run never starts a record.
+RECORDED_OUTCOMES = tuple(o for o in Outcome if o not in (Outcome.BUSY, Outcome.PAUSED))
 
 
 class Phase(StrEnum):

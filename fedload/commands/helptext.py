@@ -49,10 +49,11 @@ examples:
     ),
     "sync": CommandHelp(
         "sync some or all feeders once, now, and print a summary",
-        "Pull each named feeder's dump (default: every configured feeder), load it and swap it in as that feeder's "
-        "partitions on the superhub, several feeders in parallel. A feeder whose dump fails keeps its old data. "
+        "Pull each named feeder's dump (default: every configured feeder but the paused ones, shown as paused), load "
+        "it and swap it in as that feeder's partitions on the superhub, several feeders in parallel. A feeder whose "
+        "dump fails keeps its old data. "
         "Live progress on a terminal, then a summary (tab-separated lines when piped, JSON with --json). "
-        "Exit status 0 if every feeder synced, 1 if some did not.",
+        "Exit status 0 if every feeder synced (or was skipped as paused), 1 if some did not.",
         """\
 examples:
   fedload sync                        # every configured feeder
@@ -71,12 +72,13 @@ examples:
         "Read the superhub's run history: per feeder the last successful sync, the age of its data (STALE when "
         "older than stale_after_s), rows, duration, the last run's outcome and error, and the next scheduled run, "
         "under a title naming the configuration file read. "
-        "Exit status 0 if no configured feeder is stale, 1 if one is (or the superhub cannot be read), "
-        "2 usage or configuration error.",
+        "A paused feeder shows its pause instead of its next run. "
+        "Exit status 0 if no configured feeder is stale (a paused one does not count), 1 if one is (or the superhub "
+        "cannot be read), 2 usage or configuration error.",
     ),
     "feeder": CommandHelp(
         "manage the feeders the superhub holds",
-        "Commands that change which feeders' data the superhub holds.",
+        "Commands that change which feeders' data the superhub holds, and whether their runs are scheduled.",
     ),
     "feeder remove": CommandHelp(
         "drop a feeder's data (its partitions) from the superhub",
@@ -101,6 +103,26 @@ examples:
         """\
 examples:
   fedload feeder move hub7 --to s2""",
+    ),
+    "feeder pause": CommandHelp(
+        "stop a feeder's scheduled runs, keeping its data, until resumed",
+        "Record on the superhub (with [shards], the feeder's shard) that the named configured feeder is paused: "
+        "every daemon and `fedload sync` without names skip it and say so (outcome paused), until `fedload feeder "
+        "resume`; its data stays as it is, `status` shows the pause and does not count it as stale, and the stale "
+        "and failing alerts ignore it. A run under way finishes; `fedload sync NAME` still runs it (you asked). "
+        "Pausing a paused feeder keeps its start and replaces the reason (kept without --reason). "
+        "Exit status 0 paused, 1 the superhub failed, 2 a name not configured.",
+        """\
+examples:
+  fedload feeder pause hub7 --reason "hub7 upgrade, ticket OPS-42"
+  fedload feeder resume hub7""",
+    ),
+    "feeder resume": CommandHelp(
+        "end a feeder's pause: the daemons run it again",
+        "Remove the named feeder's pause (`fedload feeder pause`): the daemons run it again at their next look, "
+        "within its interval_s and at most 30 s. Resuming a feeder that is not paused says so. A feeder no longer "
+        "configured is resumed on every superhub that holds a pause of it. "
+        "Exit status 0 resumed or not paused, 1 the superhub failed, 2 a name neither configured nor paused.",
     ),
     "demo": CommandHelp(
         "try fedload locally: a superhub and three feeders, synced and explained",

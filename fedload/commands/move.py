@@ -38,7 +38,7 @@ from fedload.log import get_logger
 from fedload.results import FeederRun
 from fedload.scaleout.coordinator import CoordinatorReport, build_coordinator, moving_feeders
 from fedload.scaleout.shard_side import read_shard
-from fedload.superhub.bookkeeping import forget_move
+from fedload.superhub.bookkeeping import Pause, ensure_superhub, forget_move, read_pause, write_pause
 from fedload.superhub.job import feeder_job, parents_spec, superhub_target
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.removal import FeederBusyError, drop_feeder
@@ -179,9 +179,29 @@ async def _build(move: _Move, step: str, *, failed: str, config: Config | None =
 
 
 async def _allow_on(move: _Move) -> None:
-    """Forget an earlier move of the feeder away from the new shard, which would refuse its load there."""
+    """Forget an earlier move of the feeder away from the new shard, which would refuse its load there; a paused
+    feeder's pause goes there too (the old shard's is forgotten with its history)."""
+    pause = await _pause_on(move, move.came_from)
     async with superhub_session(superhub_target(move.staged, move.to)) as conn:
         await forget_move(conn, move.name)
+        if pause is not None:
+            await ensure_superhub(conn)  # a shard set up by an older fedload gets fedload.paused
+            await write_pause(conn, pause)
+
+
+async def _pause_on(move: _Move, shard: str) -> Pause | None:
+    """The feeder's pause on `shard`; None, said, if that shard cannot be read (a move off a shard that is down
+    goes on without it)."""
+    try:
+        async with superhub_session(superhub_target(move.before, shard)) as conn:
+            return await read_pause(conn, move.name)
+    except FedloadError as exc:
+        print(
+            f"feeder {move.name}: cannot read shard {shard} ({exc}); if it was paused there, "
+            f"pause it again after the move (fedload feeder pause {move.name})",
+            flush=True,
+        )
+        return None
 
 
 async def _remove_from(move: _Move, shard: str) -> None:

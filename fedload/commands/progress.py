@@ -11,7 +11,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from fedload.results import FeederRun, Phase, Progress, ProgressCallback
+from fedload.results import FeederRun, Outcome, Phase, Progress, ProgressCallback
 
 __all__ = ["dry_run_table", "live_progress", "progress_row", "summary_table"]
 
@@ -87,7 +87,8 @@ def summary_table(runs: list[FeederRun]) -> Table:
 
 
 def _outcome(run: FeederRun) -> Text:
-    outcome = Text(run.outcome, style="green" if run.succeeded else "red")
+    style = "green" if run.succeeded else "yellow" if run.outcome is Outcome.PAUSED else "red"
+    outcome = Text(run.outcome, style=style)
     if run.rejected:
         outcome.append(f" ({sum(run.rejected.values()):,} rows rejected, see fedload.rejects)", style="yellow")
     return outcome

@@ -1,4 +1,5 @@
-"""`fedload status`: per feeder, the last success, the age of its data, rows, duration, last error, next run."""
+"""`fedload status`: per feeder, the last success, the age of its data, rows, duration, last error, next run or its
+pause."""
 
 from __future__ import annotations
 
@@ -83,16 +84,33 @@ def _table(statuses: list[FeederStatus], location: ConfigLocation) -> Table:
             s.feeder + ("" if s.configured else " (not configured)"),
             *([s.shard or "-"] if sharded else []),
             s.last_success.strftime("%Y-%m-%d %H:%M:%S") if s.last_success else "-",
-            Text(f"{age} STALE", style="red") if s.stale else age,
+            _age(s, age),
             f"{s.rows:,}" if s.rows is not None else "-",
             f"{s.duration_s:.1f}" if s.duration_s is not None else "-",
             Text(_last_run(s)),
-            s.next_run.strftime("%H:%M:%S") if s.next_run else "-",
+            _next_run(s),
             _last_swap(s),
             s.last_error_kind or "",
             Text(s.last_error or ""),
         )
     return table
+
+
+def _age(s: FeederStatus, age: str) -> Text | str:
+    """The data's age, flagged STALE in red when old, unless the feeder is paused (old on purpose)."""
+    if not s.stale:
+        return age
+    return Text(f"{age} (paused)", style="yellow") if s.paused else Text(f"{age} STALE", style="red")
+
+
+def _next_run(s: FeederStatus) -> Text | str:
+    """The next scheduled run, or the feeder's pause: since when, by whom, why."""
+    if s.paused:
+        since = f" since {s.paused_since:%Y-%m-%d %H:%M:%S}" if s.paused_since else ""
+        by = f" by {s.paused_by}" if s.paused_by else ""
+        reason = f": {s.paused_reason}" if s.paused_reason else ""
+        return Text(f"PAUSED{since}{by}{reason}", style="yellow")
+    return s.next_run.strftime("%H:%M:%S") if s.next_run else "-"
 
 
 def _last_swap(s: FeederStatus) -> Text:
@@ -115,11 +133,11 @@ def _last_run(s: FeederStatus) -> str:
 
 def run_status(config: Config, *, as_json: bool, location: ConfigLocation) -> int:
     """Print the status, headed by the configuration file read (`location`; in JSON, each feeder's
-    "configuration"); 1 if some configured feeder is stale, else 0."""
+    "configuration"); 1 if some configured feeder is stale and not paused, else 0."""
     statuses = asyncio.run(read_status(config))
     if as_json:
         read = {"configuration": str(location.whole_path)}
         print(json.dumps([asdict(s) | read for s in statuses], default=str))
     else:
         print_table(_table(statuses, location), Console())
-    return 1 if any(s.stale and s.configured for s in statuses) else 0
+    return 1 if any(s.overdue for s in statuses) else 0

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from fedload.config import Config
 from fedload.errors import ConfigError, FedloadError, UsageError
 from fedload.log import get_logger
-from fedload.results import FeederRun
+from fedload.results import FeederRun, Outcome
 from fedload.service.sync import sync_feeders
 from fedload.service.workers import ForkedWorker, fork_workers, reap_forked
 from fedload.superhub.bookkeeping import has_history, last_sizes
@@ -52,23 +52,27 @@ def _selected(config: Config, names: Sequence[str]) -> list[str]:
 
 
 def run_sync(config: Config, names: Sequence[str], *, as_json: bool = False, dry_run: bool = False) -> int:
-    """Sync once (or dry-run) and print a summary; 0 if every feeder succeeded, 1 otherwise."""
-    selected = _selected(config, names)
+    """Sync once (or dry-run) and print a summary; 0 if every feeder succeeded (or, without `names`, was skipped
+    as paused), 1 otherwise. Named feeders run even when paused: a person asked."""
+    selected, skip_paused = _selected(config, names), not names
     superhub = config.superhub
     workers = min(len(selected), superhub.max_parallel_feeders, superhub.workers)
     preload = transport_modules(config.feeders.values())
     forked = fork_workers(workers, preload)  # before the event loop: see fork_workers
     try:
         if as_json:
-            runs = asyncio.run(sync_feeders(config, selected, dry_run=dry_run, forked=forked))
+            runs = asyncio.run(sync_feeders(config, selected, dry_run=dry_run, forked=forked, skip_paused=skip_paused))
             print(json.dumps([dataclasses.asdict(run) for run in runs]))
         else:
             from rich.console import Console  # noqa: PLC0415 - the display's; `--json` (scripts) spares its import
 
-            runs = asyncio.run(sync_with_display(config, selected, Console(), dry_run=dry_run, forked=forked))
+            display = sync_with_display(
+                config, selected, Console(), dry_run=dry_run, forked=forked, skip_paused=skip_paused
+            )
+            runs = asyncio.run(display)
     finally:
         reap_forked(forked)  # those the pool never took (it did not start: Ctrl-C, no superhub)
-    return 0 if all(run.succeeded for run in runs) else 1
+    return 0 if all(run.succeeded or run.outcome is Outcome.PAUSED for run in runs) else 1
 
 
 async def sync_with_display(
@@ -78,16 +82,18 @@ async def sync_with_display(
     *,
     dry_run: bool = False,
     forked: list[ForkedWorker] | None = None,
+    skip_paused: bool = False,
 ) -> list[FeederRun]:
-    """Sync with a live table on a terminal (plain logs otherwise), then print the summary table."""
+    """Sync with a live table on a terminal (plain logs otherwise), then print the summary table; `skip_paused`:
+    see `sync_feeders`."""
     from fedload.commands.output import print_table  # noqa: PLC0415 - rich, for people: see run_sync
     from fedload.commands.progress import dry_run_table, live_progress, summary_table  # noqa: PLC0415
 
     if console.is_terminal:
         with live_progress(console, await expected_sizes(config, names)) as progress:
-            runs = await sync_feeders(config, names, progress, dry_run=dry_run, forked=forked)
+            runs = await sync_feeders(config, names, progress, dry_run=dry_run, forked=forked, skip_paused=skip_paused)
     else:
-        runs = await sync_feeders(config, names, dry_run=dry_run, forked=forked)
+        runs = await sync_feeders(config, names, dry_run=dry_run, forked=forked, skip_paused=skip_paused)
     print_table(summary_table(runs), console)
     if dry_run:
         print_table(dry_run_table(runs), console)

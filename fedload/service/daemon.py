@@ -5,6 +5,9 @@
 - SIGTERM/SIGINT: two-phase shutdown. Start nothing new, let running syncs finish for `shutdown_grace_s`, then
   cancel them (their transactions roll back: old data intact, no staging left).
 - SIGHUP: reload the configuration file; an invalid one is logged and the running configuration kept.
+- A paused feeder (`fedload feeder pause`) is skipped: each due run asks its superhub first, and a paused one is
+  asked again at its interval, at most `PAUSED_RECHECK_S` later (a resume takes effect within that); a run under
+  way finishes.
 - systemd: READY=1 as soon as the configuration is valid and signals are handled, even while the superhub is
   unreachable (the daemon retries with backoff and says so in STATUS=, so a down superhub at boot is not a start
   timeout); WATCHDOG=1 pings when WatchdogSec is set, from the start; RELOADING=1/STOPPING=1.
@@ -32,6 +35,7 @@ from fedload.results import FeederRun, Outcome
 from fedload.service import systemd
 from fedload.service.coordinator_keeper import CoordinatorKeeper
 from fedload.service.daemon_metrics import DaemonMetricsService
+from fedload.service.pauses import PAUSED_RECHECK_S, PauseWatch
 from fedload.service.schedule import FeederSchedule, after_failure, after_success, first_run
 from fedload.service.workers import worker_pool
 from fedload.superhub.bookkeeping import store_next_run
@@ -94,6 +98,7 @@ class Daemon:
         self._metrics = DaemonMetricsService(
             config.daemon.metrics_listen, self._history, self._pool, lambda: self.config, shard=shard
         )
+        self._pauses = PauseWatch(self._history, changed=self._metrics.poke)
         self._wake = asyncio.Event()
         self._stopping = False
         self._reload_requested = False
@@ -243,6 +248,8 @@ class Daemon:
     async def _sync(self, name: str) -> FeederRun:
         """One run of a feeder, in a worker process if the daemon has them."""
         job = self._jobs[name]  # with shards, the feeder's shard is its superhub
+        if (skipped := await self._pauses.skipped(job)) is not None:
+            return skipped
         if self._pool is None:
             return await sync_feeder(job, history=self._history)
         return await self._pool.run(job, history=self._history)
@@ -258,9 +265,12 @@ class Daemon:
             log.error("daemon.run_crashed", feeder=name, exc_info=exc)
             self._metrics.record(FeederRun.failed(name, internal_error(exc), kind=ErrorKind.INTERNAL, seconds=0.0))
         run = None if exc is not None else task.result()
+        previous = self._schedules[name]
+        if run is not None and run.outcome is Outcome.PAUSED:  # asked again soon; its schedule in status stays
+            self._schedules[name] = FeederSchedule(now + min(interval, PAUSED_RECHECK_S), previous.failures)
+            return
         if run is not None:
             self._metrics.record(run)
-        previous = self._schedules[name]
         if run is not None and run.outcome is Outcome.SUCCESS:
             self._schedules[name] = after_success(now, interval, self._rng)
             self._coordinator.loaded(name)  # a pending feeder: the coordinator is built again to read it there

@@ -66,6 +66,10 @@ class DaemonMetrics:
         self.lock_failing = self._gauge(
             "feeder_swap_lock_failures", "Runs since the last success that failed for want of locks.", feeder
         )
+        self.paused = self._gauge("feeder_paused", "1 while the feeder is paused (feeder pause), else 0.", feeder)
+        self.paused_since = self._gauge(
+            "feeder_paused_since_timestamp_seconds", "When the feeder was paused (no series when it is not).", feeder
+        )
         self.superhub_up = self._gauge(
             "superhub_up",
             "1 if the last bookkeeping query on the superhub (with shards: on every shard this daemon loads) worked.",
@@ -113,6 +117,8 @@ class DaemonMetrics:
                 _forget(metric, name)
             for gauge in (self.last_success, self.last_run, self.failing, self.lock_failing):
                 _forget(gauge, name)
+            for gauge in (self.paused, self.paused_since):
+                _forget(gauge, name)
 
     def set_shards(self, shards: dict[str, str | None]) -> None:
         """Each feeder's shard (None: no shards), replacing the feeders' earlier ones."""
@@ -127,8 +133,11 @@ class DaemonMetrics:
         return {(sample.labels["feeder"], sample.labels["shard"]) for sample in samples}
 
     def record_run(self, run: FeederRun) -> None:
-        """Count a finished run (a busy one too: it did nothing, the outcome says so)."""
+        """Count a finished run (a busy one too: it did nothing, the outcome says so); a paused feeder's skipped
+        run is no run (`fedload_feeder_paused` says it is paused)."""
         name = run.feeder
+        if run.outcome is Outcome.PAUSED:
+            return
         self.runs.labels(name, run.outcome).inc()
         if run.outcome is Outcome.BUSY:
             return
@@ -150,6 +159,8 @@ class DaemonMetrics:
             _set(self.last_run, state.feeder, state.last_run_s)
             self.failing.labels(state.feeder).set(state.failures)
             self.lock_failing.labels(state.feeder).set(state.swap_lock_failures)
+            self.paused.labels(state.feeder).set(0 if state.paused_since_s is None else 1)
+            _set(self.paused_since, state.feeder, state.paused_since_s)
 
 
 def _set(gauge: Gauge, feeder: str, value: float | None) -> None:

@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from fedload.config import Config
 from fedload.errors import ErrorKind, internal_error
 from fedload.log import get_logger
-from fedload.results import FeederRun, ProgressCallback
+from fedload.results import FeederRun, Outcome, Progress, ProgressCallback
 from fedload.service.coordinator_keeper import CoordinatorKeeper
+from fedload.service.pauses import pause_of, paused_run
 from fedload.service.workers import ForkedWorker, worker_pool
 from fedload.superhub.bookkeeping.connection import ShardHistories
 from fedload.superhub.job import feeder_jobs, parents_spec, superhub_target
@@ -32,12 +33,14 @@ async def sync_feeders(
     *,
     dry_run: bool = False,
     forked: list[ForkedWorker] | None = None,
+    skip_paused: bool = False,
 ) -> list[FeederRun]:
     """Sync the named feeders, at most `max_parallel_feeders` at a time; results in the order of `names`.
 
     A dry run reads every dump and loads it into staging tables like a sync, checks that the swap is allowed,
     and rolls back: nothing on the superhub changes, not even the run history. `forked`: the first worker
-    processes, forked before the event loop started (`fork_workers`).
+    processes, forked before the event loop started (`fork_workers`). `skip_paused`: a paused feeder (`fedload
+    feeder pause`) is not run, its result says so (outcome paused); `fedload sync` without names.
     """
     slots = asyncio.Semaphore(config.superhub.max_parallel_feeders)
     history = ShardHistories()  # one connection (per shard) records every feeder's runs
@@ -47,6 +50,11 @@ async def sync_feeders(
     coordinator = CoordinatorKeeper(built, feeders=lambda _: names)
 
     async def one(name: str) -> FeederRun:
+        if skip_paused and (pause := await pause_of(history, jobs[name])) is not None:
+            log.info("sync.feeder_paused", feeder=name, reason=pause.reason, since=str(pause.since), by=pause.by)
+            if progress is not None:
+                progress(Progress(name, phase=Outcome.PAUSED))
+            return paused_run(pause)
         if not await coordinator.ready(name, wait_s=COORDINATOR_WAIT_S):
             return _not_built(name, config)
         async with slots:

@@ -1,4 +1,5 @@
-"""Each feeder's state as the run history (`fedload.runs`) tells it: last success, last finished run, failures since.
+"""Each feeder's state as the run history (`fedload.runs`) tells it: last success, last finished run, failures since;
+and its pause (`fedload.paused`).
 
 One cheap query (three index lookups per feeder on `runs_feeder_started`), read by the daemon's metrics at start-up
 and after each run, so that a restarted daemon reports the same freshness as the one before it.
@@ -19,7 +20,7 @@ _QUERY = """
 SELECT f.feeder,
        extract(epoch FROM s.finished_at)::float8 AS last_success_s,
        extract(epoch FROM r.finished_at)::float8 AS last_run_s,
-       c.failures, c.swap_lock_failures
+       c.failures, c.swap_lock_failures, extract(epoch FROM p.paused_at)::float8 AS paused_since_s
 FROM unnest($1::text[]) AS f (feeder)
 LEFT JOIN LATERAL (
     SELECT started_at, finished_at FROM fedload.runs
@@ -33,6 +34,7 @@ CROSS JOIN LATERAL (
     SELECT count(*) AS failures, count(*) FILTER (WHERE swap_lock_failed) AS swap_lock_failures FROM fedload.runs
     WHERE feeder = f.feeder AND outcome = ANY($4::text[]) AND started_at > coalesce(s.started_at, '-infinity')
 ) c
+LEFT JOIN fedload.paused p ON p.feeder = f.feeder
 ORDER BY f.feeder
 """
 _FAILED = [Outcome.FAILED, Outcome.ABANDONED]
@@ -47,6 +49,7 @@ class FeederState:
     last_run_s: float | None
     failures: int  # finished runs that failed since the last success (or ever, if it never succeeded)
     swap_lock_failures: int  # of those, runs whose swap never got its locks
+    paused_since_s: float | None = None  # `fedload feeder pause`: since when; None when not paused
 
 
 async def read_feeder_states(conn: asyncpg.Connection, feeders: list[str]) -> list[FeederState]:
@@ -59,6 +62,7 @@ async def read_feeder_states(conn: asyncpg.Connection, feeders: list[str]) -> li
             last_run_s=r["last_run_s"],
             failures=r["failures"],
             swap_lock_failures=r["swap_lock_failures"],
+            paused_since_s=r["paused_since_s"],
         )
         for r in records
     ]

@@ -1,4 +1,5 @@
-"""`fedload status`'s reading of the bookkeeping: per feeder, its last success and run, failures, swaps, next run."""
+"""`fedload status`'s reading of the bookkeeping: per feeder, its last success and run, failures, swaps, next run,
+pause."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ WITH feeders AS (
     SELECT unnest($1::text[]) AS feeder
     UNION SELECT feeder FROM fedload.runs
     UNION SELECT feeder FROM fedload.schedule
+    UNION SELECT feeder FROM fedload.paused
 ), last_success AS (
     SELECT DISTINCT ON (feeder) feeder, finished_at, rows, extract(epoch FROM finished_at - started_at) AS seconds
     FROM fedload.runs WHERE outcome = $2 ORDER BY feeder, finished_at DESC
@@ -37,12 +39,14 @@ SELECT f.feeder, s.finished_at AS last_success, extract(epoch FROM now() - s.fin
        w.swap_lock_ms AS swap_wait_ms, w.swap_attempts, w.cancelled_backends,
        (SELECT count(*) FROM fedload.runs x WHERE x.feeder = f.feeder AND x.swap_lock_failed AND x.id > coalesce(
            (SELECT max(y.id) FROM fedload.runs y WHERE y.feeder = f.feeder AND y.outcome = $2), 0)
-       ) AS swap_lock_failures
+       ) AS swap_lock_failures,
+       p.feeder IS NOT NULL AS paused, p.reason AS paused_reason, p.paused_at AS paused_since, p.paused_by
 FROM feeders f
 LEFT JOIN last_success s USING (feeder)
 LEFT JOIN last_run r USING (feeder)
 LEFT JOIN last_swap w USING (feeder)
 LEFT JOIN fedload.schedule sc USING (feeder)
+LEFT JOIN fedload.paused p USING (feeder)
 ORDER BY f.feeder
 """
 
@@ -69,6 +73,16 @@ class FeederStatus:
     cancelled_backends: int | None = None  # and the queries it cancelled
     swap_lock_failures: int = 0  # runs since the last success that failed for want of locks
     shard: str | None = None  # with [shards]: the shard whose history this is (the feeder's, if configured)
+    paused: bool = False  # `fedload feeder pause`: the daemon and a sync without names skip it
+    paused_reason: str | None = None
+    paused_since: datetime | None = None
+    paused_by: str | None = None  # user@host of the `feeder pause`
+
+    @property
+    def overdue(self) -> bool:
+        """Stale, configured and not paused: what makes `fedload status` exit 1 (a paused feeder's data is old on
+        purpose)."""
+        return self.stale and self.configured and not self.paused
 
     @property
     def swaps_starved(self) -> bool:
@@ -109,4 +123,8 @@ def _status(r: asyncpg.Record, stale_after_s: float, shard: str | None) -> Feede
         cancelled_backends=r["cancelled_backends"],
         swap_lock_failures=r["swap_lock_failures"],
         shard=shard,
+        paused=r["paused"],
+        paused_reason=r["paused_reason"],
+        paused_since=r["paused_since"],
+        paused_by=r["paused_by"],
     )

@@ -1,4 +1,4 @@
-"""A feeder's whole bookkeeping: its run history, schedule and rejected rows."""
+"""A feeder's whole bookkeeping: its run history, schedule, pause and rejected rows."""
 
 from __future__ import annotations
 
@@ -8,18 +8,22 @@ from fedload.superhub.bookkeeping.rejects import forget_rejects
 
 __all__ = ["forget_feeder", "known_feeders"]
 
-_KNOWN = "SELECT feeder FROM fedload.runs UNION SELECT feeder FROM fedload.schedule ORDER BY 1"
+_KNOWN = (
+    "SELECT feeder FROM fedload.runs UNION SELECT feeder FROM fedload.schedule "
+    "UNION SELECT feeder FROM fedload.paused ORDER BY 1"
+)
 
 
 async def forget_feeder(conn: asyncpg.Connection, feeder: str) -> int:
-    """Delete the feeder's run history, schedule and rejected rows (after its removal); the runs deleted."""
+    """Delete the feeder's run history, schedule, pause and rejected rows (after its removal); the runs deleted."""
     async with conn.transaction():
         await forget_rejects(conn, feeder)
         await conn.execute("DELETE FROM fedload.schedule WHERE feeder = $1", feeder)
+        await conn.execute("DELETE FROM fedload.paused WHERE feeder = $1", feeder)
         deleted: str = await conn.execute("DELETE FROM fedload.runs WHERE feeder = $1", feeder)
     return int(deleted.rsplit(maxsplit=1)[-1])
 
 
 async def known_feeders(conn: asyncpg.Connection) -> list[str]:
-    """The feeders the bookkeeping knows of (a run or a scheduled run), by name."""
+    """The feeders the bookkeeping knows of (a run, a scheduled run or a pause), by name."""
     return [record["feeder"] for record in await conn.fetch(_KNOWN)]

@@ -61,6 +61,12 @@ CREATE TABLE IF NOT EXISTS fedload.moved (
     to_shard text NOT NULL,
     moved_at timestamptz NOT NULL DEFAULT now()
 );
+CREATE TABLE IF NOT EXISTS fedload.paused (
+    feeder text PRIMARY KEY,
+    reason text,
+    paused_at timestamptz NOT NULL DEFAULT now(),
+    paused_by text
+);
 """
 # The bootstrap's own fingerprint, kept as the comment of fedload.runs: while it matches and fedload's tables and
 # schemas exist, a run skips the bootstrap, whose ALTER TABLE would lock fedload.runs (and queue every run behind
@@ -70,7 +76,7 @@ _BOOTSTRAP += f"COMMENT ON TABLE fedload.runs IS '{_SCHEMA_MARK}';\n"
 _IS_CURRENT = f"""
 SELECT coalesce(obj_description(to_regclass('fedload.runs'), 'pg_class') = $1, false)
    AND to_regclass('fedload.rejects') IS NOT NULL AND to_regclass('fedload.schedule') IS NOT NULL
-   AND to_regclass('fedload.moved') IS NOT NULL
+   AND to_regclass('fedload.moved') IS NOT NULL AND to_regclass('fedload.paused') IS NOT NULL
    AND to_regnamespace('{STAGE_SCHEMA}') IS NOT NULL AND to_regnamespace('{PARTS_SCHEMA}') IS NOT NULL
 """
 
