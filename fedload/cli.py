@@ -17,7 +17,7 @@ from fedload.errors import ConfigError, FedloadError, UsageError, one_line
 from fedload.feeder.agent_options import add_arguments as add_agent_arguments
 from fedload.feeder.main import for_the_agent
 from fedload.feeder.ssh_command import add_arguments as add_ssh_command_arguments
-from fedload.log import LOG_FORMATS, configure_logging, pick_level
+from fedload.log import LOG_FORMATS, configure_logging, journal_prefix, pick_level
 from transforms.cli import positive_int
 
 if TYPE_CHECKING:
@@ -356,8 +356,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _report(args: argparse.Namespace, problems: list[str], prefix: str = "") -> None:
-    """Each problem as one line on stderr; with --json, also `{"error": ...}` on stdout, so JSON readers get JSON."""
+    """Each problem as one line on stderr (under systemd at error priority: a refused `systemctl reload` says why in
+    `journalctl -p err`); with --json, also `{"error": ...}` on stdout, so JSON readers get JSON."""
+    priority = journal_prefix("error")
     for problem in problems:
-        print(f"fedload: {prefix}{problem}", file=sys.stderr)
+        print(f"{priority}fedload: {prefix}{problem}", file=sys.stderr)
     if getattr(args, "json", False):
         print(json.dumps({"error": "; ".join(problems)}))

@@ -32,6 +32,7 @@ __all__ = [
     "configured",
     "get_logger",
     "import_if_logging",
+    "journal_prefix",
     "pick_level",
     "without_passwords",
 ]
@@ -71,6 +72,12 @@ def _stderr_is_journal() -> bool:
         return (stat.st_dev, stat.st_ino) == (int(device), int(inode))
     except (AttributeError, ValueError, OSError):  # no variable, no stderr file, or not numbers
         return False
+
+
+def journal_prefix(level: str) -> str:
+    """The syslog priority prefix for a line at `level` (`"error"`: `<3>`) that a program writes to stderr itself,
+    such as a command's one-line error, where stderr is the journal's stream; "" elsewhere."""
+    return f"<{_PRIORITIES[level]}>" if _stderr_is_journal() else ""
 
 
 def _with_priority(render: Any) -> Any:

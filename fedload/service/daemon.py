@@ -119,7 +119,7 @@ class Daemon:
                 now = time.monotonic()
                 feeders = self._feeders(self.config).items()
                 self._schedules = {name: first_run(now, f.interval_s, self._rng) for name, f in feeders}
-                systemd.notify(f"STATUS=scheduling {counted(len(self._schedules), 'feeder')}")
+                self._notify_scheduling()
                 log.info("daemon.started", feeders=sorted(self._schedules))
                 await self._loop()
         finally:  # also after a bug in the loop: the running syncs get their grace period
@@ -143,8 +143,12 @@ class Daemon:
         while not self._stopping:
             if self._reload_requested:
                 self._reload()
+                self._notify_scheduling()  # a reload may have added or removed feeders
             self._start_due()
             await self._sleep_until_next()
+
+    def _notify_scheduling(self) -> None:
+        systemd.notify(f"STATUS=scheduling {counted(len(self._schedules), 'feeder')}")
 
     def _install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()

@@ -37,11 +37,12 @@ def config_option(command: str) -> list[str]:
 
 
 def test_reload_checks_the_same_file_before_the_signal() -> None:
-    """ExecReload: first `fedload check-config` with the same configuration as ExecStart, then kill -HUP."""
+    """ExecReload: first `fedload check-config` with the same configuration as ExecStart, then the shell's kill -HUP
+    (/bin/kill is not on a minimal Debian: tests/install/test_systemd_unit.py runs the unit there)."""
     service = service_settings()
     first, signal = service["ExecReload"]
     assert shlex.split(first)[:2] == [FEDLOAD, "check-config"]
-    assert signal == "/bin/kill -HUP $MAINPID"
+    assert shlex.split(signal) == ["/bin/sh", "-c", 'kill -HUP "$MAINPID"']
     (start,) = service["ExecStart"]
     assert shlex.split(start)[:1] == [FEDLOAD]
     assert config_option(first) == config_option(start) == config_option(service["ExecStartPre"][0])
@@ -76,3 +77,18 @@ def test_the_reload_check_refuses_an_invalid_file(tmp_path: Path) -> None:
     accepted = reload_check()
     assert accepted.returncode == 0, accepted.stderr
     assert accepted.stdout.startswith(f"configuration {config} (")
+
+
+def test_the_reload_checks_refusal_reaches_the_journal_at_error_priority(tmp_path: Path) -> None:
+    """Under systemd (stderr the journal's stream, JOURNAL_STREAM naming it), check-config's refusal starts with
+    `<3>`, so `journalctl -u fedload -p err` shows why a reload or start was refused."""
+    config = tmp_path / "fedload.toml"
+    config.write_text('[superhub]\ndsn = "x"\ntables = ["public.t"]\nunknown = 1\n')
+    stderr = tmp_path / "stderr"
+    with stderr.open("wb") as journal:
+        stat = os.fstat(journal.fileno())
+        env = {"PATH": os.environ["PATH"], "JOURNAL_STREAM": f"{stat.st_dev}:{stat.st_ino}"}
+        argv = [sys.executable, "-m", "fedload", "check-config", "--config", str(config)]
+        refused = subprocess.run(argv, env=env, stderr=journal, timeout=60, check=False)
+    assert refused.returncode == 2
+    assert stderr.read_text() == f"<3>fedload: {config}: superhub.unknown: unknown key (misspelt?)\n"

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -24,7 +25,7 @@ from fedload.config import parse_config
 from fedload.errors import ConfigError, ErrorKind
 from fedload.results import FeederRun, Outcome
 from fedload.service.metrics import DaemonMetrics
-from fedload.superhub.bookkeeping import FeederState
+from fedload.superhub.bookkeeping import FeederState, read_feeder_states
 from tests.support.federation import DaemonProcess, Federation, config_toml, runs_exist, successes, sync, write_script
 from tests.support.shards import sharded, sharded_toml
 
@@ -160,6 +161,17 @@ def test_metrics_agree_with_the_run_history(
     assert samples["process_start_time_seconds", ()] > 0
     assert ("python_info", (("implementation", "CPython"), *sorted(_python_version().items()))) in samples
     assert daemon.stop() == 0
+
+
+async def test_a_superhub_without_history_reads_as_no_runs(federation: Federation) -> None:
+    """Before a daemon's first set-up creates fedload.runs, its metrics' read of the history finds no runs rather
+    than failing (a first start warned `relation "fedload.runs" does not exist` and reported the superhub down)."""
+    conn = await asyncpg.connect(federation.cluster.dsn(federation.superhub))
+    try:
+        states = await read_feeder_states(conn, ["hub2", "hub1"])
+    finally:
+        await conn.close()
+    assert states == [FeederState("hub1", None, None, 0, 0), FeederState("hub2", None, None, 0, 0)]
 
 
 def _python_version() -> dict[str, str]:

@@ -53,8 +53,12 @@ class FeederState:
 
 
 async def read_feeder_states(conn: asyncpg.Connection, feeders: list[str]) -> list[FeederState]:
-    """The state of each of `feeders` (with or without history)."""
-    records = await conn.fetch(_QUERY, feeders, Outcome.SUCCESS, Outcome.RUNNING, _FAILED)
+    """The state of each of `feeders` (with or without history). A superhub without fedload.runs yet (a daemon's
+    metrics read it before the daemon's first set-up creates it) has no history: every feeder without runs."""
+    try:
+        records = await conn.fetch(_QUERY, feeders, Outcome.SUCCESS, Outcome.RUNNING, _FAILED)
+    except asyncpg.UndefinedTableError:
+        return [FeederState(feeder, None, None, failures=0, swap_lock_failures=0) for feeder in sorted(feeders)]
     return [
         FeederState(
             feeder=r["feeder"],
