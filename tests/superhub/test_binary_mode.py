@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,6 +17,9 @@ from fedload.localpg import LocalCluster, find_installs
 from fedload.results import Outcome
 from fedload.superhub.job import feeder_job
 from fedload.superhub.pipeline import sync_feeder
+from tests.support import binary_faults
+from tests.support.federation import AGENT, Federation, failing_after_first_sync, sync, write_script
+from tests.support.fix_tally import Category
 
 MAJORS = (15, 17, 18)
 # Every built-in type family, with its limits and special values; `mood` (an enum) and `wide` (int4 on the feeder,
@@ -148,3 +152,32 @@ async def test_every_type_family_crosses_majors_exactly(
     assert "column m: the superhub takes its type only as text" in fallbacks["public.moods"]
     assert "integer (OID 23) on the feeder, OID 20 on the superhub" in fallbacks["public.wide"]
     assert "the superhub takes its type only as text" in fallbacks["public.words"]
+
+
+@pytest.mark.parametrize(
+    ("how", "error"),
+    [
+        ("flip", "row field count is 32767, expected 5"),
+        ("cut", "table public.hosts: the feeder sent 301 rows but 300 were loaded"),
+    ],
+)
+async def test_a_damaged_binary_stream_fails_the_run_and_keeps_old_data(
+    federation: Federation, category: Category, how: str, error: str
+) -> None:
+    """Binary COPY data that is malformed, or cut at a row (which PostgreSQL itself accepts), fails the run; the
+    feeder's previous data stays."""
+    category("fault:binary stream damaged")
+    damaging = f'{AGENT} "$@" | {sys.executable} {binary_faults.__file__} {how}\n'
+    run = await failing_after_first_sync(federation, damaging, dump_mode="binary")
+    assert error in (run.error or "")
+
+
+async def test_an_agent_older_than_binary_mode_is_told_to_upgrade(federation: Federation) -> None:
+    """An agent that refuses --mode=binary (it predates it) fails the run with a line naming the side to upgrade."""
+    old = write_script(
+        federation.tmp / "old-agent",
+        "echo \"fedload agent: error: argument --mode: invalid choice: 'binary'\" >&2\nexit 2\n",
+    )
+    (run,) = await sync(federation.config(dump_mode="binary", agent_command=[old]), "hub1")
+    assert run.outcome == Outcome.FAILED
+    assert "upgrade fedload on the feeder" in (run.error or "")
