@@ -36,7 +36,7 @@ def _merged(items: list[SectionItem]) -> list[object]:
     out: list[object] = []
     for item in items:
         if isinstance(item, BinaryRows | CopyRows) and out and type(out[-1]) is type(item):
-            out[-1] = type(item)(out[-1].data + item.data)  # type: ignore[union-attr]
+            out[-1] = type(item)(out[-1].data + item.data)
         else:
             out.append(item)
     return out
