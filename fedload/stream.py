@@ -42,6 +42,7 @@ __all__ = [
     "FORMAT_VERSION",
     "MAGIC",
     "MAX_BLOCK_BYTES",
+    "NEWEST_PROTOCOL",
     "OLDEST_PROTOCOL",
     "PROTOCOL_VERSION",
     "GzipDecoder",
