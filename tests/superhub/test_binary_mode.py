@@ -181,3 +181,27 @@ async def test_an_agent_older_than_binary_mode_is_told_to_upgrade(federation: Fe
     (run,) = await sync(federation.config(dump_mode="binary", agent_command=[old]), "hub1")
     assert run.outcome == Outcome.FAILED
     assert "upgrade fedload on the feeder" in (run.error or "")
+
+
+async def test_names_are_quoted_by_the_agent(cluster: LocalCluster) -> None:
+    """Mixed case, quotes, a backslash, spaces, non-ASCII and a keyword in table and column names: the agent quotes
+    them itself and the table loads in binary, exactly."""
+    suffix = next(_names)
+    feeder_db, superhub_db = f"oddfeeder_{suffix}", f"oddhub_{suffix}"
+    columns = '"c ""q"" \\ é" text, "select" int, "Id" int NOT NULL'
+    cluster.psql(f"CREATE DATABASE {feeder_db}")
+    cluster.psql(
+        f'CREATE TABLE "Odd ""T"" é" ({columns}); INSERT INTO "Odd ""T"" é" VALUES (\'x\', 1, 1), (NULL, NULL, 2)',
+        dbname=feeder_db,
+    )
+    cluster.psql(f"CREATE DATABASE {superhub_db}")
+    cluster.psql(f'CREATE TABLE "Odd ""T"" é" (hub_id int NOT NULL, {columns}) PARTITION BY LIST (hub_id)', superhub_db)
+    settings = {"key": 1, "transport": "local", "database": cluster.conninfo(feeder_db), "dump_mode": "binary"}
+    settings["pg_dump"] = cluster.install.tool("pg_dump")
+    superhub = {"dsn": cluster.dsn(superhub_db), "tables": ['public."Odd ""T"" é"']}
+    with capture_logs() as logs:
+        run = await sync_feeder(feeder_job(parse_config({"superhub": superhub, "feeders": {"f": settings}}), "f"))
+    assert run.outcome == Outcome.SUCCESS, run.error
+    assert [e["mode"] for e in logs if e["event"] == "import.table_loaded"] == ["binary"]
+    rows = 'SELECT string_agg(ROW("c ""q"" \\ é", "select", "Id")::text, \';\' ORDER BY "Id") FROM "Odd ""T"" é"'
+    assert cluster.psql(rows, dbname=superhub_db) == cluster.psql(rows, dbname=feeder_db)
