@@ -13,6 +13,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from fedload.config import Config, parse_config
+from fedload.errors import ConfigError
 from fedload.localpg import LocalCluster, find_installs
 from fedload.results import Outcome
 from fedload.superhub.job import feeder_job
@@ -205,3 +206,17 @@ async def test_names_are_quoted_by_the_agent(cluster: LocalCluster) -> None:
     assert [e["mode"] for e in logs if e["event"] == "import.table_loaded"] == ["binary"]
     rows = 'SELECT string_agg(ROW("c ""q"" \\ é", "select", "Id")::text, \';\' ORDER BY "Id") FROM "Odd ""T"" é"'
     assert cluster.psql(rows, dbname=superhub_db) == cluster.psql(rows, dbname=feeder_db)
+
+
+@pytest.mark.parametrize(
+    ("settings", "error"),
+    [
+        ({"agent": False}, "dump_mode 'binary' needs the agent on the feeder"),
+        ({"pg_dump_args": ["--host=feeder"]}, "dump_mode 'binary' runs psql, not pg_dump"),
+    ],
+)
+def test_binary_mode_needs_the_agent_and_no_pg_dump_args(settings: dict[str, object], error: str) -> None:
+    """Binary mode without the agent, or with pg_dump arguments it would not use, is a configuration error."""
+    feeder = {"key": 1, "transport": "local", "dump_mode": "binary", **settings}
+    with pytest.raises(ConfigError, match=error):
+        parse_config({"superhub": {"dsn": "postgresql:///x", "tables": ["public.t"]}, "feeders": {"f": feeder}})
