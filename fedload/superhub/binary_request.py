@@ -3,7 +3,8 @@
 fedload/feeder/binary_plan.py).
 
 A table goes whole, as text (as pg_dump would send it, so the importer maps it exactly as in copy mode), where the
-feeder's remap has rules for it or bad rows are set aside (`bad_rows = "reject"` bisects text rows). A column's
+feeder's remap drops, adds or orders its columns or bad rows are set aside (`bad_rows = "reject"` bisects text
+rows); a remap that only renames asks for the feeder's names and stays binary. A column's
 type is sent as 0, text only, where binary input is unsafe here: tsvector's binary input has crashed receiving
 backends on strict-alignment CPUs (pgcopydb issue #894).
 """
@@ -15,7 +16,7 @@ from collections.abc import Iterable
 
 from fedload.log import get_logger
 from fedload.superhub.schema import Column, ParentTable
-from transforms import Remap
+from transforms import Remap, TableRemap
 
 __all__ = ["TEXT_ONLY_TYPES", "binary_columns"]
 
@@ -30,19 +31,21 @@ def binary_columns(
     """The `--columns` values for `parents` (sorted by table, as `dump_command` sorts `--table`)."""
     out = []
     for parent in sorted(parents, key=lambda p: p.table):
-        whole = _text_reason(parent, remap, rejects=rejects)
+        rules = remap.for_table(parent.qualified_name) if remap is not None else None
+        whole = _text_reason(rules, rejects=rejects)
         if whole:
             log.info("sync.binary_text_requested", feeder=feeder, table=parent.qualified_name, reason=whole)
-        columns = None if whole else [[c.name, _oid(c)] for c in _loaded(parent)]
+        source = {new: old for old, new in rules.rename.items()} if rules is not None else {}
+        columns = None if whole else [[source.get(c.name, c.name), _oid(c)] for c in _loaded(parent)]
         out.append(json.dumps({"schema": parent.table.schema, "name": parent.table.name, "columns": columns}))
     return out
 
 
-def _text_reason(parent: ParentTable, remap: Remap | None, *, rejects: bool) -> str:
+def _text_reason(rules: TableRemap | None, *, rejects: bool) -> str:
     if rejects:
         return 'bad_rows = "reject" sets bad rows aside one by one, from text'
-    if remap is not None and remap.for_table(parent.qualified_name) is not None:
-        return "the feeder's remap has rules for this table"
+    if rules is not None and (rules.drop or rules.add or rules.order is not None):
+        return "the feeder's remap drops, adds or orders this table's columns"
     return ""
 
 

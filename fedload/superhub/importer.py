@@ -330,7 +330,8 @@ class Importer:
             return
         written = tuple(ident(c).encode() for c in start.columns)
         plan = self._plan(staged, written, start)
-        if self._rejects is not None or plan.columns != written or len(staged.columns) != len(written):
+        as_sent = plan.sources == tuple(range(len(written)))  # every field where it is (renamed at most)
+        if self._rejects is not None or not as_sent or len(staged.columns) != len(written):
             raise DumpError(
                 f"table {start.table}: the feeder sent columns {', '.join(start.columns)} in binary, which this "
                 "superhub cannot load as they are (it asked for other columns, or for text)"
