@@ -68,10 +68,12 @@ Analyze = Literal["after_swap", "autovacuum"]  # who gathers a new partition's s
 
 
 class DumpMode(StrEnum):
-    """How the feeder's pg_dump writes data: COPY blocks (fastest) or column INSERTs merged by the transformer."""
+    """How the feeder sends data: pg_dump's COPY blocks, column INSERTs merged by the transformer, or binary COPY
+    from one psql session where exact (text COPY elsewhere; the agent's binary mode)."""
 
     COPY = "copy"
     INSERTS = "inserts"
+    BINARY = "binary"
 
 
 class Compression(StrEnum):
@@ -210,6 +212,12 @@ class FeederConfig(_Model):
     def _ssh_needs_host(self) -> FeederConfig:
         if self.transport == "ssh" and self.ssh is None:
             raise ValueError("transport is 'ssh' but there is no [feeders.NAME.ssh] table with a host")
+        if self.dump_mode == DumpMode.BINARY and not self.agent:
+            raise ValueError("dump_mode 'binary' needs the agent on the feeder (agent = true)")
+        if self.dump_mode == DumpMode.BINARY and self.pg_dump_args:
+            raise ValueError(
+                "dump_mode 'binary' runs psql, not pg_dump: put connection settings in database, not pg_dump_args"
+            )
         return self
 
 

@@ -23,6 +23,7 @@ import zstandard
 from fedload import __version__
 from fedload.errors import DumpError
 from fedload.feeder.wire import (
+    BINARY_PROTOCOL,
     FORMAT_VERSION,
     FRAME_HEAD,
     MAGIC,
@@ -41,6 +42,7 @@ __all__ = [
     "FORMAT_VERSION",
     "MAGIC",
     "MAX_BLOCK_BYTES",
+    "NEWEST_PROTOCOL",
     "OLDEST_PROTOCOL",
     "PROTOCOL_VERSION",
     "GzipDecoder",
@@ -52,6 +54,7 @@ __all__ = [
 ]
 
 OLDEST_PROTOCOL = 2  # the oldest agents' protocol this superhub reads
+NEWEST_PROTOCOL = BINARY_PROTOCOL  # the newest: binary mode's (copy and inserts streams still state PROTOCOL_VERSION)
 _MAX_ACCEPTED_BLOCK_BYTES = 4 * MAX_BLOCK_BYTES  # a receiver tolerates senders with larger blocks, to a bound
 _MAX_FRAME_BYTES = _MAX_ACCEPTED_BLOCK_BYTES + (1 << 16)
 _MAX_JSON_BYTES = 1 << 20
@@ -197,9 +200,9 @@ def _check_versions(header: bytes, feeder: str) -> None:
             f"{feeder} runs {agent} (stream format {json.dumps(stream_format)}); {superhub} reads format "
             f"{FORMAT_VERSION}: upgrade fedload on the {'superhub' if newer else 'feeder'}"
         )
-    if not isinstance(protocol, int) or not OLDEST_PROTOCOL <= protocol <= PROTOCOL_VERSION:
-        newer = isinstance(protocol, int) and protocol > PROTOCOL_VERSION
-        wanted = f"{OLDEST_PROTOCOL}" + (f" to {PROTOCOL_VERSION}" if OLDEST_PROTOCOL < PROTOCOL_VERSION else "")
+    if not isinstance(protocol, int) or not OLDEST_PROTOCOL <= protocol <= NEWEST_PROTOCOL:
+        newer = isinstance(protocol, int) and protocol > NEWEST_PROTOCOL
+        wanted = f"{OLDEST_PROTOCOL}" + (f" to {NEWEST_PROTOCOL}" if OLDEST_PROTOCOL < NEWEST_PROTOCOL else "")
         raise DumpError(
             f"{feeder} runs {agent} (stream protocol {json.dumps(protocol)}); {superhub} needs protocol {wanted}: "
             f"upgrade fedload on the {'superhub' if newer else 'feeder'}"

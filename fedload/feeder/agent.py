@@ -153,6 +153,10 @@ def run_agent(options: AgentOptions, out: BinaryIO) -> int:
 
     The stream's trailer says the same, so the superhub reports the same line.
     """
+    if options.dump_mode == "binary":
+        from fedload.feeder.binary_dump import run_binary_dump  # noqa: PLC0415 - its own session, no pg_dump
+
+        return run_binary_dump(options, out)
     transform = _transform_options(options)
     compressor = choose_compressor(options.compression, options.zstd)
     version = _pg_dump_version(options.pg_dump)
@@ -265,3 +269,10 @@ def _write(out: BinaryIO, frames: bytes) -> None:
         out.write(frames)
         with contextlib.suppress(AttributeError):
             out.flush()
+
+
+# What the binary mode's dump (fedload/feeder/binary_dump.py) shares with pg_dump's.
+StderrTail = _StderrTail
+ask_version = _ask_version
+killed_when_reader_leaves = _killed_when_reader_leaves
+write_frames = _write

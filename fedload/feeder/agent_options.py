@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = ["COMPRESSIONS", "DUMP_MODES", "AgentOptions", "add_arguments"]
 
-DUMP_MODES = ("copy", "inserts")
+DUMP_MODES = ("copy", "inserts", "binary")
 COMPRESSIONS = ("zstd", "gzip")
 
 
@@ -39,11 +39,14 @@ class AgentOptions:
     max_statement_bytes: int = DEFAULT_MAX_STATEMENT_BYTES
     quiet: bool = False  # log warnings and errors only
     zstd: str = "zstd"  # the zstd program where the zstandard module is missing: on PATH, or a path
+    # Binary mode: per table, its columns and their types on the superhub, as JSON (fedload/feeder/binary_plan.py).
+    columns: Sequence[str] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:
         # Tuples, so options compare equal however the sequences were given.
         object.__setattr__(self, "tables", tuple(self.tables))
         object.__setattr__(self, "pg_dump_args", tuple(self.pg_dump_args))
+        object.__setattr__(self, "columns", tuple(self.columns))
 
     def to_argv(self) -> list[str]:
         """`agent dump` and its flags (after the program, e.g. `fedload`): the parser reads back these options."""
@@ -53,6 +56,7 @@ class AgentOptions:
         argv += [f"--rows-per-statement={self.rows_per_statement}", f"--max-statement-bytes={self.max_statement_bytes}"]
         argv += [f"--remap={self.remap}"] if self.remap is not None else []
         argv += [f"--zstd={self.zstd}"] if self.zstd != "zstd" else []  # only when set: older agents lack it
+        argv += [f"--columns={columns}" for columns in self.columns]
         return [*argv, "--", *self.pg_dump_args]
 
     @classmethod
@@ -73,7 +77,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="table or pg_dump pattern; repeatable",
     )
     parser.add_argument(
-        "--mode", dest="dump_mode", choices=DUMP_MODES, default="copy", help="COPY blocks (default) or INSERTs"
+        "--mode",
+        dest="dump_mode",
+        choices=DUMP_MODES,
+        default="copy",
+        help="COPY blocks (default), INSERTs, or binary COPY from one psql session",
+    )
+    parser.add_argument(
+        "--columns",
+        action="append",
+        default=[],
+        metavar="JSON",
+        help="binary mode: a table's columns and their types on the superhub; one per --table",
     )
     parser.add_argument("--compression", choices=COMPRESSIONS, default="zstd", help="default zstd")
     parser.add_argument("--pg-dump", default="pg_dump", metavar="PATH", help="pg_dump to run (default: from PATH)")

@@ -22,6 +22,7 @@ from fedload.feeder.compress import gzip_compressor, zstandard_compressor
 from fedload.feeder.errors import one_line
 
 __all__ = [
+    "BINARY_PROTOCOL",
     "FORMAT_VERSION",
     "FRAME_HEAD",
     "MAGIC",
@@ -39,6 +40,9 @@ FORMAT_VERSION = 1  # the framing: magic, frame kinds and lengths
 # 3: the trailer names tables as [schema, name] pairs (`rows`: [schema, name, rows]), not as `schema.name` text,
 # which reads the same for `a.b` + `c` and `a` + `b.c`.
 PROTOCOL_VERSION = 3
+# 4: dump_mode "binary", whose dump text is one section per table (fedload/feeder/sections.py); an agent states it
+# only in binary streams, so superhubs that read protocol 3 keep reading its copy and inserts streams.
+BINARY_PROTOCOL = 4
 MAX_BLOCK_BYTES = 1 << 20
 FRAME_HEAD = struct.Struct(">cI")  # kind, payload length
 
@@ -71,6 +75,7 @@ class Trailer:
     server_version: str = ""
     error: str = ""
     stderr_tail: str = ""
+    dump_program: str = "pg_dump"  # whose exit status and stderr these are: psql in binary mode
 
     def row_counts(self) -> dict[tuple[str, str], int]:
         """The rows the agent saw per (schema, name)."""
@@ -92,7 +97,7 @@ class Trailer:
     @property
     def failure(self) -> str:
         """Why the dump failed on the feeder, as one sentence (empty if it succeeded); the agent prints it too."""
-        return dump_failure(self.pg_dump_exit_status, self.error, self.stderr_tail)
+        return dump_failure(self.pg_dump_exit_status, self.error, self.stderr_tail, self.dump_program)
 
 
 def _protocol2_key(table: str) -> tuple[str, str]:
@@ -101,13 +106,14 @@ def _protocol2_key(table: str) -> tuple[str, str]:
     return schema, name
 
 
-def dump_failure(pg_dump_exit_status: int, error: str, stderr_tail: str) -> str:
-    """One line saying why a dump failed: pg_dump's exit status and its own message, or the agent's error."""
+def dump_failure(pg_dump_exit_status: int, error: str, stderr_tail: str, program: str = "pg_dump") -> str:
+    """One line saying why a dump failed: pg_dump's (or `program`'s) exit status and its own message, or the agent's
+    error."""
     # pg_dump exiting non-zero on its own explains a cut-off dump; killed by a signal, it was most likely stopped by
     # the agent because of `error`.
     if pg_dump_exit_status > 0 or (pg_dump_exit_status < 0 and not error):
         tail = f": {one_line(stderr_tail)}" if stderr_tail.strip() else " and printed nothing on stderr"
-        return f"pg_dump failed on the feeder with exit status {pg_dump_exit_status}{tail}"
+        return f"{program} failed on the feeder with exit status {pg_dump_exit_status}{tail}"
     return f"the feeder's agent failed: {error}" if error else ""
 
 

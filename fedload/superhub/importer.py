@@ -21,6 +21,7 @@ from fedload.config import BadRows, ExtraColumns
 from fedload.errors import DumpError
 from fedload.log import get_logger
 from fedload.names import TableName, TablePattern
+from fedload.superhub.binary_receive import BinaryEnd, BinaryRows, BinaryStart, SectionItem
 from fedload.superhub.literal_copy import CSV_NULL, CSV_QUOTE, copy_rows_pattern, csv_rows
 from fedload.superhub.rejects import RejectWriter
 from fedload.superhub.schema import STAGE_SCHEMA, ParentTable, ident, key_literal, qualified
@@ -46,6 +47,7 @@ from transforms.remap import ColumnPlan
 __all__ = ["ImportPolicy", "Importer", "StagedTable"]
 
 log = get_logger()
+AnyItem = Item | SectionItem  # a pg_dump's items, or a binary-mode stream's
 
 _SETTINGS = frozenset(
     b"statement_timeout lock_timeout idle_in_transaction_session_timeout transaction_timeout client_min_messages "
@@ -141,7 +143,7 @@ class Importer:
         self._run_plan: ColumnPlan | None = None
         self._run_copy: re.Pattern[bytes] | None = None  # the run's tuples that may go by COPY
 
-    async def load(self, items: AsyncIterator[Item]) -> None:
+    async def load(self, items: AsyncIterator[AnyItem]) -> None:
         """Consume the dump; DumpError for anything not allowed, or for a staging table the dump does not fill."""
         for staged in self.staged.values():
             await self._create_stage(staged)
@@ -150,6 +152,8 @@ class Importer:
                 self._run_key = None
             if isinstance(item, CopyStart):
                 await self._copy(item, items)
+            elif isinstance(item, BinaryStart):
+                await self._copy_binary(item, items)
             elif isinstance(item, InsertRows):
                 await self._insert(item)
             elif isinstance(item, Statement):
@@ -221,7 +225,7 @@ class Importer:
         )
         await self._conn.execute(f"CREATE TABLE {staged.stage_sql} ({', '.join(definitions)})")
 
-    def _target(self, written_table: bytes, where: Item) -> StagedTable | None:
+    def _target(self, written_table: bytes, where: AnyItem) -> StagedTable | None:
         """The staging table for a dump table; None to skip it; DumpError if the feeder must not send it."""
         try:
             name = TableName.from_dump(written_table)
@@ -242,7 +246,7 @@ class Importer:
         )
         return None
 
-    def _plan(self, staged: StagedTable, written: tuple[bytes, ...], where: Item) -> ColumnPlan:
+    def _plan(self, staged: StagedTable, written: tuple[bytes, ...], where: AnyItem) -> ColumnPlan:
         """Which dump columns go where: the feeder's remap first, then columns the parent lacks (dropped or
         rejected) and generated ones (computed on the superhub) are left out."""
         names = [unquote_identifier(c) for c in written]
@@ -296,7 +300,7 @@ class Importer:
                 f"column {self._policy.feeder_key} with a value other than its key {self._key!r}"
             ) from None
 
-    async def _copy(self, start: CopyStart, items: AsyncIterator[Item]) -> None:
+    async def _copy(self, start: CopyStart, items: AsyncIterator[AnyItem]) -> None:
         staged = self._target(start.table, start)
         if start.columns is None:
             raise DumpError(f"{_where(start)}: a COPY without a column list cannot be mapped safely")
@@ -316,6 +320,44 @@ class Importer:
                 )
                 staged.rows += int(status.rsplit(" ", 1)[1])
         self._log.info("import.table_loaded", table=staged.parent.qualified_name, rows=staged.rows, mode="copy")
+
+    async def _copy_binary(self, start: BinaryStart, items: AsyncIterator[AnyItem]) -> None:
+        """A binary section, loaded as it came by binary COPY into the staging table with the column list fedload
+        builds (the server checks every value); its columns must all go where they are, as the superhub asked."""
+        staged = self._target(start.table.sql.encode(), start)
+        if staged is None:
+            await _skip_binary(items)
+            return
+        written = tuple(ident(c).encode() for c in start.columns)
+        plan = self._plan(staged, written, start)
+        as_sent = plan.sources == tuple(range(len(written)))  # every field where it is (renamed at most)
+        if self._rejects is not None or not as_sent or len(staged.columns) != len(written):
+            raise DumpError(
+                f"table {start.table}: the feeder sent columns {', '.join(start.columns)} in binary, which this "
+                "superhub cannot load as they are (it asked for other columns, or for text)"
+            )
+        self._unsent_columns(staged, start)
+        with self._key_checked(staged):
+            status = await self._conn.copy_to_table(
+                staged.stage_name,
+                schema_name=STAGE_SCHEMA,
+                columns=staged.columns,
+                source=_binary_data(items, start),
+                format="binary",
+                freeze=True,
+            )
+        staged.rows += int(status.rsplit(" ", 1)[1])
+        self._log.info("import.table_loaded", table=staged.parent.qualified_name, rows=staged.rows, mode="binary")
+
+    def _unsent_columns(self, staged: StagedTable, start: BinaryStart) -> None:
+        """The feeder's columns the superhub lacks (so did not ask for): dropped with a warning, or an error, as
+        `extra_columns` says; generated columns of the parent are computed here, as in copy mode."""
+        extra = [name for name in start.unsent if staged.parent.column(name) is None]
+        if extra and self._policy.extra_columns == "error":
+            raise DumpError(f"table {staged.parent.qualified_name} has columns the superhub lacks: {', '.join(extra)}")
+        if extra:
+            self._log.warning("import.columns_dropped", table=staged.parent.qualified_name, columns=extra)
+        staged.dropped_columns = extra
 
     async def _insert(self, item: InsertRows) -> None:
         insert = item.insert
@@ -424,7 +466,7 @@ def _checked_tuples(insert: Insert, plan: ColumnPlan | None, item: InsertRows) -
     return out
 
 
-async def _copy_data(items: AsyncIterator[Item], plan: ColumnPlan | None, start: CopyStart) -> AsyncIterator[bytes]:
+async def _copy_data(items: AsyncIterator[AnyItem], plan: ColumnPlan | None, start: CopyStart) -> AsyncIterator[bytes]:
     """The COPY block's rows (rewritten by `plan` when columns are dropped), up to its end marker."""
     async for item in items:
         if isinstance(item, CopyEnd):
@@ -445,9 +487,25 @@ async def _once(data: bytes) -> AsyncIterator[bytes]:
     yield data
 
 
-async def _skip_copy(items: AsyncIterator[Item]) -> None:
+async def _skip_copy(items: AsyncIterator[AnyItem]) -> None:
     async for item in items:
         if isinstance(item, CopyEnd):
+            return
+
+
+async def _binary_data(items: AsyncIterator[AnyItem], start: BinaryStart) -> AsyncIterator[bytes]:
+    """A binary section's data as it came, up to its end."""
+    async for item in items:
+        if isinstance(item, BinaryEnd):
+            return
+        assert isinstance(item, BinaryRows)
+        yield item.data
+    raise DumpError(f"the binary section of table {start.table} has no end")
+
+
+async def _skip_binary(items: AsyncIterator[AnyItem]) -> None:
+    async for item in items:
+        if isinstance(item, BinaryEnd):
             return
 
 
@@ -471,7 +529,7 @@ def _check_meta(item: MetaCommand) -> None:
         )
 
 
-def _where(item: Item) -> str:
+def _where(item: AnyItem) -> str:
     line = getattr(item, "line", None)
     return f"dump line {line}" if line is not None else "dump"
 

@@ -19,13 +19,15 @@ from collections.abc import AsyncIterator, Iterable
 
 import asyncpg
 
-from fedload.config import FeederConfig
+from fedload.config import DumpMode, FeederConfig
 from fedload.errors import ConfigError, DumpError, ErrorKind, FedloadError, internal_error, one_line
 from fedload.log import get_logger
 from fedload.names import TableName
 from fedload.results import FeederRun, Outcome, Phase, Progress, ProgressCallback
 from fedload.stream import Header, Trailer
 from fedload.superhub import parents_cache
+from fedload.superhub.binary_receive import SectionItem
+from fedload.superhub.binary_request import binary_columns
 from fedload.superhub.bookkeeping import RunRecord, ensure_superhub, forget_rejects, has_history, moved_away
 from fedload.superhub.bookkeeping.connection import Bookkeeping, RunHistory
 from fedload.superhub.importer import Importer
@@ -148,10 +150,10 @@ class _FeederSync:
         """Read the expected parents and start the feeder's dump of them; a failed read is kept for the run."""
         try:
             self._parents = await self._expected_parents(conn)
+            command = await self._dump_command(self._parents)  # binary mode reads the remap: it may fail too
         except Exception as exc:  # noqa: BLE001 - raised again inside the run's record (`_locked_run`)
             self._parents = exc
             return
-        command = dump_command(self.feeder, self.job.transform, self._parents)
         self._opening = asyncio.get_running_loop().create_task(self._transport.open(command))
 
     async def _stop_unused_dump(self) -> None:
@@ -217,15 +219,25 @@ class _FeederSync:
         excluded = self.feeder.exclude_tables
         return {t: p for t, p in parents.items() if not any(x.matches(t) for x in excluded)}
 
+    async def _dump_command(self, parents: dict[TableName, ParentTable]) -> list[str]:
+        """The command of the feeder's dump of `parents`; in binary mode with the columns and types asked for."""
+        if self.feeder.dump_mode != DumpMode.BINARY:
+            return dump_command(self.feeder, self.job.transform, parents)
+        remap = await asyncio.to_thread(_read_remap, self.feeder)
+        rejects = self.job.imports.bad_rows == "reject"
+        columns = binary_columns(parents.values(), remap=remap, rejects=rejects, feeder=self.name)
+        return dump_command(self.feeder, self.job.transform, parents, columns)
+
     @contextlib.asynccontextmanager
-    async def _dump(self, parents: Iterable[TableName]) -> AsyncIterator[DumpReceiver]:
+    async def _dump(self, parents: dict[TableName, ParentTable]) -> AsyncIterator[DumpReceiver]:
         """The feeder's dump of `parents`, streaming; the feeder's command is stopped after the block."""
         opening, self._opening = self._opening, None
         if opening is not None:
             process = await opening
         else:
-            process = await self._transport.open(dump_command(self.feeder, self.job.transform, parents))
-        receiver = DumpReceiver(process, framed=self.feeder.agent, feeder=self.name)
+            process = await self._transport.open(await self._dump_command(parents))
+        binary = self.feeder.dump_mode == DumpMode.BINARY
+        receiver = DumpReceiver(process, framed=self.feeder.agent, feeder=self.name, binary=binary)
         try:
             yield receiver
         finally:
@@ -257,7 +269,7 @@ class _FeederSync:
         await importer.finish()
         return importer
 
-    async def _tracked(self, receiver: DumpReceiver, importer: Importer) -> AsyncIterator[Item]:
+    async def _tracked(self, receiver: DumpReceiver, importer: Importer) -> AsyncIterator[Item | SectionItem]:
         async for item in receiver.items():
             self.state.raw_bytes, self.state.dump_bytes = receiver.raw_bytes, receiver.dump_bytes
             self.state.rows = sum(s.rows for s in importer.staged.values())

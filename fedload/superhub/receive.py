@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from fedload.errors import DumpError, FeederCommandError, one_line
+from fedload.feeder.wire import BINARY_PROTOCOL
 from fedload.stream import GzipDecoder, Header, StreamDecoder, Trailer
+from fedload.superhub.binary_receive import SectionItem, SectionSplitter
 from fedload.transport import FeederProcess
 from transforms import DumpSplitter, DumpSyntaxError, Item
 
@@ -23,10 +25,12 @@ class DumpReceiver:
 
     `feeder` names the feeder in messages, such as the one refusing an agent of an incompatible version."""
 
-    def __init__(self, process: FeederProcess, *, framed: bool = True, feeder: str = "") -> None:
+    def __init__(self, process: FeederProcess, *, framed: bool = True, feeder: str = "", binary: bool = False) -> None:
+        """`binary`: the feeder was asked for dump_mode "binary" (an agent too old for it is told apart)."""
         self._process = process
         self._decoder: StreamDecoder | GzipDecoder = StreamDecoder(feeder) if framed else GzipDecoder()
-        self._splitter = DumpSplitter()
+        self._splitter: DumpSplitter | SectionSplitter = DumpSplitter()
+        self._feeder, self._binary, self._sections = feeder, binary, False
         self.trailer: Trailer | None = None
 
     @property
@@ -45,11 +49,13 @@ class DumpReceiver:
         """Bytes of dump text unpacked so far."""
         return self._decoder.payload_bytes
 
-    async def items(self) -> AsyncIterator[Item]:
+    async def items(self) -> AsyncIterator[Item | SectionItem]:
         """The dump's items in order; raises DumpError or FeederError if it is not complete and valid."""
         try:
             while raw := await self._process.read(READ_BYTES):
                 for text in self._decoder.feed(raw):
+                    if not self._sections and self.header is not None and self.header.dump_mode == "binary":
+                        self._splitter, self._sections = self._section_splitter(self.header), True
                     for item in self._splitter.feed(text):
                         yield item
             await self._finish()
@@ -57,6 +63,12 @@ class DumpReceiver:
                 yield item
         except DumpSyntaxError as exc:
             raise DumpError(f"the dump is malformed at {exc}") from exc
+
+    def _section_splitter(self, header: Header) -> SectionSplitter:
+        """The reader of a binary stream's sections; DumpError if the header's protocol predates them."""
+        if header.protocol < BINARY_PROTOCOL:
+            raise DumpError(f"the feeder's agent states dump_mode binary in stream protocol {header.protocol}")
+        return SectionSplitter(self._feeder)
 
     async def _finish(self) -> None:
         status = await self._process.wait()
@@ -72,4 +84,7 @@ class DumpReceiver:
 
     def _command_failure(self, status: int) -> str:
         tail = one_line(self._process.stderr_tail)
-        return f"the dump command on the feeder exited with status {status}" + (f": {tail}" if tail else "")
+        failure = f"the dump command on the feeder exited with status {status}" + (f": {tail}" if tail else "")
+        if self._binary and status == 2 and self.header is None:  # refused its options before any stream
+            failure += '; a fedload agent older than dump_mode = "binary" refuses it: upgrade fedload on the feeder'
+        return failure

@@ -83,6 +83,7 @@ class Column:
     base_type_sql: str  # the type without modifiers (varchar, not varchar(10)): casts to it never truncate
     collation_sql: str | None = None  # a collation other than the type's default, qualified and quoted
     generated_kind: str = "s"  # attgenerated of a generated column: "s" stored, "v" virtual (PostgreSQL 18)
+    binary_type_oid: int = 0  # its type's OID where binary COPY may load it (built in, with binary input), else 0
 
     def definition(self, default_sql: str | None = None) -> str:
         """The column's definition for a CREATE TABLE, optionally with another default."""
@@ -145,7 +146,8 @@ SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
        format_type(a.atttypid, NULL),
        CASE WHEN a.attcollation <> t.typcollation THEN
             quote_ident(cn.nspname) || '.' || quote_ident(co.collname) END,
-       CASE WHEN a.attgenerated <> '' THEN a.attgenerated::text ELSE 's' END
+       CASE WHEN a.attgenerated <> '' THEN a.attgenerated::text ELSE 's' END,
+       CASE WHEN t.oid < 16384 AND t.typreceive::oid <> 0 THEN t.oid::int8 ELSE 0 END
 FROM pg_attribute a
 JOIN pg_type t ON t.oid = a.atttypid
 LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum

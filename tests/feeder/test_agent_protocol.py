@@ -16,7 +16,15 @@ from fedload import __version__
 from fedload.cli import build_parser
 from fedload.errors import DumpError
 from fedload.feeder.agent_options import COMPRESSIONS, DUMP_MODES, AgentOptions
-from fedload.stream import MAGIC, OLDEST_PROTOCOL, PROTOCOL_VERSION, Header, StreamDecoder, StreamEncoder
+from fedload.stream import (
+    MAGIC,
+    NEWEST_PROTOCOL,
+    OLDEST_PROTOCOL,
+    PROTOCOL_VERSION,
+    Header,
+    StreamDecoder,
+    StreamEncoder,
+)
 from fedload.superhub.receive import DumpReceiver
 
 # What an argv element can hold: any text but NUL (and lone surrogates, which no OS argument carries), and but a
@@ -81,12 +89,12 @@ def _header_frame(**fields: Any) -> bytes:
         (
             {"protocol": None, "agent_version": "0.1.0"},
             f"feeder hub1 runs fedload agent 0.1.0 (stream protocol 1); this superhub (fedload {__version__}) "
-            f"needs protocol {OLDEST_PROTOCOL} to {PROTOCOL_VERSION}: upgrade fedload on the feeder",
+            f"needs protocol {OLDEST_PROTOCOL} to {NEWEST_PROTOCOL}: upgrade fedload on the feeder",
         ),
         (
-            {"protocol": PROTOCOL_VERSION + 1},
-            f"feeder hub1 runs fedload agent 0.9.0 (stream protocol {PROTOCOL_VERSION + 1}); this superhub "
-            f"(fedload {__version__}) needs protocol {OLDEST_PROTOCOL} to {PROTOCOL_VERSION}: "
+            {"protocol": NEWEST_PROTOCOL + 1},
+            f"feeder hub1 runs fedload agent 0.9.0 (stream protocol {NEWEST_PROTOCOL + 1}); this superhub "
+            f"(fedload {__version__}) needs protocol {OLDEST_PROTOCOL} to {NEWEST_PROTOCOL}: "
             "upgrade fedload on the superhub",
         ),
         (

@@ -89,6 +89,7 @@ def test_version_probes_are_answered(command: str, answer: str) -> None:
         (_request(pg_dump_args=["--file=/root/.ssh/authorized_keys"]), "refused: the pg_dump arguments"),
         (_request(remap=Path("/etc/shadow")), "refused: --remap is not allowed"),
         (_request(dump_mode="inserts"), "refused: --mode=inserts --compression=zstd is not allowed"),
+        (_request(dump_mode="binary"), "refused: --mode=binary --compression=zstd is not allowed"),
         (_request(rows_per_statement=4001), "refused: --rows-per-statement=4001 is above this key's "),
         (_request(max_statement_bytes=(64 << 20) + 1), "refused: --max-statement-bytes=67108865 is above this"),
         (_request() + " ; rm -rf /", "refused: the pg_dump arguments `';' rm -rf /` are not"),
@@ -229,9 +230,11 @@ def forced(request: pytest.FixtureRequest, federation: Federation, zipapp: Path,
     server.stop()
 
 
-async def test_sync_through_the_forced_command(forced: SshServer, federation: Federation) -> None:
-    """A superhub sync over SSH through the forced command loads the feeder's rows exactly."""
-    config = federation.config(transport="ssh", ssh=forced.ssh_config().model_dump())
+@pytest.mark.parametrize("mode", ["copy", "binary"])
+async def test_sync_through_the_forced_command(forced: SshServer, federation: Federation, mode: str) -> None:
+    """A superhub sync over SSH through the forced command loads the feeder's rows exactly, in copy mode and in
+    binary mode (its columns and types carried as data through SSH_ORIGINAL_COMMAND)."""
+    config = federation.config(transport="ssh", ssh=forced.ssh_config().model_dump(), dump_mode=mode)
     (run,) = await sync(config, "hub1")
     assert run.outcome == Outcome.SUCCESS, run.error
     for table, cols in (("hosts", HOST_COLS), ("contexts", CONTEXT_COLS)):

@@ -132,6 +132,17 @@ async def test_zipapp_loads_what_the_installed_agent_loads(federation: Federatio
     assert _loaded(federation) == by_installed == _feeder_rows(federation)
 
 
+@pytest.mark.parametrize("name", ["3.9", "3.13"])
+async def test_zipapp_dumps_in_binary_mode(federation: Federation, zipapp: Path, name: str) -> None:
+    """The zipapp on the oldest and newest Python feeds the feeder's rows exactly in binary mode (its snapshot
+    session, psql and the sections are standard library only)."""
+    python = str(python_named(name))
+    config = federation.config(agent_command=[python, "-I", str(zipapp)], dump_mode="binary")
+    (run,) = await sync(config, "hub1")
+    assert run.outcome == Outcome.SUCCESS, run.error
+    assert _loaded(federation) == _feeder_rows(federation)
+
+
 _COMPRESSORS = {  # site-packages (zstandard), the zstd program on PATH, the stream's compression, the agent's
     "zstandard": (True, False, "zstd", "the zstandard module"),
     "zstd-program": (False, True, "zstd", "the zstd program"),

@@ -249,14 +249,17 @@ def test_the_daemon_goes_on_running_a_feeder_whose_runs_crash(
     assert failed[0]["error_kind"] == "internal"
 
 
-def test_the_agent_kills_pg_dump_when_its_reader_goes_away(federation: Federation) -> None:
-    """pg_dump waiting for a lock on the feeder sends nothing; when the superhub gives up and closes the stream,
-    the agent kills pg_dump at once instead of leaving it (and its snapshot) behind until the lock is released."""
+@pytest.mark.parametrize(("mode", "program"), [("copy", "pg_dump"), ("binary", "psql")])
+def test_the_agent_kills_pg_dump_when_its_reader_goes_away(federation: Federation, mode: str, program: str) -> None:
+    """pg_dump (binary mode: the snapshot session's psql) waiting for a lock on the feeder sends nothing; when the
+    superhub gives up and closes the stream, the agent kills it at once instead of leaving it (and its snapshot)
+    behind until the lock is released."""
     feeder = federation.feeders["hub1"]
     pg_dump = federation.cluster.install.tool("pg_dump")
     argv = [*AGENT.split(), "agent", "dump", "--database", federation.cluster.conninfo(feeder)]
-    argv += ["--table", "public.hosts", "--pg-dump", pg_dump]
-    waiting = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pg_dump' AND wait_event_type = 'Lock'"
+    argv += ["--table", "public.hosts", "--pg-dump", pg_dump, f"--mode={mode}"]
+    argv += ['--columns={"schema": "public", "name": "hosts", "columns": null}'] if mode == "binary" else []
+    waiting = f"SELECT count(*) FROM pg_stat_activity WHERE application_name = '{program}' AND wait_event_type = 'Lock'"
 
     hold = "BEGIN; LOCK TABLE hosts IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(120) /* lock holder */;"
     psql = federation.cluster.install.tool("psql")
@@ -264,7 +267,7 @@ def test_the_agent_kills_pg_dump_when_its_reader_goes_away(federation: Federatio
     try:
         with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as agent:
             _wait_until(lambda: psql_int(federation.cluster, waiting, feeder) == 1)
-            (pg_dump_pid,) = children_running(agent.pid, "pg_dump")
+            (pg_dump_pid,) = children_running(agent.pid, program)
             assert agent.stdout is not None
             agent.stdout.close()  # the superhub's end of the stream goes away
             _wait_until(lambda: _state(pg_dump_pid) in ("gone", "Z"), timeout_s=10)

@@ -37,7 +37,7 @@ from tests.support.fix_tally import Category
 from tests.support.mid_copy import feeder_rows, mid_copy_agent, rows_in_flight_soon
 
 
-@pytest.mark.parametrize("mode", ["copy", "inserts"])
+@pytest.mark.parametrize("mode", ["copy", "inserts", "binary"])
 async def test_three_feeders_load_and_resync(federation: Federation, mode: str) -> None:
     """Three feeders load into their partitions exactly; a second sync swaps in their changed data."""
     config = federation.config(dump_mode=mode)
@@ -52,7 +52,8 @@ async def test_three_feeders_load_and_resync(federation: Federation, mode: str) 
     assert federation.superhub_int("SELECT count(*) FROM fedload.runs WHERE outcome = 'success'") == 4
 
 
-async def test_schema_drift_defaults_and_dropped_columns(federation: Federation) -> None:
+@pytest.mark.parametrize("mode", ["copy", "binary"])
+async def test_schema_drift_defaults_and_dropped_columns(federation: Federation, mode: str) -> None:
     """A missing column takes the superhub default; an extra feeder column is dropped; column order is free."""
     db = federation.feeders["hub2"]
     federation.cluster.psql(
@@ -61,16 +62,17 @@ async def test_schema_drift_defaults_and_dropped_columns(federation: Federation)
         "ALTER TABLE h2 RENAME TO hosts;",
         dbname=db,
     )
-    runs = await sync(federation.config())
+    runs = await sync(federation.config(dump_mode=mode))
     assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 3, [r.error for r in runs]
     assert_feeders_equal_partitions(federation)
     assert federation.superhub_sql("SELECT DISTINCT site FROM hosts WHERE hub_id = 2") == "none"
 
 
-async def test_extra_columns_can_be_an_error(federation: Federation) -> None:
+@pytest.mark.parametrize("mode", ["copy", "binary"])
+async def test_extra_columns_can_be_an_error(federation: Federation, mode: str) -> None:
     """With extra_columns = "error", a feeder column the superhub lacks fails that feeder only."""
     federation.cluster.psql("ALTER TABLE hosts ADD COLUMN surprise int", dbname=federation.feeders["hub3"])
-    config = federation.config()
+    config = federation.config(dump_mode=mode)
     config = config.model_copy(update={"superhub": config.superhub.model_copy(update={"extra_columns": "error"})})
     runs = await sync(config)
     assert [r.outcome for r in runs] == [Outcome.SUCCESS, Outcome.SUCCESS, Outcome.FAILED]
@@ -260,7 +262,7 @@ def test_dry_run_reports_a_rejected_dump(federation: Federation) -> None:
     assert "DROP TABLE" in result.stdout
 
 
-@pytest.mark.parametrize("mode", ["copy", "inserts"])
+@pytest.mark.parametrize("mode", ["copy", "inserts", "binary"])
 async def test_rejected_rows_are_set_aside_with_their_error(federation: Federation, mode: str) -> None:
     """With bad_rows = "reject", rows the superhub refuses go to fedload.rejects; the rest load and swap in."""
     db = federation.feeders["hub1"]

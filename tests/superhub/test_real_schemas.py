@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from fedload.commands.admin import remove_feeder
 from fedload.config import Config, parse_config
@@ -21,7 +22,8 @@ from fedload.errors import ConfigError
 from fedload.localpg import LocalCluster
 from fedload.names import TableName, TablePattern
 from fedload.results import Outcome
-from fedload.superhub.pipeline import FeederRun
+from fedload.superhub.job import feeder_job
+from fedload.superhub.pipeline import FeederRun, sync_feeder
 from fedload.superhub.swap import _legacy_partition_name, partition_name
 from tests.support.federation import psql_int, sync, write_script
 from tests.support.sample_schema import FEEDER_SCHEMA, SAMPLE_DATA
@@ -390,7 +392,7 @@ async def test_the_superhub_applies_the_remap_whatever_the_feeder_runs(lab: Lab,
         assert lab.hub_int("SELECT count(*) FROM hosts WHERE name LIKE 'name %' AND site = 'eu-west'") == 30
 
 
-@pytest.mark.parametrize("mode", ["copy", "inserts"])
+@pytest.mark.parametrize("mode", ["copy", "inserts", "binary"])
 async def test_a_remap_that_does_not_fit_fails_and_keeps_old_data(lab: Lab, tmp_path: Path, mode: str) -> None:
     """A remap naming a column or a table the dump lacks fails the run with a clear error; old data stays."""
     lab.setup(REMAP_SUPERHUB, REMAP_FEEDER)
@@ -406,6 +408,20 @@ async def test_a_remap_that_does_not_fit_fails_and_keeps_old_data(lab: Lab, tmp_
     assert "names table(s) not in its dump: public.nosuch" in (run.error or "")
     assert lab.hub_int("SELECT count(*) FROM hosts") == 30
     assert lab.leftovers() == 0
+
+
+async def test_a_rename_only_remap_stays_binary(lab: Lab, tmp_path: Path) -> None:
+    """In binary mode a remap that only renames asks the feeder for its own names and loads the table in binary;
+    one that drops or adds columns has it sent as text (above), as pg_dump would."""
+    lab.setup(REMAP_SUPERHUB, REMAP_FEEDER)
+    remap = tmp_path / "remap.toml"
+    remap.write_text('[tables."public.hosts"]\nrename = { hostname = "name" }\n')
+    with capture_logs() as logs:
+        run = await sync_feeder(feeder_job(lab.config(None, remap=str(remap), dump_mode="binary"), "hub1"))
+    assert succeeded(run).rows == {"public.hosts": 30}
+    assert lab.hub_int("SELECT count(*) FROM hosts WHERE name LIKE 'name %' AND site IS NULL") == 30
+    assert [e["mode"] for e in logs if e["event"] == "import.table_loaded"] == ["binary"]
+    assert [e["columns"] for e in logs if e["event"] == "import.columns_dropped"] == [["obsolete"]]
 
 
 # -- 6. the feeder key inside a dump --------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ def assert_partitions_equal(fed: Federation, hub: LocalCluster) -> None:
 
 
 @pytest.mark.pg_major(17, 18)  # the superhub's; the feeders are on the module's cluster, PostgreSQL 15
-@pytest.mark.parametrize("mode", ["copy", "inserts"])
+@pytest.mark.parametrize("mode", ["copy", "inserts", "binary"])
 async def test_drifting_feeders_load_into_a_superhub_of_another_major(
     federation: Federation, major_cluster: LocalCluster, mode: str
 ) -> None:

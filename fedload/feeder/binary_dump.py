@@ -1,0 +1,136 @@
+"""`fedload agent dump --mode=binary`: every requested table from one snapshot of the feeder (one psql session,
+fedload/feeder/snapshot.py), each as PostgreSQL's binary COPY where that is exact and as text COPY elsewhere
+(fedload/feeder/binary_plan.py), in one section per table (fedload/feeder/sections.py) of the usual stream.
+
+The superhub's request is data (tables, columns, type OIDs); the agent checks it against the feeder's catalog in
+the snapshot and writes every identifier itself. Row counts come from psql's `COPY n`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from typing import BinaryIO
+
+from fedload import __version__
+from fedload.feeder.agent import StderrTail, ask_version, killed_when_reader_leaves, write_frames
+from fedload.feeder.agent_options import AgentOptions
+from fedload.feeder.binary_plan import TableRequest, catalog_query, copy_command, parse_catalog, plan_table, quote_ident
+from fedload.feeder.binary_plan import read_requests as _read_requests
+from fedload.feeder.compress import choose_compressor
+from fedload.feeder.errors import AgentError, AgentUsageError
+from fedload.feeder.logs import get_logger
+from fedload.feeder.sections import SECTION_END, chunk, section_head
+from fedload.feeder.snapshot import SessionEnded, SnapshotSession
+from fedload.feeder.wire import BINARY_PROTOCOL, Header, StreamEncoder, dump_failure
+
+__all__ = ["psql_beside", "run_binary_dump"]
+
+_EXIT_TIMEOUT_S = 60.0
+log = get_logger()
+
+
+def psql_beside(pg_dump: str) -> str:
+    """The psql of the same installation as `pg_dump` (its directory), or psql from PATH."""
+    return os.path.join(os.path.dirname(pg_dump), "psql") if os.sep in pg_dump else "psql"
+
+
+def read_requests(options: AgentOptions) -> list[TableRequest]:
+    """The tables and columns a binary dump is asked for; AgentUsageError if the request does not hold together."""
+    if options.pg_dump_args:
+        raise AgentUsageError("binary mode connects with --database alone: it takes no pg_dump arguments")
+    if options.remap is not None:
+        raise AgentUsageError("binary mode takes no --remap on the feeder: the superhub applies its remap")
+    return _read_requests(options.tables, options.columns)
+
+
+def run_binary_dump(options: AgentOptions, out: BinaryIO) -> int:
+    """Write the binary-mode stream of one dump to `out`: 0 when complete, else AgentError saying why."""
+    requests = read_requests(options)
+    compressor = choose_compressor(options.compression, options.zstd)
+    psql = psql_beside(options.pg_dump)
+    version = ask_version(psql)
+    tables = list(options.tables)
+    header = Header(compressor.compression, "binary", __version__, version, tables, protocol=BINARY_PROTOCOL)
+    encoder = StreamEncoder(header, compressor.compress)
+    try:
+        session = SnapshotSession.start(psql, options.database)
+    except OSError as exc:
+        raise AgentError(f"cannot start {psql}: {exc}") from exc
+    try:
+        failure = _stream(session, requests, encoder, out)
+    finally:
+        _reap(session.process)
+        session.close()
+    if failure:
+        raise AgentError(failure)
+    return 0
+
+
+def _stream(session: SnapshotSession, requests: list[TableRequest], encoder: StreamEncoder, out: BinaryIO) -> str:
+    """Send every table's section and the trailer; why the dump failed as one line, or "" if it is complete."""
+    assert session.process.stderr is not None
+    stderr = StderrTail(session.process.stderr)
+    rows: list[tuple[str, str, int]] = []
+    server_version, error = "", ""
+    out.write(encoder.start())
+    try:
+        with killed_when_reader_leaves(session.process, out):
+            server_version = _tables(session, requests, encoder, out, rows)
+            session.finish()
+    except SessionEnded as exc:
+        error = str(exc)
+    except ValueError as exc:  # a name \copy cannot take, or a catalog answer that is not one
+        error = str(exc)
+        session.process.kill()
+    status = session.process.wait(timeout=_EXIT_TIMEOUT_S)
+    tail = stderr.text()
+    tables = [(schema, name) for schema, name, _ in rows]
+    trailer = encoder.finish(
+        pg_dump_exit_status=status,
+        rows=rows,
+        tables=tables,
+        server_version=server_version,
+        error=error,
+        stderr_tail=tail,
+        dump_program="psql",
+    )
+    write_frames(out, trailer)
+    failure = dump_failure(status, error, tail, "psql")
+    if not failure:
+        log.info("agent.dump_finished", bytes=encoder.payload_bytes, rows=sum(n for _, _, n in rows), mode="binary")
+    return failure
+
+
+def _tables(
+    session: SnapshotSession,
+    requests: list[TableRequest],
+    encoder: StreamEncoder,
+    out: BinaryIO,
+    rows: list[tuple[str, str, int]],
+) -> str:
+    """Check the request against the catalog in the snapshot, lock what is there, send each table; the server's
+    version. A table the feeder lacks is not sent (the superhub then refuses to replace its data with nothing)."""
+    server_version, catalog = parse_catalog(session.query(catalog_query(requests)))
+    present = [r for r in requests if (r.schema, r.name) in catalog]
+    if present:
+        names = ", ".join(f"{quote_ident(r.schema)}.{quote_ident(r.name)}" for r in present)
+        session.query(f"LOCK TABLE {names} IN ACCESS SHARE MODE;")
+    for request in present:
+        plan = plan_table(request, catalog[request.schema, request.name])
+        table = (plan.schema, plan.name)
+        head = section_head(table, plan.columns, binary=plan.binary, reason=plan.reason, unsent=plan.unsent)
+        write_frames(out, encoder.data(head))
+        copied = session.copy(copy_command(plan), lambda data: write_frames(out, encoder.data(chunk(data))))
+        write_frames(out, encoder.data(SECTION_END))
+        rows.append((plan.schema, plan.name, copied))
+    return server_version
+
+
+def _reap(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.kill()
+    try:
+        process.wait(timeout=_EXIT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        log.warning("agent.psql_not_reaped", pid=process.pid, waited_s=_EXIT_TIMEOUT_S)

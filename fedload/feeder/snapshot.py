@@ -1,0 +1,149 @@
+"""The agent's snapshot session: one `psql` child on the feeder, one REPEATABLE READ READ ONLY transaction, so every
+table of a dump comes from the same snapshot.
+
+psql gets two outputs: its stdout carries only COPY data (`\\copy ... TO PSTDOUT`), and a pipe (`\\o /dev/fd/N`)
+carries everything else it prints: query results, and after each `\\copy` its `COPY n` line, which psql writes
+once the data is flushed. So a table's data ends where its `COPY n` arrives, and n is its row count, without
+reading the data. psql stops at the first error (ON_ERROR_STOP) and says why on stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import select
+import subprocess
+from collections.abc import Callable
+from typing import IO
+
+__all__ = ["SessionEnded", "SnapshotSession"]
+
+_READ_BYTES = 1 << 20
+_COPIED = re.compile(rb"COPY (\d+)")
+# pg_dump's settings for a dump: text output any server reads back exactly, no timeout, no row silently hidden.
+_SETUP = """SET DateStyle = 'ISO';
+SET IntervalStyle = 'postgres';
+SET extra_float_digits = 3;
+SET statement_timeout = 0;
+SET lock_timeout = 0;
+SET idle_in_transaction_session_timeout = 0;
+SET row_security = off;
+BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;
+"""
+
+
+class SessionEnded(Exception):  # noqa: N818 - it says what happened, and psql's stderr says why
+    """psql ended, or printed what the session did not ask for."""
+
+
+class SnapshotSession:
+    """The psql child and its two outputs; `start`, `query`, `copy` for each table, `finish`."""
+
+    def __init__(self, process: subprocess.Popen[bytes], control: int) -> None:
+        self.process = process
+        self._control = control
+        self._pending = b""  # control output not yet taken
+        assert process.stdin is not None
+        assert process.stdout is not None
+        self._stdin: IO[bytes] = process.stdin
+        self._stdout = process.stdout.fileno()
+        os.set_blocking(self._stdout, False)
+
+    @classmethod
+    def start(cls, psql: str, database: str) -> SnapshotSession:
+        """psql connected to `database`, in its transaction; OSError if it cannot start."""
+        control, control_end = os.pipe()
+        argv = [psql, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "--no-password", f"--dbname={database}"]
+        env = {**os.environ, "PGCLIENTENCODING": "UTF8"}
+        try:
+            process = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                bufsize=0,
+                pass_fds=(control_end,),
+                env=env,
+            )
+        except OSError:
+            os.close(control)
+            raise
+        finally:
+            os.close(control_end)
+        session = cls(process, control)
+        session.send(f"\\o /dev/fd/{control_end}\n{_SETUP}")
+        return session
+
+    def send(self, commands: str) -> None:
+        """Give psql `commands`; SessionEnded if it has gone."""
+        try:
+            self._stdin.write(commands.encode())
+            self._stdin.flush()
+        except (BrokenPipeError, ValueError):
+            raise SessionEnded("psql ended early") from None
+
+    def query(self, statement: str) -> bytes:
+        """What `statement` prints (unaligned, without headers), once it has run."""
+        marker = f"fedload-{secrets.token_hex(16)}"
+        self.send(f"{statement}\nSELECT '{marker}';\n")
+        end = marker.encode() + b"\n"
+        while True:
+            at = self._pending.find(end)
+            if at == 0 or (at > 0 and self._pending[at - 1 : at] == b"\n"):
+                printed, self._pending = self._pending[:at], self._pending[at + len(end) :]
+                return printed
+            if not self._read_control():
+                raise SessionEnded("psql ended before answering")
+
+    def copy(self, command: str, sink: Callable[[bytes], None]) -> int:
+        """Run a `\\copy ... TO PSTDOUT` line, giving its data to `sink` as it comes; the rows it copied."""
+        self.send(f"\\set QUIET off\n{command}\\set QUIET on\n")  # quiet psql prints no COPY count
+        poller = select.poll()
+        poller.register(self._stdout, select.POLLIN)
+        poller.register(self._control, select.POLLIN)
+        while True:
+            line, _, rest = self._pending.partition(b"\n")
+            if _:
+                self._pending = rest
+                self._drain(sink)  # psql flushed the data before printing its count
+                if (copied := _COPIED.fullmatch(line)) is None:
+                    raise SessionEnded(f"psql printed {line[:80]!r} instead of a COPY count")
+                return int(copied[1])
+            for fd, _events in poller.poll():  # bounded by the COPY; a reader gone kills psql (agent.py)
+                if fd == self._stdout:
+                    if self._relay(sink) is None:
+                        poller.unregister(self._stdout)  # closed: psql is ending, its control pipe says how
+                elif not self._read_control():
+                    self._drain(sink)
+                    raise SessionEnded("psql ended during a COPY")
+
+    def finish(self) -> None:
+        """End the transaction and psql's input."""
+        self.send("COMMIT;\n\\q\n")
+        self._stdin.close()
+
+    def close(self) -> None:
+        """Release the control pipe (psql is waited for by the caller)."""
+        os.close(self._control)
+
+    def _read_control(self) -> bool:
+        """Read what psql printed on the control pipe; False at its end."""
+        data = os.read(self._control, _READ_BYTES)
+        self._pending += data
+        return bool(data)
+
+    def _relay(self, sink: Callable[[bytes], None]) -> int | None:
+        """Pass on what stdout holds now: how many bytes (0: none yet), None once it is closed."""
+        try:
+            data = os.read(self._stdout, _READ_BYTES)
+        except BlockingIOError:
+            return 0
+        if not data:
+            return None
+        sink(data)
+        return len(data)
+
+    def _drain(self, sink: Callable[[bytes], None]) -> None:
+        while self._relay(sink):
+            pass

@@ -1,0 +1,152 @@
+"""The superhub's reader of a binary-mode stream's dump text (fedload/feeder/sections.py): one section per table,
+as items for the importer.
+
+A binary section becomes BinaryStart, BinaryRows (COPY data in PostgreSQL's binary format, passed on as it came,
+never parsed here: the server checks it) and BinaryEnd. A text section becomes the items of a pg_dump COPY block
+(CopyStart naming the table and its columns, CopyRows of whole lines, CopyEnd), which the importer maps exactly
+as in copy mode; its reason is logged once.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from fedload.errors import DumpError
+from fedload.feeder.sections import CHUNK, END, HEAD, PART
+from fedload.log import get_logger
+from fedload.names import TableName
+from fedload.superhub.schema import ident
+from transforms import CopyEnd, CopyRows, CopyStart
+
+__all__ = ["BinaryEnd", "BinaryRows", "BinaryStart", "SectionItem", "SectionSplitter"]
+
+_MAX_HEAD_BYTES = 1 << 20
+log = get_logger()
+
+
+@dataclass(frozen=True, slots=True)
+class BinaryStart:
+    """A table's binary section begins: its data holds `columns`, in this order; `unsent`: the feeder's other
+    columns (which the superhub did not ask for: it lacks them)."""
+
+    table: TableName
+    columns: tuple[str, ...]
+    unsent: tuple[str, ...]
+    section: int  # 1 for the stream's first
+
+
+@dataclass(frozen=True, slots=True)
+class BinaryRows:
+    """A piece of the section's binary COPY data (not cut at rows)."""
+
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class BinaryEnd:
+    """The section's data is complete."""
+
+
+SectionItem = BinaryStart | BinaryRows | BinaryEnd | CopyStart | CopyRows | CopyEnd
+
+
+class SectionSplitter:
+    """`feed()` dump text, get items; `close()` at the end (DumpError if it ends inside a section)."""
+
+    def __init__(self, feeder: str = "") -> None:
+        self._feeder = feeder
+        self._buf = b""  # an incomplete part head, or section head
+        self._left = 0  # bytes of the current chunk still to come
+        self._binary: bool | None = None  # the open section's format; None between sections
+        self._table: TableName | None = None
+        self._line = b""  # a text section's incomplete last line
+        self._sections = 0
+
+    def feed(self, text: bytes) -> list[SectionItem]:
+        """The items that `text` completes."""
+        if self._buf:
+            text, self._buf = self._buf + text, b""
+        out: list[SectionItem] = []
+        pos, end = 0, len(text)
+        while pos < end:
+            if self._left:
+                take = min(self._left, end - pos)
+                self._data(text[pos : pos + take], out)
+                pos, self._left = pos + take, self._left - take
+                continue
+            if end - pos < PART.size:
+                break
+            kind, length = PART.unpack_from(text, pos)
+            if kind == CHUNK and self._binary is not None:
+                pos, self._left = pos + PART.size, length
+            elif kind == HEAD and self._binary is None:
+                if length > _MAX_HEAD_BYTES:
+                    raise DumpError(f"a section head of the binary stream claims {length} bytes")
+                if end - pos - PART.size < length:
+                    break
+                out.append(self._start(text[pos + PART.size : pos + PART.size + length]))
+                pos += PART.size + length
+            elif kind == END and self._binary is not None and length == 0:
+                out.append(self._end())
+                pos += PART.size
+            else:
+                raise DumpError(f"the binary stream has an unexpected part {kind!r} at this point")
+        self._buf = text[pos:]
+        return out
+
+    def close(self) -> list[SectionItem]:
+        """Nothing more (DumpSplitter's `close` may have items); DumpError if the dump text ends inside a section."""
+        if self._binary is not None or self._buf:
+            raise DumpError(f"the binary stream ends inside the section of table {self._table}")
+        return []
+
+    def _data(self, data: bytes, out: list[SectionItem]) -> None:
+        if self._binary:
+            out.append(BinaryRows(data))
+            return
+        data = self._line + data
+        cut = data.rfind(b"\n") + 1
+        self._line = data[cut:]
+        if cut:
+            out.append(CopyRows(data[:cut] if cut < len(data) else data))
+
+    def _end(self) -> SectionItem:
+        binary, self._binary = self._binary, None
+        if binary:
+            return BinaryEnd()
+        if self._line:
+            raise DumpError(f"the text section of table {self._table} ends inside a line")
+        return CopyEnd(b"\\.\n")
+
+    def _start(self, body: bytes) -> SectionItem:
+        head = _head(body)
+        self._sections += 1
+        self._table = table = TableName(head["schema"], head["name"])
+        columns = tuple(head["columns"])
+        self._binary = head["format"] == "binary"
+        if self._binary:
+            return BinaryStart(table, columns, tuple(head["unsent"]), self._sections)
+        log.info("import.text_fallback", feeder=self._feeder, table=str(table), reason=head["reason"])
+        written = ", ".join(map(ident, columns)).encode()
+        return CopyStart(b"", self._sections, 0, table.sql.encode(), written)
+
+
+def _head(body: bytes) -> dict[str, Any]:
+    """A section head's JSON, checked: DumpError if it is not one."""
+    try:
+        head = json.loads(body)
+    except (ValueError, RecursionError):
+        head = None
+    strings = ("schema", "name", "reason")
+    lists = ("columns", "unsent")
+    valid = (
+        isinstance(head, dict)
+        and all(isinstance(head.get(key), str) for key in strings)
+        and all(isinstance(head.get(key), list) and all(isinstance(c, str) for c in head[key]) for key in lists)
+        and head.get("format") in ("binary", "text")
+    )
+    if not valid:
+        raise DumpError(f"a section head of the binary stream is not valid: {body[:80]!r}")
+    return dict(head)
