@@ -225,7 +225,8 @@ class _FeederSync:
             process = await opening
         else:
             process = await self._transport.open(dump_command(self.feeder, self.job.transform, parents))
-        receiver = DumpReceiver(process, framed=self.feeder.agent, feeder=self.name)
+        bound = self.job.imports.max_statement_bytes
+        receiver = DumpReceiver(process, framed=self.feeder.agent, feeder=self.name, max_statement_bytes=bound)
         try:
             yield receiver
         finally:
