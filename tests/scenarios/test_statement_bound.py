@@ -143,9 +143,9 @@ def one_feeder_toml(fed: Federation, **feeder: object) -> Path:
 
 
 @pytest.mark.parametrize("mode", ["copy-zstd", "no-agent-inserts"])
-def test_peak_memory_stays_under_the_usual_plus_twice_the_bound(federation: Federation, mode: str) -> None:
+def test_peak_memory_stays_under_the_usual_plus_one_and_a_half_bounds(federation: Federation, mode: str) -> None:
     """At the default bound, the sync that refuses a 2 GiB statement does so within seconds and peaks under a
-    normal sync's peak plus twice the bound."""
+    normal sync's peak plus one and a half times the bound (less than twice, as required)."""
     fed, limit_mib = federation, DEFAULT_RECEIVED_STATEMENT_BYTES // MIB
     fed.config()  # writes the schema file
     status, usual = peak_rss_mib(one_feeder_toml(fed))
@@ -156,7 +156,9 @@ def test_peak_memory_stays_under_the_usual_plus_twice_the_bound(federation: Fede
     assert status == 1
     assert last_outcome(fed) == Outcome.FAILED
     print(f"{mode}: usual {usual:.0f} MiB, refusing a 2 GiB statement {peak:.0f} MiB in {seconds:.1f} s")
-    assert peak < usual + 2 * limit_mib, f"peak {peak:.0f} MiB, usual {usual:.0f} MiB, bound {limit_mib} MiB"
+    # Twice the bound is what joining bytes would cost (measured 241 MiB over the usual with 128 MiB): the held
+    # item grows in place, and costs about the bound (measured 105 MiB over the usual).
+    assert peak < usual + 1.5 * limit_mib, f"peak {peak:.0f} MiB, usual {usual:.0f} MiB, bound {limit_mib} MiB"
     assert seconds < 60, f"refused after {seconds:.1f} s"
 
 
