@@ -118,7 +118,7 @@ class StreamDecoder:
     def texts(self, raw: bytes) -> Iterator[bytes]:
         """Dump text from the frames that `raw` completes, each block inflated when the consumer asks for the next:
         a consumer that refuses what it has (the splitter's bound) stops after one block, however many a read holds
-        (zstd frames of 1 MiB of one byte take ~40 bytes: a 256 KiB read could inflate to gigabytes)."""
+        (zstd frames of 1 MiB of one byte take ~60 bytes: a 256 KiB read could inflate to gigabytes)."""
         self.raw_bytes += len(raw)
         self._buf += raw
         if not self._magic_seen:
