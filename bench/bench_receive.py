@@ -1,4 +1,4 @@
-"""The superhub's receive path alone, in one process: StreamDecoder.feed + DumpSplitter.feed over a copy-mode dump.
+"""The superhub's receive path alone, in one process: StreamDecoder.texts + DumpSplitter.feed over a copy-mode dump.
 
     uv run python bench/bench_receive.py [--size-mb 200] [--repeat 3]
 
@@ -159,7 +159,7 @@ def receive(stream: bytes) -> int:
     """Decode and split `stream` in READ_BYTES reads; the number of items."""
     decoder, splitter, items = StreamDecoder("bench"), DumpSplitter(), 0
     for i in range(0, len(stream), READ_BYTES):
-        for text in decoder.feed(stream[i : i + READ_BYTES]):
+        for text in decoder.texts(stream[i : i + READ_BYTES]):
             items += len(splitter.feed(text))
     decoder.close()
     return items + len(splitter.close())

@@ -21,6 +21,7 @@ from fedload.names import TablePattern
 
 __all__ = [
     "DEFAULT_CONFIG_PATHS",
+    "DEFAULT_RECEIVED_STATEMENT_BYTES",
     "BadRows",
     "Compression",
     "Config",
@@ -45,6 +46,10 @@ __all__ = [
 ]
 
 DEFAULT_CONFIG_PATHS = (Path("fedload.toml"), Path("/etc/fedload/fedload.toml"))
+# superhub.max_statement_bytes (README: Bounded statements): values to 128 MiB of dump text (a 64 MiB bytea, hex
+# doubling it), twice the largest INSERT a feeder's forced command lets the agent merge (64 MiB); a feeder past it
+# costs the superhub about this much memory and a few seconds before it is refused.
+DEFAULT_RECEIVED_STATEMENT_BYTES = 128 << 20
 CONFIG_ENV = "FEDLOAD_CONFIG"
 
 
@@ -132,6 +137,8 @@ class SuperhubConfig(_Model):
     analyze: Analyze = "after_swap"
     run_timeout_s: Seconds = 6 * 3600.0
     worker_processes: int | None = Field(None, ge=0)  # None: max_parallel_feeders; 0: none
+    # The most of one statement or COPY row the superhub holds without its end; more is refused as a bad dump.
+    max_statement_bytes: int = Field(DEFAULT_RECEIVED_STATEMENT_BYTES, ge=1 << 20)
 
     @property
     def workers(self) -> int:
@@ -292,6 +299,23 @@ class Config(_Model):
                         type=PydanticCustomError("shards", "{message}", {"message": message}), loc=where, input=None
                     )
                     for where, message in problems
+                ],
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _statements_fit(self) -> Config:
+        merged = self.transform.max_statement_bytes
+        if self.superhub.max_statement_bytes <= merged:
+            message = f"must be larger than transform.max_statement_bytes ({merged}): the superhub would refuse the "
+            raise ValidationError.from_exception_data(
+                "Config",
+                [
+                    InitErrorDetails(
+                        type=PydanticCustomError("bound", "{message}", {"message": message + "INSERTs it merges"}),
+                        loc=("superhub", "max_statement_bytes"),
+                        input=self.superhub.max_statement_bytes,
+                    )
                 ],
             )
         return self

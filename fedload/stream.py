@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import zlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, TypeVar, cast
 
 import zstandard
@@ -114,20 +115,24 @@ class StreamDecoder:
         self.raw_bytes = 0
 
     def feed(self, raw: bytes) -> list[bytes]:
-        """Dump text from the frames that `raw` completes."""
+        """Dump text from the frames that `raw` completes, all inflated at once (`texts` inflates them lazily)."""
+        return list(self.texts(raw))
+
+    def texts(self, raw: bytes) -> Iterator[bytes]:
+        """Dump text from the frames that `raw` completes, each block inflated when the consumer asks for the next:
+        a consumer that refuses what it has (the splitter's bound) stops after one block, however many a read holds
+        (zstd frames of 1 MiB of one byte take ~60 bytes: a 256 KiB read could inflate to gigabytes)."""
         self.raw_bytes += len(raw)
         self._buf += raw
-        out: list[bytes] = []
         if not self._magic_seen:
             if len(self._buf) < len(MAGIC):
-                return out
+                return
             if bytes(self._buf[: len(MAGIC)]) != MAGIC:
                 raise DumpError("the feeder's output is not a fedload stream (bad magic bytes)")
             del self._buf[: len(MAGIC)]
             self._magic_seen = True
         while (frame := self._next_frame()) is not None:
-            out += self._handle(*frame)
-        return out
+            yield from self._handle(*frame)
 
     def close(self) -> Trailer:
         """The verified trailer; DumpError if the stream is truncated, inconsistent or reports a failed dump."""
@@ -248,20 +253,27 @@ class GzipDecoder:
         self.raw_bytes = 0
 
     def feed(self, raw: bytes) -> list[bytes]:
-        """Dump text inflated from `raw`, in pieces of at most MAX_BLOCK_BYTES."""
+        """Dump text inflated from `raw`, in pieces of at most MAX_BLOCK_BYTES, all at once."""
+        return list(self.texts(raw))
+
+    def texts(self, raw: bytes) -> Iterator[bytes]:
+        """Dump text inflated from `raw`, in pieces of at most MAX_BLOCK_BYTES, each inflated when the consumer asks
+        for the next (deflate reaches ~1000:1: a 256 KiB read could inflate to 256 MiB)."""
         self.raw_bytes += len(raw)
-        out: list[bytes] = []
         data = raw
-        try:
-            while data and not self._inflater.eof:
-                out.append(self._inflater.decompress(data, MAX_BLOCK_BYTES))
-                data = self._inflater.unconsumed_tail
-        except zlib.error as exc:
-            raise DumpError(f"the feeder's gzip stream is corrupt: {exc}") from exc
+        while data and not self._inflater.eof:
+            text, data = self._inflate(data)
+            self.payload_bytes += len(text)
+            yield text
         if self._inflater.eof and (data or self._inflater.unused_data):
             raise DumpError("the feeder's gzip stream has unexpected bytes after its end")
-        self.payload_bytes += sum(map(len, out))
-        return out
+
+    def _inflate(self, data: bytes) -> tuple[bytes, bytes]:
+        """At most MAX_BLOCK_BYTES of text from `data`, and what of `data` is left."""
+        try:
+            return self._inflater.decompress(data, MAX_BLOCK_BYTES), self._inflater.unconsumed_tail
+        except zlib.error as exc:
+            raise DumpError(f"the feeder's gzip stream is corrupt: {exc}") from exc
 
     def close(self) -> None:
         """DumpError unless the gzip stream ended properly."""

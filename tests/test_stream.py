@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedload.errors import DumpError
-from fedload.stream import MAGIC, MAX_BLOCK_BYTES, Header, StreamDecoder, StreamEncoder, Trailer
+from fedload.stream import MAGIC, MAX_BLOCK_BYTES, GzipDecoder, Header, StreamDecoder, StreamEncoder, Trailer
 
 HEADER = Header("zstd", "copy", "0.2.0", "15.4", ["public.t"])
 DUMP = b"COPY public.t (a) FROM stdin;\n1\n2\n\\.\n"
@@ -190,3 +190,20 @@ def test_gzip_blocks_with_trailing_bytes_are_refused() -> None:
     block = zlib.compress(DUMP, 6, wbits=31)
     raw = MAGIC + frame(b"H", json.dumps(asdict(header)).encode()) + frame(b"D", block + b"junk")
     assert "a gzip block is incomplete, has trailing bytes, or inflates past" in refused(raw)
+
+
+@pytest.mark.parametrize("compression", ["zstd", "gzip", "plain gzip"])
+def test_a_read_of_many_blocks_is_inflated_one_block_at_a_time(compression: str) -> None:
+    """One read holding 64 MiB of highly compressed dump text inflates block by block as the consumer asks: one
+    that stops after the first block (as the splitter does past its bound) has had 1 MiB inflated, not 64."""
+    text = b"x" * (64 * MAX_BLOCK_BYTES)
+    decoder: StreamDecoder | GzipDecoder
+    if compression == "plain gzip":  # pg_dump | gzip, without the agent
+        raw, decoder = zlib.compress(text, 1, wbits=31), GzipDecoder()
+    else:
+        encoder = StreamEncoder(Header(compression, "copy", "0.2.0", "15.4", ["public.t"]))
+        raw, decoder = encoder.start() + encoder.data(text), StreamDecoder()
+    assert len(raw) < len(text) // 200
+    first = next(block for block in decoder.texts(raw) if block)
+    assert len(first) == MAX_BLOCK_BYTES
+    assert decoder.payload_bytes == MAX_BLOCK_BYTES

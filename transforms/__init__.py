@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from transforms.batch import DEFAULT_MAX_STATEMENT_BYTES, DEFAULT_ROWS_PER_STATEMENT, InsertBatcher
-from transforms.errors import DumpSyntaxError, RemapError, TransformError
+from transforms.errors import DumpSyntaxError, RemapError, TooLargeError, TransformError
 from transforms.inserts import Insert, format_insert, parse_insert, qualified_name, split_tuple
 from transforms.remap import Remap, TableRemap, load_remap, parse_remap
 from transforms.split import (
@@ -40,6 +40,7 @@ __all__ = [
     "RemapError",
     "Statement",
     "TableRemap",
+    "TooLargeError",
     "TransformError",
     "TransformOptions",
     "TransformStats",

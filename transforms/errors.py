@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
-__all__ = ["DumpSyntaxError", "RemapError", "TransformError", "printable"]
+__all__ = ["DumpSyntaxError", "RemapError", "TooLargeError", "TransformError", "printable"]
 
 
 def printable(text: str | bytes) -> str:
@@ -32,6 +32,17 @@ class DumpSyntaxError(TransformError):
         super().__init__(f"line {line} (byte {offset}): {message}")
         self.line = line
         self.offset = offset
+
+
+class TooLargeError(DumpSyntaxError):
+    """An item of the dump (`what`: a statement, a COPY data row...) is longer than the splitter's bound; `table`
+    is the table it loads, as written in the dump, where that is known."""
+
+    def __init__(self, what: str, *, table: bytes | None, limit: int, line: int, offset: int) -> None:
+        super().__init__(f"{what} is larger than {limit} bytes", line=line, offset=offset)
+        self.what = what
+        self.table = table
+        self.limit = limit
 
 
 class RemapError(TransformError):

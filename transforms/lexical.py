@@ -128,7 +128,7 @@ _STATEMENT_PIECE = re.compile(
 )
 
 
-def statement_end(buf: bytes, pos: int) -> int | None:
+def statement_end(buf: bytes | bytearray, pos: int) -> int | None:
     """The end of the statement at `pos` (after its `;`), as `STATEMENT` finds it; None if it is incomplete.
 
     Reads the statement in pieces of a bounded pattern, which never backtracks (nothing follows it). A piece stops
@@ -151,7 +151,7 @@ def statement_end(buf: bytes, pos: int) -> int | None:
         pos = end
 
 
-def _cut_off(buf: bytes, pos: int) -> bool:
+def _cut_off(buf: bytes | bytearray, pos: int) -> bool:
     """Whether the standard literal, quoted identifier or block comment at `pos` has no end in `buf`."""
     opener = buf[pos]
     if opener in b"'\"":

@@ -11,9 +11,9 @@ import re
 from dataclasses import dataclass
 from typing import Union
 
-from transforms.errors import DumpSyntaxError, printable
+from transforms.errors import DumpSyntaxError, TooLargeError, printable
 from transforms.inserts import Insert, InsertRunMatcher
-from transforms.lexical import COPY_FROM_STDIN, possessive, statement_end
+from transforms.lexical import COPY_FROM_STDIN, INSERT_HEAD, possessive, statement_end
 
 __all__ = [
     "MAX_STATEMENT_BYTES_IN",
@@ -29,7 +29,8 @@ __all__ = [
 ]
 
 MAX_STATEMENT_BYTES_IN = 1 << 30
-"""No single input statement may be larger: a guard against unbounded memory on garbage without `;`."""
+"""The default bound of an item held without its end (PostgreSQL's own limit): a guard against unbounded memory
+on garbage without `;`. The superhub sets its own (`superhub.max_statement_bytes`)."""
 
 # The first word of every SQL command PostgreSQL knows; anything else where a statement starts is garbage.
 _COMMAND_WORDS = frozenset(
@@ -42,6 +43,7 @@ _FILLER = re.compile(possessive(rb"[ \t\r\n\f]+|--[^\n]*\n", at_least_one=True))
 _FIRST_WORD = re.compile(rb"(?:/\*.*?\*/\s*)*([A-Za-z]*)(.?)", re.DOTALL)  # never fails: no backtracking
 _WORD_WINDOW = 4096
 _REST_OF_LINE = re.compile(rb"[ \t\r]*\n")
+_HOLD_BYTES = 1 << 20  # an item incomplete at this length waits for its end in a bytearray that grows in place
 # A line starting with `\.` inside COPY data: the end marker, or an error. A regex, not bytes.find: sre's literal
 # search measured 1-2x faster than bytes.find(b"\n\\.") on COPY text, never slower (bench/bench_receive.py).
 _COPY_END_CANDIDATE = re.compile(rb"\n\\\.")
@@ -110,10 +112,16 @@ Item = Union[Verbatim, MetaCommand, Statement, InsertRows, CopyStart, CopyRows, 
 
 
 class DumpSplitter:
-    """Incremental splitter; see the module docstring."""
+    """Incremental splitter; see the module docstring. A statement, COPY row, comment or psql command line of which
+    more than `max_item_bytes` have arrived without its end raises TooLargeError. Until then an item that long
+    waits in a bytearray that grows in place, so memory holds about its length (up to an eighth more) and one
+    input chunk, not twice that as joining bytes would."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_item_bytes: int = MAX_STATEMENT_BYTES_IN) -> None:
+        self._max_item_bytes = max_item_bytes
         self._buf = b""
+        self._held: bytearray | None = None  # an incomplete item of _HOLD_BYTES or more, while _buf is empty
+        self._waiting_for = ""  # what the incomplete item is, for TooLargeError
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._wanted_bytes = 0
@@ -130,6 +138,8 @@ class DumpSplitter:
 
     def feed(self, data: bytes) -> list[Item]:
         """Add input; return the items it completes."""
+        if self._held is not None:
+            return self._feed_held(self._held, data)
         self._pending.append(data)
         self._pending_bytes += len(data)
         if self._pending_bytes < self._wanted_bytes:
@@ -138,7 +148,29 @@ class DumpSplitter:
 
     def close(self) -> list[Item]:
         """Signal the end of input; return the last items or raise DumpSyntaxError for a cut-off dump."""
+        if self._held is not None:
+            self._buf, self._held = bytes(self._held), None
         return self._drain(eof=True)
+
+    def _feed_held(self, held: bytearray, data: bytes) -> list[Item]:
+        """Grow the held item; once it ends, split as usual (a copy, once, of an item within the bound)."""
+        held += data
+        if len(held) < self._wanted_bytes:
+            return []
+        if not self._ends(held):
+            if len(held) > self._max_item_bytes:
+                raise self._too_large(held, 0, self._waiting_for)
+            self._wanted_bytes = min(2 * len(held), self._max_item_bytes + 1)  # rescan by the time it is too big
+            return []
+        self._buf, self._held = bytes(held), None
+        return self._drain(eof=False)
+
+    def _ends(self, held: bytearray) -> bool:
+        """Whether the item at the start of `held` ends in it: a COPY row, comment or psql command line at its
+        newline, a statement at its `;`."""
+        if self._copy is not None or held.startswith((b"--", b"\\")):
+            return held.find(b"\n") >= 0
+        return held.find(b";") >= 0 and statement_end(held, 0) is not None  # find: C speed, a regex is slower
 
     def _drain(self, *, eof: bool) -> list[Item]:
         if self._pending:
@@ -160,6 +192,9 @@ class DumpSplitter:
         self._mark = 0
         if eof:
             self._check_complete()
+        elif len(self._buf) >= _HOLD_BYTES:  # then an item is incomplete, and _wanted_bytes counts further input
+            self._held, self._buf = bytearray(self._buf), b""
+            self._wanted_bytes += len(self._held)
         return items
 
     def _advance(self, start: int, end: int) -> None:
@@ -252,11 +287,23 @@ class DumpSplitter:
 
     def _wait_for_more(self, pos: int, what: str) -> None:
         """The item from `pos` is incomplete: rescan only once the buffer has doubled (linear time for huge items),
-        and refuse items beyond PostgreSQL's own 1 GiB limit (bounded memory)."""
-        pending = len(self._buf) - pos
-        if pending > MAX_STATEMENT_BYTES_IN:
-            raise self._error(f"{what} is larger than {MAX_STATEMENT_BYTES_IN} bytes", pos)
-        self._wanted_bytes = min(pending, MAX_STATEMENT_BYTES_IN + 1 - pending)  # rescan by the time it is too big
+        and refuse an item once more than max_item_bytes of it are held (bounded memory)."""
+        pending, bound = len(self._buf) - pos, self._max_item_bytes
+        if pending > bound:
+            raise self._too_large(self._buf, pos, what)
+        self._wanted_bytes = min(pending, bound + 1 - pending)  # rescan by the time it is too big
+        self._waiting_for = what
+
+    def _too_large(self, buf: bytes | bytearray, pos: int, what: str) -> TooLargeError:
+        """The error for the item at `pos` of `buf` (the mark's position), longer than the bound, naming its table
+        where it is COPY data or an INSERT."""
+        if self._copy is not None:
+            table: bytes | None = self._copy.table
+        else:
+            head = INSERT_HEAD.match(buf, pos, pos + _WORD_WINDOW)
+            table = bytes(head["table"]) if head is not None else None
+        line, offset = self._where(pos)
+        return TooLargeError(what, table=table, limit=self._max_item_bytes, line=line, offset=offset)
 
     def _copy_step(self, pos: int, eof: bool) -> tuple[Item, int] | None:
         buf = self._buf

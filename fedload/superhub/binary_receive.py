@@ -13,12 +13,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from fedload.config import DEFAULT_RECEIVED_STATEMENT_BYTES
 from fedload.errors import DumpError
 from fedload.feeder.sections import CHUNK, END, HEAD, PART
 from fedload.log import get_logger
 from fedload.names import TableName
 from fedload.superhub.schema import ident
-from transforms import CopyEnd, CopyRows, CopyStart
+from transforms import CopyEnd, CopyRows, CopyStart, TooLargeError
 
 __all__ = ["BinaryEnd", "BinaryRows", "BinaryStart", "SectionItem", "SectionSplitter"]
 
@@ -55,8 +56,9 @@ SectionItem = BinaryStart | BinaryRows | BinaryEnd | CopyStart | CopyRows | Copy
 class SectionSplitter:
     """`feed()` dump text, get items; `close()` at the end (DumpError if it ends inside a section)."""
 
-    def __init__(self, feeder: str = "") -> None:
+    def __init__(self, feeder: str = "", max_line_bytes: int = DEFAULT_RECEIVED_STATEMENT_BYTES) -> None:
         self._feeder = feeder
+        self._max_line_bytes = max_line_bytes  # a text section's longest row (TooLargeError past it)
         self._buf = b""  # an incomplete part head, or section head
         self._left = 0  # bytes of the current chunk still to come
         self._binary: bool | None = None  # the open section's format; None between sections
@@ -109,6 +111,12 @@ class SectionSplitter:
         data = self._line + data
         cut = data.rfind(b"\n") + 1
         self._line = data[cut:]
+        if len(self._line) > self._max_line_bytes:
+            assert self._table is not None  # a text section is open
+            table = self._table.sql.encode()
+            raise TooLargeError(
+                "a COPY data row", table=table, limit=self._max_line_bytes, line=self._sections, offset=0
+            )
         if cut:
             out.append(CopyRows(data[:cut] if cut < len(data) else data))
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from fedload.config import BadRows, ExtraColumns
+from fedload.config import DEFAULT_RECEIVED_STATEMENT_BYTES, BadRows, ExtraColumns
 from fedload.errors import DumpError
 from fedload.log import get_logger
 from fedload.names import TableName, TablePattern
@@ -83,6 +83,7 @@ class ImportPolicy:
     table_patterns: tuple[TablePattern, ...]
     extra_columns: ExtraColumns = "warn"
     bad_rows: BadRows = "fail"
+    max_statement_bytes: int = DEFAULT_RECEIVED_STATEMENT_BYTES  # of one statement or COPY row held (receive.py)
 
 
 @dataclass(slots=True)

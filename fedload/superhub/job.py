@@ -80,7 +80,9 @@ def parents_spec(config: Config) -> ParentsSpec:
 def feeder_jobs(config: Config, names: Iterable[str] | None = None) -> dict[str, Job]:
     """The runs of the named feeders (default: all), each on its superhub (with shards, its shard's)."""
     superhub, targets, parents = config.superhub, superhub_targets(config), parents_spec(config)
-    imports = ImportPolicy(superhub.feeder_key, parents.tables, superhub.extra_columns, superhub.bad_rows)
+    imports = ImportPolicy(
+        superhub.feeder_key, parents.tables, superhub.extra_columns, superhub.bad_rows, superhub.max_statement_bytes
+    )
     swap = SwapPolicy.from_config(superhub)
     return {
         name: Job(

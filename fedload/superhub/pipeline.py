@@ -237,7 +237,10 @@ class _FeederSync:
         else:
             process = await self._transport.open(await self._dump_command(parents))
         binary = self.feeder.dump_mode == DumpMode.BINARY
-        receiver = DumpReceiver(process, framed=self.feeder.agent, feeder=self.name, binary=binary)
+        bound = self.job.imports.max_statement_bytes
+        receiver = DumpReceiver(
+            process, framed=self.feeder.agent, feeder=self.name, binary=binary, max_statement_bytes=bound
+        )
         try:
             yield receiver
         finally:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+from fedload.config import DEFAULT_RECEIVED_STATEMENT_BYTES
 from fedload.errors import DumpError, FeederCommandError, one_line
 from fedload.feeder.wire import BINARY_PROTOCOL
 from fedload.stream import GzipDecoder, Header, StreamDecoder, Trailer
 from fedload.superhub.binary_receive import SectionItem, SectionSplitter
 from fedload.transport import FeederProcess
-from transforms import DumpSplitter, DumpSyntaxError, Item
+from transforms import DumpSplitter, DumpSyntaxError, Item, TooLargeError, qualified_name
 
 __all__ = ["READ_BYTES", "DumpReceiver"]
 
@@ -25,12 +26,21 @@ class DumpReceiver:
 
     `feeder` names the feeder in messages, such as the one refusing an agent of an incompatible version."""
 
-    def __init__(self, process: FeederProcess, *, framed: bool = True, feeder: str = "", binary: bool = False) -> None:
+    def __init__(
+        self,
+        process: FeederProcess,
+        *,
+        framed: bool = True,
+        feeder: str = "",
+        binary: bool = False,
+        max_statement_bytes: int = DEFAULT_RECEIVED_STATEMENT_BYTES,
+    ) -> None:
         """`binary`: the feeder was asked for dump_mode "binary" (an agent too old for it is told apart)."""
         self._process = process
+        self._feeder = feeder
         self._decoder: StreamDecoder | GzipDecoder = StreamDecoder(feeder) if framed else GzipDecoder()
-        self._splitter: DumpSplitter | SectionSplitter = DumpSplitter()
-        self._feeder, self._binary, self._sections = feeder, binary, False
+        self._splitter: DumpSplitter | SectionSplitter = DumpSplitter(max_statement_bytes)
+        self._binary, self._sections, self._max_statement_bytes = binary, False, max_statement_bytes
         self.trailer: Trailer | None = None
 
     @property
@@ -53,7 +63,7 @@ class DumpReceiver:
         """The dump's items in order; raises DumpError or FeederError if it is not complete and valid."""
         try:
             while raw := await self._process.read(READ_BYTES):
-                for text in self._decoder.feed(raw):
+                for text in self._decoder.texts(raw):  # inflated one block at a time: the splitter's bound holds
                     if not self._sections and self.header is not None and self.header.dump_mode == "binary":
                         self._splitter, self._sections = self._section_splitter(self.header), True
                     for item in self._splitter.feed(text):
@@ -61,6 +71,8 @@ class DumpReceiver:
             await self._finish()
             for item in self._splitter.close():
                 yield item
+        except TooLargeError as exc:
+            raise DumpError(self._too_large(exc)) from None
         except DumpSyntaxError as exc:
             raise DumpError(f"the dump is malformed at {exc}") from exc
 
@@ -68,7 +80,18 @@ class DumpReceiver:
         """The reader of a binary stream's sections; DumpError if the header's protocol predates them."""
         if header.protocol < BINARY_PROTOCOL:
             raise DumpError(f"the feeder's agent states dump_mode binary in stream protocol {header.protocol}")
-        return SectionSplitter(self._feeder)
+        return SectionSplitter(self._feeder, self._max_statement_bytes)
+
+    def _too_large(self, exc: TooLargeError) -> str:
+        """A statement or row past the bound, in one line: the feeder, the table, where, and the setting to raise."""
+        where = f"feeder {self._feeder}" if self._feeder else "the feeder"
+        if exc.table is not None:
+            where += f", table {qualified_name(exc.table)}"
+        return (
+            f"{where}: {exc.what} at dump line {exc.line} is larger than superhub.max_statement_bytes = {exc.limit} "
+            f"({exc.limit / (1 << 20):g} MiB): refused as a bad dump; raise the setting if the feeder's values are "
+            "really that large"
+        )
 
     async def _finish(self) -> None:
         status = await self._process.wait()

@@ -64,17 +64,19 @@ class LocalProcess:
         return self._stderr.text()
 
     async def cancel(self) -> None:
-        """Kill the process group and reap it; idempotent."""
+        """Kill the process group and reap it; idempotent. Its stdout is read to its end first: asyncio's wait()
+        returns only once the pipes are closed, which a reader that stopped mid-stream (a refused dump) left
+        paused, so waiting first cost the whole wait timeout."""
         if self._process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self._process.pid, signal.SIGKILL)
+        await self._drain_stdout()
         with contextlib.suppress(TimeoutError, ProcessLookupError, ZygoteGoneError):
             async with asyncio.timeout(_WAIT_TIMEOUT_S):
                 await self._process.wait()
         self._stderr_task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):  # its own failure must not hide the run's
             await self._stderr_task
-        await self._drain_stdout()
 
     async def _drain_stdout(self) -> None:
         """Read what the killed command left in its stdout pipe, to its end (bounded): asyncio closes the pipe, and

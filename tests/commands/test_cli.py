@@ -114,6 +114,24 @@ def test_check_config_prints_every_problem_one_per_line(tmp_path: Path) -> None:
     assert "feeders.b.ssh.port: Input should be a valid integer" in lines[2]
 
 
+def test_check_config_refuses_a_statement_bound_the_merged_inserts_would_pass(tmp_path: Path) -> None:
+    """superhub.max_statement_bytes at or below transform.max_statement_bytes would refuse the INSERTs the agent
+    merges: exit 2, one line naming both settings; below 1 MiB is refused too."""
+    config = tmp_path / "bound.toml"
+    head = '[superhub]\ndsn = "x"\ntables = ["public.t"]\n'
+    config.write_text(head + "max_statement_bytes = 16777216\n[transform]\nmax_statement_bytes = 16777216\n")
+    result = fedload("check-config", "--config", str(config))
+    assert result.returncode == 2
+    assert result.stderr.decode().splitlines() == [
+        f"fedload: {config}: superhub.max_statement_bytes: must be larger than transform.max_statement_bytes "
+        "(16777216): the superhub would refuse the INSERTs it merges"
+    ]
+    config.write_text(head + "max_statement_bytes = 1000\n")
+    result = fedload("check-config", "--config", str(config))
+    assert result.returncode == 2
+    assert "superhub.max_statement_bytes: Input should be greater than or equal to 1048576" in result.stderr.decode()
+
+
 def test_check_config_reports_toml_syntax_with_position(tmp_path: Path) -> None:
     """A TOML syntax error names the file, line and column."""
     config = tmp_path / "broken.toml"

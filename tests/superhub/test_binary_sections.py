@@ -13,7 +13,7 @@ from fedload.feeder.wire import BINARY_PROTOCOL, Header, StreamEncoder
 from fedload.names import TableName
 from fedload.superhub.binary_receive import BinaryEnd, BinaryRows, BinaryStart, SectionItem, SectionSplitter
 from fedload.superhub.receive import DumpReceiver
-from transforms import CopyEnd, CopyRows, CopyStart
+from transforms import CopyEnd, CopyRows, CopyStart, TooLargeError
 
 BINARY = section_head(("public", "hosts"), ["id", "name"], binary=True, reason="", unsent=["x"])
 TEXT = section_head(("public", "wide"), ["id", 'v"w'], binary=False, reason="column v: ...", unsent=[])
@@ -127,3 +127,12 @@ async def test_a_binary_header_of_an_older_protocol_is_refused() -> None:
     receiver = DumpReceiver(_Replay(_stream(3)), feeder="hub1")
     with pytest.raises(DumpError, match="states dump_mode binary in stream protocol 3"):
         [item async for item in receiver.items()]
+
+
+def test_a_text_sections_row_past_the_bound_is_refused_as_it_arrives() -> None:
+    """A text section's row that never ends is refused once the bound has arrived, not buffered without end."""
+    splitter = SectionSplitter(max_line_bytes=1000)
+    splitter.feed(TEXT + chunk(b"1\t" + b"x" * 998))  # 1000 bytes without an end of line: at the bound, kept
+    with pytest.raises(TooLargeError, match="a COPY data row is larger than 1000 bytes") as refused:
+        splitter.feed(chunk(b"x"))
+    assert refused.value.table == b'"public"."wide"'

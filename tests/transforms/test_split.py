@@ -6,7 +6,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from transforms import CopyEnd, CopyRows, CopyStart, DumpSplitter, DumpSyntaxError, InsertRows, Item, Statement
+from transforms import (
+    CopyEnd,
+    CopyRows,
+    CopyStart,
+    DumpSplitter,
+    DumpSyntaxError,
+    InsertRows,
+    Item,
+    Statement,
+    TooLargeError,
+)
 
 TRICKY_DUMP = b'''--
 -- PostgreSQL database dump ; with 'a quote
@@ -167,3 +177,58 @@ def content(item: Item) -> bytes:
     if isinstance(item, InsertRows):
         return b",".join(item.insert.tuples)
     return item.data if isinstance(item, CopyRows) else item.text
+
+
+BOUND = 3 * 1024 * 1024  # past _HOLD_BYTES, so that the item waits in the held bytearray before it is refused
+ENDLESS = {  # an item that never ends: what comes before it, its start, what the error calls it, its table and line
+    "statement": (b"SET a = 1;\n", b'INSERT INTO public."T" (a) VALUES (\'', "a statement", b'public."T"', 2),
+    "statement with semicolons": (b"", b"SELECT ';", "a statement", None, 1),
+    "copy row": (b"COPY public.t (a) FROM stdin;\n1\n", b"", "a COPY data row", b"public.t", 3),
+    "comment line": (b"", b"-- ", "a comment or psql command line", None, 1),
+}
+
+
+def held_when_refused(splitter: DumpSplitter, before: bytes, opening: bytes, filler: bytes, chunk: int) -> int:
+    """Feed `before`, then an item: `opening` and `filler` for ever, `chunk` bytes at a time; how much of the item
+    had arrived when the splitter refused it."""
+    splitter.feed(before + opening)
+    held = len(opening)
+    while held < 4 * BOUND:
+        held += chunk
+        try:
+            splitter.feed(filler * (chunk // len(filler)))
+        except TooLargeError:
+            return held
+    return held
+
+
+@pytest.mark.parametrize("chunk", [1 << 16, 1 << 20])
+@pytest.mark.parametrize("kind", list(ENDLESS))
+def test_an_item_past_the_bound_is_refused_once_the_bound_is_passed(kind: str, chunk: int) -> None:
+    """An item that never ends raises TooLargeError, naming it and its table, as soon as more than the bound of it
+    has arrived: not one chunk later."""
+    before, opening, what, table, line = ENDLESS[kind]
+    splitter = DumpSplitter(BOUND)
+    held = held_when_refused(splitter, before, opening, b"x;" if b";" in opening else b"x", chunk)
+    assert BOUND < held <= BOUND + chunk
+    with pytest.raises(TooLargeError) as caught:
+        splitter.feed(b"x")  # the splitter stays refused
+    error = caught.value
+    assert (error.what, error.table, error.limit, error.line) == (what, table, BOUND, line)
+    assert str(error).endswith(f"{what} is larger than {BOUND} bytes")
+
+
+@pytest.mark.parametrize("chunk", [1000, 1 << 16, 1 << 20])
+def test_items_up_to_the_bound_split_as_in_one_piece(chunk: int) -> None:
+    """Items of almost the bound, held while they arrive, give the same items as the whole dump in one feed."""
+    value = b"v" * (BOUND - 100)
+    dump = (
+        b"INSERT INTO public.t (a) VALUES ('" + value + b"');\nSELECT 1;\n"
+        b"COPY public.t (a) FROM stdin;\n" + value + b"\n2\n\\.\n" + TRICKY_DUMP + b"-- " + value + b"\nSELECT 2;\n"
+    )
+    whole = DumpSplitter(BOUND)
+    expected = whole.feed(dump) + whole.close()
+    splitter = DumpSplitter(BOUND)
+    items = [item for i in range(0, len(dump), chunk) for item in splitter.feed(dump[i : i + chunk])]
+    assert canonical(items + splitter.close()) == canonical(expected)
+    assert all(type(getattr(item, "text", b"")) is bytes for item in items)  # never the held bytearray
