@@ -101,11 +101,11 @@ def _blocks(compress: Any) -> bytes:
 
 
 def _trailer(sha: str = "", **fields: Any) -> bytes:
-    """A hand-written trailer frame for DUMP (`sha` overrides its checksum)."""
+    """A hand-written trailer frame for one block of DUMP (`sha` overrides its checksum)."""
     summary = {
         "pg_dump_exit_status": 0,
         "payload_bytes": len(DUMP),
-        "payload_sha256": sha or hashlib.sha256(DUMP).hexdigest(),
+        "blocks_sha256": sha or hashlib.sha256(ZSTD(DUMP)).hexdigest(),
         **fields,
     }
     return frame(b"T", json.dumps(summary).encode())
@@ -133,6 +133,14 @@ HEAD = MAGIC + frame(b"H", json.dumps(asdict(HEADER)).encode())
         (HEAD + struct.pack(">cI", b"D", 1 << 30), "a stream frame claims 1073741824 bytes, more than the"),
         (HEAD + frame(b"D", ZSTD(DUMP)[:-1] + b"\x00"), "a compressed block is corrupt:"),
         (HEAD + frame(b"D", b"not zstd at all"), "a compressed block is corrupt:"),
+        (
+            HEAD + frame(b"D", zstandard.ZstdCompressor(write_content_size=True).compress(DUMP)) + _trailer(),
+            "a compressed block has no content checksum",
+        ),
+        (
+            HEAD + frame(b"D", zstandard.ZstdCompressor(write_content_size=False).compress(DUMP)) + _trailer(),
+            "a compressed block does not declare its size",
+        ),
         (
             HEAD + frame(b"D", zstandard.ZstdCompressor(write_content_size=True).compress(b"\x00" * (5 << 20))),
             f"a compressed block declares {5 << 20} bytes, more than the {4 * MAX_BLOCK_BYTES} allowed",
@@ -190,3 +198,30 @@ def test_gzip_blocks_with_trailing_bytes_are_refused() -> None:
     block = zlib.compress(DUMP, 6, wbits=31)
     raw = MAGIC + frame(b"H", json.dumps(asdict(header)).encode()) + frame(b"D", block + b"junk")
     assert "a gzip block is incomplete, has trailing bytes, or inflates past" in refused(raw)
+
+
+def _two_blocks(first: bytes, second: bytes, header: Header = HEADER) -> tuple[bytes, bytes, bytes]:
+    """Head, the two data frames and the trailer of a stream of two full blocks, as the agent writes it."""
+    raw = stream(first + second, header)
+    head = raw[: len(MAGIC) + 5 + len(json.dumps(asdict(header)).encode())]
+    rest = raw[len(head) :]
+    one = 5 + struct.unpack(">I", rest[1:5])[0]
+    two = one + 5 + struct.unpack(">I", rest[one + 1 : one + 5])[0]
+    return head, rest[:one] + rest[one:two], rest[two:]
+
+
+@pytest.mark.parametrize("protocol", [3, 4])
+def test_blocks_out_of_order_are_refused(protocol: int) -> None:
+    """Two full blocks swapped keep every block's checksum and the byte count: the trailer's checksum (of the
+    compressed blocks since protocol 4, of the dump text before) refuses them."""
+    header = Header("zstd", "copy", "0.2.0", "15.4", ["public.t"], protocol=protocol)
+    first, second = b"a" * MAX_BLOCK_BYTES, b"b" * MAX_BLOCK_BYTES
+    head, frames, trailer = _two_blocks(first, second, header)
+    if protocol < 4:  # an agent before protocol 4 hashed the dump text
+        summary: dict[str, object] = {"pg_dump_exit_status": 0, "payload_bytes": 2 * MAX_BLOCK_BYTES}
+        summary["payload_sha256"] = hashlib.sha256(first + second).hexdigest()
+        trailer = frame(b"T", json.dumps(summary).encode())
+    assert decoded(head + frames + trailer)[0] == first + second
+    one = 5 + struct.unpack(">I", frames[1:5])[0]
+    swapped = frames[one:] + frames[:one]
+    assert "the stream's checksum does not match" in refused(head + swapped + trailer)
