@@ -225,3 +225,25 @@ def test_blocks_out_of_order_are_refused(protocol: int) -> None:
     one = 5 + struct.unpack(">I", frames[1:5])[0]
     swapped = frames[one:] + frames[:one]
     assert "the stream's checksum does not match" in refused(head + swapped + trailer)
+
+
+def _data_blocks(raw: bytes) -> list[bytes]:
+    """The decompressed text of each data frame of a zstd stream."""
+    blocks, pos = [], len(HEAD)
+    while raw[pos : pos + 1] == b"D":
+        length = struct.unpack(">I", raw[pos + 1 : pos + 5])[0]
+        blocks.append(zstandard.ZstdDecompressor().decompress(raw[pos + 5 : pos + 5 + length]))
+        pos += 5 + length
+    return blocks
+
+
+def test_blocks_end_after_a_line() -> None:
+    """The agent cuts a full block after its last line (in the block's second half), so that the superhub can hand
+    a block of COPY rows on whole; a block without a newline there is cut at the block size."""
+    rows = b"".join(b"%d\tsome text\n" % i for i in range(200_000))
+    long_line = b"x" * (3 * MAX_BLOCK_BYTES) + b"\n"
+    blocks = _data_blocks(stream(rows + long_line + rows))
+    assert b"".join(blocks) == rows + long_line + rows
+    assert all(len(block) <= MAX_BLOCK_BYTES for block in blocks)
+    cut_in_line = [block for block in blocks[:-1] if not block.endswith(b"\n")]
+    assert len(cut_in_line) == 3  # the long line's blocks, and the one before, whose second half has no newline

@@ -140,11 +140,17 @@ class DumpSplitter:
         """Signal the end of input; return the last items or raise DumpSyntaxError for a cut-off dump."""
         return self._drain(eof=True)
 
-    def _drain(self, *, eof: bool) -> list[Item]:
-        if self._pending:
+    def _take_pending(self) -> None:
+        """Append the input fed since the last drain to the buffer."""
+        if len(self._pending) == 1 and not self._buf:
+            self._buf = self._pending[0]  # not copied: a block of whole COPY rows then goes on as it came
+        elif self._pending:
             self._buf = b"".join([self._buf, *self._pending])
-            self._pending.clear()
-            self._pending_bytes = 0
+        self._pending.clear()
+        self._pending_bytes = 0
+
+    def _drain(self, *, eof: bool) -> list[Item]:
+        self._take_pending()
         items: list[Item] = []
         pos = 0
         self._wanted_bytes = 0  # a step that needs more input sets it

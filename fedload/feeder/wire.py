@@ -113,6 +113,26 @@ def dump_failure(pg_dump_exit_status: int, error: str, stderr_tail: str) -> str:
     return f"the feeder's agent failed: {error}" if error else ""
 
 
+def _block_ends(text: bytes, *, final: bool) -> list[int]:
+    """Where the blocks of `text` end: each full block after a line (`_block_end`); if `final`, the rest too."""
+    ends: list[int] = []
+    start = 0
+    while len(text) - start >= MAX_BLOCK_BYTES:
+        start = _block_end(text, start)
+        ends.append(start)
+    if final and start < len(text):
+        ends.append(len(text))
+    return ends
+
+
+def _block_end(text: bytes, start: int) -> int:
+    """Where the full block of `text` from `start` ends: after its last newline if that is in its second half, so
+    that blocks hold whole lines (the superhub hands a block of COPY rows on as it is, without copying it); else
+    at MAX_BLOCK_BYTES."""
+    newline = text.rfind(b"\n", start + MAX_BLOCK_BYTES // 2, start + MAX_BLOCK_BYTES)
+    return newline + 1 if newline >= 0 else start + MAX_BLOCK_BYTES
+
+
 def _frame(kind: bytes, payload: bytes) -> bytes:
     """One frame: its head, then `payload`."""
     return FRAME_HEAD.pack(kind, len(payload)) + payload
@@ -159,8 +179,9 @@ class StreamEncoder:
         if self._pending_bytes < MAX_BLOCK_BYTES and not (final and self._pending_bytes):
             return b""
         text = b"".join(self._pending)
-        cut = len(text) if final else len(text) - len(text) % MAX_BLOCK_BYTES
-        blocks = [self._compress(text[i : i + MAX_BLOCK_BYTES]) for i in range(0, cut, MAX_BLOCK_BYTES)]
+        ends = _block_ends(text, final=final)
+        cut = ends[-1] if ends else 0
+        blocks = [self._compress(text[start:end]) for start, end in zip([0, *ends], ends)]
         self._pending = [text[cut:]] if cut < len(text) else []
         self._pending_bytes = len(text) - cut
         for block in blocks:
