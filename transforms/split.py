@@ -59,7 +59,7 @@ class MetaCommand:
     """A psql backslash command line, such as pg_dump's `\\restrict KEY` (newline included)."""
 
     text: bytes
-    line: int
+    line: int  # 0: not counted (after COPY data, see DumpSplitter)
     offset: int
 
 
@@ -68,7 +68,7 @@ class Statement:
     """One SQL statement, `;` included."""
 
     text: bytes
-    line: int
+    line: int  # 0: not counted (after COPY data, see DumpSplitter)
     offset: int
 
 
@@ -86,7 +86,7 @@ class CopyStart:
     """A `COPY name (columns) FROM stdin;` line (newline included); CopyRows and a CopyEnd follow."""
 
     text: bytes
-    line: int
+    line: int  # 0: not counted (after COPY data, see DumpSplitter)
     offset: int
     table: bytes
     columns: bytes | None
@@ -110,16 +110,20 @@ Item = Union[Verbatim, MetaCommand, Statement, InsertRows, CopyStart, CopyRows, 
 
 
 class DumpSplitter:
-    """Incremental splitter; see the module docstring."""
+    """Incremental splitter; see the module docstring.
 
-    def __init__(self) -> None:
+    With `count_copy_lines=False` the newlines of COPY data are not counted (a pass over every byte, which only
+    error messages need): items after the first COPY data then have line 0, and errors name the byte offset."""
+
+    def __init__(self, *, count_copy_lines: bool = True) -> None:
+        self._count_copy_lines = count_copy_lines
         self._buf = b""
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._wanted_bytes = 0
         self._mark = 0  # position in _buf up to which items have been produced
         self._offset = 0  # absolute input offset of _mark
-        self._line = 1  # line number at _mark
+        self._line = 1  # line number at _mark; 0 once COPY data went by uncounted
         self._copy: CopyStart | None = None
         self._inserts = InsertRunMatcher()
 
@@ -160,7 +164,7 @@ class DumpSplitter:
                 break
             item, end = step
             items.append(item)
-            self._advance(pos, end)
+            self._advance(pos, end, counted=self._count_copy_lines or not isinstance(item, CopyRows))
             pos = end
         self._buf = self._buf[pos:]
         self._mark = 0
@@ -168,14 +172,19 @@ class DumpSplitter:
             self._check_complete()
         return items
 
-    def _advance(self, start: int, end: int) -> None:
-        self._line += self._buf.count(b"\n", start, end)
+    def _advance(self, start: int, end: int, *, counted: bool) -> None:
+        if not counted:
+            self._line = 0
+        elif self._line:
+            self._line += self._buf.count(b"\n", start, end)
         self._offset += end - start
         self._mark = end
 
     def _where(self, pos: int) -> tuple[int, int]:
-        """(line, absolute input offset) of a position at or after the mark in the current buffer."""
-        return self._line + self._buf.count(b"\n", self._mark, pos), self._offset + pos - self._mark
+        """(line, absolute input offset) of a position at or after the mark in the current buffer; line 0 if
+        uncounted COPY data came before."""
+        line = self._line + self._buf.count(b"\n", self._mark, pos) if self._line else 0
+        return line, self._offset + pos - self._mark
 
     def _error(self, message: str, pos: int) -> DumpSyntaxError:
         line, offset = self._where(pos)
@@ -295,7 +304,8 @@ class DumpSplitter:
     def _copy_error(self, message: str, pos: int) -> DumpSyntaxError:
         assert self._copy is not None
         table = self._copy.table.decode("utf-8", errors="replace")
-        return self._error(f"{message} (COPY of {table} from line {self._copy.line})", pos)
+        start = f"line {self._copy.line}" if self._copy.line else f"byte {self._copy.offset}"
+        return self._error(f"{message} (COPY of {table} from {start})", pos)
 
     def _check_complete(self) -> None:
         if self._copy is not None:

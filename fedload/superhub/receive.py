@@ -26,7 +26,7 @@ class DumpReceiver:
     def __init__(self, process: FeederProcess, *, framed: bool = True, feeder: str = "") -> None:
         self._process = process
         self._decoder: StreamDecoder | GzipDecoder = StreamDecoder(feeder) if framed else GzipDecoder()
-        self._splitter = DumpSplitter()
+        self._splitter = DumpSplitter(count_copy_lines=False)  # errors after COPY data name the byte offset
         self.trailer: Trailer | None = None
 
     @property
