@@ -385,7 +385,7 @@ INJECTIONS = {
         b"COPY public.hosts (hostkey) FROM stdin;\nk\n\\.\nDROP TABLE public.contexts;\n",
         rejected=True,
         mode="copy",
-        message="dump line 4: the dump contains a statement fedload does not accept: 'DROP TABLE public.contexts;'",
+        message="dump byte 45: the dump contains a statement fedload does not accept: 'DROP TABLE public.contexts;'",
     ),
     "psql copy": Attack(
         b"\\copy public.hosts from '/etc/passwd'\n",
