@@ -6,7 +6,7 @@ Builds a pg_dump-like copy-mode dump of about --size-mb MB in memory (CFEngine-l
 SHA= keys, paths, tabs and backslashes escaped, NULLs, arrays, timestamps, non-ASCII; several COPY blocks between
 SQL statements), encodes it with fedload.stream.StreamEncoder (zstd, 1 MiB blocks), then feeds the stream in
 256 KiB reads as fedload/superhub/receive.py does. Printed, best of --repeat: MB of dump text per CPU second for
-the whole path, for the decoder alone (zstd + SHA-256) and for the splitter alone (over the already decoded blocks).
+the whole path, for the decoder alone (zstd + checksums) and for the splitter alone (over the already decoded blocks).
 No database, no network: this is the Python CPU per row that the sync process spends before asyncpg.
 """
 
@@ -166,7 +166,7 @@ def receive(stream: bytes) -> int:
 
 
 def decode_only(stream: bytes) -> list[bytes]:
-    """Only the decoder: zstd and SHA-256; the decoded blocks."""
+    """Only the decoder: zstd and the checksums; the decoded blocks."""
     decoder, texts = StreamDecoder("bench"), []
     for i in range(0, len(stream), READ_BYTES):
         texts.extend(decoder.feed(stream[i : i + READ_BYTES]))
@@ -205,7 +205,7 @@ def main() -> None:
     print(f"{'what':<32} {'CPU s':>7} {'MB/s':>8} {'us/row':>8}")
     for what, run in (
         ("decoder + splitter (receive)", lambda: receive(stream)),
-        ("decoder alone (zstd + SHA-256)", lambda: decode_only(stream)),
+        ("decoder alone (zstd + checksums)", lambda: decode_only(stream)),
         ("splitter alone", lambda: split_only(texts)),
     ):
         seconds = best_cpu(args.repeat, run)

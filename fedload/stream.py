@@ -7,8 +7,9 @@ This is the superhub's reader; the agent's writer, the header and trailer are in
 
 Every data block is an independent zstd frame (with checksum and content size) or gzip member holding at most
 `MAX_BLOCK_BYTES` of dump text, so the receiver bounds memory and rejects decompression bombs before inflating.
-The trailer carries pg_dump's exit status, rows per table, and the length and SHA-256 of the dump text, so a
-truncated, reordered or half-failed dump is told apart from a complete one.
+The trailer carries pg_dump's exit status, rows per table, the length of the dump text and the SHA-256 of the
+compressed blocks as sent (of the dump text before protocol 4), so a truncated, reordered or half-failed dump is
+told apart from a complete one.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ import zstandard
 from fedload import __version__
 from fedload.errors import DumpError
 from fedload.feeder.wire import (
-    BINARY_PROTOCOL,
     FORMAT_VERSION,
     FRAME_HEAD,
     MAGIC,
@@ -55,7 +55,8 @@ __all__ = [
 ]
 
 OLDEST_PROTOCOL = 2  # the oldest agents' protocol this superhub reads
-NEWEST_PROTOCOL = BINARY_PROTOCOL  # the newest: binary mode's (copy and inserts streams still state PROTOCOL_VERSION)
+NEWEST_PROTOCOL = PROTOCOL_VERSION  # the newest this superhub reads: its own agents'
+_BLOCKS_HASHED = 4  # the first protocol whose trailer hashes the compressed blocks, not the dump text
 _MAX_ACCEPTED_BLOCK_BYTES = 4 * MAX_BLOCK_BYTES  # a receiver tolerates senders with larger blocks, to a bound
 _MAX_FRAME_BYTES = _MAX_ACCEPTED_BLOCK_BYTES + (1 << 16)
 _MAX_JSON_BYTES = 1 << 20
@@ -63,12 +64,14 @@ _T = TypeVar("_T")
 
 
 class _BlockDecompressor:
-    """Inflates one block with a hard output bound."""
+    """Inflates one block with a hard output bound; with `checksums`, a zstd block must carry its content checksum
+    (a gzip member always has its CRC-32)."""
 
-    def __init__(self, compression: str) -> None:
+    def __init__(self, compression: str, *, checksums: bool) -> None:
         if compression not in ("zstd", "gzip"):
             raise DumpError(f"the stream uses unknown compression {compression!r}")
         self._zstd = zstandard.ZstdDecompressor() if compression == "zstd" else None
+        self._checksums = checksums
 
     def __call__(self, block: bytes) -> bytes:
         try:
@@ -78,11 +81,16 @@ class _BlockDecompressor:
 
     def _zstd_block(self, block: bytes) -> bytes:
         assert self._zstd is not None
-        size = zstandard.frame_content_size(block)
-        if not 0 <= size <= _MAX_ACCEPTED_BLOCK_BYTES:
+        frame = zstandard.get_frame_parameters(block)
+        if frame.content_size == zstandard.CONTENTSIZE_UNKNOWN:
+            raise DumpError("a compressed block does not declare its size")
+        if frame.content_size > _MAX_ACCEPTED_BLOCK_BYTES:
             raise DumpError(
-                f"a compressed block declares {size} bytes, more than the {_MAX_ACCEPTED_BLOCK_BYTES} allowed"
+                f"a compressed block declares {frame.content_size} bytes, more than the {_MAX_ACCEPTED_BLOCK_BYTES} "
+                "allowed"
             )
+        if self._checksums and not frame.has_checksum:
+            raise DumpError("a compressed block has no content checksum")
         text: bytes = self._zstd.decompress(block, max_output_size=_MAX_ACCEPTED_BLOCK_BYTES, allow_extra_data=False)
         return text
 
@@ -108,7 +116,8 @@ class StreamDecoder:
         self._buf = bytearray()
         self._magic_seen = False
         self._decompress: _BlockDecompressor | None = None
-        self._sha256 = hashlib.sha256()
+        self._blocks_sha256 = hashlib.sha256()
+        self._text_sha256: hashlib._Hash | None = None  # only for agents before protocol 4
         self.header: Header | None = None
         self.trailer: Trailer | None = None
         self.payload_bytes = 0
@@ -162,24 +171,37 @@ class StreamDecoder:
         if self.trailer is not None:
             raise DumpError("the stream continues after its trailer")
         if kind == b"D" and self._decompress is not None:
+            self._blocks_sha256.update(payload)
             text = self._decompress(payload)
-            self._sha256.update(text)
+            if self._text_sha256 is not None:
+                self._text_sha256.update(text)
             self.payload_bytes += len(text)
             return [text]
         if kind == b"H" and self.header is None:
             _check_versions(payload, f"feeder {self._feeder}" if self._feeder else "the feeder")
             self.header = _parse(Header, payload, "header")
-            self._decompress = _BlockDecompressor(self.header.compression)
+            self._decompress = _BlockDecompressor(self.header.compression, checksums=self._blocks_hashed)
+            if not self._blocks_hashed:
+                self._text_sha256 = hashlib.sha256()
             return []
         if kind == b"T" and self.header is not None:
             self.trailer = _parse(Trailer, payload, "trailer")
             return []
         raise DumpError(f"unexpected stream frame {kind!r} at this point")
 
+    @property
+    def _blocks_hashed(self) -> bool:
+        """Whether the agent's trailer hashes the compressed blocks (protocol 4 on) rather than the dump text."""
+        return self.header is not None and self.header.protocol >= _BLOCKS_HASHED
+
     def _verify(self, trailer: Trailer) -> None:
         if trailer.failure:
             raise DumpError(trailer.failure)
-        if trailer.payload_bytes != self.payload_bytes or trailer.payload_sha256 != self._sha256.hexdigest():
+        if self._text_sha256 is not None:
+            stated, arrived = trailer.payload_sha256, self._text_sha256.hexdigest()
+        else:
+            stated, arrived = trailer.blocks_sha256, self._blocks_sha256.hexdigest()
+        if trailer.payload_bytes != self.payload_bytes or stated != arrived:
             raise DumpError(
                 f"the stream's checksum does not match: the trailer states {trailer.payload_bytes} bytes, "
                 f"{self.payload_bytes} arrived"

@@ -101,11 +101,11 @@ def _blocks(compress: Any) -> bytes:
 
 
 def _trailer(sha: str = "", **fields: Any) -> bytes:
-    """A hand-written trailer frame for DUMP (`sha` overrides its checksum)."""
+    """A hand-written trailer frame for one block of DUMP (`sha` overrides its checksum)."""
     summary = {
         "pg_dump_exit_status": 0,
         "payload_bytes": len(DUMP),
-        "payload_sha256": sha or hashlib.sha256(DUMP).hexdigest(),
+        "blocks_sha256": sha or hashlib.sha256(ZSTD(DUMP)).hexdigest(),
         **fields,
     }
     return frame(b"T", json.dumps(summary).encode())
@@ -133,6 +133,14 @@ HEAD = MAGIC + frame(b"H", json.dumps(asdict(HEADER)).encode())
         (HEAD + struct.pack(">cI", b"D", 1 << 30), "a stream frame claims 1073741824 bytes, more than the"),
         (HEAD + frame(b"D", ZSTD(DUMP)[:-1] + b"\x00"), "a compressed block is corrupt:"),
         (HEAD + frame(b"D", b"not zstd at all"), "a compressed block is corrupt:"),
+        (
+            HEAD + frame(b"D", zstandard.ZstdCompressor(write_content_size=True).compress(DUMP)) + _trailer(),
+            "a compressed block has no content checksum",
+        ),
+        (
+            HEAD + frame(b"D", zstandard.ZstdCompressor(write_content_size=False).compress(DUMP)) + _trailer(),
+            "a compressed block does not declare its size",
+        ),
         (
             HEAD + frame(b"D", zstandard.ZstdCompressor(write_content_size=True).compress(b"\x00" * (5 << 20))),
             f"a compressed block declares {5 << 20} bytes, more than the {4 * MAX_BLOCK_BYTES} allowed",
@@ -207,3 +215,52 @@ def test_a_read_of_many_blocks_is_inflated_one_block_at_a_time(compression: str)
     first = next(block for block in decoder.texts(raw) if block)
     assert len(first) == MAX_BLOCK_BYTES
     assert decoder.payload_bytes == MAX_BLOCK_BYTES
+
+
+def _two_blocks(first: bytes, second: bytes, header: Header = HEADER) -> tuple[bytes, bytes, bytes]:
+    """Head, the two data frames and the trailer of a stream of two full blocks, as the agent writes it."""
+    raw = stream(first + second, header)
+    head = raw[: len(MAGIC) + 5 + len(json.dumps(asdict(header)).encode())]
+    rest = raw[len(head) :]
+    one = 5 + struct.unpack(">I", rest[1:5])[0]
+    two = one + 5 + struct.unpack(">I", rest[one + 1 : one + 5])[0]
+    return head, rest[:one] + rest[one:two], rest[two:]
+
+
+@pytest.mark.parametrize("protocol", [3, 4])
+def test_blocks_out_of_order_are_refused(protocol: int) -> None:
+    """Two full blocks swapped keep every block's checksum and the byte count: the trailer's checksum (of the
+    compressed blocks since protocol 4, of the dump text before) refuses them."""
+    header = Header("zstd", "copy", "0.2.0", "15.4", ["public.t"], protocol=protocol)
+    first, second = b"a" * MAX_BLOCK_BYTES, b"b" * MAX_BLOCK_BYTES
+    head, frames, trailer = _two_blocks(first, second, header)
+    if protocol < 4:  # an agent before protocol 4 hashed the dump text
+        summary: dict[str, object] = {"pg_dump_exit_status": 0, "payload_bytes": 2 * MAX_BLOCK_BYTES}
+        summary["payload_sha256"] = hashlib.sha256(first + second).hexdigest()
+        trailer = frame(b"T", json.dumps(summary).encode())
+    assert decoded(head + frames + trailer)[0] == first + second
+    one = 5 + struct.unpack(">I", frames[1:5])[0]
+    swapped = frames[one:] + frames[:one]
+    assert "the stream's checksum does not match" in refused(head + swapped + trailer)
+
+
+def _data_blocks(raw: bytes) -> list[bytes]:
+    """The decompressed text of each data frame of a zstd stream."""
+    blocks, pos = [], len(HEAD)
+    while raw[pos : pos + 1] == b"D":
+        length = struct.unpack(">I", raw[pos + 1 : pos + 5])[0]
+        blocks.append(zstandard.ZstdDecompressor().decompress(raw[pos + 5 : pos + 5 + length]))
+        pos += 5 + length
+    return blocks
+
+
+def test_blocks_end_after_a_line() -> None:
+    """The agent cuts a full block after its last line (in the block's second half), so that the superhub can hand
+    a block of COPY rows on whole; a block without a newline there is cut at the block size."""
+    rows = b"".join(b"%d\tsome text\n" % i for i in range(200_000))
+    long_line = b"x" * (3 * MAX_BLOCK_BYTES) + b"\n"
+    blocks = _data_blocks(stream(rows + long_line + rows))
+    assert b"".join(blocks) == rows + long_line + rows
+    assert all(len(block) <= MAX_BLOCK_BYTES for block in blocks)
+    cut_in_line = [block for block in blocks[:-1] if not block.endswith(b"\n")]
+    assert len(cut_in_line) == 3  # the long line's blocks, and the one before, whose second half has no newline

@@ -26,10 +26,10 @@ class TransformError(Exception):
 
 
 class DumpSyntaxError(TransformError):
-    """The dump is malformed: the message names the line and byte offset."""
+    """The dump is malformed: the message names the line (0: not counted) and byte offset."""
 
     def __init__(self, message: str, *, line: int, offset: int) -> None:
-        super().__init__(f"line {line} (byte {offset}): {message}")
+        super().__init__(f"{f'line {line} (byte {offset})' if line else f'byte {offset}'}: {message}")
         self.line = line
         self.offset = offset
 

@@ -61,7 +61,7 @@ class MetaCommand:
     """A psql backslash command line, such as pg_dump's `\\restrict KEY` (newline included)."""
 
     text: bytes
-    line: int
+    line: int  # 0: not counted (after COPY data, see DumpSplitter)
     offset: int
 
 
@@ -70,7 +70,7 @@ class Statement:
     """One SQL statement, `;` included."""
 
     text: bytes
-    line: int
+    line: int  # 0: not counted (after COPY data, see DumpSplitter)
     offset: int
 
 
@@ -88,7 +88,7 @@ class CopyStart:
     """A `COPY name (columns) FROM stdin;` line (newline included); CopyRows and a CopyEnd follow."""
 
     text: bytes
-    line: int
+    line: int  # 0: not counted (after COPY data, see DumpSplitter)
     offset: int
     table: bytes
     columns: bytes | None
@@ -115,10 +115,14 @@ class DumpSplitter:
     """Incremental splitter; see the module docstring. A statement, COPY row, comment or psql command line of which
     more than `max_item_bytes` have arrived without its end raises TooLargeError. Until then an item that long
     waits in a bytearray that grows in place, so memory holds about its length (up to an eighth more) and one
-    input chunk, not twice that as joining bytes would."""
+    input chunk, not twice that as joining bytes would.
 
-    def __init__(self, max_item_bytes: int = MAX_STATEMENT_BYTES_IN) -> None:
+    With `count_copy_lines=False` the newlines of COPY data are not counted (a pass over every byte, which only
+    error messages need): items after the first COPY data then have line 0, and errors name the byte offset."""
+
+    def __init__(self, max_item_bytes: int = MAX_STATEMENT_BYTES_IN, *, count_copy_lines: bool = True) -> None:
         self._max_item_bytes = max_item_bytes
+        self._count_copy_lines = count_copy_lines
         self._buf = b""
         self._held: bytearray | None = None  # an incomplete item of _HOLD_BYTES or more, while _buf is empty
         self._waiting_for = ""  # what the incomplete item is, for TooLargeError
@@ -127,7 +131,7 @@ class DumpSplitter:
         self._wanted_bytes = 0
         self._mark = 0  # position in _buf up to which items have been produced
         self._offset = 0  # absolute input offset of _mark
-        self._line = 1  # line number at _mark
+        self._line = 1  # line number at _mark; 0 once COPY data went by uncounted
         self._copy: CopyStart | None = None
         self._inserts = InsertRunMatcher()
 
@@ -172,11 +176,17 @@ class DumpSplitter:
             return held.find(b"\n") >= 0
         return held.find(b";") >= 0 and statement_end(held, 0) is not None  # find: C speed, a regex is slower
 
-    def _drain(self, *, eof: bool) -> list[Item]:
-        if self._pending:
+    def _take_pending(self) -> None:
+        """Append the input fed since the last drain to the buffer."""
+        if len(self._pending) == 1 and not self._buf:
+            self._buf = self._pending[0]  # not copied: a block of whole COPY rows then goes on as it came
+        elif self._pending:
             self._buf = b"".join([self._buf, *self._pending])
-            self._pending.clear()
-            self._pending_bytes = 0
+        self._pending.clear()
+        self._pending_bytes = 0
+
+    def _drain(self, *, eof: bool) -> list[Item]:
+        self._take_pending()
         items: list[Item] = []
         pos = 0
         self._wanted_bytes = 0  # a step that needs more input sets it
@@ -186,7 +196,7 @@ class DumpSplitter:
                 break
             item, end = step
             items.append(item)
-            self._advance(pos, end)
+            self._advance(pos, end, counted=self._count_copy_lines or not isinstance(item, CopyRows))
             pos = end
         self._buf = self._buf[pos:]
         self._mark = 0
@@ -197,14 +207,19 @@ class DumpSplitter:
             self._wanted_bytes += len(self._held)
         return items
 
-    def _advance(self, start: int, end: int) -> None:
-        self._line += self._buf.count(b"\n", start, end)
+    def _advance(self, start: int, end: int, *, counted: bool) -> None:
+        if not counted:
+            self._line = 0
+        elif self._line:
+            self._line += self._buf.count(b"\n", start, end)
         self._offset += end - start
         self._mark = end
 
     def _where(self, pos: int) -> tuple[int, int]:
-        """(line, absolute input offset) of a position at or after the mark in the current buffer."""
-        return self._line + self._buf.count(b"\n", self._mark, pos), self._offset + pos - self._mark
+        """(line, absolute input offset) of a position at or after the mark in the current buffer; line 0 if
+        uncounted COPY data came before."""
+        line = self._line + self._buf.count(b"\n", self._mark, pos) if self._line else 0
+        return line, self._offset + pos - self._mark
 
     def _error(self, message: str, pos: int) -> DumpSyntaxError:
         line, offset = self._where(pos)
@@ -336,7 +351,8 @@ class DumpSplitter:
     def _copy_error(self, message: str, pos: int) -> DumpSyntaxError:
         assert self._copy is not None
         table = self._copy.table.decode("utf-8", errors="replace")
-        return self._error(f"{message} (COPY of {table} from line {self._copy.line})", pos)
+        start = f"line {self._copy.line}" if self._copy.line else f"byte {self._copy.offset}"
+        return self._error(f"{message} (COPY of {table} from {start})", pos)
 
     def _check_complete(self) -> None:
         if self._copy is not None:

@@ -22,7 +22,7 @@ from fedload.feeder.errors import AgentError, AgentUsageError
 from fedload.feeder.logs import get_logger
 from fedload.feeder.sections import SECTION_END, chunk, section_head
 from fedload.feeder.snapshot import SessionEnded, SnapshotSession
-from fedload.feeder.wire import BINARY_PROTOCOL, Header, StreamEncoder, dump_failure
+from fedload.feeder.wire import Header, StreamEncoder, dump_failure
 
 __all__ = ["psql_beside", "run_binary_dump"]
 
@@ -51,7 +51,7 @@ def run_binary_dump(options: AgentOptions, out: BinaryIO) -> int:
     psql = psql_beside(options.pg_dump)
     version = ask_version(psql)
     tables = list(options.tables)
-    header = Header(compressor.compression, "binary", __version__, version, tables, protocol=BINARY_PROTOCOL)
+    header = Header(compressor.compression, "binary", __version__, version, tables)
     encoder = StreamEncoder(header, compressor.compress)
     try:
         session = SnapshotSession.start(psql, options.database)

@@ -38,11 +38,11 @@ MAGIC = b"FEDLOAD\x01"
 FORMAT_VERSION = 1  # the framing: magic, frame kinds and lengths
 # What the header and trailer hold. 1: agents 0.1, which stated no protocol; 2: the trailer lists `tables`;
 # 3: the trailer names tables as [schema, name] pairs (`rows`: [schema, name, rows]), not as `schema.name` text,
-# which reads the same for `a.b` + `c` and `a` + `b.c`.
-PROTOCOL_VERSION = 3
-# 4: dump_mode "binary", whose dump text is one section per table (fedload/feeder/sections.py); an agent states it
-# only in binary streams, so superhubs that read protocol 3 keep reading its copy and inserts streams.
-BINARY_PROTOCOL = 4
+# which reads the same for `a.b` + `c` and `a` + `b.c`; 4: the trailer's checksum is `blocks_sha256`, of the
+# compressed blocks as sent, instead of `payload_sha256`, of the dump text (10x the bytes to hash on both ends), and
+# dump_mode "binary", whose dump text is one section per table (fedload/feeder/sections.py).
+PROTOCOL_VERSION = 4
+BINARY_PROTOCOL = 4  # the first protocol with binary mode's sections
 MAX_BLOCK_BYTES = 1 << 20
 FRAME_HEAD = struct.Struct(">cI")  # kind, payload length
 
@@ -66,7 +66,8 @@ class Trailer:
 
     pg_dump_exit_status: int
     payload_bytes: int
-    payload_sha256: str
+    payload_sha256: str = ""  # of the dump text: agents before protocol 4
+    blocks_sha256: str = ""  # of the data frames' payloads in order: since protocol 4
     # Rows per table, and every table pg_dump wrote, empty ones too (None: an agent before 0.2); as
     # (schema, name) pairs since protocol 3, as `schema.name` text before: read them with `row_counts` and
     # `table_keys`.
@@ -117,6 +118,26 @@ def dump_failure(pg_dump_exit_status: int, error: str, stderr_tail: str, program
     return f"the feeder's agent failed: {error}" if error else ""
 
 
+def _block_ends(text: bytes, *, final: bool) -> list[int]:
+    """Where the blocks of `text` end: each full block after a line (`_block_end`); if `final`, the rest too."""
+    ends: list[int] = []
+    start = 0
+    while len(text) - start >= MAX_BLOCK_BYTES:
+        start = _block_end(text, start)
+        ends.append(start)
+    if final and start < len(text):
+        ends.append(len(text))
+    return ends
+
+
+def _block_end(text: bytes, start: int) -> int:
+    """Where the full block of `text` from `start` ends: after its last newline if that is in its second half, so
+    that blocks hold whole lines (the superhub hands a block of COPY rows on as it is, without copying it); else
+    at MAX_BLOCK_BYTES."""
+    newline = text.rfind(b"\n", start + MAX_BLOCK_BYTES // 2, start + MAX_BLOCK_BYTES)
+    return newline + 1 if newline >= 0 else start + MAX_BLOCK_BYTES
+
+
 def _frame(kind: bytes, payload: bytes) -> bytes:
     """One frame: its head, then `payload`."""
     return FRAME_HEAD.pack(kind, len(payload)) + payload
@@ -139,7 +160,7 @@ class StreamEncoder:
         self._compress = compress or _compressor(header.compression)
         self._pending: list[bytes] = []
         self._pending_bytes = 0
-        self._sha256 = hashlib.sha256()
+        self._blocks_sha256 = hashlib.sha256()
         self.payload_bytes = 0
 
     def start(self) -> bytes:
@@ -148,7 +169,6 @@ class StreamEncoder:
 
     def data(self, text: bytes) -> bytes:
         """Data frames for the blocks that `text` completes (often none)."""
-        self._sha256.update(text)
         self.payload_bytes += len(text)
         self._pending.append(text)
         self._pending_bytes += len(text)
@@ -157,15 +177,18 @@ class StreamEncoder:
     def finish(self, **trailer: Any) -> bytes:
         """The last data frames and the trailer frame; `trailer` gives the Trailer fields the agent knows."""
         blocks = self._blocks(final=True)
-        summary = Trailer(payload_bytes=self.payload_bytes, payload_sha256=self._sha256.hexdigest(), **trailer)
+        summary = Trailer(payload_bytes=self.payload_bytes, blocks_sha256=self._blocks_sha256.hexdigest(), **trailer)
         return blocks + _frame(b"T", json.dumps(asdict(summary)).encode())
 
     def _blocks(self, *, final: bool) -> bytes:
         if self._pending_bytes < MAX_BLOCK_BYTES and not (final and self._pending_bytes):
             return b""
         text = b"".join(self._pending)
-        cut = len(text) if final else len(text) - len(text) % MAX_BLOCK_BYTES
-        frames = [_frame(b"D", self._compress(text[i : i + MAX_BLOCK_BYTES])) for i in range(0, cut, MAX_BLOCK_BYTES)]
+        ends = _block_ends(text, final=final)
+        cut = ends[-1] if ends else 0
+        blocks = [self._compress(text[start:end]) for start, end in zip([0, *ends], ends)]
         self._pending = [text[cut:]] if cut < len(text) else []
         self._pending_bytes = len(text) - cut
-        return b"".join(frames)
+        for block in blocks:
+            self._blocks_sha256.update(block)
+        return b"".join(_frame(b"D", block) for block in blocks)

@@ -531,8 +531,9 @@ def _check_meta(item: MetaCommand) -> None:
 
 
 def _where(item: AnyItem) -> str:
-    line = getattr(item, "line", None)
-    return f"dump line {line}" if line is not None else "dump"
+    """Where `item` is: its line, or its byte offset after COPY data whose lines were not counted."""
+    line, offset = getattr(item, "line", None), getattr(item, "offset", None)
+    return f"dump line {line}" if line else f"dump byte {offset}" if offset is not None else "dump"
 
 
 def _snippet(text: bytes) -> str:

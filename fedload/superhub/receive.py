@@ -39,7 +39,8 @@ class DumpReceiver:
         self._process = process
         self._feeder = feeder
         self._decoder: StreamDecoder | GzipDecoder = StreamDecoder(feeder) if framed else GzipDecoder()
-        self._splitter: DumpSplitter | SectionSplitter = DumpSplitter(max_statement_bytes)
+        # errors after COPY data name the byte offset (its lines are not counted: a pass over every byte)
+        self._splitter: DumpSplitter | SectionSplitter = DumpSplitter(max_statement_bytes, count_copy_lines=False)
         self._binary, self._sections, self._max_statement_bytes = binary, False, max_statement_bytes
         self.trailer: Trailer | None = None
 
@@ -87,8 +88,9 @@ class DumpReceiver:
         where = f"feeder {self._feeder}" if self._feeder else "the feeder"
         if exc.table is not None:
             where += f", table {qualified_name(exc.table)}"
+        at = f"dump line {exc.line}" if exc.line else f"dump byte {exc.offset}"
         return (
-            f"{where}: {exc.what} at dump line {exc.line} is larger than superhub.max_statement_bytes = {exc.limit} "
+            f"{where}: {exc.what} at {at} is larger than superhub.max_statement_bytes = {exc.limit} "
             f"({exc.limit / (1 << 20):g} MiB): refused as a bad dump; raise the setting if the feeder's values are "
             "really that large"
         )

@@ -43,10 +43,12 @@ PWNED = Path("/tmp/fedload-pwned")
 # Bytes that matter to SQL, COPY and psql, spliced into real dumps besides arbitrary ones.
 SPECIAL = [b"'", b"''", b'"', b"\\", b"\\.\n", b"\n", b"\t", b";", b"(", b")", b"$$", b"E'", b"\xff", b"\x00", b"--"]
 # How the transformer and the importer refuse a corrupted dump: by the dump's line, or its own fault; never a
-# superhub failure or another exception's text.
+# superhub failure or another exception's text. After COPY data the superhub's receiver, which counts no lines
+# there, names the byte.
 SYNTAX_ERROR = re.compile(r"line \d+ \(byte \d+\): \S.*")
 DUMP_FAULT = re.compile(
-    r"dump line \d+: |the dump is malformed at line \d+ \(byte \d+\): |the superhub rejected a row: "
+    r"dump (line|byte) \d+: |the dump is malformed at (line \d+ \(byte \d+\)|byte \d+): "
+    r"|the superhub rejected a row: "
     r"|the dump of feeder hub1 lacks table\(s\) |table public\.\w+: the feeder sent "
 )
 FUZZ = settings(
@@ -383,7 +385,7 @@ INJECTIONS = {
         b"COPY public.hosts (hostkey) FROM stdin;\nk\n\\.\nDROP TABLE public.contexts;\n",
         rejected=True,
         mode="copy",
-        message="dump line 4: the dump contains a statement fedload does not accept: 'DROP TABLE public.contexts;'",
+        message="dump byte 45: the dump contains a statement fedload does not accept: 'DROP TABLE public.contexts;'",
     ),
     "psql copy": Attack(
         b"\\copy public.hosts from '/etc/passwd'\n",

@@ -65,7 +65,11 @@ def main() -> None:
     payload = b"".join(decoder.feed(sys.stdin.buffer.read()))
     trailer = decoder.close()
     assert decoder.header is not None
-    stated = {k: v for k, v in dataclasses.asdict(trailer).items() if not k.startswith("payload_")}
+    stated = {
+        k: v
+        for k, v in dataclasses.asdict(trailer).items()
+        if k not in ("payload_bytes", "payload_sha256", "blocks_sha256")
+    }
     encoder = StreamEncoder(decoder.header)
     damaged = damage(payload, sys.argv[1])
     sys.stdout.buffer.write(encoder.start() + encoder.data(damaged) + encoder.finish(**stated))

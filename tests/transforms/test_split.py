@@ -136,6 +136,29 @@ def test_malformed_dumps_are_reported_with_their_line(dump: bytes, message: str,
     assert caught.value.line == line
 
 
+def uncounted(data: bytes, chunk: int) -> list[Item]:
+    """Feed `data` in chunks of `chunk` bytes to a splitter that counts no COPY lines."""
+    splitter = DumpSplitter(count_copy_lines=False)
+    items = [item for start in range(0, len(data), chunk) for item in splitter.feed(data[start : start + chunk])]
+    return items + splitter.close()
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 1 << 20])
+def test_uncounted_copy_lines_give_byte_offsets_after_copy_data(chunk: int) -> None:
+    """With count_copy_lines=False (the superhub's receiver: counting the newlines of all COPY data costs a pass
+    over it), items and errors before the first COPY data keep their line; after it, line 0 and the byte offset,
+    exact at any chunking."""
+    dump = b"SET a = 1;\nCOPY t (a) FROM stdin;\n1\n2\n\\.\nCOPY u (b) FROM stdin;\n3\n\\.\n"
+    starts = [(i.line, i.offset) for i in uncounted(dump, chunk) if isinstance(i, Statement | CopyStart)]
+    assert starts == [(1, 0), (2, 11), (0, dump.index(b"COPY u"))]
+    with pytest.raises(DumpSyntaxError) as caught:
+        uncounted(dump + b"hello;\n", chunk)
+    assert (caught.value.line, caught.value.offset) == (0, len(dump))
+    assert str(caught.value).startswith(f"byte {len(dump)}: unexpected text 'hello;'")
+    with pytest.raises(DumpSyntaxError, match=r"^line 9 \(byte \d+\): unexpected text"):
+        split(dump + b"hello;\n", chunk)  # counted by default
+
+
 def test_statement_without_trailing_newline_at_end_is_complete() -> None:
     """The last statement needs no newline after its semicolon; a trailing comment needs none either."""
     items = split(b"SELECT 1;\n-- end", 4)

@@ -1,0 +1,114 @@
+"""The `fedload sync` process's CPU, this checkout against another tree, interleaved, on the same feeders.
+
+    uv run --group bench python bench/sync_cpu.py --against /tmp/base [--rows 300000] [--small-rows 2000] [--reps 3]
+
+Sets up `git worktree add --detach /tmp/base REV` and its environment (`cd /tmp/base && uv sync --frozen --no-dev
+--compile-bytecode`) yourself; each side runs its own `.venv/bin/python -m fedload` in its own tree, the sync and
+the agents (so each side reads the stream its own agent writes). bench_e2e.py's feeders: one cluster, --feeders
+databases of the six CFEngine-like tables, over the loopback sshd, copy mode, `max_parallel_feeders = 2`.
+Each repetition loads every feeder into a fresh superhub database, side by side (new then old, then old then new).
+
+The CPU is the sync process's and its worker processes' (wait4's rusage: the sync and the children it waited for;
+the workers are forked by the sync), not the PostgreSQL servers' (the postmasters are not its children) nor the
+agents' (children of sshd on the "feeder"). Run once with --rows and once with --small-rows: the difference is
+the CPU per byte of dump, the small run the fixed cost (start-up, connections, the superhub's set-up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+import bench_e2e
+import common
+
+from transforms.cli import positive_int
+
+HERE = Path(__file__).resolve().parent
+
+
+def config_text(bench: bench_e2e.Bench, prefix: str, db: str, python: Path) -> str:
+    """bench_e2e's copy-mode config of the feeders `<prefix><i>`, with the side's `python -m fedload` as the agent."""
+    record = bench.work.dir / f"agent-{db}"
+    text = bench.config_toml("copy", prefix, db, record)
+    wrapped = json.dumps(common.rss_wrapped(record, [sys.executable, "-m", "fedload"]))
+    return text.replace(wrapped, json.dumps([str(python), "-m", "fedload"]))
+
+
+def one_sync(bench: bench_e2e.Bench, tree: Path, prefix: str, db: str, expected: int) -> float:
+    """CPU seconds of one `fedload sync` of every feeder, run by `tree`'s Python in `tree`, into a new database."""
+    bench.superhub.psql(f"CREATE DATABASE {db}")
+    python = tree / ".venv" / "bin" / "python"
+    config = bench.work.dir / f"{db}.toml"
+    config.write_text(config_text(bench, prefix, db, python))
+    bench.settle()
+    argv = [str(python), "-m", "fedload", "sync", "--json", "--config", str(config)]
+    measured = common.run_measured(argv, stderr=bench.work.dir / f"{db}.log", cwd=tree)
+    loaded = sum(sum(r["rows"].values()) for r in json.loads(measured.stdout or b"[]"))
+    if measured.status != 0 or loaded != expected:
+        sys.exit(f"{tree}: fedload sync failed or loaded {loaded} rows, not {expected}: {measured.stdout[-2000:]!r}")
+    bench.superhub.psql(f"DROP DATABASE {db}")
+    return measured.cpu_s
+
+
+def compare(bench: bench_e2e.Bench, sides: dict[str, Path], rows: int, reps: int) -> dict[str, list[float]]:
+    """Every side's CPU seconds per repetition on feeders of about `rows` rows, interleaved."""
+    prefix = f"f{rows}_"
+    expected = bench.populate(prefix, rows) * bench.count
+    cpu: dict[str, list[float]] = {name: [] for name in sides}
+    for rep in range(reps):
+        for name in list(sides) if rep % 2 == 0 else list(sides)[::-1]:
+            cpu[name].append(one_sync(bench, sides[name], prefix, f"cpu_{name}_{rows}_{rep}", expected))
+            load = os.getloadavg()[0]
+            print(
+                f"  {rows} rows, repetition {rep + 1}, {name}: {cpu[name][-1]:.2f} CPU s (load {load:.1f})", flush=True
+            )
+    return cpu
+
+
+def _cell(values: list[float]) -> str:
+    """The median and range of one side's CPU seconds."""
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def report(results: dict[int, dict[str, list[float]]], per_byte: tuple[int, int] | None) -> None:
+    """Medians and ranges per size and side, the ratio new/old of the medians, and the CPU per byte."""
+    lines = []
+    for rows, cpu in results.items():
+        new, old = (statistics.median(cpu[name]) for name in ("new", "old"))
+        lines.append([f"{rows:,} rows", _cell(cpu["new"]), _cell(cpu["old"]), f"{new / old:.2f}x"])
+    if per_byte is not None:
+        big, small = per_byte
+        new, old = (statistics.median(results[big][n]) - statistics.median(results[small][n]) for n in ("new", "old"))
+        lines.append(["difference: per byte", f"{new:.2f}", f"{old:.2f}", f"{new / old:.2f}x"])
+    title = "fedload sync CPU s (the sync and its workers), median (range)"
+    common.print_table(title, ["feeders of", "new", "old", "new/old"], lines)
+
+
+def main() -> int:
+    """Set up the clusters, compare both sides at each size, report."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--against", type=Path, required=True, help="the other tree, with its .venv")
+    parser.add_argument("--feeders", type=positive_int, default=4)
+    parser.add_argument("--rows", type=positive_int, default=300_000, help="rows per feeder (default 300000)")
+    parser.add_argument("--small-rows", type=int, default=2_000, help="the fixed cost's size; 0: not measured")
+    parser.add_argument("--reps", type=positive_int, default=3)
+    common.add_common_arguments(parser)
+    args = parser.parse_args()
+    sides = {"new": HERE.parent, "old": args.against.resolve()}
+    print(common.machine_line())
+    with common.Workspace(common.pick_install(args.pg_major), keep=args.keep) as work:
+        bench = bench_e2e.Bench(work, work.cluster("feeders"), work.cluster("superhub"), work.sshd(), args.feeders, 2)
+        bench.quiet_superhub()
+        sizes = [args.rows, *([args.small_rows] if args.small_rows else [])]
+        results = {rows: compare(bench, sides, rows, args.reps) for rows in sizes}
+    report(results, (args.rows, args.small_rows) if args.small_rows else None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
