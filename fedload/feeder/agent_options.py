@@ -39,6 +39,7 @@ class AgentOptions:
     max_statement_bytes: int = DEFAULT_MAX_STATEMENT_BYTES
     quiet: bool = False  # log warnings and errors only
     zstd: str = "zstd"  # the zstd program where the zstandard module is missing: on PATH, or a path
+    statistics: bool = False  # the tables' planner statistics too, where pg_dump can (18+)
 
     def __post_init__(self) -> None:
         # Tuples, so options compare equal however the sequences were given.
@@ -53,6 +54,7 @@ class AgentOptions:
         argv += [f"--rows-per-statement={self.rows_per_statement}", f"--max-statement-bytes={self.max_statement_bytes}"]
         argv += [f"--remap={self.remap}"] if self.remap is not None else []
         argv += [f"--zstd={self.zstd}"] if self.zstd != "zstd" else []  # only when set: older agents lack it
+        argv += ["--statistics"] if self.statistics else []  # likewise
         return [*argv, "--", *self.pg_dump_args]
 
     @classmethod
@@ -84,5 +86,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the zstd program, used where the zstandard module is missing (default: from PATH)",
     )
     parser.add_argument("--quiet", action="store_true", help="log warnings and errors only")
+    parser.add_argument(
+        "--statistics", action="store_true", help="also send the tables' planner statistics (pg_dump 18 or later)"
+    )
     transforms.cli.add_arguments(parser)  # --rows-per-statement, --max-statement-bytes, --remap
     parser.add_argument("pg_dump_args", nargs="*", metavar="-- PG_DUMP_ARG", help=argparse.SUPPRESS)

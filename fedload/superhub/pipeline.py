@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Iterable
 
 import asyncpg
 
-from fedload.config import FeederConfig
+from fedload.config import FeederConfig, SwapMethod
 from fedload.errors import ConfigError, DumpError, ErrorKind, FedloadError, internal_error, one_line
 from fedload.log import get_logger
 from fedload.names import TableName
@@ -41,6 +41,7 @@ from fedload.superhub.session import (
     superhub_error,
     superhub_session,
 )
+from fedload.superhub.statistics import StatisticsCollector, carry_statistics, wants_statistics
 from fedload.superhub.swap import SwapStats, analyze_partitions, describe_swap, swap_in
 from fedload.transport import FeederProcess, Transport
 from fedload.transport.command import dump_command, transport_for
@@ -94,6 +95,8 @@ class _FeederSync:
         self._parents: dict[TableName, ParentTable] | Exception = {}  # read before the lock, or why it failed
         self._opening: asyncio.Task[FeederProcess] | None = None  # the dump started before the lock
         self._partitions: dict[TableName, str] = {}  # the feeder's partitions after the swap, for ANALYZE
+        self._carry = False  # the agent is asked for the feeder's statistics (fedload.superhub.statistics)
+        self._carried: dict[TableName, tuple[str, ...]] = {}  # tables given them, with the columns left to ANALYZE
 
     def phase(self, phase: str) -> None:
         """Enter a phase (then the outcome) and tell the progress display."""
@@ -151,7 +154,8 @@ class _FeederSync:
         except Exception as exc:  # noqa: BLE001 - raised again inside the run's record (`_locked_run`)
             self._parents = exc
             return
-        command = dump_command(self.feeder, self.job.transform, self._parents)
+        self._carry = _carry_statistics(conn, self.feeder)
+        command = dump_command(self.feeder, self.job.transform, self._parents, statistics=self._carry)
         self._opening = asyncio.get_running_loop().create_task(self._transport.open(command))
 
     async def _stop_unused_dump(self) -> None:
@@ -173,6 +177,7 @@ class _FeederSync:
             self.stage_prefix = f"dry{conn.get_server_pid()}"
             parents = await self._expected_parents(conn)
             remap = await asyncio.to_thread(_read_remap, self.feeder)
+            self._carry = _carry_statistics(conn, self.feeder)
             async with self._dump(parents) as receiver:
                 importer = await self._load(conn, receiver, parents, remap)
                 self.phase(Phase.SWAP)
@@ -224,7 +229,8 @@ class _FeederSync:
         if opening is not None:
             process = await opening
         else:
-            process = await self._transport.open(dump_command(self.feeder, self.job.transform, parents))
+            command = dump_command(self.feeder, self.job.transform, parents, statistics=self._carry)
+            process = await self._transport.open(command)
         receiver = DumpReceiver(process, framed=self.feeder.agent, feeder=self.name)
         try:
             yield receiver
@@ -240,8 +246,9 @@ class _FeederSync:
         remap: Remap | None,
     ) -> Importer:
         """Load the dump into this run's staging tables (in the caller's transaction), verify the counts the agent
-        sent, and index the tables."""
+        sent, index the tables, and give them the feeder's statistics where it sent them."""
         self.phase(Phase.LOAD)
+        statistics = StatisticsCollector(self.name, parents, self.job.imports.table_patterns) if self._carry else None
         importer = Importer(
             conn,
             feeder=self.name,
@@ -251,10 +258,16 @@ class _FeederSync:
             policy=self.job.imports,
             run_id=self.run_id,
             remap=remap,
+            statistics=statistics,
         )
         await importer.load(self._tracked(receiver, importer))
         _verify_counts(importer, receiver.trailer)
         await importer.finish()
+        if statistics is not None:
+            swap = self.job.swap  # a table swapped by DELETE and INSERT (mvcc) is vacuumed and analyzed as before
+            tables = [s for s in importer.staged.values() if swap.method_for(s.parent) is SwapMethod.PARTITION]
+            key = self.job.imports.feeder_key
+            self._carried = await carry_statistics(conn, tables, statistics, feeder_key=key)
         return importer
 
     async def _tracked(self, receiver: DumpReceiver, importer: Importer) -> AsyncIterator[Item]:
@@ -291,7 +304,10 @@ class _FeederSync:
             return
         self.phase(Phase.ANALYZE)
         partitions = self._partitions
-        await analyze_partitions(conn, parents, self.name, self.feeder.key, self.job.swap, partitions=partitions)
+        carried = self._carried
+        await analyze_partitions(
+            conn, parents, self.name, self.feeder.key, self.job.swap, partitions=partitions, carried=carried
+        )
 
     def _succeeded(self, importer: Importer) -> None:
         self.record.outcome = Outcome.SUCCESS
@@ -358,6 +374,12 @@ def _agent_version(receiver: DumpReceiver) -> str | None:
     """The feeder's agent version its stream's header states; None without the agent, or before the header."""
     header: Header | None = getattr(receiver, "header", None)  # DumpReceiver.header is new: absent before it
     return None if header is None else header.agent_version
+
+
+def _carry_statistics(conn: asyncpg.Connection, feeder: FeederConfig) -> bool:
+    """Whether this run asks the feeder's agent for its tables' statistics (a superhub on PostgreSQL 18+)."""
+    major = conn.get_server_version().major
+    return wants_statistics(major, carry=feeder.carry_statistics, agent=feeder.agent)
 
 
 def _read_remap(feeder: FeederConfig) -> Remap | None:

@@ -16,9 +16,11 @@ from fedload.transport.warm import ZYGOTE_MODULE
 __all__ = ["dump_command", "transport_for", "transport_modules"]
 
 
-def dump_command(feeder: FeederConfig, transform: TransformConfig, tables: Iterable[TableName]) -> list[str]:
-    """The command the transport runs on the feeder: the agent (merging INSERTs as `transform` says), or pg_dump
-    piped into gzip without it.
+def dump_command(
+    feeder: FeederConfig, transform: TransformConfig, tables: Iterable[TableName], *, statistics: bool = False
+) -> list[str]:
+    """The command the transport runs on the feeder: the agent (merging INSERTs as `transform` says; asked for
+    the tables' statistics too with `statistics`), or pg_dump piped into gzip without it.
 
     pg_dump gets the exact, quoted names of the tables the superhub expects, never the configured patterns:
     the superhub has already matched those by PostgreSQL's rules, so pg_dump cannot read them another way."""
@@ -32,6 +34,7 @@ def dump_command(feeder: FeederConfig, transform: TransformConfig, tables: Itera
         rows_per_statement=transform.rows_per_statement,
         max_statement_bytes=transform.max_statement_bytes,
         quiet=True,
+        statistics=statistics and feeder.agent,
     )
     if not feeder.agent:
         return ["bash", "-o", "pipefail", "-c", f"{shlex.join(pg_dump_argv(options))} | gzip -1"]
