@@ -17,7 +17,8 @@ column statistics under the superhub's column names (remap), a fixed-width type'
 and the feeder key column's computed (a constant in a partition: no NULLs, one distinct value). What it could not
 carry is left to an ANALYZE after the commit, as narrow as it can be: the columns without the feeder's statistics
 (drift, remap's added columns, generated columns, a value the superhub's type does not read), or the whole table
-when the feeder sent none for it, or it has an expression index (whose statistics ANALYZE gathers).
+when the feeder sent none for it, its row count says they describe older data than the dump's, or it has an
+expression index (whose statistics ANALYZE gathers).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ _RELATION = "pg_restore_relation_stats"
 _ATTRIBUTE = "pg_restore_attribute_stats"
 _NAMED = re.compile(rb"pg_restore_(?:relation|attribute)_stats", re.IGNORECASE)
 _FEDLOAD_SCHEMAS = frozenset({"fedload", STAGE_SCHEMA, PARTS_SCHEMA})
+_STALE_ROWS, _STALE_FRACTION = 50, 0.1  # autovacuum_analyze_threshold and _scale_factor's defaults
 
 # Every argument a call may name, with its SQL type; pg_dump 18 writes no other.
 _TYPES = {
@@ -220,7 +222,7 @@ class StatisticsCollector:
     """Takes the dump's statistics calls for the importer (`offer`), keeps this feeder's tables' ones."""
 
     def __init__(self, feeder: str, tables: Collection[TableName], patterns: Iterable[TablePattern]) -> None:
-        self._feeder = feeder
+        self.feeder = feeder
         self._tables = frozenset(tables)
         self._patterns = tuple(patterns)
         self.kept: dict[TableName, _TableStatistics] = {}
@@ -237,7 +239,7 @@ class StatisticsCollector:
             call = parse_statistics_call(item.text.decode("utf-8"))
         except (ValueError, UnicodeDecodeError) as exc:
             reason = "it is not valid UTF-8" if isinstance(exc, UnicodeDecodeError) else str(exc)
-            raise DumpError(f"{where}: a statistics call of feeder {self._feeder} is refused: {reason}") from None
+            raise DumpError(f"{where}: a statistics call of feeder {self.feeder} is refused: {reason}") from None
         self._keep(call, where)
         return True
 
@@ -245,7 +247,7 @@ class StatisticsCollector:
         table = call.table
         if table not in self._tables:
             if table.schema in _FEDLOAD_SCHEMAS or any(p.matches(table) for p in self._patterns):
-                raise DumpError(f"{where}: feeder {self._feeder} sends statistics for table {table}, not its own")
+                raise DumpError(f"{where}: feeder {self.feeder} sends statistics for table {table}, not its own")
             self.set_aside += 1  # an index of the feeder's, or anything else: never applied
             return
         stats = self.kept.setdefault(table, _TableStatistics())
@@ -291,12 +293,14 @@ async def carry_statistics(
     none); a table not listed is ANALYZEd whole, as without statistics. A table whose calls fail is rolled back
     to its savepoint and left to ANALYZE."""
     done: dict[TableName, tuple[str, ...]] = {}
+    if collector.set_aside:
+        log.debug("statistics.set_aside", feeder=collector.feeder, calls=collector.set_aside)
     for table in staged:
         name = table.parent.table
-        stats = collector.kept.get(name)
-        if stats is None or (not stats.columns and table.rows > 0):
-            log.info("statistics.not_carried", table=str(name), reason="the feeder sent none")
+        if (reason := _not_carried(collector.kept.get(name), table.rows)) is not None:
+            log.info("statistics.not_carried", table=str(name), reason=reason)
             continue
+        stats = collector.kept[name]
         try:
             async with conn.transaction():
                 missing = await _carry_table(conn, table, stats, feeder_key)
@@ -307,6 +311,18 @@ async def carry_statistics(
             done[name] = missing
             log.info("statistics.carried", table=str(name), analyze_columns=list(missing))
     return done
+
+
+def _not_carried(stats: _TableStatistics | None, rows: int) -> str | None:
+    """Why a table's statistics are not carried (ANALYZE instead); None if they are: the feeder sent them, and
+    its row count (reltuples) is within autovacuum's default analyze threshold (50 rows and 10%) of the rows
+    loaded, else they describe older data than the dump's."""
+    if stats is None or stats.relation is None or (not stats.columns and rows > 0):
+        return "the feeder sent none"
+    feeder_rows = float(stats.relation.args.get("reltuples", "-1"))
+    if rows > 0 and (feeder_rows < 0 or abs(rows - feeder_rows) > _STALE_ROWS + _STALE_FRACTION * feeder_rows):
+        return f"older than the data: the feeder counted {feeder_rows:.0f} rows, the dump has {rows}"
+    return None
 
 
 async def _carry_table(

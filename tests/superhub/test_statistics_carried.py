@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from fedload.config import Config, parse_config
 from fedload.localpg import LocalCluster, PgInstall, find_installs
@@ -53,12 +54,14 @@ def pg18(pg_install: PgInstall) -> Iterator[LocalCluster]:
     cluster.stop()
 
 
-def federation(feeders: LocalCluster, hub: LocalCluster, tmp: Path, **overrides: object) -> tuple[Config, str]:
-    """Two feeder databases on `feeders` (600 and 400 hosts, analyzed), a superhub database on `hub`; the
-    configuration (pg_dump of `feeders`' install) and the superhub's database name."""
+def federation(
+    feeders: LocalCluster, hub: LocalCluster, tmp: Path, hub_schema: str = SCHEMA, **overrides: object
+) -> tuple[Config, str]:
+    """Two feeder databases on `feeders` (600 and 400 hosts, analyzed), a superhub database on `hub` (its
+    parents from `hub_schema`); the configuration (pg_dump of `feeders`' install) and the superhub's database."""
     superhub = new_database(hub, "stats_hub")
     schema = tmp / "schema.sql"
-    schema.write_text(SCHEMA)
+    schema.write_text(hub_schema)
     feeder_dbs = {
         f"hub{i}": new_database(feeders, f"stats_f{i}", SCHEMA + DATA.format(hub=i, hosts=n))
         for i, n in ((1, 600), (2, 400))
@@ -80,13 +83,24 @@ def federation(feeders: LocalCluster, hub: LocalCluster, tmp: Path, **overrides:
     return parse_config(config), superhub
 
 
-def analyzed(hub: LocalCluster, db: str) -> int:
-    """How many times the feeders' partitions have been analyzed (ANALYZE, VACUUM ANALYZE or autovacuum)."""
+def analyzed(hub: LocalCluster, db: str, partition: str = "%") -> int:
+    """How many times the feeders' partitions (those named like `partition`) have been analyzed (ANALYZE, VACUUM
+    ANALYZE or autovacuum)."""
     sql = (
         "SELECT coalesce(sum(analyze_count + autoanalyze_count), 0) FROM pg_stat_user_tables "
-        "WHERE schemaname = 'fedload_parts'"
+        f"WHERE schemaname = 'fedload_parts' AND relname LIKE '{partition}'"
     )
     return psql_int(hub, sql, db)
+
+
+def in_process(config: Config) -> Config:
+    """`config` with its runs in this process (no workers), where the test captures their logs."""
+    return config.model_copy(update={"superhub": config.superhub.model_copy(update={"worker_processes": 0})})
+
+
+def feeder_database(config: Config, feeder: str) -> str:
+    """The database name of a feeder (from its conninfo)."""
+    return config.feeders[feeder].database.rsplit("dbname=", 1)[1]
 
 
 def column_stats(cluster: LocalCluster, db: str, schema: str, table: str) -> dict[str, str]:
@@ -134,8 +148,8 @@ async def test_partitions_get_the_feeders_statistics_and_the_plans_of_an_analyze
     runs = await sync(config)
     assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 2, [r.error for r in runs]
     assert analyzed(pg18, db) == 0
-    for key, feeder in enumerate(config.feeders.values(), start=1):
-        feeder_db = feeder.database.rsplit("dbname=", 1)[1]
+    for key, feeder in enumerate(config.feeders, start=1):
+        feeder_db = feeder_database(config, feeder)
         for table in TABLES:
             partition = partition_of(pg18, db, table, key)
             carried = column_stats(pg18, db, "fedload_parts", partition)
@@ -174,7 +188,7 @@ async def test_a_hostile_statistics_call_rejects_the_dump(
     assert (await sync(config, "hub1"))[0].outcome == Outcome.SUCCESS
     before = pg18.psql(PARTS_TUPLES, dbname=db)
     rows = psql_int(pg18, "SELECT count(*) FROM __contexts", db)
-    feeder_db = config.feeders["hub1"].database.rsplit("dbname=", 1)[1]
+    feeder_db = feeder_database(config, "hub1")
     pg18.psql("INSERT INTO __contexts (hostkey, contextname) VALUES ('new', 'new')", dbname=feeder_db)
     pg_dump = pg18.install.tool("pg_dump")
     script = write_script(
@@ -192,17 +206,71 @@ async def test_a_hostile_statistics_call_rejects_the_dump(
 
 
 @pytest.mark.pg_major(18)
-@pytest.mark.parametrize("superhub_major", [15, 17])
-async def test_an_older_superhub_analyzes_as_before(pg18: LocalCluster, tmp_path: Path, superhub_major: int) -> None:
-    """A superhub on 15 or 17 does not ask the pg_dump 18 agents for statistics and ANALYZEs the new partitions."""
-    install = find_installs().get(superhub_major)
+@pytest.mark.parametrize(("feeder_major", "superhub_major"), [(18, 15), (18, 17), (15, 18)])
+async def test_an_older_end_analyzes_as_before(
+    pg18: LocalCluster, tmp_path: Path, feeder_major: int, superhub_major: int
+) -> None:
+    """A superhub on 15 or 17 does not ask the pg_dump 18 agents for statistics, and a pg_dump 15 agent cannot
+    send any to an 18 superhub: the new partitions are ANALYZEd, as before."""
+    older = min(feeder_major, superhub_major)
+    install = find_installs().get(older)
     if install is None:
-        pytest.skip(f"PostgreSQL {superhub_major} binaries not installed")
-    hub = LocalCluster(install, name=f"stats{superhub_major}").start()
+        pytest.skip(f"PostgreSQL {older} binaries not installed")
+    other = LocalCluster(install, name=f"stats{older}").start()
+    feeders, hub = (pg18, other) if feeder_major == 18 else (other, pg18)
     try:
-        config, db = federation(pg18, hub, tmp_path)
-        runs = await sync(config)
+        config, db = federation(feeders, hub, tmp_path)
+        with capture_logs() as logs:
+            runs = await sync(in_process(config))
         assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 2, [r.error for r in runs]
         assert analyzed(hub, db) == 4
+        reasons = [e.get("reason") for e in logs if str(e["event"]).startswith("statistics.")]
+        assert reasons == ([] if superhub_major < 18 else ["the feeder sent none"] * 4)  # not asked; none sent
     finally:
-        hub.stop()
+        other.stop()
+
+
+DRIFTED = SCHEMA.replace("ipaddress text,", "ip text, uptime int,")
+REMAP = """
+[tables."public.__hosts"]
+rename = { ipaddress = "ip" }
+"""
+
+
+@pytest.mark.pg_major(18)
+async def test_drift_and_remap_analyze_only_the_columns_without_statistics(pg18: LocalCluster, tmp_path: Path) -> None:
+    """A renamed column (remap) gets the feeder's statistics under its superhub name; a column the feeders lack
+    is the only one ANALYZEd (and the key column is computed, not analyzed)."""
+    remap = tmp_path / "remap.toml"
+    remap.write_text(REMAP)
+    config, db = federation(pg18, pg18, tmp_path, DRIFTED, remap=str(remap))
+    with capture_logs() as logs:
+        runs = await sync(in_process(config))
+    assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 2, [r.error for r in runs]
+    done = sorted((e["table"], tuple(e["analyze_columns"])) for e in logs if e["event"] == "statistics.carried")
+    assert done == [("public.__contexts", ())] * 2 + [("public.__hosts", ("uptime",))] * 2
+    assert analyzed(pg18, db, "public.__contexts%") == 0
+    assert analyzed(pg18, db, "public.__hosts%") == 2
+    for key, feeder in enumerate(config.feeders, start=1):
+        carried = column_stats(pg18, db, "fedload_parts", partition_of(pg18, db, "__hosts", key))
+        sent = column_stats(pg18, feeder_database(config, feeder), "public", "__hosts")
+        assert carried.pop("ip") == sent.pop("ipaddress")
+        assert carried.pop("uptime") == "(1,4,0,,,,,,,)"  # analyzed here: all NULL
+        assert carried.pop("hub_id") == f"(0,4,1,{{{key}}},{{1}},,1,,,)"
+        assert carried == sent
+
+
+@pytest.mark.pg_major(18)
+async def test_statistics_older_than_the_data_are_not_carried(pg18: LocalCluster, tmp_path: Path) -> None:
+    """A feeder table whose statistics count far fewer rows than its dump has (not analyzed since it grew) is
+    ANALYZEd on the superhub; the other tables keep the feeder's statistics."""
+    config, db = federation(pg18, pg18, tmp_path)
+    pg18.psql(
+        "ALTER TABLE __contexts SET (autovacuum_enabled = off); "
+        "INSERT INTO __contexts (hostkey, contextname) SELECT 'new', 'new' || g FROM generate_series(1, 5000) g",
+        dbname=feeder_database(config, "hub2"),
+    )
+    runs = await sync(config)
+    assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 2, [r.error for r in runs]
+    assert analyzed(pg18, db, partition_of(pg18, db, "__contexts", 2)) == 1
+    assert analyzed(pg18, db) == 1
