@@ -12,7 +12,8 @@ know) are checked the same way and set aside.
 
 After the load (and the index builds), `carry_statistics` makes the superhub's OWN calls, with bind parameters,
 on each staging table: relation-level numbers from the superhub's side (its pages, the rows loaded: the planner
-scales reltuples/relpages by the table's actual size, and the feeder's pages are not the superhub's), the feeder's
+scales reltuples/relpages by the table's actual size, and the feeder's pages are not the superhub's; the all-visible
+pages, which only index-only scans read, stay as the index builds counted them), the feeder's
 column statistics under the superhub's column names (remap), a fixed-width type's width from the superhub's type,
 and the feeder key column's computed (a constant in a partition: no NULLs, one distinct value). What it could not
 carry is left to an ANALYZE after the commit, as narrow as it can be: the columns without the feeder's statistics

@@ -43,6 +43,11 @@ REPORTS = (  # like the bench's: a join of hosts and contexts with a filter, a c
     "SELECT hostname FROM __hosts h WHERE site = 'us-east' AND EXISTS "
     "(SELECT FROM __contexts c WHERE c.hostkey = h.hostkey AND c.score < 3)",
 )
+PARTS_SIZES = (  # what the planner reads of a partition's size (all-visible pages: for index-only scans)
+    "SELECT string_agg(concat_ws(' ', relname, relpages, reltuples, CASE WHEN relhasindex THEN relallvisible END), "
+    "', ' ORDER BY relname) "
+    "FROM pg_class WHERE relnamespace = 'fedload_parts'::regnamespace"
+)
 PARTS_TUPLES = "SELECT count(*), sum(reltuples) FROM pg_class WHERE relnamespace = 'fedload_parts'::regnamespace"
 
 
@@ -155,11 +160,12 @@ async def test_partitions_get_the_feeders_statistics_and_the_plans_of_an_analyze
             carried = column_stats(pg18, db, "fedload_parts", partition)
             assert carried.pop("hub_id") == f"(0,4,1,{{{key}}},{{1}},,1,,,)"
             assert carried == column_stats(pg18, feeder_db, "public", table), (key, table)
-    carried_plans = plans(pg18, db)
+    carried_plans, carried_sizes = plans(pg18, db), pg18.psql(PARTS_SIZES, dbname=db)
     partitions = ", ".join(f'fedload_parts."{partition_of(pg18, db, t, k)}"' for t in TABLES for k in (1, 2))
     pg18.psql(f"ANALYZE {partitions}", dbname=db)
     assert analyzed(pg18, db) == 4
     assert plans(pg18, db) == carried_plans
+    assert pg18.psql(PARTS_SIZES, dbname=db) == carried_sizes
 
 
 HOSTILE = {
