@@ -30,8 +30,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import asyncpg
-from pglast import ast, parse_sql
-from pglast.parser import ParseError
 
 from fedload.errors import DumpError
 from fedload.log import get_logger
@@ -39,6 +37,8 @@ from fedload.names import TableName, TablePattern
 from fedload.superhub.schema import PARTS_SCHEMA, STAGE_SCHEMA, ident
 
 if TYPE_CHECKING:
+    from pglast import ast
+
     from fedload.superhub.importer import StagedTable
     from transforms import Statement
 
@@ -134,6 +134,9 @@ def wants_statistics(superhub_major: int, *, carry: bool, agent: bool) -> bool:
 
 def parse_statistics_call(text: str) -> StatisticsCall:
     """The call `text` makes, if it is exactly a pg_dump statistics call; ValueError saying why not."""
+    from pglast import ast, parse_sql  # noqa: PLC0415 - heavy: only runs that carry statistics need it
+    from pglast.parser import ParseError  # noqa: PLC0415
+
     try:
         statements = parse_sql(text)
     except ParseError as exc:
@@ -157,6 +160,8 @@ def parse_statistics_call(text: str) -> StatisticsCall:
 
 def _only_function(select: ast.SelectStmt) -> ast.FuncCall:
     """The one function of `SELECT * FROM f(...)`, with nothing else in the statement; ValueError otherwise."""
+    from pglast import ast  # noqa: PLC0415 - see parse_statistics_call
+
     slots = getattr(type(select), "__slots__", ())
     used = [s for s in slots if s not in ("targetList", "fromClause", "limitOption", "op")]
     if any(getattr(select, s) for s in used) or select.op not in (None, 0) or select.limitOption not in (None, 0):
@@ -200,6 +205,8 @@ def _named_arguments(args: Iterable[ast.Node], allowed: frozenset[str]) -> dict[
 
 def _string(node: ast.Node, sql_type: str | None) -> str:
     """A string constant, bare or cast to `sql_type` (None: bare only); ValueError for anything else."""
+    from pglast import ast  # noqa: PLC0415 - see parse_statistics_call
+
     if isinstance(node, ast.TypeCast) and sql_type is not None:
         type_name = node.typeName
         if type_name is None or (type_name.typmods or type_name.setof or type_name.pct_type):
