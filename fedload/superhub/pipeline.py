@@ -96,6 +96,7 @@ class _FeederSync:
         self._opening: asyncio.Task[FeederProcess] | None = None  # the dump started before the lock
         self._partitions: dict[TableName, str] = {}  # the feeder's partitions after the swap, for ANALYZE
         self._carry = False  # the agent is asked for the feeder's statistics (fedload.superhub.statistics)
+        self._all_parents: frozenset[TableName] = frozenset()  # the superhub's parents, this feeder's exclusions too
         self._carried: dict[TableName, tuple[str, ...]] = {}  # tables given them, with the columns left to ANALYZE
 
     def phase(self, phase: str) -> None:
@@ -220,6 +221,7 @@ class _FeederSync:
                 "the superhub; create the parent, set superhub.schema_file, or correct the pattern"
             )
         excluded = self.feeder.exclude_tables
+        self._all_parents = frozenset(parents)
         return {t: p for t, p in parents.items() if not any(x.matches(t) for x in excluded)}
 
     @contextlib.asynccontextmanager
@@ -248,7 +250,7 @@ class _FeederSync:
         """Load the dump into this run's staging tables (in the caller's transaction), verify the counts the agent
         sent, index the tables, and give them the feeder's statistics where it sent them."""
         self.phase(Phase.LOAD)
-        statistics = StatisticsCollector(self.name, parents, self.job.imports.table_patterns) if self._carry else None
+        statistics = StatisticsCollector(self.name, parents, self._all_parents) if self._carry else None
         importer = Importer(
             conn,
             feeder=self.name,

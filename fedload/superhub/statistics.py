@@ -6,16 +6,17 @@ named arguments. That text is data like the rest of the dump: it is parsed with 
 and never run. A call is accepted only in exactly pg_dump's shape (`SELECT * FROM pg_catalog.<one of the two>(
 'name', 'value'[::type], ...)`), with argument names from an allowlist, each value a string constant of the
 expected type; anything else that names one of the two functions rejects the dump. Calls for this feeder's tables
-are kept; calls for a table fedload holds for someone else (a configured table that is not this feeder's, fedload's
-own schemas) reject the dump; calls for other relations (the feeder's indexes, whose names the superhub cannot
-know) are checked the same way and set aside.
+are kept; calls for a table fedload holds for someone else (a parent table that is not in this feeder's dump, any
+table of fedload's own schemas, where every feeder's partitions are) reject the dump; calls for other relations
+(the feeder's indexes, whose names the superhub cannot know, and which a configured pattern such as `public.__*`
+may well match) are checked the same way and set aside.
 
 After the load (and the index builds), `carry_statistics` makes the superhub's OWN calls, with bind parameters,
 on each staging table: relation-level numbers from the superhub's side (its pages, the rows loaded: the planner
 scales reltuples/relpages by the table's actual size, and the feeder's pages are not the superhub's; the all-visible
-pages, which only index-only scans read, stay as the index builds counted them), the feeder's
-column statistics under the superhub's column names (remap), a fixed-width type's width from the superhub's type,
-and the feeder key column's computed (a constant in a partition: no NULLs, one distinct value). What it could not
+pages, which only index-only scans read, stay as the index builds counted them), the feeder's column statistics
+under the superhub's column names (remap), a fixed-width type's width from the superhub's type, and the feeder
+key column's computed (a constant in a partition: no NULLs, one distinct value). What it could not
 carry is left to an ANALYZE after the commit, as narrow as it can be: the columns without the feeder's statistics
 (drift, remap's added columns, generated columns, a value the superhub's type does not read), or the whole table
 when the feeder sent none for it, its row count says they describe older data than the dump's, or it has an
@@ -33,7 +34,7 @@ import asyncpg
 
 from fedload.errors import DumpError
 from fedload.log import get_logger
-from fedload.names import TableName, TablePattern
+from fedload.names import TableName
 from fedload.superhub.schema import PARTS_SCHEMA, STAGE_SCHEMA, ident
 
 if TYPE_CHECKING:
@@ -229,10 +230,12 @@ class _TableStatistics:
 class StatisticsCollector:
     """Takes the dump's statistics calls for the importer (`offer`), keeps this feeder's tables' ones."""
 
-    def __init__(self, feeder: str, tables: Collection[TableName], patterns: Iterable[TablePattern]) -> None:
+    def __init__(self, feeder: str, tables: Collection[TableName], others: Collection[TableName]) -> None:
+        """`tables`: the feeder's (its dump's); `others`: the superhub's other parents (not in this feeder's dump).
+        Configured patterns are not enough to tell: `public.__*` also matches the feeder's index names."""
         self.feeder = feeder
         self._tables = frozenset(tables)
-        self._patterns = tuple(patterns)
+        self._others = frozenset(others) - self._tables
         self.kept: dict[TableName, _TableStatistics] = {}
         self.set_aside = 0  # calls for other relations (the feeder's indexes)
 
@@ -254,7 +257,7 @@ class StatisticsCollector:
     def _keep(self, call: StatisticsCall, where: str) -> None:
         table = call.table
         if table not in self._tables:
-            if table.schema in _FEDLOAD_SCHEMAS or any(p.matches(table) for p in self._patterns):
+            if table.schema in _FEDLOAD_SCHEMAS or table in self._others:
                 raise DumpError(f"{where}: feeder {self.feeder} sends statistics for table {table}, not its own")
             self.set_aside += 1  # an index of the feeder's, or anything else: never applied
             return

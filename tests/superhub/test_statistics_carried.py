@@ -28,6 +28,7 @@ INSERT INTO __contexts SELECT 'SHA=' || md5('{hub}:' || h), (ARRAY['linux', 'deb
     || '_' || (c % 7), CASE WHEN c % 5 = 0 THEN NULL ELSE ARRAY['source=agent', 'tag' || (c % 3)] END,
     now() + c * interval '1 s', CASE WHEN c % 4 = 0 THEN NULL ELSE c % 50 END
 FROM generate_series(1, {hosts}) h, generate_series(1, 30) c;
+CREATE INDEX __contexts_lower ON __contexts (lower(contextname));  -- the feeder's own: its statistics set aside
 ANALYZE;
 """
 TABLES = ("__hosts", "__contexts")
@@ -63,7 +64,8 @@ def federation(
     feeders: LocalCluster, hub: LocalCluster, tmp: Path, hub_schema: str = SCHEMA, **overrides: object
 ) -> tuple[Config, str]:
     """Two feeder databases on `feeders` (600 and 400 hosts, analyzed), a superhub database on `hub` (its
-    parents from `hub_schema`); the configuration (pg_dump of `feeders`' install) and the superhub's database."""
+    parents from `hub_schema`, configured as `public.__*`, a pattern that the feeders' index names match too); the
+    configuration (pg_dump of `feeders`' install) and the superhub's database."""
     superhub = new_database(hub, "stats_hub")
     schema = tmp / "schema.sql"
     schema.write_text(hub_schema)
@@ -73,7 +75,7 @@ def federation(
     }
     tmp.chmod(0o755)
     config = {
-        "superhub": {"dsn": hub.dsn(superhub), "tables": [f"public.{t}" for t in TABLES], "schema_file": str(schema)},
+        "superhub": {"dsn": hub.dsn(superhub), "tables": ["public.__*"], "schema_file": str(schema)},
         "feeders": {
             name: {
                 "key": i,
