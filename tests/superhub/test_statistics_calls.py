@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
 import re
+import shlex
 
 import pytest
 
 from fedload.errors import DumpError
 from fedload.feeder.agent import pg_dump_argv
 from fedload.feeder.agent_options import AgentOptions
+from fedload.feeder.ssh_command import Allowlist, add_arguments, read_request
 from fedload.names import TableName
 from fedload.superhub.statistics import StatisticsCollector, parse_statistics_call, wants_statistics
 from transforms import Statement
@@ -154,3 +157,12 @@ def test_the_agent_asks_pg_dump_18_for_statistics(major: int | None, statistics:
     )
     assert "--statistics" in options.to_argv()
     assert "--statistics" not in AgentOptions(database="db", tables=["public.t"]).to_argv()
+
+
+def test_the_forced_command_lets_a_request_for_statistics_through() -> None:
+    """`agent ssh-command` reads `--statistics` back into the request, with its own pg_dump as for any dump."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    allowed = Allowlist.from_args(parser.parse_args(["--database", "cfdb", "--allow-table", "public.__*"]))
+    asked = AgentOptions("cfdb", ['"public"."__hosts"'], quiet=True, statistics=True)
+    assert read_request(shlex.join(["fedload", *asked.to_argv()]), allowed) == asked
