@@ -146,12 +146,13 @@ def _rows(plan: dict[str, object]) -> Iterator[float]:
 
 
 @pytest.mark.pg_major(18)
+@pytest.mark.parametrize("mode", ["copy", "inserts"])
 async def test_partitions_get_the_feeders_statistics_and_the_plans_of_an_analyze(
-    pg18: LocalCluster, tmp_path: Path
+    pg18: LocalCluster, tmp_path: Path, mode: str
 ) -> None:
     """On a superhub on 18 with pg_dump 18 feeders, the new partitions carry the feeders' statistics (the key's
     computed), no ANALYZE runs, and the reports plan as after an ANALYZE, with the same row estimates."""
-    config, db = federation(pg18, pg18, tmp_path)
+    config, db = federation(pg18, pg18, tmp_path, dump_mode=mode)
     runs = await sync(config)
     assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 2, [r.error for r in runs]
     assert analyzed(pg18, db) == 0
