@@ -15,14 +15,17 @@ from fedload.results import Outcome
 from tests.support.federation import new_database, psql_int, sync, write_script
 
 SCHEMA = """
+CREATE TYPE public.hoststate AS ENUM ('up', 'down', 'gone');
 CREATE TABLE public.__hosts (hostkey text NOT NULL, hostname text, ipaddress text, site text DEFAULT 'unknown',
-    firstreporttimestamp timestamptz, lastreporttimestamp timestamptz, PRIMARY KEY (hostkey));
+    firstreporttimestamp timestamptz, lastreporttimestamp timestamptz, state hoststate, "Seen Count" bigint,
+    PRIMARY KEY (hostkey));
 CREATE TABLE public.__contexts (hostkey text NOT NULL, contextname text NOT NULL, metatags text[],
     changetimestamp timestamptz, score int);
 """
 DATA = """
 INSERT INTO __hosts SELECT 'SHA=' || md5('{hub}:' || h), 'host-' || h, '10.{hub}.0.' || (h % 250),
-    (ARRAY['eu-west', 'us-east', 'ap-south'])[1 + h % 3], now() - h * interval '1 day', now() - h * interval '1 s'
+    (ARRAY['eu-west', 'us-east', 'ap-south'])[1 + h % 3], now() - h * interval '1 day', now() - h * interval '1 s',
+    (ARRAY['up', 'up', 'down', 'gone'])[1 + h % 4]::hoststate, h % 17
 FROM generate_series(1, {hosts}) h;
 INSERT INTO __contexts SELECT 'SHA=' || md5('{hub}:' || h), (ARRAY['linux', 'debian_12', 'any', 'Hr12'])[1 + c % 4]
     || '_' || (c % 7), CASE WHEN c % 5 = 0 THEN NULL ELSE ARRAY['source=agent', 'tag' || (c % 3)] END,
