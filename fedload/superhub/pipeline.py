@@ -266,11 +266,17 @@ class _FeederSync:
         _verify_counts(importer, receiver.trailer)
         await importer.finish()
         if statistics is not None:
-            swap = self.job.swap  # a table swapped by DELETE and INSERT (mvcc) is vacuumed and analyzed as before
-            tables = [s for s in importer.staged.values() if swap.method_for(s.parent) is SwapMethod.PARTITION]
-            key = self.job.imports.feeder_key
-            self._carried = await carry_statistics(conn, tables, statistics, feeder_key=key)
+            self._carried = await self._restore_statistics(conn, importer, statistics)
         return importer
+
+    async def _restore_statistics(
+        self, conn: asyncpg.Connection, importer: Importer, statistics: StatisticsCollector
+    ) -> dict[TableName, tuple[str, ...]]:
+        """The feeder's statistics on the staging tables of the partition swap; the tables done, with the columns
+        left to ANALYZE. A table swapped by DELETE and INSERT (mvcc) is vacuumed and analyzed as before."""
+        swap = self.job.swap
+        tables = [s for s in importer.staged.values() if swap.method_for(s.parent) is SwapMethod.PARTITION]
+        return await carry_statistics(conn, tables, statistics, feeder_key=self.job.imports.feeder_key)
 
     async def _tracked(self, receiver: DumpReceiver, importer: Importer) -> AsyncIterator[Item]:
         async for item in receiver.items():
