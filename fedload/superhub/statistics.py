@@ -20,7 +20,9 @@ key column's computed (a constant in a partition: no NULLs, one distinct value).
 carry is left to an ANALYZE after the commit, as narrow as it can be: the columns without the feeder's statistics
 (drift, remap's added columns, generated columns, a value the superhub's type does not read), or the whole table
 when the feeder sent none for it, its row count says they describe older data than the dump's, or it has an
-expression index (whose statistics ANALYZE gathers).
+expression index (whose statistics ANALYZE gathers). A table whose statistics all came from the feeder gets
+autovacuum's analyze threshold above its size (`autovacuum_analyze_scale_factor = 1`), else autovacuum would
+analyze the same rows a minute later: it counts the loaded rows as changes since the last ANALYZE.
 """
 
 from __future__ import annotations
@@ -284,6 +286,9 @@ FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
 WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum
 """
+# Autovacuum would analyze the same rows again (it counts the loaded ones as changes since the last ANALYZE):
+# the partition's threshold is set above its size, so only a change of more rows than it holds triggers one.
+_NO_AUTOANALYZE = "ALTER TABLE {table} SET (autovacuum_analyze_scale_factor = 1.0, autovacuum_analyze_threshold = 50)"
 _RELATION_CALL = """
 SELECT pg_catalog.pg_restore_relation_stats(
     'schemaname', $1::text, 'relname', $2::text,
@@ -359,6 +364,8 @@ async def _carry_table(
             restored = False
         if not restored:
             missing.append(column)
+    if not missing:
+        await conn.execute(_NO_AUTOANALYZE.format(table=table.stage_sql))
     return tuple(missing)
 
 

@@ -122,6 +122,13 @@ def column_stats(cluster: LocalCluster, db: str, schema: str, table: str) -> dic
     return dict(line.split("|", 1) for line in rows.splitlines())
 
 
+def reloptions(hub: LocalCluster, db: str, partition: str) -> str:
+    """A partition's storage parameters (psql's text; empty for none)."""
+    return hub.psql(
+        f"SELECT reloptions FROM pg_class WHERE oid = 'fedload_parts.\"{partition}\"'::regclass", dbname=db
+    ).strip()
+
+
 def partition_of(hub: LocalCluster, db: str, table: str, key: int) -> str:
     """The partition's name (in fedload_parts) of feeder key `key` of `table`."""
     sql = (
@@ -164,6 +171,10 @@ async def test_partitions_get_the_feeders_statistics_and_the_plans_of_an_analyze
         for table in TABLES:
             partition = partition_of(pg18, db, table, key)
             carried = column_stats(pg18, db, "fedload_parts", partition)
+            assert (
+                reloptions(pg18, db, partition)
+                == "{autovacuum_analyze_scale_factor=1.0,autovacuum_analyze_threshold=50}"
+            )
             assert carried.pop("hub_id") == f"(0,4,1,{{{key}}},{{1}},,1,,,)"
             assert carried == column_stats(pg18, feeder_db, "public", table), (key, table)
     carried_plans, carried_sizes = plans(pg18, db), pg18.psql(PARTS_SIZES, dbname=db)
@@ -265,6 +276,7 @@ async def test_drift_and_remap_analyze_only_the_columns_without_statistics(pg18:
     assert analyzed(pg18, db, "public.__hosts%") == 2
     for key, feeder in enumerate(config.feeders, start=1):
         carried = column_stats(pg18, db, "fedload_parts", partition_of(pg18, db, "__hosts", key))
+        assert reloptions(pg18, db, partition_of(pg18, db, "__hosts", key)) == ""  # analyzed: autovacuum as always
         sent = column_stats(pg18, feeder_database(config, feeder), "public", "__hosts")
         assert carried.pop("ip") == sent.pop("ipaddress")
         assert carried.pop("uptime") == "(1,4,0,,,,,,,)"  # analyzed here: all NULL
