@@ -211,6 +211,7 @@ class FeederConfig(_Model):
     database: str = "cfdb"
     pg_dump: str = "pg_dump"
     pg_dump_args: list[str] = []
+    carry_statistics: bool = True  # with a superhub on PostgreSQL 18+: the agent sends its tables' statistics
     remap: Path | None = None  # applied by the superhub, whatever the feeder runs
     exclude_tables: list[TablePattern] = []  # configured tables this feeder does not send (see README)
     shard: str | None = None  # with [shards]: the shard whose superhub this feeder loads into

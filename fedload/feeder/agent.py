@@ -43,17 +43,21 @@ log = get_logger()
 # subscriptions. About 40% of the feeder server's time per dump of a small database; the output is the same.
 _UNWRITTEN = ("--no-comments", "--no-security-labels", "--no-publications", "--no-subscriptions")
 _UNWRITTEN_SINCE_MAJOR = 11  # --no-comments is the newest of them
+_STATISTICS_SINCE_MAJOR = 18  # --statistics; with it, --no-schema says "data only" (--data-only excludes them)
 
 
 def pg_dump_argv(options: AgentOptions, pg_dump_major: int | None = None) -> list[str]:
     """The pg_dump command line: data only, plain format, the configured tables; with pg_dump's major version
-    known (11 or later), also the flags that spare it reading catalogs a data-only dump never writes."""
+    known (11 or later), also the flags that spare it reading catalogs a data-only dump never writes; asked for
+    statistics and pg_dump 18 or later, the tables' statistics too."""
     mode = ["--column-inserts"] if options.dump_mode == "inserts" else []
-    skipped = _UNWRITTEN if pg_dump_major is not None and pg_dump_major >= _UNWRITTEN_SINCE_MAJOR else ()
+    major = pg_dump_major or 0
+    skipped = _UNWRITTEN if major >= _UNWRITTEN_SINCE_MAJOR else ()
     tables = [f"--table={pattern}" for pattern in options.tables]
+    data = ["--no-schema", "--statistics"] if options.statistics and major >= _STATISTICS_SINCE_MAJOR else []
     return [
         options.pg_dump,
-        "--data-only",
+        *(data or ["--data-only"]),
         "--no-password",
         "--encoding=UTF8",
         *skipped,

@@ -41,6 +41,7 @@ class AgentOptions:
     zstd: str = "zstd"  # the zstd program where the zstandard module is missing: on PATH, or a path
     # Binary mode: per table, its columns and their types on the superhub, as JSON (fedload/feeder/binary_plan.py).
     columns: Sequence[str] = field(default_factory=tuple)
+    statistics: bool = False  # the tables' planner statistics too, where pg_dump can (18+)
 
     def __post_init__(self) -> None:
         # Tuples, so options compare equal however the sequences were given.
@@ -57,6 +58,7 @@ class AgentOptions:
         argv += [f"--remap={self.remap}"] if self.remap is not None else []
         argv += [f"--zstd={self.zstd}"] if self.zstd != "zstd" else []  # only when set: older agents lack it
         argv += [f"--columns={columns}" for columns in self.columns]
+        argv += ["--statistics"] if self.statistics else []  # only when set: older agents lack it
         return [*argv, "--", *self.pg_dump_args]
 
     @classmethod
@@ -99,5 +101,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the zstd program, used where the zstandard module is missing (default: from PATH)",
     )
     parser.add_argument("--quiet", action="store_true", help="log warnings and errors only")
+    parser.add_argument(
+        "--statistics", action="store_true", help="also send the tables' planner statistics (pg_dump 18 or later)"
+    )
     transforms.cli.add_arguments(parser)  # --rows-per-statement, --max-statement-bytes, --remap
     parser.add_argument("pg_dump_args", nargs="*", metavar="-- PG_DUMP_ARG", help=argparse.SUPPRESS)

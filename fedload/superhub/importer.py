@@ -3,8 +3,9 @@
 Nothing from the dump is executed as written. COPY blocks stream into staging tables through asyncpg's COPY with
 a column list fedload builds; INSERT tuples are checked to be lists of plain literals and re-sent inside
 INSERT statements fedload builds for its own staging table. The few statements pg_dump writes around the data
-(known `SET`s, `set_config('search_path')`, `setval`, `\\restrict`) are checked and ignored; anything else
-rejects the dump. The caller runs the load inside one transaction, so a rejected dump leaves nothing behind.
+(known `SET`s, `set_config('search_path')`, `setval`, `\\restrict`) are checked and ignored; statistics calls
+go to fedload.superhub.statistics when the run asked for them; anything else rejects the dump. The caller runs
+the load inside one transaction, so a rejected dump leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from fedload.superhub.binary_receive import BinaryEnd, BinaryRows, BinaryStart, 
 from fedload.superhub.literal_copy import CSV_NULL, CSV_QUOTE, copy_rows_pattern, csv_rows
 from fedload.superhub.rejects import RejectWriter
 from fedload.superhub.schema import STAGE_SCHEMA, ParentTable, ident, key_literal, qualified
+from fedload.superhub.statistics import StatisticsCollector
 from transforms import (
     CopyEnd,
     CopyRows,
@@ -94,6 +96,7 @@ class StagedTable:
     stage_name: str
     columns: list[str] = field(default_factory=list)
     dropped_columns: list[str] = field(default_factory=list)
+    from_dump: dict[str, str] = field(default_factory=dict)  # dump column -> the column it loads (after remap)
     rows: int = 0
     rows_by_copy: int = 0  # of `rows`, INSERT tuples loaded as COPY rows (fedload.superhub.literal_copy)
     inserted: bool = False  # its data came as INSERTs
@@ -121,8 +124,10 @@ class Importer:
         policy: ImportPolicy,
         run_id: int | None = None,
         remap: Remap | None = None,
+        statistics: StatisticsCollector | None = None,
     ) -> None:
         self._conn = conn
+        self._statistics = statistics  # takes the dump's statistics calls (fedload.superhub.statistics)
         self._feeder = feeder
         self._key = key
         self._policy = policy
@@ -158,7 +163,7 @@ class Importer:
             elif isinstance(item, InsertRows):
                 await self._insert(item)
             elif isinstance(item, Statement):
-                _check_statement(item)
+                self._statement(item)
             elif isinstance(item, MetaCommand):
                 _check_meta(item)
             elif isinstance(item, Verbatim):
@@ -166,6 +171,14 @@ class Importer:
             else:
                 raise DumpError(f"unexpected {type(item).__name__} outside a COPY block")
         self._check_complete()
+        self._log_inserted()
+
+    def _statement(self, item: Statement) -> None:
+        """A statement other than INSERT: a statistics call kept for later, else one of the few allowed."""
+        if self._statistics is None or not self._statistics.offer(item):
+            _check_statement(item)
+
+    def _log_inserted(self) -> None:
         for staged in self.staged.values():
             if staged.inserted:
                 self._log.info(
@@ -278,6 +291,7 @@ class Importer:
             ) from None
         staged.columns = [t for n, t in targets.items() if n not in drop] + list(add)
         staged.dropped_columns = extra
+        staged.from_dump = {n: t for n, t in targets.items() if n not in drop}
         return plan
 
     def _is_key_violation(self, exc: asyncpg.PostgresError) -> bool:

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Iterable
 
 import asyncpg
 
-from fedload.config import DumpMode, FeederConfig
+from fedload.config import DumpMode, FeederConfig, SwapMethod
 from fedload.errors import ConfigError, DumpError, ErrorKind, FedloadError, internal_error, one_line
 from fedload.log import get_logger
 from fedload.names import TableName
@@ -43,6 +43,7 @@ from fedload.superhub.session import (
     superhub_error,
     superhub_session,
 )
+from fedload.superhub.statistics import StatisticsCollector, carry_statistics, wants_statistics
 from fedload.superhub.swap import SwapStats, analyze_partitions, describe_swap, swap_in
 from fedload.transport import FeederProcess, Transport
 from fedload.transport.command import dump_command, transport_for
@@ -96,6 +97,9 @@ class _FeederSync:
         self._parents: dict[TableName, ParentTable] | Exception = {}  # read before the lock, or why it failed
         self._opening: asyncio.Task[FeederProcess] | None = None  # the dump started before the lock
         self._partitions: dict[TableName, str] = {}  # the feeder's partitions after the swap, for ANALYZE
+        self._carry = False  # the agent is asked for the feeder's statistics (fedload.superhub.statistics)
+        self._all_parents: frozenset[TableName] = frozenset()  # the superhub's parents, this feeder's exclusions too
+        self._carried: dict[TableName, tuple[str, ...]] = {}  # tables given them, with the columns left to ANALYZE
 
     def phase(self, phase: str) -> None:
         """Enter a phase (then the outcome) and tell the progress display."""
@@ -148,6 +152,7 @@ class _FeederSync:
 
     async def _start_dump_early(self, conn: asyncpg.Connection) -> None:
         """Read the expected parents and start the feeder's dump of them; a failed read is kept for the run."""
+        self._carry = _carry_statistics(conn, self.feeder)
         try:
             self._parents = await self._expected_parents(conn)
             command = await self._dump_command(self._parents)  # binary mode reads the remap: it may fail too
@@ -175,6 +180,7 @@ class _FeederSync:
             self.stage_prefix = f"dry{conn.get_server_pid()}"
             parents = await self._expected_parents(conn)
             remap = await asyncio.to_thread(_read_remap, self.feeder)
+            self._carry = _carry_statistics(conn, self.feeder)
             async with self._dump(parents) as receiver:
                 importer = await self._load(conn, receiver, parents, remap)
                 self.phase(Phase.SWAP)
@@ -217,12 +223,13 @@ class _FeederSync:
                 "the superhub; create the parent, set superhub.schema_file, or correct the pattern"
             )
         excluded = self.feeder.exclude_tables
+        self._all_parents = frozenset(parents)
         return {t: p for t, p in parents.items() if not any(x.matches(t) for x in excluded)}
 
     async def _dump_command(self, parents: dict[TableName, ParentTable]) -> list[str]:
         """The command of the feeder's dump of `parents`; in binary mode with the columns and types asked for."""
         if self.feeder.dump_mode != DumpMode.BINARY:
-            return dump_command(self.feeder, self.job.transform, parents)
+            return dump_command(self.feeder, self.job.transform, parents, statistics=self._carry)
         remap = await asyncio.to_thread(_read_remap, self.feeder)
         rejects = self.job.imports.bad_rows == "reject"
         columns = binary_columns(parents.values(), remap=remap, rejects=rejects, feeder=self.name)
@@ -255,8 +262,9 @@ class _FeederSync:
         remap: Remap | None,
     ) -> Importer:
         """Load the dump into this run's staging tables (in the caller's transaction), verify the counts the agent
-        sent, and index the tables."""
+        sent, index the tables, and give them the feeder's statistics where it sent them."""
         self.phase(Phase.LOAD)
+        statistics = StatisticsCollector(self.name, parents, self._all_parents) if self._carry else None
         importer = Importer(
             conn,
             feeder=self.name,
@@ -266,11 +274,23 @@ class _FeederSync:
             policy=self.job.imports,
             run_id=self.run_id,
             remap=remap,
+            statistics=statistics,
         )
         await importer.load(self._tracked(receiver, importer))
         _verify_counts(importer, receiver.trailer)
         await importer.finish()
+        if statistics is not None:
+            self._carried = await self._restore_statistics(conn, importer, statistics)
         return importer
+
+    async def _restore_statistics(
+        self, conn: asyncpg.Connection, importer: Importer, statistics: StatisticsCollector
+    ) -> dict[TableName, tuple[str, ...]]:
+        """The feeder's statistics on the staging tables of the partition swap; the tables done, with the columns
+        left to ANALYZE. A table swapped by DELETE and INSERT (mvcc) is vacuumed and analyzed as before."""
+        swap = self.job.swap
+        tables = [s for s in importer.staged.values() if swap.method_for(s.parent) is SwapMethod.PARTITION]
+        return await carry_statistics(conn, tables, statistics, feeder_key=self.job.imports.feeder_key)
 
     async def _tracked(self, receiver: DumpReceiver, importer: Importer) -> AsyncIterator[Item | SectionItem]:
         async for item in receiver.items():
@@ -306,7 +326,10 @@ class _FeederSync:
             return
         self.phase(Phase.ANALYZE)
         partitions = self._partitions
-        await analyze_partitions(conn, parents, self.name, self.feeder.key, self.job.swap, partitions=partitions)
+        carried = self._carried
+        await analyze_partitions(
+            conn, parents, self.name, self.feeder.key, self.job.swap, partitions=partitions, carried=carried
+        )
 
     def _succeeded(self, importer: Importer) -> None:
         self.record.outcome = Outcome.SUCCESS
@@ -373,6 +396,14 @@ def _agent_version(receiver: DumpReceiver) -> str | None:
     """The feeder's agent version its stream's header states; None without the agent, or before the header."""
     header: Header | None = getattr(receiver, "header", None)  # DumpReceiver.header is new: absent before it
     return None if header is None else header.agent_version
+
+
+def _carry_statistics(conn: asyncpg.Connection, feeder: FeederConfig) -> bool:
+    """Whether this run asks the feeder's agent for its tables' statistics (a superhub on PostgreSQL 18+; not in
+    binary mode, whose tables come from psql, not pg_dump: they are ANALYZEd)."""
+    major = conn.get_server_version().major
+    carry = feeder.carry_statistics and feeder.dump_mode != DumpMode.BINARY
+    return wants_statistics(major, carry=carry, agent=feeder.agent)
 
 
 def _read_remap(feeder: FeederConfig) -> Remap | None:

@@ -345,19 +345,24 @@ async def analyze_partitions(
     policy: SwapPolicy,
     *,
     partitions: Mapping[TableName, str] | None = None,
+    carried: Mapping[TableName, tuple[str, ...]] | None = None,
 ) -> None:
     """ANALYZE the feeder's partitions of the parent tables, after their swap committed: readers are not
     blocked by it, and a failure only costs planner statistics until autovacuum runs. A partition swapped by
     DELETE and INSERT (mvcc) is vacuumed in the same pass: its old rows are dead now, and nobody else frees them
     before autovacuum comes by. `partitions`: the ones the swap named (`SwapStats.partitions`), not looked up
-    again; the plain ANALYZEs go in one statement."""
-    known = partitions or {}
+    again; the plain ANALYZEs go in one statement. `carried`: the tables that got the feeder's statistics
+    (fedload.superhub.statistics), each with the only columns left to ANALYZE."""
+    known, carried = partitions or {}, carried or {}
     plain: list[tuple[ParentTable, str]] = []
     for parent in sorted(parents, key=lambda p: p.table):
         try:
             table = known.get(parent.table) or await feeder_partition(conn, parent.table, feeder, key)
+            columns = carried.get(parent.table)
             if table is not None and policy.method_for(parent) is SwapMethod.MVCC:
                 await conn.execute(f"VACUUM (ANALYZE) {table}")
+            elif table is not None and columns is not None:
+                plain += [(parent, f"{table} ({', '.join(map(ident, columns))})")] if columns else []
             elif table is not None:
                 plain.append((parent, table))
         except asyncpg.PostgresError as exc:

@@ -17,10 +17,16 @@ __all__ = ["dump_command", "transport_for", "transport_modules"]
 
 
 def dump_command(
-    feeder: FeederConfig, transform: TransformConfig, tables: Iterable[TableName], columns: Sequence[str] = ()
+    feeder: FeederConfig,
+    transform: TransformConfig,
+    tables: Iterable[TableName],
+    columns: Sequence[str] = (),
+    *,
+    statistics: bool = False,
 ) -> list[str]:
-    """The command the transport runs on the feeder: the agent (merging INSERTs as `transform` says), or pg_dump
-    piped into gzip without it. `columns`: binary mode's request for each table (fedload.superhub.binary_request).
+    """The command the transport runs on the feeder: the agent (merging INSERTs as `transform` says; asked for
+    the tables' statistics too with `statistics`), or pg_dump piped into gzip without it. `columns`: binary mode's
+    request for each table (fedload.superhub.binary_request).
 
     pg_dump gets the exact, quoted names of the tables the superhub expects, never the configured patterns:
     the superhub has already matched those by PostgreSQL's rules, so pg_dump cannot read them another way."""
@@ -35,6 +41,7 @@ def dump_command(
         max_statement_bytes=transform.max_statement_bytes,
         quiet=True,
         columns=columns,
+        statistics=statistics and feeder.agent,
     )
     if not feeder.agent:
         return ["bash", "-o", "pipefail", "-c", f"{shlex.join(pg_dump_argv(options))} | gzip -1"]

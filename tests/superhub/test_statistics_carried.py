@@ -1,0 +1,299 @@
+"""Statistics carried from the feeders (PostgreSQL 18 at both ends) instead of an ANALYZE on the superhub."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from structlog.testing import capture_logs
+
+from fedload.config import Config, parse_config
+from fedload.localpg import LocalCluster, PgInstall, find_installs
+from fedload.results import Outcome
+from tests.support.federation import new_database, psql_int, sync, write_script
+
+SCHEMA = """
+CREATE TYPE public.hoststate AS ENUM ('up', 'down', 'gone');
+CREATE TABLE public.__hosts (hostkey text NOT NULL, hostname text, ipaddress text, site text DEFAULT 'unknown',
+    firstreporttimestamp timestamptz, lastreporttimestamp timestamptz, state hoststate, "Seen Count" bigint,
+    PRIMARY KEY (hostkey));
+CREATE TABLE public.__contexts (hostkey text NOT NULL, contextname text NOT NULL, metatags text[],
+    changetimestamp timestamptz, score int);
+"""
+DATA = """
+INSERT INTO __hosts SELECT 'SHA=' || md5('{hub}:' || h), 'host-' || h, '10.{hub}.0.' || (h % 250),
+    (ARRAY['eu-west', 'us-east', 'ap-south'])[1 + h % 3], now() - h * interval '1 day', now() - h * interval '1 s',
+    (ARRAY['up', 'up', 'down', 'gone'])[1 + h % 4]::hoststate, h % 17
+FROM generate_series(1, {hosts}) h;
+INSERT INTO __contexts SELECT 'SHA=' || md5('{hub}:' || h), (ARRAY['linux', 'debian_12', 'any', 'Hr12'])[1 + c % 4]
+    || '_' || (c % 7), CASE WHEN c % 5 = 0 THEN NULL ELSE ARRAY['source=agent', 'tag' || (c % 3)] END,
+    now() + c * interval '1 s', CASE WHEN c % 4 = 0 THEN NULL ELSE c % 50 END
+FROM generate_series(1, {hosts}) h, generate_series(1, 30) c;
+CREATE INDEX __contexts_lower ON __contexts (lower(contextname));  -- the feeder's own: its statistics set aside
+ANALYZE;
+"""
+TABLES = ("__hosts", "__contexts")
+STATS = (
+    "null_frac, avg_width, n_distinct, most_common_vals::text, most_common_freqs::text, histogram_bounds::text, "
+    "correlation, most_common_elems::text, most_common_elem_freqs::text, elem_count_histogram::text"
+)
+REPORTS = (  # like the bench's: a join of hosts and contexts with a filter, a count by feeder, a host's row
+    "SELECT h.site, count(*) FROM __hosts h JOIN __contexts c ON c.hub_id = h.hub_id AND c.hostkey = h.hostkey "
+    "WHERE c.contextname LIKE 'linux%' AND h.site = 'eu-west' GROUP BY h.site",
+    "SELECT hub_id, count(*) FROM __contexts GROUP BY hub_id",
+    "SELECT * FROM __hosts WHERE hub_id = 2 AND hostkey = 'SHA=' || md5('2:7')",
+    "SELECT hostname FROM __hosts h WHERE site = 'us-east' AND EXISTS "
+    "(SELECT FROM __contexts c WHERE c.hostkey = h.hostkey AND c.score < 3)",
+)
+PARTS_SIZES = (  # what the planner reads of a partition's size (all-visible pages: for index-only scans)
+    "SELECT string_agg(concat_ws(' ', relname, relpages, reltuples, CASE WHEN relhasindex THEN relallvisible END), "
+    "', ' ORDER BY relname) "
+    "FROM pg_class WHERE relnamespace = 'fedload_parts'::regnamespace"
+)
+PARTS_TUPLES = "SELECT count(*), sum(reltuples) FROM pg_class WHERE relnamespace = 'fedload_parts'::regnamespace"
+
+
+@pytest.fixture(scope="module")
+def pg18(pg_install: PgInstall) -> Iterator[LocalCluster]:
+    """A PostgreSQL 18 cluster for the feeders (and the superhub, unless a test brings another)."""
+    cluster = LocalCluster(pg_install, name="stats18").start()
+    yield cluster
+    cluster.stop()
+
+
+def federation(
+    feeders: LocalCluster, hub: LocalCluster, tmp: Path, hub_schema: str = SCHEMA, **overrides: object
+) -> tuple[Config, str]:
+    """Two feeder databases on `feeders` (600 and 400 hosts, analyzed), a superhub database on `hub` (its
+    parents from `hub_schema`, configured as `public.__*`, a pattern that the feeders' index names match too); the
+    configuration (pg_dump of `feeders`' install) and the superhub's database."""
+    superhub = new_database(hub, "stats_hub")
+    schema = tmp / "schema.sql"
+    schema.write_text(hub_schema)
+    feeder_dbs = {
+        f"hub{i}": new_database(feeders, f"stats_f{i}", SCHEMA + DATA.format(hub=i, hosts=n))
+        for i, n in ((1, 600), (2, 400))
+    }
+    tmp.chmod(0o755)
+    config = {
+        "superhub": {"dsn": hub.dsn(superhub), "tables": ["public.__*"], "schema_file": str(schema)},
+        "feeders": {
+            name: {
+                "key": i,
+                "transport": "local",
+                "database": feeders.conninfo(db),
+                "pg_dump": feeders.install.tool("pg_dump"),
+                **overrides,
+            }
+            for i, (name, db) in enumerate(feeder_dbs.items(), start=1)
+        },
+    }
+    return parse_config(config), superhub
+
+
+def analyzed(hub: LocalCluster, db: str, partition: str = "%") -> int:
+    """How many times the feeders' partitions (those named like `partition`) have been analyzed (ANALYZE, VACUUM
+    ANALYZE or autovacuum)."""
+    sql = (
+        "SELECT coalesce(sum(analyze_count + autoanalyze_count), 0) FROM pg_stat_user_tables "
+        f"WHERE schemaname = 'fedload_parts' AND relname LIKE '{partition}'"
+    )
+    return psql_int(hub, sql, db)
+
+
+def in_process(config: Config) -> Config:
+    """`config` with its runs in this process (no workers), where the test captures their logs."""
+    return config.model_copy(update={"superhub": config.superhub.model_copy(update={"worker_processes": 0})})
+
+
+def feeder_database(config: Config, feeder: str) -> str:
+    """The database name of a feeder (from its conninfo)."""
+    return config.feeders[feeder].database.rsplit("dbname=", 1)[1]
+
+
+def column_stats(cluster: LocalCluster, db: str, schema: str, table: str) -> dict[str, str]:
+    """pg_stats of a table's columns, by column (psql's text of the row)."""
+    rows = cluster.psql(
+        f"SELECT attname, row({STATS})::text FROM pg_stats WHERE schemaname = '{schema}' AND tablename = '{table}'",
+        dbname=db,
+    )
+    return dict(line.split("|", 1) for line in rows.splitlines())
+
+
+def reloptions(hub: LocalCluster, db: str, partition: str) -> str:
+    """A partition's storage parameters (psql's text; empty for none)."""
+    return hub.psql(
+        f"SELECT reloptions FROM pg_class WHERE oid = 'fedload_parts.\"{partition}\"'::regclass", dbname=db
+    ).strip()
+
+
+def partition_of(hub: LocalCluster, db: str, table: str, key: int) -> str:
+    """The partition's name (in fedload_parts) of feeder key `key` of `table`."""
+    sql = (
+        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+        f"WHERE i.inhparent = 'public.{table}'::regclass "
+        f"AND pg_get_expr(c.relpartbound, c.oid) = 'FOR VALUES IN ({key})'"
+    )
+    return hub.psql(sql, dbname=db).strip()
+
+
+def plans(hub: LocalCluster, db: str) -> tuple[list[str], list[list[float]]]:
+    """Each report's plan (EXPLAIN (COSTS OFF)), and the row estimates of its nodes."""
+    shapes, estimates = [], []
+    for query in REPORTS:
+        shapes.append(hub.psql(f"EXPLAIN (COSTS OFF) {query}", dbname=db))
+        plan = json.loads(hub.psql(f"EXPLAIN (FORMAT JSON) {query}", dbname=db))[0]["Plan"]
+        estimates.append(list(_rows(plan)))
+    return shapes, estimates
+
+
+def _rows(plan: dict[str, object]) -> Iterator[float]:
+    yield float(plan["Plan Rows"])  # type: ignore[arg-type]
+    for child in plan.get("Plans", []):  # type: ignore[attr-defined]
+        yield from _rows(child)
+
+
+@pytest.mark.pg_major(18)
+@pytest.mark.parametrize("mode", ["copy", "inserts"])
+async def test_partitions_get_the_feeders_statistics_and_the_plans_of_an_analyze(
+    pg18: LocalCluster, tmp_path: Path, mode: str
+) -> None:
+    """On a superhub on 18 with pg_dump 18 feeders, the new partitions carry the feeders' statistics (the key's
+    computed), no ANALYZE runs, and the reports plan as after an ANALYZE, with the same row estimates."""
+    config, db = federation(pg18, pg18, tmp_path, dump_mode=mode)
+    runs = await sync(config)
+    assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 2, [r.error for r in runs]
+    assert analyzed(pg18, db) == 0
+    for key, feeder in enumerate(config.feeders, start=1):
+        feeder_db = feeder_database(config, feeder)
+        for table in TABLES:
+            partition = partition_of(pg18, db, table, key)
+            carried = column_stats(pg18, db, "fedload_parts", partition)
+            rows = psql_int(pg18, f"SELECT count(*) FROM {table} WHERE hub_id = {key}", db)
+            threshold = f"autovacuum_analyze_threshold={rows + 50}"
+            assert reloptions(pg18, db, partition) == f"{{autovacuum_analyze_scale_factor=0,{threshold}}}"
+            assert carried.pop("hub_id") == f"(0,4,1,{{{key}}},{{1}},,1,,,)"
+            assert carried == column_stats(pg18, feeder_db, "public", table), (key, table)
+    carried_plans, carried_sizes = plans(pg18, db), pg18.psql(PARTS_SIZES, dbname=db)
+    partitions = ", ".join(f'fedload_parts."{partition_of(pg18, db, t, k)}"' for t in TABLES for k in (1, 2))
+    pg18.psql(f"ANALYZE {partitions}", dbname=db)
+    assert analyzed(pg18, db) == 4
+    assert plans(pg18, db) == carried_plans
+    assert pg18.psql(PARTS_SIZES, dbname=db) == carried_sizes
+
+
+HOSTILE = {
+    "another function": "SELECT * FROM pg_catalog.pg_clear_relation_stats('public', '__hosts');",
+    "another function of that name": "SELECT * FROM public.pg_restore_relation_stats('schemaname', 'public', "
+    "'relname', '__hosts', 'relpages', '1'::integer);",
+    "a table not the feeder's": "SELECT * FROM pg_catalog.pg_restore_relation_stats('schemaname', 'fedload_parts', "
+    "'relname', 'public.__hosts__hub2', 'relpages', '1'::integer, 'reltuples', '1e9'::real);",
+    "a non-literal argument": "SELECT * FROM pg_catalog.pg_restore_attribute_stats('schemaname', 'public', "
+    "'relname', '__hosts', 'attname', 'site', 'inherited', 'f'::boolean, 'null_frac', 0.5 + 0.5);",
+    "a subquery": "SELECT * FROM pg_catalog.pg_restore_attribute_stats('schemaname', 'public', 'relname', "
+    "'__hosts', 'attname', (SELECT 'site'), 'inherited', 'f'::boolean, 'null_frac', '1'::real);",
+    "an argument off the allowlist": "SELECT * FROM pg_catalog.pg_restore_relation_stats('schemaname', 'public', "
+    "'relname', '__hosts', 'relpages', '1'::integer, 'stakind1', '1'::integer);",
+}
+
+
+@pytest.mark.pg_major(18)
+@pytest.mark.parametrize("hostile", list(HOSTILE))
+async def test_a_hostile_statistics_call_rejects_the_dump(
+    pg18: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hostile: str
+) -> None:
+    """A statistics call other than pg_dump's (another function or table, a non-literal or a subquery, an
+    argument fedload does not know) rejects the dump: the run fails, the old data and statistics stay."""
+    config, db = federation(pg18, pg18, tmp_path)
+    assert (await sync(config, "hub1"))[0].outcome == Outcome.SUCCESS
+    before = pg18.psql(PARTS_TUPLES, dbname=db)
+    rows = psql_int(pg18, "SELECT count(*) FROM __contexts", db)
+    feeder_db = feeder_database(config, "hub1")
+    pg18.psql("INSERT INTO __contexts (hostkey, contextname) VALUES ('new', 'new')", dbname=feeder_db)
+    pg_dump = pg18.install.tool("pg_dump")
+    script = write_script(
+        tmp_path / "pg_dump",
+        f'"{pg_dump}" "$@" || exit $?\n[ "$1" = --version ] || printf "%s\\n" "$HOSTILE"\n',
+    )
+    hub1 = config.feeders["hub1"].model_copy(update={"pg_dump": script})
+    config = config.model_copy(update={"feeders": {"hub1": hub1}})
+    monkeypatch.setenv("HOSTILE", HOSTILE[hostile])
+    (run,) = await sync(config, "hub1")
+    assert run.outcome == Outcome.FAILED
+    assert any(words in (run.error or "") for words in ("statistics call", "does not accept", "not its own")), run.error
+    assert psql_int(pg18, "SELECT count(*) FROM __contexts", db) == rows
+    assert pg18.psql(PARTS_TUPLES, dbname=db) == before
+
+
+@pytest.mark.pg_major(18)
+@pytest.mark.parametrize(("feeder_major", "superhub_major"), [(18, 15), (18, 17), (15, 18)])
+async def test_an_older_end_analyzes_as_before(
+    pg18: LocalCluster, tmp_path: Path, feeder_major: int, superhub_major: int
+) -> None:
+    """A superhub on 15 or 17 does not ask the pg_dump 18 agents for statistics, and a pg_dump 15 agent cannot
+    send any to an 18 superhub: the new partitions are ANALYZEd, as before."""
+    older = min(feeder_major, superhub_major)
+    install = find_installs().get(older)
+    if install is None:
+        pytest.skip(f"PostgreSQL {older} binaries not installed")
+    other = LocalCluster(install, name=f"stats{older}").start()
+    feeders, hub = (pg18, other) if feeder_major == 18 else (other, pg18)
+    try:
+        config, db = federation(feeders, hub, tmp_path)
+        with capture_logs() as logs:
+            runs = await sync(in_process(config))
+        assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 2, [r.error for r in runs]
+        assert analyzed(hub, db) == 4
+        reasons = [e.get("reason") for e in logs if str(e["event"]).startswith("statistics.")]
+        assert reasons == ([] if superhub_major < 18 else ["the feeder sent none"] * 4)  # not asked; none sent
+    finally:
+        other.stop()
+
+
+DRIFTED = SCHEMA.replace("ipaddress text,", "ip text, uptime int,")
+REMAP = """
+[tables."public.__hosts"]
+rename = { ipaddress = "ip" }
+"""
+
+
+@pytest.mark.pg_major(18)
+async def test_drift_and_remap_analyze_only_the_columns_without_statistics(pg18: LocalCluster, tmp_path: Path) -> None:
+    """A renamed column (remap) gets the feeder's statistics under its superhub name; a column the feeders lack
+    is the only one ANALYZEd (and the key column is computed, not analyzed)."""
+    remap = tmp_path / "remap.toml"
+    remap.write_text(REMAP)
+    config, db = federation(pg18, pg18, tmp_path, DRIFTED, remap=str(remap))
+    with capture_logs() as logs:
+        runs = await sync(in_process(config))
+    assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 2, [r.error for r in runs]
+    done = sorted((e["table"], tuple(e["analyze_columns"])) for e in logs if e["event"] == "statistics.carried")
+    assert done == [("public.__contexts", ())] * 2 + [("public.__hosts", ("uptime",))] * 2
+    assert analyzed(pg18, db, "public.__contexts%") == 0
+    assert analyzed(pg18, db, "public.__hosts%") == 2
+    for key, feeder in enumerate(config.feeders, start=1):
+        carried = column_stats(pg18, db, "fedload_parts", partition_of(pg18, db, "__hosts", key))
+        assert reloptions(pg18, db, partition_of(pg18, db, "__hosts", key)) == ""  # analyzed: autovacuum as always
+        sent = column_stats(pg18, feeder_database(config, feeder), "public", "__hosts")
+        assert carried.pop("ip") == sent.pop("ipaddress")
+        assert carried.pop("uptime") == "(1,4,0,,,,,,,)"  # analyzed here: all NULL
+        assert carried.pop("hub_id") == f"(0,4,1,{{{key}}},{{1}},,1,,,)"
+        assert carried == sent
+
+
+@pytest.mark.pg_major(18)
+async def test_statistics_older_than_the_data_are_not_carried(pg18: LocalCluster, tmp_path: Path) -> None:
+    """A feeder table whose statistics count far fewer rows than its dump has (not analyzed since it grew) is
+    ANALYZEd on the superhub; the other tables keep the feeder's statistics."""
+    config, db = federation(pg18, pg18, tmp_path)
+    pg18.psql(
+        "ALTER TABLE __contexts SET (autovacuum_enabled = off); "
+        "INSERT INTO __contexts (hostkey, contextname) SELECT 'new', 'new' || g FROM generate_series(1, 5000) g",
+        dbname=feeder_database(config, "hub2"),
+    )
+    runs = await sync(config)
+    assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 2, [r.error for r in runs]
+    assert analyzed(pg18, db, partition_of(pg18, db, "__contexts", 2)) == 1
+    assert analyzed(pg18, db) == 1
