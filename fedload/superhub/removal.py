@@ -141,7 +141,8 @@ async def _polite(conn: asyncpg.Connection, removal: _Removal, policy: SwapPolic
         try:
             return await removal.attempt(conn, policy.lock_timeout_s)
         except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError) as exc:
-            log.info("removal.lock_busy", feeder=removal.name, attempt=attempt, error=type(exc).__name__)
+            said = log.info if attempt == 1 else log.debug  # on a terminal once, not at every try
+            said("removal.lock_busy", feeder=removal.name, attempt=attempt, error=type(exc).__name__)
             if time.monotonic() - started > policy.max_wait_s:
                 tables = ", ".join(map(str, removal.tables))
                 raise RemovalLockError(
