@@ -15,13 +15,14 @@ from dataclasses import dataclass
 
 from fedload.config import Config
 from fedload.english import counted
-from fedload.errors import UsageError
+from fedload.errors import SuperhubError, UsageError
 from fedload.log import get_logger
 from fedload.names import TableName, TablePattern
 from fedload.superhub.bookkeeping import count_runs, ensure_superhub, known_feeders
 from fedload.superhub.job import parents_spec, superhub_target
-from fedload.superhub.removal import drop_feeder, partition_rows
+from fedload.superhub.removal import FeederBusyError, drop_feeder, partition_rows
 from fedload.superhub.session import superhub_session
+from fedload.superhub.swap import SwapPolicy
 
 __all__ = ["RemovalPlan", "remove_feeder"]
 
@@ -122,11 +123,32 @@ def remove_feeder(
         if not _confirmed(plan, ask):
             print(f"feeder {name}: nothing removed")
             return 1
-    superhub, parents, key = superhub_target(config, shard), parents_spec(config), _key(config, name)
-    dropped, runs = asyncio.run(drop_feeder(superhub, parents, name, key, only))
+    dropped, runs = asyncio.run(_dropped(config, shard, name, only))
     log.info("feeder.removed", feeder=name, tables=[str(t) for t in dropped], runs_forgotten=runs)
     _report(config, name, only, dropped, runs)
     return 0
+
+
+async def _dropped(
+    config: Config, shard: str | None, name: str, only: Sequence[TablePattern]
+) -> tuple[dict[TableName, int], int]:
+    """The removal itself, waiting for a run of the feeder and for the parents' locks as a swap does (`drop_feeder`);
+    when it gives up, SuperhubError in one line: nothing removed, where the feeder is, what to run to finish."""
+    superhub, parents, key = superhub_target(config, shard), parents_spec(config), _key(config, name)
+    try:
+        return await drop_feeder(superhub, parents, name, key, only, policy=SwapPolicy.from_config(config.superhub))
+    except (FeederBusyError, SuperhubError) as exc:
+        where = "the superhub" if shard is None else f"shard {shard}"
+        raise SuperhubError(
+            f'feeder {name}: nothing removed ({exc}); {where} still holds all of it: run "{_again(name, only, shard)}" '
+            "again to finish"
+        ) from exc
+
+
+def _again(name: str, only: Sequence[TablePattern], shard: str | None) -> str:
+    """The command that finishes a removal that gave up."""
+    tables = [f"--table '{t}'" for t in only]
+    return " ".join(["fedload feeder remove", name, *tables, *([f"--shard {shard}"] if shard else [])])
 
 
 def _report(config: Config, name: str, only: Sequence[TablePattern], dropped: dict[TableName, int], runs: int) -> None:

@@ -35,19 +35,21 @@ from fedload.config_edit import set_feeder_shard
 from fedload.english import counted
 from fedload.errors import FedloadError, SuperhubError, UsageError
 from fedload.log import get_logger
-from fedload.results import FeederRun
+from fedload.results import FeederRun, Outcome
 from fedload.scaleout.coordinator import CoordinatorReport, build_coordinator, moving_feeders
 from fedload.scaleout.shard_side import read_shard
 from fedload.superhub.bookkeeping import Pause, ensure_superhub, forget_move, read_pause, write_pause
 from fedload.superhub.job import feeder_job, parents_spec, superhub_target
 from fedload.superhub.pipeline import sync_feeder
-from fedload.superhub.removal import FeederBusyError, drop_feeder
+from fedload.superhub.removal import BUSY_WAIT_S, FeederBusyError, drop_feeder
 from fedload.superhub.session import superhub_session
+from fedload.superhub.swap import SwapPolicy
 
 __all__ = ["MoveError", "move_feeder"]
 
 log = get_logger()
-_BUSY_WAIT_S = 60.0  # how long the removal on an old shard waits for a run of the feeder there to end
+_BUSY_WAIT_S = BUSY_WAIT_S  # how long the removal on an old shard (or the load on the new one) waits for a run there
+_BUSY_POLL_S = 0.5
 
 
 class MoveError(SuperhubError):
@@ -66,6 +68,11 @@ class _Move:
     def came_from(self) -> str:
         """The shard the configuration named before the move."""
         return self.before.feeders[self.name].shard or ""
+
+    @property
+    def again(self) -> str:
+        """What to run to finish the move, for a message."""
+        return f'run "fedload feeder move {self.name} --to {self.to}" again'
 
 
 def move_feeder(config: Config, path: Path, name: str, to: str) -> int:
@@ -94,8 +101,12 @@ async def _run(move: _Move) -> None:
         print(f"feeder {move.name} is on shard {move.to} already")
         await _finish_build(move.before, move.name)
         return
-    coordinator = moving_feeders(move.before) if move.before.coordinator else contextlib.nullcontext()
-    async with coordinator:
+    async with contextlib.AsyncExitStack() as held:
+        if move.before.coordinator is not None:
+            try:
+                await held.enter_async_context(moving_feeders(move.before))
+            except SuperhubError as exc:
+                raise MoveError(f"feeder {move.name}: nothing changed ({exc}): {move.again} to finish") from exc
         await _steps(move, sources)
 
 
@@ -123,19 +134,41 @@ async def _load_and_switch(move: _Move) -> FeederRun:
     """Steps 1 to 3: the new shard filtered, the feeder loaded there, the coordinator switched to it."""
     name, to = move.name, move.to
     report = await _build(
-        move, "1/6 coordinator: reads it from where it is, and shard {to} through a filter", failed="nothing changed"
+        move,
+        "1/6 coordinator: reads it from where it is, and shard {to} through a filter",
+        failed=f"nothing changed: {move.again} to finish",
     )
     served = f"shard {move.came_from}" if report is None else f"shard {report.pending.get(name, to)}"
     await _allow_on(move)
     print(f"feeder {name}: 2/6 loading on shard {to}", flush=True)
-    run = await sync_feeder(feeder_job(move.staged, name))
+    run = await _load(move)
     if not run.succeeded:
-        raise MoveError(f"feeder {name}: the load on shard {to} failed ({run.error}); it is still served from {served}")
+        raise MoveError(
+            f"feeder {name}: the load on shard {to} failed ({run.error}); it is still served from {served}: "
+            f"{move.again} to finish"
+        )
     report = await _build(
-        move, "3/6 coordinator: reads it from shard {to}", failed=f"it is loaded there but still served from {served}"
+        move,
+        "3/6 coordinator: reads it from shard {to}",
+        failed=f"it is loaded there but still served from {served}: {move.again} to finish",
     )
     if report is not None and name in report.pending:
-        raise MoveError(f"feeder {name}: loaded on shard {to}, but the coordinator still reads it from {served}")
+        raise MoveError(
+            f"feeder {name}: loaded on shard {to}, but the coordinator still reads it from {served}: "
+            f"{move.again} to finish"
+        )
+    return run
+
+
+async def _load(move: _Move) -> FeederRun:
+    """Step 2: the feeder synced on its new shard; while a run of it there holds its run lock (a daemon that
+    already has the new configuration), that run's end is waited for and the load tried again, up to
+    `_BUSY_WAIT_S`."""
+    deadline = time.monotonic() + _BUSY_WAIT_S
+    while (run := await sync_feeder(feeder_job(move.staged, move.name))).outcome is Outcome.BUSY:
+        if time.monotonic() > deadline:
+            break
+        await asyncio.sleep(_BUSY_POLL_S)
     return run
 
 
@@ -205,34 +238,31 @@ async def _pause_on(move: _Move, shard: str) -> Pause | None:
 
 
 async def _remove_from(move: _Move, shard: str) -> None:
-    """Step 4 on one old shard, waiting a while for a run of the feeder there (an old daemon) to end."""
-    deadline = time.monotonic() + _BUSY_WAIT_S
-    while True:
-        try:
-            dropped, runs = await drop_feeder(
-                superhub_target(move.before, shard),
-                parents_spec(move.before),
-                move.name,
-                move.before.feeders[move.name].key,
-                moved_to=move.to,
-            )
-        except FeederBusyError:
-            if time.monotonic() > deadline:
-                raise MoveError(
-                    f"feeder {move.name} is served from shard {move.to}, but a run of it on shard {shard} held it "
-                    f"for {_BUSY_WAIT_S:g} s: run the move again to remove it there"
-                ) from None
-            await asyncio.sleep(1.0)
-            continue
-        except FedloadError as exc:  # the old shard down, say: the file still names it, a rerun finishes
-            raise MoveError(
-                f"feeder {move.name} is served from shard {move.to}, but dropping it from shard {shard} failed "
-                f"({exc}): run the move again to remove it there"
-            ) from exc
-        rows = sum(dropped.values())
-        print(
-            f"feeder {move.name}: 4/6 dropped from shard {shard}: {counted(len(dropped), 'partition')}, "
-            f"{counted(rows, 'row')}, {counted(runs, 'recorded run')}",
-            flush=True,
+    """Step 4 on one old shard: waits a while for a run of the feeder there (an old daemon) to end, and for the
+    parents' locks as a swap does (`drop_feeder`)."""
+    try:
+        dropped, runs = await drop_feeder(
+            superhub_target(move.before, shard),
+            parents_spec(move.before),
+            move.name,
+            move.before.feeders[move.name].key,
+            moved_to=move.to,
+            policy=SwapPolicy.from_config(move.before.superhub),
+            busy_wait_s=_BUSY_WAIT_S,
         )
-        return
+    except FeederBusyError:
+        raise MoveError(
+            f"feeder {move.name} is served from shard {move.to}, but a run of it on shard {shard} held it "
+            f"for {_BUSY_WAIT_S:g} s: {move.again} to remove it there"
+        ) from None
+    except FedloadError as exc:  # the old shard down, say: the file still names it, a rerun finishes
+        raise MoveError(
+            f"feeder {move.name} is served from shard {move.to}, but dropping it from shard {shard} failed "
+            f"({exc}): {move.again} to remove it there"
+        ) from exc
+    rows = sum(dropped.values())
+    print(
+        f"feeder {move.name}: 4/6 dropped from shard {shard}: {counted(len(dropped), 'partition')}, "
+        f"{counted(rows, 'row')}, {counted(runs, 'recorded run')}",
+        flush=True,
+    )

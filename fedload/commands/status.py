@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
+from datetime import UTC, datetime
 
 from rich.console import Console
 from rich.table import Table
@@ -39,7 +40,25 @@ async def read_status(config: Config) -> list[FeederStatus]:
         except FedloadError as exc:  # the other shards' feeders are still shown; this one's say why they are not
             log.warning("status.shard_unreachable", shard=shard, error=str(exc))
             statuses += [_unreachable(name, shard, exc) for name in names]
-    return sorted(statuses, key=lambda s: (s.feeder, not s.configured))
+    return _one_per_feeder(statuses)
+
+
+def _one_per_feeder(statuses: list[FeederStatus]) -> list[FeederStatus]:
+    """Each feeder once, by name, whichever shards hold history of it: from the shard the configuration names (where
+    its runs go), or, for a feeder no longer configured, the one with its newest success; the other shards are
+    named in `also_on` (history a move or a removal left there, or a daemon with an old configuration refused)."""
+    by_feeder: dict[str, list[FeederStatus]] = {}
+    for status in statuses:
+        by_feeder.setdefault(status.feeder, []).append(status)
+    return [_shown(rows) for _, rows in sorted(by_feeder.items())]
+
+
+def _shown(rows: list[FeederStatus]) -> FeederStatus:
+    """The one of a feeder's rows (one per shard) that `status` shows, naming the others' shards."""
+    never = datetime.min.replace(tzinfo=UTC)
+    shown = max(rows, key=lambda s: (s.configured, s.last_success or never))
+    others = tuple(sorted(s.shard for s in rows if s is not shown and s.shard is not None))
+    return replace(shown, also_on=others) if others else shown
 
 
 def _unreachable(feeder: str, shard: str, exc: FedloadError) -> FeederStatus:
@@ -82,7 +101,7 @@ def _table(statuses: list[FeederStatus], location: ConfigLocation) -> Table:
         age = "never" if s.data_age_s is None else f"{s.data_age_s / 60:.1f} min"
         table.add_row(
             s.feeder + ("" if s.configured else " (not configured)"),
-            *([s.shard or "-"] if sharded else []),
+            *([_shard(s)] if sharded else []),
             s.last_success.strftime("%Y-%m-%d %H:%M:%S") if s.last_success else "-",
             _age(s, age),
             f"{s.rows:,}" if s.rows is not None else "-",
@@ -111,6 +130,12 @@ def _next_run(s: FeederStatus) -> Text | str:
         reason = f": {s.paused_reason}" if s.paused_reason else ""
         return Text(f"PAUSED{since}{by}{reason}", style="yellow")
     return s.next_run.strftime("%H:%M:%S") if s.next_run else "-"
+
+
+def _shard(s: FeederStatus) -> str:
+    """The shard whose history a row shows, and the other shards holding some of the feeder's history."""
+    also = f" (history also on {', '.join(s.also_on)})" if s.also_on else ""
+    return (s.shard or "-") + also
 
 
 def _last_swap(s: FeederStatus) -> Text:

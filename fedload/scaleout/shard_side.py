@@ -43,8 +43,11 @@ __all__ = [
 
 EXPORT_SCHEMA = "fedload_export"  # on a shard: the filter views the coordinator reads it through
 _MAX_IDENTIFIER_BYTES = 63
+# `pg_get_expr(..., 0)`: the bound printed from the catalog alone; given the partition's oid, pg_get_expr opens and
+# locks each partition, waiting behind a swap (and out of the swaps' lock order), and gives NULL for one dropped
+# since the query's snapshot.
 _PARTITIONS = """
-SELECT c.oid::regclass::text, pg_get_expr(c.relpartbound, c.oid)
+SELECT c.oid::regclass::text, pg_get_expr(c.relpartbound, 0)
 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = $1::regclass
 """
 _VIEWS = "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1"
@@ -159,7 +162,7 @@ async def read_shard(config: Config, shard: str) -> ShardState:
             text = text_key(parent, config.superhub.feeder_key)
             owners = {frozenset([normal_key(f.key, text=text)]): name for name, f in config.feeders.items()}
             for partition, bound in await conn.fetch(_PARTITIONS, parent.sql_name):
-                if (owner := owners.get(bound_keys(bound, text=text) or frozenset())) is not None:
+                if (owner := owners.get(bound_keys(bound or "", text=text) or frozenset())) is not None:
                     held.add(owner)
                 else:
                     unknown.append(partition)
@@ -185,7 +188,7 @@ async def create_filter_views(
         await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {ident(EXPORT_SCHEMA)}")
         if reader:
             await conn.execute(f"GRANT USAGE ON SCHEMA {ident(EXPORT_SCHEMA)} TO {ident(reader)}")
-        for parent in parents:
+        for parent in sorted(parents, key=lambda p: str(p.table)):  # the parents locked in the swaps' order
             keys = key_list((config.feeders[name].key for name in feeders), text=text_key(parent, feeder_key))
             names[parent.table] = name = filter_view_name(parent, keys)
             view = qualified(EXPORT_SCHEMA, name)

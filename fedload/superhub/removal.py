@@ -1,24 +1,49 @@
 """A feeder removed from a superhub (`fedload feeder remove`, and the old shard's step of `fedload feeder move`): its
-partitions dropped and, for the whole feeder, its history forgotten, under its run lock, in one transaction."""
+partitions dropped and, for the whole feeder, its history forgotten, under its run lock, in one transaction.
+
+The removal takes its locks in the order a run of a feeder takes them, so that it never deadlocks with the runs of
+a daemon on the same superhub: the feeder's run lock first (waited for while a run of the feeder holds it), then the
+parents, in one statement and one order, as the swap does (`lock_parents`, which also locks every partition), and
+only then its partitions. Like the swap it tries under a short `lock_timeout` (`swap_lock_timeout_s`, below the
+server's deadlock_timeout), rolls back and tries again after a jittered pause, until `swap_max_wait_s`: a report
+holding a parent delays the removal, never makes readers queue behind it for long, and a deadlock with a session
+that locks in another order (which PostgreSQL ends by failing one of the two) is retried too.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import contextlib
+import itertools
+import random
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 
 import asyncpg
 
-from fedload.errors import FeederError, UsageError
+from fedload.english import counted
+from fedload.errors import FeederError, SuperhubError, UsageError
+from fedload.log import get_logger
 from fedload.names import TableName, TablePattern
 from fedload.superhub.bookkeeping import forget_feeder, note_moved
 from fedload.superhub.schema import ParentsSpec, read_parents
 from fedload.superhub.session import SuperhubTarget, feeder_lock, superhub_session
-from fedload.superhub.swap import drop_partitions, feeder_partition
+from fedload.superhub.swap import SwapPolicy, drop_partitions, feeder_partition, lock_parents
 
-__all__ = ["FeederBusyError", "drop_feeder", "partition_rows"]
+__all__ = ["BUSY_WAIT_S", "FeederBusyError", "RemovalLockError", "drop_feeder", "partition_rows"]
+
+log = get_logger()
+BUSY_WAIT_S = 60.0  # how long a removal waits for a run of the feeder (its run lock) to end
+_BUSY_POLL_S = 0.2
 
 
 class FeederBusyError(FeederError):
-    """The feeder's run lock is held: a run of it is under way."""
+    """The feeder's run lock stayed held: a run of it was under way all along."""
+
+
+class RemovalLockError(SuperhubError):
+    """The parents' locks did not come within `swap_max_wait_s`: nothing was removed."""
 
 
 async def _removable_tables(
@@ -30,7 +55,7 @@ async def _removable_tables(
     if unmatched := [p for p in only if not any(p.matches(t) for t in parents)]:
         names = ", ".join(map(str, unmatched))
         raise UsageError(f"--table {names} matches none of the superhub's tables (superhub.tables)")
-    return sorted(t for t in parents if not only or any(p.matches(t) for p in only))
+    return sorted((t for t in parents if not only or any(p.matches(t) for p in only)), key=str)
 
 
 async def partition_rows(
@@ -53,21 +78,76 @@ async def drop_feeder(
     only: Sequence[TablePattern] = (),
     *,
     moved_to: str | None = None,
+    policy: SwapPolicy | None = None,
+    busy_wait_s: float | None = None,
 ) -> tuple[dict[TableName, int], int]:
     """On `superhub`, under the feeder's run lock, drop the partitions of feeder `name` (its `key`, None for one no
     longer configured; of the `only` tables) and, for the whole feeder, forget its history; `moved_to`: note there
     that it moved to that shard (`fedload feeder move`). All in one transaction: a crash or an error leaves the
     feeder as it was, never its partitions gone and its history kept. The partitions dropped with their rows, and
-    the runs forgotten. FeederBusyError while a run of it holds the lock."""
-    async with superhub_session(superhub) as conn, feeder_lock(conn, name) as locked:
-        if not locked:
-            raise FeederBusyError(f"feeder {name} is being synced right now; try again when the run has finished")
+    the runs forgotten. Waits up to `busy_wait_s` (BUSY_WAIT_S) for a run of the feeder to end (FeederBusyError
+    after), and for the parents' locks by the swap's short tries (`policy`: `lock_timeout_s` each, up to
+    `max_wait_s`; RemovalLockError after)."""
+    policy = policy or SwapPolicy()
+    async with superhub_session(superhub) as conn:
         tables = await _removable_tables(conn, parents, only)
+        async with _run_lock(conn, name, BUSY_WAIT_S if busy_wait_s is None else busy_wait_s):
+            return await _polite(conn, _Removal(name, key, tables, not only, moved_to), policy)
+
+
+@contextlib.asynccontextmanager
+async def _run_lock(conn: asyncpg.Connection, name: str, wait_s: float) -> AsyncIterator[None]:
+    """The feeder's run lock for the block, tried again while a run of it holds the lock, up to `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        async with feeder_lock(conn, name) as locked:
+            if locked:
+                yield
+                return
+        if time.monotonic() > deadline:
+            raise FeederBusyError(f"a run of feeder {name} held its run lock for {wait_s:g} s")
+        await asyncio.sleep(_BUSY_POLL_S)
+
+
+@dataclass(frozen=True, slots=True)
+class _Removal:
+    """What one removal drops: the feeder, its key, the parents (in lock order) and whether its history goes too
+    (then `moved_to` is noted, if given)."""
+
+    name: str
+    key: int | str | None
+    tables: list[TableName]
+    whole: bool
+    moved_to: str | None
+
+    async def attempt(self, conn: asyncpg.Connection, lock_timeout_s: float) -> tuple[dict[TableName, int], int]:
+        """One try, in one transaction: a lock timeout or a deadlock rolls all of it back."""
         async with conn.transaction():
-            dropped = await drop_partitions(conn, tables, name, key)
-            if only:
+            await conn.execute(f"SET LOCAL lock_timeout = '{max(1, int(lock_timeout_s * 1000))}ms'")
+            await lock_parents(conn, self.tables)
+            dropped = await drop_partitions(conn, self.tables, self.name, self.key)
+            if not self.whole:
                 return dropped, 0
-            forgotten = await forget_feeder(conn, name)  # the rejected rows too
-            if moved_to is not None:
-                await note_moved(conn, name, moved_to)
+            forgotten = await forget_feeder(conn, self.name)  # the rejected rows too
+            if self.moved_to is not None:
+                await note_moved(conn, self.name, self.moved_to)
         return dropped, forgotten
+
+
+async def _polite(conn: asyncpg.Connection, removal: _Removal, policy: SwapPolicy) -> tuple[dict[TableName, int], int]:
+    """Short tries with jittered pauses, as the swap's, until `max_wait_s`; RemovalLockError then."""
+    started = time.monotonic()
+    for attempt in itertools.count(1):
+        try:
+            return await removal.attempt(conn, policy.lock_timeout_s)
+        except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError) as exc:
+            said = log.info if attempt == 1 else log.debug  # on a terminal once, not at every try
+            said("removal.lock_busy", feeder=removal.name, attempt=attempt, error=type(exc).__name__)
+            if time.monotonic() - started > policy.max_wait_s:
+                tables = ", ".join(map(str, removal.tables))
+                raise RemovalLockError(
+                    f"other sessions held {tables} for swap_max_wait_s = {policy.max_wait_s:g} s "
+                    f"({counted(attempt, 'try', 'tries')})"
+                ) from None
+            await asyncio.sleep(random.uniform(0.05, min(0.05 * attempt, 1.0)))  # noqa: S311 - jitter only
+    raise AssertionError("unreachable")  # pragma: no cover

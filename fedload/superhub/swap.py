@@ -37,6 +37,7 @@ __all__ = [
     "describe_swap",
     "drop_partitions",
     "feeder_partition",
+    "lock_parents",
     "partition_name",
     "swap_in",
 ]
@@ -66,13 +67,16 @@ def _shortened(head: str, feeder: str, *, keep: int = 44, feeder_keep: int = 8) 
     return f"{head.encode()[:keep].decode(errors='ignore')}__{feeder[:feeder_keep]}_{digest}"
 
 
+# The bound is printed without a relation (`pg_get_expr(..., 0)`: a LIST bound holds constants only): given the
+# partition's oid, pg_get_expr opens it, so the look-up would lock every partition of the parent, out of fedload's
+# lock order (`lock_parents`), wait behind a swap's lock, and get NULL for a partition dropped meanwhile.
 _FEEDER_PARTITION_OID = """
 SELECT c.oid::regclass
 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 WHERE i.inhparent = $1::regclass
-  AND (pg_get_expr(c.relpartbound, c.oid) = ANY($2::text[]) OR c.oid = ANY(
+  AND (pg_get_expr(c.relpartbound, 0) = ANY($2::text[]) OR c.oid = ANY(
        SELECT to_regclass(n) FROM unnest($3::text[]) AS n))
-ORDER BY pg_get_expr(c.relpartbound, c.oid) = ANY($2::text[]) DESC
+ORDER BY pg_get_expr(c.relpartbound, 0) = ANY($2::text[]) DESC
 LIMIT 1
 """
 _FEEDER_PARTITION = f"SELECT ({_FEEDER_PARTITION_OID})::text"
@@ -194,6 +198,16 @@ async def swap_in(
     )
 
 
+async def lock_parents(conn: asyncpg.Connection, parents: Iterable[TableName]) -> None:
+    """ACCESS EXCLUSIVE on the parents, and through LOCK TABLE's recursion on every partition of theirs, in one
+    statement and fedload's one order (by `schema.name`). A swap and a removal (`fedload feeder remove`, a move's
+    drop) take their locks so: the feeder's run lock first, then this, before touching any partition; so neither
+    waits for the other while holding what the other waits for. A statement of its own: pg_stat_activity shows the
+    wait as "LOCK TABLE ..."."""
+    if names := [table.sql for table in sorted(parents, key=str)]:
+        await conn.execute(f"LOCK TABLE {', '.join(names)} IN ACCESS EXCLUSIVE MODE")
+
+
 @dataclass(frozen=True, slots=True)
 class _SwapPlan:
     tables: list[StagedTable]
@@ -223,11 +237,10 @@ async def _polite(conn: asyncpg.Connection, plan: _SwapPlan, stats: SwapStats) -
 
 async def _attempt(conn: asyncpg.Connection, plan: _SwapPlan, stats: SwapStats, lock_timeout_s: float) -> None:
     """One try, in a savepoint: a lock timeout undoes the swap, not the load."""
-    exclusive = [t.parent.sql_name for t in plan.tables if plan.policy.method_for(t.parent) is SwapMethod.PARTITION]
+    exclusive = [t.parent.table for t in plan.tables if plan.policy.method_for(t.parent) is SwapMethod.PARTITION]
     async with conn.transaction():
         await conn.execute(f"SET LOCAL lock_timeout = '{max(1, int(lock_timeout_s * 1000))}ms'")
-        if exclusive:  # a statement of its own: pg_stat_activity shows the swap waiting as "LOCK TABLE ..."
-            await conn.execute(f"LOCK TABLE {', '.join(exclusive)} IN ACCESS EXCLUSIVE MODE")
+        await lock_parents(conn, exclusive)
         stats.waited_ms = _ms_since(plan.started)
         for table in plan.tables:
             method = plan.policy.method_for(table.parent)
@@ -408,10 +421,11 @@ async def describe_swap(
 async def drop_partitions(
     conn: asyncpg.Connection, parents: Iterable[TableName], feeder: str, key: int | str | None
 ) -> dict[TableName, int]:
-    """Detach and drop the feeder's partitions of the parents; the ones dropped, with the rows they held."""
+    """Detach and drop the feeder's partitions of the parents; the ones dropped, with the rows they held. The caller
+    has locked the parents (`lock_parents`): the rows counted here lock a partition, DETACH its parent."""
     dropped = {}
     async with conn.transaction():
-        for parent in sorted(parents):
+        for parent in sorted(parents, key=str):
             old = await feeder_partition(conn, parent, feeder, key)
             if old is not None:
                 dropped[parent] = await conn.fetchval(f"SELECT count(*) FROM {old}")  # noqa: S608 - catalog name

@@ -15,9 +15,11 @@ import asyncpg
 import pytest
 
 import fedload.commands.move as move_module
+from fedload.commands.admin import remove_feeder
 from fedload.commands.move import MoveError, move_feeder
-from fedload.config import Config, load_config
-from fedload.errors import ConfigError, ErrorKind, SuperhubError
+from fedload.commands.status import read_status
+from fedload.config import Config, load_config, parse_config
+from fedload.errors import ConfigError, ErrorKind, FedloadError, SuperhubError
 from fedload.results import FeederRun
 from fedload.scaleout.coordinator import build_coordinator, moving_feeders
 from fedload.service.sync import sync_feeders
@@ -25,13 +27,23 @@ from fedload.superhub.bookkeeping import try_feeder_lock
 from fedload.superhub.job import Job
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.removal import drop_feeder
-from tests.support.federation import Federation, fedload, sync
-from tests.support.shards import COUNTS, coord_int, coord_sql, shard_int, shard_sql, sharded_toml, with_coordinator
+from tests.support.federation import DaemonProcess, Federation, fedload, sync
+from tests.support.shards import (
+    COUNTS,
+    config_file,
+    coord_int,
+    coord_sql,
+    shard_int,
+    shard_sql,
+    sharded_toml,
+    with_coordinator,
+)
 
 LAYOUT = {"s1": ["hub1", "hub2"], "s2": ["hub3"]}
 BEFORE, AFTER = "1:300,2:200,3:100", "1:300,2:201,3:100"  # hub2 gains a host before each move
 FILTERED = "SELECT count(*) FROM pg_foreign_table WHERE array_to_string(ftoptions, ',') LIKE '%fedload_export%'"
 VIEWS = "SELECT count(*) FROM pg_views WHERE schemaname = 'fedload_export'"
+AGAIN = 'run "fedload feeder move hub2 --to s2" again'  # what a stopped move of hub2 says to run
 
 
 async def _moved_setup(federation: Federation, *, superhub: str = "") -> tuple[Config, Path]:
@@ -134,7 +146,7 @@ async def test_a_failed_load_leaves_the_feeder_served_from_its_old_shard(federat
     error = [line for line in moved.stderr.splitlines() if line.startswith("fedload:")]
     assert (moved.returncode, len(error)) == (1, 1), moved.stderr
     assert error[0].startswith("fedload: error: feeder hub2: the load on shard s2 failed ("), error
-    assert error[0].endswith("; it is still served from shard s1"), error
+    assert error[0].endswith(f"; it is still served from shard s1: {AGAIN} to finish"), error
     assert path.read_text() == before
     assert coord_sql(federation, COUNTS.format(table="hosts")) == BEFORE
     assert shard_sql(federation, "s1", COUNTS.format(table="hosts")) == "1:300,2:200"
@@ -178,7 +190,7 @@ async def test_a_report_holding_the_coordinator_stops_the_switch(
 
     stopped, seen = await _read_while(config, move_stopped_by_the_report())
     assert stopped.startswith("feeder hub2: the coordinator's build failed (the coordinator's reports held"), stopped
-    assert stopped.endswith("it is loaded there but still served from shard s1"), stopped
+    assert stopped.endswith(f"it is loaded there but still served from shard s1: {AGAIN} to finish"), stopped
     assert set(seen) == {BEFORE}, set(seen)
     assert load_config(path).feeders["hub2"].shard == "s1"
     assert shard_sql(federation, "s2", COUNTS.format(table="hosts")) == "2:201,3:100"  # loaded, filtered out
@@ -375,8 +387,8 @@ async def test_a_move_stopped_by_a_run_on_the_old_shard_is_finished_by_running_i
     finally:
         await run.close()
     assert str(stopped.value) == (
-        "feeder hub2 is served from shard s2, but a run of it on shard s1 held it for 0.5 s: run the move again to "
-        "remove it there"
+        f"feeder hub2 is served from shard s2, but a run of it on shard s1 held it for 0.5 s: {AGAIN} to remove it "
+        "there"
     )
     assert (load_config(path).feeders["hub2"].shard, "s1" in load_config(path).shards) == ("s1", True)
     assert shard_sql(federation, "s1", COUNTS.format(table="hosts")) == "1:300,2:200"
@@ -404,9 +416,91 @@ async def test_a_move_whose_old_shard_goes_down_before_the_drop_is_finished_by_r
     finally:
         federation.cluster.psql(f"ALTER DATABASE {s1} ALLOW_CONNECTIONS true")
     assert str(stopped.value).startswith("feeder hub2 is served from shard s2, but dropping it from shard s1 failed ")
-    assert str(stopped.value).endswith(": run the move again to remove it there"), stopped.value
+    assert str(stopped.value).endswith(f": {AGAIN} to remove it there"), stopped.value
     assert load_config(path).feeders["hub2"].shard == "s1"
     assert coord_sql(federation, COUNTS.format(table="hosts")) == AFTER
     monkeypatch.undo()
     assert await asyncio.to_thread(move_feeder, load_config(path), path, "hub2", "s2") == 0
     _assert_moved(federation, path)
+
+
+KEYS = {"hub1": 1, "hub2": -2, "hub3": 5_000_000_000}  # a bigint key column, and a negative key
+BIGINT_SCHEMA = """
+CREATE TABLE public.hosts (hub_id bigint NOT NULL, hostkey text NOT NULL, name text, site text DEFAULT 'none',
+    seen timestamptz, online boolean, PRIMARY KEY (hostkey));
+CREATE TABLE public.contexts (hub_id bigint NOT NULL, hostkey text NOT NULL, contextname text, tags text[],
+    score integer);
+"""
+ROUND = (("move", "hub2", "s2"), ("move", "hub2", "s1"), ("remove", "hub1", "s1"))  # hub1 goes while hub2 swaps
+ROUNDS = 2
+
+
+def _daemons_config(federation: Federation) -> tuple[Config, Path]:
+    """hub1, hub2 on s1 and hub3 on s2 with a coordinator, a bigint key, the daemons' interval 0.5 s; its file."""
+    config = with_coordinator(federation, LAYOUT)
+    schema = federation.tmp / "bigint.sql"
+    schema.write_text(BIGINT_SCHEMA)
+    document = config.model_dump(mode="json", exclude_none=True)
+    document["superhub"] |= {"schema_file": str(schema), "worker_processes": 0}
+    for name, feeder in document["feeders"].items():
+        feeder |= {"key": KEYS[name], "interval_s": 0.5}
+    config = parse_config(document)
+    return config, config_file(federation, config)
+
+
+async def _read_every_50_ms(dsn: str, done: asyncio.Event, odd: list[object]) -> int:
+    """The coordinator's GROUP BY every 50 ms until `done`: every read that shows a feeder twice, with rows other
+    than its own, or without hub2 or hub3 (hub1 may be removed) goes to `odd`. The number of reads."""
+    rows = {str(KEYS[name]): n for name, n in (("hub1", 300), ("hub2", 200), ("hub3", 100))}
+    conn = await asyncpg.connect(dsn)
+    reads = 0
+    try:
+        while not done.is_set():
+            seen = [(key, n) for key, n in await conn.fetch("SELECT hub_id::text, count(*) FROM hosts GROUP BY 1")]
+            keys = [key for key, _ in seen]
+            missing = {str(KEYS["hub2"]), str(KEYS["hub3"])} - set(keys)
+            if len(keys) != len(set(keys)) or any(rows.get(key) != n for key, n in seen) or missing:
+                odd.append(sorted(seen))
+            reads += 1
+            await asyncio.sleep(0.05)
+    finally:
+        await conn.close()
+    return reads
+
+
+async def _command(path: Path, verb: str, name: str, shard: str) -> str:
+    """`feeder move NAME --to SHARD` or `feeder remove NAME --shard SHARD --yes` with the file as it is now; what
+    failed ("" if it succeeded), then what `status` lists twice, if anything."""
+    config = load_config(path)
+    try:
+        if verb == "move":
+            await asyncio.to_thread(move_feeder, config, path, name, shard)
+        else:
+            await asyncio.to_thread(remove_feeder, config, name, yes=True, shard=shard)
+    except FedloadError as exc:
+        return f"{verb} {name} {shard}: {exc}"
+    listed = [s.feeder for s in await read_status(load_config(path))]
+    return "" if len(listed) == len(set(listed)) else f"after {verb} {name} {shard}, status lists {listed}"
+
+
+async def test_moves_and_removals_finish_while_daemons_sync_and_a_reader_reads(federation: Federation) -> None:
+    """A daemon per shard syncs its feeders every 0.5 s (never reloaded) and a reader queries the coordinator every
+    50 ms while hub2 is moved to s2 and back and hub1 is removed, twice over: every command succeeds (each waits
+    for the runs and swaps it meets), `status` lists each feeder once after each, and every read sees each feeder
+    at most once, with all its rows."""
+    config, path = _daemons_config(federation)
+    assert config.coordinator is not None
+    assert all(run.succeeded for run in await sync(config))
+    daemons = [DaemonProcess(path, federation.tmp / f"{shard}.log", None, "--shard", shard) for shard in LAYOUT]
+    odd: list[object] = []
+    done = asyncio.Event()
+    reader = asyncio.create_task(_read_every_50_ms(config.coordinator.dsn, done, odd))
+    try:
+        failed = [await _command(path, *command) for _ in range(ROUNDS) for command in ROUND]
+    finally:
+        done.set()
+        reads = await reader
+        for daemon in daemons:
+            daemon.stop()
+            daemon.close_log()
+    assert ([f for f in failed if f], odd[:3], reads > 50) == ([], [], True), (odd[:3], reads)

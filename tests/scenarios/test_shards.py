@@ -7,17 +7,20 @@ import asyncio
 import json
 import signal
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import pytest
+from rich.console import Console
 from structlog.testing import capture_logs
 
+import fedload.commands.status as status_module
 import fedload.service.coordinator_keeper as keeper_module
 from fedload.commands.admin import remove_feeder
 from fedload.commands.status import read_status
-from fedload.config import Config, CoordinatorConfig, parse_config
+from fedload.config import Config, ConfigLocation, CoordinatorConfig, parse_config
 from fedload.errors import ConfigError, SuperhubError
 from fedload.localpg import LocalCluster
 from fedload.names import TableName
@@ -33,6 +36,7 @@ from fedload.scaleout.coordinator import (
 )
 from fedload.service.daemon_metrics import DaemonMetricsService
 from fedload.service.sync import sync_feeders
+from fedload.superhub.bookkeeping import FeederStatus
 from fedload.superhub.bookkeeping.connection import ShardHistories
 from fedload.superhub.job import feeder_job, feeder_jobs, parents_spec, superhub_target, superhub_targets
 from fedload.superhub.session import SuperhubTarget
@@ -324,8 +328,9 @@ async def test_a_shard_on_another_cluster_and_major(federation: Federation, majo
 
 async def test_a_feeder_given_another_shard_by_hand_is_never_counted_twice(federation: Federation) -> None:
     """hub2's shard changed from s1 to s2 in the configuration: the sync reads it from s1 while s2 loads it (s2
-    through a filter), then from s2 (s1 through a filter, warned of as a stray); `feeder remove hub2 --shard s1`
-    removes it there, and the next build reads s1 directly again."""
+    through a filter), then from s2 (s1 through a filter, warned of as a stray); `status` lists hub2 once, from s2,
+    naming s1 as holding history too; `feeder remove hub2 --shard s1` removes it there, and the next build reads s1
+    directly again."""
     before = with_coordinator(federation, {"s1": ["hub1", "hub2"], "s2": ["hub3"]})
     assert all(run.succeeded for run in await sync(before))
     document = before.model_dump(mode="json", exclude_none=True)
@@ -339,7 +344,10 @@ async def test_a_feeder_given_another_shard_by_hand_is_never_counted_twice(feder
     assert strays == [("s1", ["hub2"])]  # the second, after it
     assert coord_sql(federation, COUNTS.format(table="hosts")) == "1:300,2:200,3:100"
     assert "fedload_export" in coord_sql(federation, "SELECT ftoptions FROM pg_foreign_table")  # s1 is filtered
+    shown = [(s.feeder, s.shard, s.also_on) for s in await read_status(after)]  # history on both: listed once
+    assert shown == [("hub1", "s1", ()), ("hub2", "s2", ("s1",)), ("hub3", "s2", ())]
     assert await asyncio.to_thread(remove_feeder, after, "hub2", yes=True, shard="s1") == 0
+    assert [(s.feeder, s.shard, s.also_on) for s in await read_status(after)][1] == ("hub2", "s2", ())
     assert coord_sql(federation, COUNTS.format(table="hosts")) == "1:300,2:200,3:100"
     assert (await build_coordinator(after)).filtered == []
     assert coord_int(federation, "SELECT count(*) FROM pg_foreign_table WHERE ftoptions::text LIKE '%export%'") == 0
@@ -540,6 +548,43 @@ async def test_the_coordinator_sets_up_shards_nobody_synced_yet(federation: Fede
     assert [run.outcome for run in await sync(config, "hub3")] == [Outcome.SUCCESS]
     assert coord_sql(federation, COUNTS.format(table="hosts")) == "3:100"
     assert shard_int(federation, "s1", "SELECT count(*) FROM hosts") == 0
+
+
+def _history(feeder: str, shard: str, *, configured: bool, success_hour: int | None) -> FeederStatus:
+    """A feeder's status as one shard's history gives it, its last success at that hour (None: never)."""
+    success = None if success_hour is None else datetime(2026, 11, 27, success_hour, tzinfo=UTC)
+    return FeederStatus(
+        feeder=feeder,
+        last_success=success,
+        data_age_s=None,
+        rows=None,
+        duration_s=None,
+        last_outcome=None,
+        last_error=None,
+        last_error_kind=None,
+        next_run=None,
+        failures=0,
+        configured=configured,
+        running=False,
+        stale=False,
+        shard=shard,
+    )
+
+
+def test_status_shows_a_feeder_once_whichever_shards_hold_its_history() -> None:
+    """Several shards' history of one feeder: `status` shows the row of the shard the configuration names (else the
+    one with the newest success), naming the others, in the table too."""
+    rows = [
+        _history("hub2", "s1", configured=False, success_hour=12),  # left by a move that stopped, say
+        _history("hub2", "s2", configured=True, success_hour=None),
+        _history("old", "s1", configured=False, success_hour=9),  # no longer configured
+        _history("old", "s2", configured=False, success_hour=10),
+    ]
+    shown = status_module._one_per_feeder(rows)
+    assert [(s.feeder, s.shard, s.also_on) for s in shown] == [("hub2", "s2", ("s1",)), ("old", "s2", ("s1",))]
+    console = Console(width=300, record=True)
+    console.print(status_module._table(shown, ConfigLocation(Path("fedload.toml"), "--config")))
+    assert "s2 (history also on s1)" in console.export_text()
 
 
 def _with_shard_down(config: Config, shard: str) -> Config:

@@ -73,6 +73,7 @@ class FeederStatus:
     cancelled_backends: int | None = None  # and the queries it cancelled
     swap_lock_failures: int = 0  # runs since the last success that failed for want of locks
     shard: str | None = None  # with [shards]: the shard whose history this is (the feeder's, if configured)
+    also_on: tuple[str, ...] = ()  # with [shards]: the other shards that hold history of it too (`fedload status`)
     paused: bool = False  # `fedload feeder pause`: the daemon and a sync without names skip it
     paused_reason: str | None = None
     paused_since: datetime | None = None
