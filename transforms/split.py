@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Union
 
 from transforms.errors import DumpSyntaxError, printable
-from transforms.inserts import Insert, InsertRunMatcher
+from transforms.inserts import CheckedInserts, Insert, InsertRunMatcher
 from transforms.lexical import COPY_FROM_STDIN, possessive, statement_end
 
 __all__ = [
@@ -122,11 +122,17 @@ class DumpSplitter:
         self._line = 1  # line number at _mark
         self._copy: CopyStart | None = None
         self._inserts = InsertRunMatcher()
+        self._checked_inserts = CheckedInserts()
 
     @property
     def in_copy(self) -> bool:
         """Whether the input so far ends inside a COPY block."""
         return self._copy is not None
+
+    def check_tuples_with(self, table: bytes, columns: tuple[bytes, ...] | None, pattern: re.Pattern[bytes]) -> None:
+        """Read later multi-row INSERTs into `table` (`columns`), as written, in one pass of `pattern`, which marks
+        those it takes whole (`Insert.checked_by`); see transforms.inserts.CheckedInserts."""
+        self._checked_inserts.add(table, columns, pattern)
 
     def feed(self, data: bytes) -> list[Item]:
         """Add input; return the items it completes."""
@@ -201,11 +207,18 @@ class DumpSplitter:
     def _statement(self, pos: int, eof: bool) -> tuple[Item, int] | None:
         buf = self._buf
         self._check_command_word(pos, eof)
-        end = statement_end(buf, pos)
+        insert = buf[pos : pos + 6].upper() == b"INSERT"
+        scanned = pos  # the statement has no `;` before, and a literal or comment never spans it
+        if insert and self._checked_inserts:
+            checked = self._checked_inserts.read(buf, pos)
+            if not isinstance(checked, int):
+                return InsertRows(checked[0], *self._where(pos)), checked[1]
+            scanned = checked
+        end = statement_end(buf, scanned)
         if end is None:
             self._incomplete_statement(pos, eof)
             return None
-        if buf[pos : pos + 6].upper() == b"INSERT":
+        if insert:
             return self._insert_run(pos, end)
         copy = COPY_FROM_STDIN.fullmatch(buf, pos, end)
         if copy is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -43,7 +43,7 @@ from transforms import (
 from transforms.lexical import split_identifiers, unquote_identifier
 from transforms.remap import ColumnPlan
 
-__all__ = ["ImportPolicy", "Importer", "StagedTable"]
+__all__ = ["ImportPolicy", "Importer", "StagedTable", "TuplesReader"]
 
 log = get_logger()
 
@@ -72,6 +72,10 @@ _LITERAL = (  # unrolled loops ([^']*+ runs in C), commonest alternative first: 
 _LITERAL_TUPLE = re.compile(rb"\(\s*+" + _LITERAL + rb"(?>(?:\s*+,\s*+" + _LITERAL + rb")*)\s*+\)", re.DOTALL)
 _ROWS_PER_INSERT = 1000
 
+TuplesReader = Callable[[bytes, tuple[bytes, ...] | None, re.Pattern[bytes]], None]
+"""Tells the dump's reader the pattern of an INSERT target's COPY rows, so that it reads such statements in one pass
+of it (transforms.DumpSplitter.check_tuples_with)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ImportPolicy:
@@ -93,6 +97,7 @@ class StagedTable:
     dropped_columns: list[str] = field(default_factory=list)
     rows: int = 0
     rows_by_copy: int = 0  # of `rows`, INSERT tuples loaded as COPY rows (fedload.superhub.literal_copy)
+    read_once: int = 0  # of those INSERT statements, the ones the splitter read in one pass (TuplesReader)
     inserted: bool = False  # its data came as INSERTs
     rejected: int = 0
     present: bool = False  # the dump announced or carried the table: present and empty is fine, absent is not
@@ -118,8 +123,10 @@ class Importer:
         policy: ImportPolicy,
         run_id: int | None = None,
         remap: Remap | None = None,
+        tuples_reader: TuplesReader | None = None,
     ) -> None:
         self._conn = conn
+        self._tuples_reader = tuples_reader
         self._feeder = feeder
         self._key = key
         self._policy = policy
@@ -168,6 +175,7 @@ class Importer:
                     table=staged.parent.qualified_name,
                     rows=staged.rows,
                     rows_by_copy=staged.rows_by_copy,
+                    statements_read_once=staged.read_once,
                     mode="inserts",
                 )
 
@@ -327,12 +335,15 @@ class Importer:
                     raise DumpError(f"{_where(item)}: INSERTs without column names cannot be mapped (--column-inserts)")
                 self._run_plan = self._plan(self._run_target, insert.columns, item)
                 self._run_copy = self._copy_pattern(self._run_target, self._run_plan, insert)
+                if self._run_copy is not None and self._tuples_reader is not None:
+                    self._tuples_reader(insert.table, insert.columns, self._run_copy)
         staged, plan = self._run_target, self._run_plan
         if staged is None or plan is None:
             return
         staged.inserted = True
-        if self._run_copy is not None and self._run_copy.fullmatch(insert.values) is not None:
+        if self._run_copy is not None and self._copies(self._run_copy, insert):
             await self._copy_literals(staged, insert.values, item)
+            staged.read_once += insert.checked_by is self._run_copy
             return
         tuples = _checked_tuples(insert, plan, item)
         columns = ", ".join(ident(c) for c in staged.columns)
@@ -340,6 +351,11 @@ class Importer:
         with self._key_checked(staged):
             for start in range(0, len(tuples), _ROWS_PER_INSERT):
                 await self._insert_batch(staged, head, tuples[start : start + _ROWS_PER_INSERT], item)
+
+    @staticmethod
+    def _copies(pattern: re.Pattern[bytes], insert: Insert) -> bool:
+        """Whether the INSERT's tuples go by COPY: the pattern matches them whole, now or when they were read."""
+        return insert.checked_by is pattern or pattern.fullmatch(insert.values) is not None
 
     def _copy_pattern(self, staged: StagedTable, plan: ColumnPlan, insert: Insert) -> re.Pattern[bytes] | None:
         """The tuples COPY may load for this INSERT target (see fedload.superhub.literal_copy); None: INSERTs only,

@@ -251,6 +251,7 @@ class _FeederSync:
             policy=self.job.imports,
             run_id=self.run_id,
             remap=remap,
+            tuples_reader=receiver.check_tuples_with,
         )
         await importer.load(self._tracked(receiver, importer))
         _verify_counts(importer, receiver.trailer)

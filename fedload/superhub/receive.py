@@ -6,6 +6,7 @@ Reading happens only when the consumer asks for the next item, so a slow import 
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 
 from fedload.errors import DumpError, FeederCommandError, one_line
@@ -34,6 +35,10 @@ class DumpReceiver:
         """The agent's header (its versions, compression, tables) once the first frame has arrived; None before,
         and without the agent."""
         return self._decoder.header if isinstance(self._decoder, StreamDecoder) else None
+
+    def check_tuples_with(self, table: bytes, columns: tuple[bytes, ...] | None, pattern: re.Pattern[bytes]) -> None:
+        """Read later INSERTs into `table` (`columns`) in one pass of `pattern` (DumpSplitter.check_tuples_with)."""
+        self._splitter.check_tuples_with(table, columns, pattern)
 
     @property
     def raw_bytes(self) -> int:
