@@ -7,10 +7,14 @@ from __future__ import annotations
 import re
 
 import pytest
+import structlog
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
+from fedload.results import Outcome
+from fedload.stream import MAX_BLOCK_BYTES
 from fedload.superhub.literal_copy import copy_rows_pattern, csv_rows
+from tests.support.federation import SCHEMA, Federation, crafted_stream, new_database, sync, write_script
 from transforms import DumpSplitter, DumpSyntaxError, InsertRows, Item
 
 # (table as written, columns as written, the superhub's base types)
@@ -173,3 +177,48 @@ def test_a_cut_off_statement_waits_and_is_read_once_whole() -> None:
     assert isinstance(item, InsertRows)
     assert item.insert.checked_by is not None
     assert re.fullmatch(rb"\(1, 'x;y', true\),\n\t.*NULL, false\)", item.insert.values, re.DOTALL)
+
+
+HOSTS = b"INSERT INTO public.hosts (hostkey, name, site, seen, online) VALUES\n\t"
+HOST_ROW = "('SHA={n}', 'host {n} '' ; ), (''{n}'' \n\t-- /* $$', {site}, '2024-05-01 00:{m:02d}:00+00', {online})"
+HOSTS_DIGEST = "hostkey || coalesce(name, '~') || coalesce(site, '~') || seen::text || coalesce(online::text, '~')"
+
+
+def merged_hosts_dump(statements: int, rows: int) -> bytes:
+    """A merged inserts-mode dump of hosts, larger than a stream block (1 MiB): the importer gives the splitter its
+    pattern at the first statement, so the statements of the later blocks are read in one pass. Every fifth
+    statement has an E'' literal, which only the INSERT path takes."""
+    out = [b"SET client_encoding = 'UTF8';\nSET standard_conforming_strings = on;\n\n"]
+    for s in range(statements):
+        values = [
+            HOST_ROW.format(n=s * rows + r, m=r % 60, site="NULL" if r % 3 else "'x'", online=("true", "NULL")[r % 2])
+            for r in range(rows)
+        ]
+        if s % 5 == 4:
+            values[-1] = values[-1].replace("'x'", "E'x\\\\'").replace("NULL, '2024", "E'\\\\', '2024", 1)
+        out.append(HOSTS + ",\n\t".join(values).encode() + b";\n\n")
+    return b"".join(out)
+
+
+async def test_a_merged_dump_loads_in_one_pass_as_psql_loads_it(federation: Federation) -> None:
+    """Through the whole sync: the statements after the first block are read in one pass and loaded by COPY, the
+    others by INSERT, and the rows equal those psql loads from the same INSERTs."""
+    dump = merged_hosts_dump(statements=30, rows=1200)
+    assert len(dump) > 3 * MAX_BLOCK_BYTES
+    path = federation.tmp / "merged.bin"
+    path.write_bytes(crafted_stream(dump, mode="inserts"))
+    script = write_script(federation.tmp / "merged.sh", f"cat {path}\n")
+    config = federation.config(agent_command=[script], exclude_tables=["public.contexts"])
+    in_process = config.superhub.model_copy(update={"worker_processes": 0})  # where the test reads the log events
+    with structlog.testing.capture_logs() as logs:
+        (run,) = await sync(config.model_copy(update={"superhub": in_process}), "hub1")
+    assert run.outcome == Outcome.SUCCESS, run.error
+    (loaded,) = [e for e in logs if e["event"] == "import.table_loaded" and e.get("mode") == "inserts"]
+    assert loaded["rows"] == 30 * 1200
+    assert 0 < loaded["statements_read_once"] < 24  # not the first block's, nor those with an E'' literal
+    assert loaded["rows_by_copy"] == 24 * 1200
+    reference = new_database(federation.cluster, "psql_loaded", SCHEMA)
+    federation.cluster.psql(dump.decode(), dbname=reference)
+    assert federation.digest(federation.superhub, "hosts", HOSTS_DIGEST, "WHERE hub_id = 1") == federation.digest(
+        reference, "hosts", HOSTS_DIGEST
+    )
