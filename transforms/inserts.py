@@ -6,7 +6,7 @@ import dataclasses
 import functools
 import re
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from transforms.lexical import (
     DEFAULT_SCHEMA,
@@ -196,30 +196,26 @@ class InsertRunMatcher:
         return pattern
 
 
-TableColumns = tuple[bytes, Optional[tuple[bytes, ...]]]
-"""An INSERT's target as written: its table, and its column list split (None without one)."""
+TuplesPatterns = Callable[[bytes, Optional[tuple[bytes, ...]]], Optional[re.Pattern[bytes]]]
+"""For an INSERT's table and column list as written, the pattern of the tuples its reader takes whole; or None."""
 
 
 class CheckedInserts:
-    """Reads a multi-row INSERT in one pass of a pattern its reader gave for the statement's target.
+    """Reads a multi-row INSERT in one pass of a pattern its reader gives for the statement's target.
 
     The superhub's importer gives, per table and column list as written, the pattern that proves a statement's
     tuples fit its COPY path (fedload.superhub.literal_copy). Matching it where the tuples start finds where they
     end, so the statement needs no other scan: not the lexical one that finds its `;`, nor the one that splits its
-    tuples, nor the importer's own check, which trusts `Insert.checked_by`. A statement the pattern does not take
-    whole (another kind of literal, a single tuple, which may start a run of like statements, or the input's end)
-    is read the usual way, from where the pattern stopped."""
+    tuples, nor the importer's own check, which trusts `Insert.checked_by`. A pattern must match comma-separated
+    tuples, each whole (parentheses included), of strings, numbers and keywords only, and nothing after the last.
+    A statement the pattern does not take whole (another kind of literal, a single tuple, which may start a run of
+    like statements, or the input's end) is read the usual way, from where the pattern stopped."""
 
-    def __init__(self) -> None:
-        self._patterns: dict[TableColumns, re.Pattern[bytes]] = {}
+    _CACHE_LIMIT = 256
 
-    def __bool__(self) -> bool:
-        return bool(self._patterns)
-
-    def add(self, table: bytes, columns: tuple[bytes, ...] | None, pattern: re.Pattern[bytes]) -> None:
-        """Read INSERTs into `table` (`columns`), as written, with `pattern`: it must match comma-separated tuples,
-        each whole (parentheses included), of strings, numbers and keywords only, and nothing after the last."""
-        self._patterns[(table, columns)] = pattern
+    def __init__(self, patterns: TuplesPatterns) -> None:
+        self._patterns = patterns
+        self._known: dict[tuple[bytes, tuple[bytes, ...] | None], re.Pattern[bytes] | None] = {}
 
     def read(self, buf: bytes, pos: int) -> tuple[Insert, int] | int:
         """The multi-row INSERT at `pos` and its end (after the `;`), read in one pass; else a position up to which
@@ -227,8 +223,7 @@ class CheckedInserts:
         head = INSERT_HEAD.match(buf, pos)
         if head is None:
             return pos
-        columns = tuple(split_identifiers(head["columns"])) if head["columns"] is not None else None
-        pattern = self._patterns.get((head["table"], columns))
+        pattern = self._pattern(head["table"], head["columns"])
         tuples = pattern.match(buf, head.end()) if pattern is not None else None
         if pattern is None or tuples is None:
             return pos
@@ -238,3 +233,12 @@ class CheckedInserts:
             return tuples.end()
         parts = _InsertParts(buf, head, first.end(), tuples.end(), tail)
         return parts.insert(checked_by=pattern), tail.end()
+
+    def _pattern(self, table: bytes, column_list: bytes | None) -> re.Pattern[bytes] | None:
+        columns = tuple(split_identifiers(column_list)) if column_list is not None else None
+        key = (table, columns)
+        if key not in self._known:
+            if len(self._known) >= self._CACHE_LIMIT:
+                self._known.clear()
+            self._known[key] = self._patterns(table, columns)
+        return self._known[key]

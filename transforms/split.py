@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Union
 
 from transforms.errors import DumpSyntaxError, printable
-from transforms.inserts import CheckedInserts, Insert, InsertRunMatcher
+from transforms.inserts import CheckedInserts, Insert, InsertRunMatcher, TuplesPatterns
 from transforms.lexical import COPY_FROM_STDIN, possessive, statement_end
 
 __all__ = [
@@ -122,17 +122,17 @@ class DumpSplitter:
         self._line = 1  # line number at _mark
         self._copy: CopyStart | None = None
         self._inserts = InsertRunMatcher()
-        self._checked_inserts = CheckedInserts()
+        self._checked_inserts: CheckedInserts | None = None
 
     @property
     def in_copy(self) -> bool:
         """Whether the input so far ends inside a COPY block."""
         return self._copy is not None
 
-    def check_tuples_with(self, table: bytes, columns: tuple[bytes, ...] | None, pattern: re.Pattern[bytes]) -> None:
-        """Read later multi-row INSERTs into `table` (`columns`), as written, in one pass of `pattern`, which marks
-        those it takes whole (`Insert.checked_by`); see transforms.inserts.CheckedInserts."""
-        self._checked_inserts.add(table, columns, pattern)
+    def read_tuples_with(self, patterns: TuplesPatterns) -> None:
+        """Read each multi-row INSERT in one pass of the pattern `patterns` gives for its target, which marks those
+        it takes whole (`Insert.checked_by`); see transforms.inserts.CheckedInserts."""
+        self._checked_inserts = CheckedInserts(patterns)
 
     def feed(self, data: bytes) -> list[Item]:
         """Add input; return the items it completes."""
@@ -209,7 +209,7 @@ class DumpSplitter:
         self._check_command_word(pos, eof)
         insert = buf[pos : pos + 6].upper() == b"INSERT"
         scanned = pos  # the statement has no `;` before, and a literal or comment never spans it
-        if insert and self._checked_inserts:
+        if insert and self._checked_inserts is not None:
             checked = self._checked_inserts.read(buf, pos)
             if not isinstance(checked, int):
                 return InsertRows(checked[0], *self._where(pos)), checked[1]

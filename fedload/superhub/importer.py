@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -43,7 +43,7 @@ from transforms import (
 from transforms.lexical import split_identifiers, unquote_identifier
 from transforms.remap import ColumnPlan
 
-__all__ = ["ImportPolicy", "Importer", "StagedTable", "TuplesReader"]
+__all__ = ["ImportPolicy", "Importer", "StagedTable"]
 
 log = get_logger()
 
@@ -71,10 +71,6 @@ _LITERAL = (  # unrolled loops ([^']*+ runs in C), commonest alternative first: 
 )
 _LITERAL_TUPLE = re.compile(rb"\(\s*+" + _LITERAL + rb"(?>(?:\s*+,\s*+" + _LITERAL + rb")*)\s*+\)", re.DOTALL)
 _ROWS_PER_INSERT = 1000
-
-TuplesReader = Callable[[bytes, tuple[bytes, ...] | None, re.Pattern[bytes]], None]
-"""Tells the dump's reader the pattern of an INSERT target's COPY rows, so that it reads such statements in one pass
-of it (transforms.DumpSplitter.check_tuples_with)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,10 +119,8 @@ class Importer:
         policy: ImportPolicy,
         run_id: int | None = None,
         remap: Remap | None = None,
-        tuples_reader: TuplesReader | None = None,
     ) -> None:
         self._conn = conn
-        self._tuples_reader = tuples_reader
         self._feeder = feeder
         self._key = key
         self._policy = policy
@@ -251,8 +245,19 @@ class Importer:
         return None
 
     def _plan(self, staged: StagedTable, written: tuple[bytes, ...], where: Item) -> ColumnPlan:
-        """Which dump columns go where: the feeder's remap first, then columns the parent lacks (dropped or
-        rejected) and generated ones (computed on the superhub) are left out."""
+        """Which dump columns go where (`_column_plan`), noted on the staging table."""
+        plan, columns, extra = self._column_plan(staged, written, where)
+        if extra:
+            self._log.warning("import.columns_dropped", table=staged.parent.qualified_name, columns=extra)
+        staged.columns, staged.dropped_columns = columns, extra
+        return plan
+
+    def _column_plan(
+        self, staged: StagedTable, written: tuple[bytes, ...], where: Item | None
+    ) -> tuple[ColumnPlan, list[str], list[str]]:
+        """Which dump columns go where, the staging table's columns they fill, and the columns the parent lacks:
+        the feeder's remap first, then columns the parent lacks (dropped or rejected) and generated ones (computed
+        on the superhub) are left out. DumpError if they do not fit; nothing else changes."""
         names = [unquote_identifier(c) for c in written]
         parent = staged.parent
         if len(set(names)) != len(names):
@@ -267,8 +272,6 @@ class Importer:
             raise DumpError(
                 f"{_where(where)}: table {parent.qualified_name} has columns the superhub lacks: {', '.join(extra)}"
             )
-        if extra:
-            self._log.warning("import.columns_dropped", table=parent.qualified_name, columns=extra)
         left_out = {*extra, *computed}
         drop |= {n for n, t in targets.items() if t in left_out}
         add = {n: v for n, v in add.items() if n not in left_out}
@@ -279,9 +282,7 @@ class Importer:
             raise DumpError(
                 f"{_where(where)}: the remap of feeder {self._feeder} does not fit the dump: {exc}"
             ) from None
-        staged.columns = [t for n, t in targets.items() if n not in drop] + list(add)
-        staged.dropped_columns = extra
-        return plan
+        return plan, [t for n, t in targets.items() if n not in drop] + list(add), extra
 
     def _is_key_violation(self, exc: asyncpg.PostgresError) -> bool:
         """The dump carries the feeder key column with a value other than this feeder's key."""
@@ -334,9 +335,9 @@ class Importer:
                 if insert.columns is None:
                     raise DumpError(f"{_where(item)}: INSERTs without column names cannot be mapped (--column-inserts)")
                 self._run_plan = self._plan(self._run_target, insert.columns, item)
-                self._run_copy = self._copy_pattern(self._run_target, self._run_plan, insert)
-                if self._run_copy is not None and self._tuples_reader is not None:
-                    self._tuples_reader(insert.table, insert.columns, self._run_copy)
+                self._run_copy = self._copy_pattern(
+                    self._run_target, self._run_plan, self._run_target.columns, insert.columns
+                )
         staged, plan = self._run_target, self._run_plan
         if staged is None or plan is None:
             return
@@ -357,13 +358,32 @@ class Importer:
         """Whether the INSERT's tuples go by COPY: the pattern matches them whole, now or when they were read."""
         return insert.checked_by is pattern or pattern.fullmatch(insert.values) is not None
 
-    def _copy_pattern(self, staged: StagedTable, plan: ColumnPlan, insert: Insert) -> re.Pattern[bytes] | None:
-        """The tuples COPY may load for this INSERT target (see fedload.superhub.literal_copy); None: INSERTs only,
-        because bad rows are set aside one by one, or the remap rewrites the tuples."""
-        if self._rejects is not None or plan.columns != insert.columns or len(staged.columns) != plan.input_width:
+    def _copy_pattern(
+        self, staged: StagedTable, plan: ColumnPlan, columns: list[str], written: tuple[bytes, ...] | None
+    ) -> re.Pattern[bytes] | None:
+        """The tuples COPY may load for an INSERT target with the `written` column list, filling `columns` of the
+        staging table (see fedload.superhub.literal_copy); None: INSERTs only, because bad rows are set aside one by
+        one, or the remap rewrites the tuples."""
+        if self._rejects is not None or plan.columns != written or len(columns) != plan.input_width:
             return None
-        columns = [staged.parent.column(name) for name in staged.columns]
-        return copy_rows_pattern(tuple(c.base_type_sql if c else "" for c in columns))
+        parent_columns = [staged.parent.column(name) for name in columns]
+        return copy_rows_pattern(tuple(c.base_type_sql if c else "" for c in parent_columns))
+
+    def tuples_pattern(self, table: bytes, written: tuple[bytes, ...] | None) -> re.Pattern[bytes] | None:
+        """The pattern the tuples of an INSERT into `table` (`written` columns), as written, must match to go by
+        COPY, as `_insert` will decide it: for the splitter, which reads such a statement in one pass of it
+        (transforms.DumpSplitter.read_tuples_with). None where the statement would take the INSERT path or be
+        refused. Changes nothing, logs nothing: the splitter asks before the importer sees the statement."""
+        if self._rejects is not None or written is None:
+            return None
+        try:
+            staged = self.staged.get(TableName.from_dump(table))
+            if staged is None:
+                return None
+            plan, columns, _ = self._column_plan(staged, written, None)
+        except (ValueError, DumpError):
+            return None
+        return self._copy_pattern(staged, plan, columns, written)
 
     async def _copy_literals(self, staged: StagedTable, tuples: bytes, item: InsertRows) -> None:
         """Tuples proven by `_copy_pattern`, loaded by COPY as CSV rows."""
@@ -487,7 +507,7 @@ def _check_meta(item: MetaCommand) -> None:
         )
 
 
-def _where(item: Item) -> str:
+def _where(item: Item | None) -> str:
     line = getattr(item, "line", None)
     return f"dump line {line}" if line is not None else "dump"
 

@@ -251,8 +251,8 @@ class _FeederSync:
             policy=self.job.imports,
             run_id=self.run_id,
             remap=remap,
-            tuples_reader=receiver.check_tuples_with,
         )
+        receiver.read_tuples_with(importer.tuples_pattern)
         await importer.load(self._tracked(receiver, importer))
         _verify_counts(importer, receiver.trailer)
         await importer.finish()

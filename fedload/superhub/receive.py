@@ -6,13 +6,13 @@ Reading happens only when the consumer asks for the next item, so a slow import 
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator
 
 from fedload.errors import DumpError, FeederCommandError, one_line
 from fedload.stream import GzipDecoder, Header, StreamDecoder, Trailer
 from fedload.transport import FeederProcess
 from transforms import DumpSplitter, DumpSyntaxError, Item
+from transforms.inserts import TuplesPatterns
 
 __all__ = ["READ_BYTES", "DumpReceiver"]
 
@@ -36,9 +36,9 @@ class DumpReceiver:
         and without the agent."""
         return self._decoder.header if isinstance(self._decoder, StreamDecoder) else None
 
-    def check_tuples_with(self, table: bytes, columns: tuple[bytes, ...] | None, pattern: re.Pattern[bytes]) -> None:
-        """Read later INSERTs into `table` (`columns`) in one pass of `pattern` (DumpSplitter.check_tuples_with)."""
-        self._splitter.check_tuples_with(table, columns, pattern)
+    def read_tuples_with(self, patterns: TuplesPatterns) -> None:
+        """Read multi-row INSERTs in one pass of their target's pattern (DumpSplitter.read_tuples_with)."""
+        self._splitter.read_tuples_with(patterns)
 
     @property
     def raw_bytes(self) -> int:
