@@ -11,7 +11,8 @@ interpreter runs in its own tree, for the sync and for the agents. Pinned (the d
 the superhub side on CPU 1, as if the feeders had machines of their own.
 
 Printed per side and mode, medians over the repetitions: wall seconds, rows per second, the CPU seconds of the
-`fedload sync` process with its workers (wait4) and of the superhub cluster; then inserts/copy throughput per
+`fedload sync` process with its workers (wait4), of the superhub cluster and of the agents with their pg_dump
+client (the feeder side, recorded by bench_e2e's wrapper); then inserts/copy throughput per
 side (the issue's aim: >= 0.8x) and new/old per mode, with the range of the paired ratios. Exit 1 if a run fails
 or loads another number of rows.
 """
@@ -45,6 +46,7 @@ class Run:
     rows: int
     sync_cpu_s: float
     server_cpu_s: float
+    agents_cpu_s: float  # the feeder side: the agents with their pg_dump (the wrapper's record)
 
 
 def sync_once(bench: bench_e2e.Bench, side: compare.Side, mode: str, rep: int, rows: int) -> Run:
@@ -52,7 +54,8 @@ def sync_once(bench: bench_e2e.Bench, side: compare.Side, mode: str, rep: int, r
     name = f"{bench.arrangement}_{side.name}_{mode}_{rep}"
     bench.superhub.psql(f"CREATE DATABASE {name}")
     config = bench.work.dir / f"{name}.toml"
-    text = bench.config_toml(mode, "f", name, bench.work.dir / f"agent-rss-{name}")
+    agents = bench.work.dir / f"agent-rss-{name}"
+    text = bench.config_toml(mode, "f", name, agents)
     config.write_text(text.replace(sys.executable, str(side.python)))  # the side's own agents
     bench.settle()
     argv = [str(side.python), "-m", "fedload", "sync", "--json", "--config", str(config)]
@@ -66,10 +69,10 @@ def sync_once(bench: bench_e2e.Bench, side: compare.Side, mode: str, rep: int, r
     if measured.status != 0 or any(r["outcome"] != "success" for r in runs) or loaded != rows * bench.count:
         sys.exit(f"{side.name} {mode}: status {measured.status}, {loaded} rows: {measured.stdout[-2000:]!r}")
     bench.superhub.psql(f"DROP DATABASE {name}")
-    run = Run(side.name, mode, measured.seconds, loaded, measured.cpu_s, server_cpu)
+    run = Run(side.name, mode, measured.seconds, loaded, measured.cpu_s, server_cpu, common.recorded_usage(agents)[1])
     print(
         f"  {side.name:>3} {mode:<7} wall {run.wall_s:6.2f} s, sync CPU {run.sync_cpu_s:5.2f} s, "
-        f"server CPU {run.server_cpu_s:5.2f} s",
+        f"server CPU {run.server_cpu_s:5.2f} s, agents CPU {run.agents_cpu_s:5.2f} s",
         flush=True,
     )
     return run
@@ -90,14 +93,18 @@ def paired(runs: Sequence[Run], top_cell: tuple[str, str], bottom_cell: tuple[st
 def report(runs: Sequence[Run], labels: dict[str, str]) -> None:
     """Medians per side and mode; inserts/copy per side, new/old per mode."""
     print("\nmedians")
-    print(f"{'side':<28} {'mode':<8} {'wall s':>7} {'rows/s':>9} {'sync CPU s':>10} {'server CPU s':>12}")
+    print(
+        f"{'side':<28} {'mode':<8} {'wall s':>7} {'rows/s':>9} {'sync CPU s':>10} {'server CPU s':>12} "
+        f"{'agents CPU s':>12}"
+    )
     for side, label in labels.items():
         for mode in MODES:
             wall = median(runs, side, mode, "wall_s")
             rows = next(r.rows for r in runs if r.side == side)
             print(
                 f"{label:<28} {mode:<8} {wall:7.2f} {rows / wall:9,.0f} "
-                f"{median(runs, side, mode, 'sync_cpu_s'):10.2f} {median(runs, side, mode, 'server_cpu_s'):12.2f}"
+                f"{median(runs, side, mode, 'sync_cpu_s'):10.2f} {median(runs, side, mode, 'server_cpu_s'):12.2f} "
+                f"{median(runs, side, mode, 'agents_cpu_s'):12.2f}"
             )
     print("\ninserts mode / copy mode, per side (throughput: copy wall / inserts wall; aim >= 0.8x)")
     for side, label in labels.items():
@@ -108,7 +115,7 @@ def report(runs: Sequence[Run], labels: dict[str, str]) -> None:
     if len(labels) == 2:
         print("\nnew / old, per mode")
         for mode in MODES:
-            for measure in ("wall_s", "sync_cpu_s", "server_cpu_s"):
+            for measure in ("wall_s", "sync_cpu_s", "server_cpu_s", "agents_cpu_s"):
                 ratio = median(runs, "new", mode, measure) / median(runs, "old", mode, measure)
                 spread = paired(runs, ("new", mode), ("old", mode), measure)
                 print(f"  {mode:<8} {measure:<13} {ratio:.2f}x (paired {spread})")
