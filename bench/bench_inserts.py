@@ -94,7 +94,7 @@ def report(runs: Sequence[Run], labels: dict[str, str]) -> None:
     """Medians per side and mode; inserts/copy per side, new/old per mode."""
     print("\nmedians")
     print(
-        f"{'side':<28} {'mode':<8} {'wall s':>7} {'rows/s':>9} {'sync CPU s':>10} {'server CPU s':>12} "
+        f"{'side':<44} {'mode':<8} {'wall s':>7} {'rows/s':>9} {'sync CPU s':>10} {'server CPU s':>12} "
         f"{'agents CPU s':>12}"
     )
     for side, label in labels.items():
@@ -102,7 +102,7 @@ def report(runs: Sequence[Run], labels: dict[str, str]) -> None:
             wall = median(runs, side, mode, "wall_s")
             rows = next(r.rows for r in runs if r.side == side)
             print(
-                f"{label:<28} {mode:<8} {wall:7.2f} {rows / wall:9,.0f} "
+                f"{label:<44} {mode:<8} {wall:7.2f} {rows / wall:9,.0f} "
                 f"{median(runs, side, mode, 'sync_cpu_s'):10.2f} {median(runs, side, mode, 'server_cpu_s'):12.2f} "
                 f"{median(runs, side, mode, 'agents_cpu_s'):12.2f}"
             )
@@ -111,7 +111,7 @@ def report(runs: Sequence[Run], labels: dict[str, str]) -> None:
         ratio = median(runs, side, "copy", "wall_s") / median(runs, side, "inserts", "wall_s")
         cpu = median(runs, side, "inserts", "sync_cpu_s") / median(runs, side, "copy", "sync_cpu_s")
         spread = paired(runs, (side, "copy"), (side, "inserts"), "wall_s")
-        print(f"  {label:<28} throughput {ratio:.2f}x (paired {spread}), sync CPU {cpu:.2f}x")
+        print(f"  {label:<44} throughput {ratio:.2f}x (paired {spread}), sync CPU {cpu:.2f}x")
     if len(labels) == 2:
         print("\nnew / old, per mode")
         for mode in MODES:
