@@ -25,6 +25,7 @@ __all__ = [
     "CheckedInserts",
     "Insert",
     "InsertRunMatcher",
+    "TuplesPatterns",
     "format_insert",
     "parse_insert",
     "qualified_name",

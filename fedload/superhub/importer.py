@@ -93,7 +93,7 @@ class StagedTable:
     dropped_columns: list[str] = field(default_factory=list)
     rows: int = 0
     rows_by_copy: int = 0  # of `rows`, INSERT tuples loaded as COPY rows (fedload.superhub.literal_copy)
-    read_once: int = 0  # of those INSERT statements, the ones the splitter read in one pass (TuplesReader)
+    read_once: int = 0  # INSERT statements the splitter read in one pass (Importer.tuples_pattern)
     inserted: bool = False  # its data came as INSERTs
     rejected: int = 0
     present: bool = False  # the dump announced or carried the table: present and empty is fine, absent is not
