@@ -5,13 +5,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable, Optional
 
 from transforms.lexical import (
     DEFAULT_SCHEMA,
     FAST_TUPLE,
     INSERT_HEAD,
     INSERT_TAIL,
+    TUPLE,
     find_tuples,
     find_values,
     split_identifiers,
@@ -19,7 +21,16 @@ from transforms.lexical import (
     unquote_identifier,
 )
 
-__all__ = ["Insert", "InsertRunMatcher", "format_insert", "parse_insert", "qualified_name", "split_tuple"]
+__all__ = [
+    "CheckedInserts",
+    "Insert",
+    "InsertRunMatcher",
+    "TuplesPatterns",
+    "format_insert",
+    "parse_insert",
+    "qualified_name",
+    "split_tuple",
+]
 
 
 @dataclass(frozen=True)
@@ -27,13 +38,16 @@ class Insert:
     """A single- or multi-row INSERT; identifiers and tuples are kept exactly as written.
 
     `values` is the text of the tuples as the statement has it (`(1, 'a'),\n\t(2, 'b')`), already proven to be
-    tuples separated by commas; `tuples` splits it only when asked, as the superhub's COPY path never needs it."""
+    tuples separated by commas; `tuples` splits it only when asked, as the superhub's COPY path never needs it.
+    `checked_by` is the caller's pattern (`CheckedInserts`) that matched `values` whole while the statement was read,
+    if one did."""
 
     table: bytes
     columns: tuple[bytes, ...] | None
     overriding: bytes
     values: bytes
     on_conflict_do_nothing: bool
+    checked_by: re.Pattern[bytes] | None = field(default=None, compare=False, repr=False)
 
     @functools.cached_property
     def tuples(self) -> list[bytes]:
@@ -42,7 +56,7 @@ class Insert:
 
     def with_tuples(self, tuples: list[bytes], columns: tuple[bytes, ...] | None) -> Insert:
         """This INSERT with other tuples and columns."""
-        changed = dataclasses.replace(self, columns=columns, values=b",".join(tuples))
+        changed = dataclasses.replace(self, columns=columns, values=b",".join(tuples), checked_by=None)
         changed.__dict__["tuples"] = tuples  # where cached_property keeps its value: they are split already
         return changed
 
@@ -83,7 +97,7 @@ class _InsertParts:
         """Whether the statement has one tuple."""
         return self.first_tuple_end == self.tuples_end
 
-    def insert(self) -> Insert:
+    def insert(self, checked_by: re.Pattern[bytes] | None = None) -> Insert:
         """The statement as an Insert; with one tuple, its tuples are known without splitting them again."""
         columns = self.head["columns"]
         overriding = self.head["overriding"]
@@ -94,6 +108,7 @@ class _InsertParts:
             overriding=b" ".join(overriding.upper().split()) + b" " if overriding else b"",
             values=values,
             on_conflict_do_nothing=self.tail["tail"] is not None,
+            checked_by=checked_by,
         )
         if self.single:
             insert.__dict__["tuples"] = [values]  # where cached_property keeps its value
@@ -180,3 +195,51 @@ class InsertRunMatcher:
             one = rb"[ \t\r\n]*" + re.escape(prefix) + rb"(" + FAST_TUPLE.pattern + rb")" + re.escape(suffix)
             pattern = self._patterns[key] = re.compile(one, re.DOTALL)
         return pattern
+
+
+TuplesPatterns = Callable[[bytes, Optional[tuple[bytes, ...]]], Optional[re.Pattern[bytes]]]
+"""For an INSERT's table and column list as written, the pattern of the tuples its reader takes whole; or None."""
+
+
+class CheckedInserts:
+    """Reads a multi-row INSERT in one pass of a pattern its reader gives for the statement's target.
+
+    The superhub's importer gives, per table and column list as written, the pattern that proves a statement's
+    tuples fit its COPY path (fedload.superhub.literal_copy). Matching it where the tuples start finds where they
+    end, so the statement needs no other scan: not the lexical one that finds its `;`, nor the one that splits its
+    tuples, nor the importer's own check, which trusts `Insert.checked_by`. A pattern must match comma-separated
+    tuples, each whole (parentheses included), of strings, numbers and keywords only, and nothing after the last.
+    A statement the pattern does not take whole (another kind of literal, a single tuple, which may start a run of
+    like statements, or the input's end) is read the usual way, from where the pattern stopped."""
+
+    _CACHE_LIMIT = 256
+
+    def __init__(self, patterns: TuplesPatterns) -> None:
+        self._patterns = patterns
+        self._known: dict[tuple[bytes, tuple[bytes, ...] | None], re.Pattern[bytes] | None] = {}
+
+    def read(self, buf: bytes, pos: int) -> tuple[Insert, int] | int:
+        """The multi-row INSERT at `pos` and its end (after the `;`), read in one pass; else a position up to which
+        the statement holds no `;` and from which its end can be searched (it is outside any literal)."""
+        head = INSERT_HEAD.match(buf, pos)
+        if head is None:
+            return pos
+        pattern = self._pattern(head["table"], head["columns"])
+        tuples = pattern.match(buf, head.end()) if pattern is not None else None
+        if pattern is None or tuples is None:
+            return pos
+        tail = INSERT_TAIL.match(buf, tuples.end())
+        first = FAST_TUPLE.match(buf, head.end(), tuples.end()) or TUPLE.match(buf, head.end(), tuples.end())
+        if tail is None or first is None or first.end() == tuples.end():
+            return tuples.end()
+        parts = _InsertParts(buf, head, first.end(), tuples.end(), tail)
+        return parts.insert(checked_by=pattern), tail.end()
+
+    def _pattern(self, table: bytes, column_list: bytes | None) -> re.Pattern[bytes] | None:
+        columns = tuple(split_identifiers(column_list)) if column_list is not None else None
+        key = (table, columns)
+        if key not in self._known:
+            if len(self._known) >= self._CACHE_LIMIT:
+                self._known.clear()
+            self._known[key] = self._patterns(table, columns)
+        return self._known[key]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Union
 
 from transforms.errors import DumpSyntaxError, TooLargeError, printable
-from transforms.inserts import Insert, InsertRunMatcher
+from transforms.inserts import CheckedInserts, Insert, InsertRunMatcher, TuplesPatterns
 from transforms.lexical import COPY_FROM_STDIN, INSERT_HEAD, possessive, statement_end
 
 __all__ = [
@@ -134,11 +134,17 @@ class DumpSplitter:
         self._line = 1  # line number at _mark; 0 once COPY data went by uncounted
         self._copy: CopyStart | None = None
         self._inserts = InsertRunMatcher()
+        self._checked_inserts: CheckedInserts | None = None
 
     @property
     def in_copy(self) -> bool:
         """Whether the input so far ends inside a COPY block."""
         return self._copy is not None
+
+    def read_tuples_with(self, patterns: TuplesPatterns) -> None:
+        """Read each multi-row INSERT in one pass of the pattern `patterns` gives for its target, which marks those
+        it takes whole (`Insert.checked_by`); see transforms.inserts.CheckedInserts."""
+        self._checked_inserts = CheckedInserts(patterns)
 
     def feed(self, data: bytes) -> list[Item]:
         """Add input; return the items it completes."""
@@ -251,11 +257,18 @@ class DumpSplitter:
     def _statement(self, pos: int, eof: bool) -> tuple[Item, int] | None:
         buf = self._buf
         self._check_command_word(pos, eof)
-        end = statement_end(buf, pos)
+        insert = buf[pos : pos + 6].upper() == b"INSERT"
+        scanned = pos  # the statement has no `;` before, and a literal or comment never spans it
+        if insert and self._checked_inserts is not None:
+            checked = self._checked_inserts.read(buf, pos)
+            if not isinstance(checked, int):
+                return InsertRows(checked[0], *self._where(pos)), checked[1]
+            scanned = checked
+        end = statement_end(buf, scanned)
         if end is None:
             self._incomplete_statement(pos, eof)
             return None
-        if buf[pos : pos + 6].upper() == b"INSERT":
+        if insert:
             return self._insert_run(pos, end)
         copy = COPY_FROM_STDIN.fullmatch(buf, pos, end)
         if copy is None:

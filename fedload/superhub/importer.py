@@ -99,6 +99,7 @@ class StagedTable:
     from_dump: dict[str, str] = field(default_factory=dict)  # dump column -> the column it loads (after remap)
     rows: int = 0
     rows_by_copy: int = 0  # of `rows`, INSERT tuples loaded as COPY rows (fedload.superhub.literal_copy)
+    read_once: int = 0  # INSERT statements the splitter read in one pass (Importer.tuples_pattern)
     inserted: bool = False  # its data came as INSERTs
     rejected: int = 0
     present: bool = False  # the dump announced or carried the table: present and empty is fine, absent is not
@@ -186,6 +187,7 @@ class Importer:
                     table=staged.parent.qualified_name,
                     rows=staged.rows,
                     rows_by_copy=staged.rows_by_copy,
+                    statements_read_once=staged.read_once,
                     mode="inserts",
                 )
 
@@ -261,8 +263,20 @@ class Importer:
         return None
 
     def _plan(self, staged: StagedTable, written: tuple[bytes, ...], where: AnyItem) -> ColumnPlan:
-        """Which dump columns go where: the feeder's remap first, then columns the parent lacks (dropped or
-        rejected) and generated ones (computed on the superhub) are left out."""
+        """Which dump columns go where (`_column_plan`), noted on the staging table."""
+        plan, from_dump, columns, extra = self._column_plan(staged, written, where)
+        if extra:
+            self._log.warning("import.columns_dropped", table=staged.parent.qualified_name, columns=extra)
+        staged.columns, staged.dropped_columns, staged.from_dump = columns, extra, from_dump
+        return plan
+
+    def _column_plan(
+        self, staged: StagedTable, written: tuple[bytes, ...], where: AnyItem | None
+    ) -> tuple[ColumnPlan, dict[str, str], list[str], list[str]]:
+        """Which dump columns go where; the dump columns loaded and the columns they load (after remap); the
+        staging table's columns they fill; and the columns the parent lacks: the feeder's remap first, then
+        columns the parent lacks (dropped or rejected) and generated ones (computed on the superhub) are left out.
+        DumpError if they do not fit; nothing else changes."""
         names = [unquote_identifier(c) for c in written]
         parent = staged.parent
         if len(set(names)) != len(names):
@@ -277,8 +291,6 @@ class Importer:
             raise DumpError(
                 f"{_where(where)}: table {parent.qualified_name} has columns the superhub lacks: {', '.join(extra)}"
             )
-        if extra:
-            self._log.warning("import.columns_dropped", table=parent.qualified_name, columns=extra)
         left_out = {*extra, *computed}
         drop |= {n for n, t in targets.items() if t in left_out}
         add = {n: v for n, v in add.items() if n not in left_out}
@@ -289,10 +301,8 @@ class Importer:
             raise DumpError(
                 f"{_where(where)}: the remap of feeder {self._feeder} does not fit the dump: {exc}"
             ) from None
-        staged.columns = [t for n, t in targets.items() if n not in drop] + list(add)
-        staged.dropped_columns = extra
-        staged.from_dump = {n: t for n, t in targets.items() if n not in drop}
-        return plan
+        from_dump = {n: t for n, t in targets.items() if n not in drop}
+        return plan, from_dump, [*from_dump.values(), *add], extra
 
     def _is_key_violation(self, exc: asyncpg.PostgresError) -> bool:
         """The dump carries the feeder key column with a value other than this feeder's key."""
@@ -383,13 +393,16 @@ class Importer:
                 if insert.columns is None:
                     raise DumpError(f"{_where(item)}: INSERTs without column names cannot be mapped (--column-inserts)")
                 self._run_plan = self._plan(self._run_target, insert.columns, item)
-                self._run_copy = self._copy_pattern(self._run_target, self._run_plan, insert)
+                self._run_copy = self._copy_pattern(
+                    self._run_target, self._run_plan, self._run_target.columns, insert.columns
+                )
         staged, plan = self._run_target, self._run_plan
         if staged is None or plan is None:
             return
         staged.inserted = True
-        if self._run_copy is not None and self._run_copy.fullmatch(insert.values) is not None:
+        if self._run_copy is not None and self._copies(self._run_copy, insert):
             await self._copy_literals(staged, insert.values, item)
+            staged.read_once += insert.checked_by is self._run_copy
             return
         tuples = _checked_tuples(insert, plan, item)
         columns = ", ".join(ident(c) for c in staged.columns)
@@ -398,13 +411,37 @@ class Importer:
             for start in range(0, len(tuples), _ROWS_PER_INSERT):
                 await self._insert_batch(staged, head, tuples[start : start + _ROWS_PER_INSERT], item)
 
-    def _copy_pattern(self, staged: StagedTable, plan: ColumnPlan, insert: Insert) -> re.Pattern[bytes] | None:
-        """The tuples COPY may load for this INSERT target (see fedload.superhub.literal_copy); None: INSERTs only,
-        because bad rows are set aside one by one, or the remap rewrites the tuples."""
-        if self._rejects is not None or plan.columns != insert.columns or len(staged.columns) != plan.input_width:
+    @staticmethod
+    def _copies(pattern: re.Pattern[bytes], insert: Insert) -> bool:
+        """Whether the INSERT's tuples go by COPY: the pattern matches them whole, now or when they were read."""
+        return insert.checked_by is pattern or pattern.fullmatch(insert.values) is not None
+
+    def _copy_pattern(
+        self, staged: StagedTable, plan: ColumnPlan, columns: list[str], written: tuple[bytes, ...] | None
+    ) -> re.Pattern[bytes] | None:
+        """The tuples COPY may load for an INSERT target with the `written` column list, filling `columns` of the
+        staging table (see fedload.superhub.literal_copy); None: INSERTs only, because bad rows are set aside one by
+        one, or the remap rewrites the tuples."""
+        if self._rejects is not None or plan.columns != written or len(columns) != plan.input_width:
             return None
-        columns = [staged.parent.column(name) for name in staged.columns]
-        return copy_rows_pattern(tuple(c.base_type_sql if c else "" for c in columns))
+        parent_columns = [staged.parent.column(name) for name in columns]
+        return copy_rows_pattern(tuple(c.base_type_sql if c else "" for c in parent_columns))
+
+    def tuples_pattern(self, table: bytes, written: tuple[bytes, ...] | None) -> re.Pattern[bytes] | None:
+        """The pattern the tuples of an INSERT into `table` (`written` columns), as written, must match to go by
+        COPY, as `_insert` will decide it: for the splitter, which reads such a statement in one pass of it
+        (transforms.DumpSplitter.read_tuples_with). None where the statement would take the INSERT path or be
+        refused. Changes nothing, logs nothing: the splitter asks before the importer sees the statement."""
+        if self._rejects is not None or written is None:
+            return None
+        try:
+            staged = self.staged.get(TableName.from_dump(table))
+            if staged is None:
+                return None
+            plan, _, columns, _ = self._column_plan(staged, written, None)
+        except (ValueError, DumpError):
+            return None
+        return self._copy_pattern(staged, plan, columns, written)
 
     async def _copy_literals(self, staged: StagedTable, tuples: bytes, item: InsertRows) -> None:
         """Tuples proven by `_copy_pattern`, loaded by COPY as CSV rows."""
@@ -544,7 +581,7 @@ def _check_meta(item: MetaCommand) -> None:
         )
 
 
-def _where(item: AnyItem) -> str:
+def _where(item: AnyItem | None) -> str:
     """Where `item` is: its line, or its byte offset after COPY data whose lines were not counted."""
     line, offset = getattr(item, "line", None), getattr(item, "offset", None)
     return f"dump line {line}" if line else f"dump byte {offset}" if offset is not None else "dump"

@@ -276,6 +276,7 @@ class _FeederSync:
             remap=remap,
             statistics=statistics,
         )
+        receiver.read_tuples_with(importer.tuples_pattern)
         await importer.load(self._tracked(receiver, importer))
         _verify_counts(importer, receiver.trailer)
         await importer.finish()

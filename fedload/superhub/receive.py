@@ -15,6 +15,7 @@ from fedload.stream import GzipDecoder, Header, StreamDecoder, Trailer
 from fedload.superhub.binary_receive import SectionItem, SectionSplitter
 from fedload.transport import FeederProcess
 from transforms import DumpSplitter, DumpSyntaxError, Item, TooLargeError, qualified_name
+from transforms.inserts import TuplesPatterns
 
 __all__ = ["READ_BYTES", "DumpReceiver"]
 
@@ -49,6 +50,11 @@ class DumpReceiver:
         """The agent's header (its versions, compression, tables) once the first frame has arrived; None before,
         and without the agent."""
         return self._decoder.header if isinstance(self._decoder, StreamDecoder) else None
+
+    def read_tuples_with(self, patterns: TuplesPatterns) -> None:
+        """Read multi-row INSERTs in one pass of their target's pattern (DumpSplitter.read_tuples_with)."""
+        if isinstance(self._splitter, DumpSplitter):  # a binary stream's sections hold no INSERTs
+            self._splitter.read_tuples_with(patterns)
 
     @property
     def raw_bytes(self) -> int:
