@@ -26,6 +26,7 @@ from fedload.stream import (
     StreamEncoder,
 )
 from fedload.superhub.receive import DumpReceiver
+from tests.support.replay import Replay
 
 # What an argv element can hold: any text but NUL (and lone surrogates, which no OS argument carries), and but a
 # lone "--": Python 3.11's argparse drops it even as an option's own value (`--pg-dump=--` reads as []), and no
@@ -128,30 +129,12 @@ def test_agent_states_the_current_protocol() -> None:
     assert decoder.header.agent_version == __version__
 
 
-class _Replay:
-    """A FeederProcess that plays back recorded stdout in small reads, then exits 0."""
-
-    def __init__(self, stdout: bytes) -> None:
-        self._stdout = stdout
-        self.stderr_tail = ""
-
-    async def read(self, max_bytes: int) -> bytes:
-        chunk, self._stdout = self._stdout[:7], self._stdout[7:]
-        return chunk
-
-    async def wait(self) -> int:
-        return 0
-
-    async def cancel(self) -> None:
-        return None
-
-
 async def test_receiver_exposes_the_agents_header() -> None:
     """DumpReceiver.header is None before the first frame and the agent's header (with its version) after it."""
     encoder = StreamEncoder(Header("gzip", "copy", "0.2.7", "15.4", ["public.t"]))
     dump = b"COPY public.t (a) FROM stdin;\n1\n\\.\n"
     stream = encoder.start() + encoder.data(dump) + encoder.finish(pg_dump_exit_status=0, rows={"public.t": 1})
-    receiver = DumpReceiver(_Replay(stream), feeder="hub1")
+    receiver = DumpReceiver(Replay(stream), feeder="hub1")
     assert receiver.header is None
     items = receiver.items()
     await anext(items)

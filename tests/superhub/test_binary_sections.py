@@ -13,6 +13,7 @@ from fedload.feeder.wire import BINARY_PROTOCOL, Header, StreamEncoder
 from fedload.names import TableName
 from fedload.superhub.binary_receive import BinaryEnd, BinaryRows, BinaryStart, SectionItem, SectionSplitter
 from fedload.superhub.receive import DumpReceiver
+from tests.support.replay import Replay
 from transforms import CopyEnd, CopyRows, CopyStart, TooLargeError
 
 BINARY = section_head(("public", "hosts"), ["id", "name"], binary=True, reason="", unsent=["x"])
@@ -83,24 +84,6 @@ def test_anything_else_is_refused(payload: bytes, error: str) -> None:
         _items([payload])
 
 
-class _Replay:
-    """A FeederProcess that plays back a stream in small reads, then exits 0."""
-
-    def __init__(self, stdout: bytes) -> None:
-        self._stdout = stdout
-        self.stderr_tail = ""
-
-    async def read(self, max_bytes: int) -> bytes:
-        chunk, self._stdout = self._stdout[:7], self._stdout[7:]
-        return chunk
-
-    async def wait(self) -> int:
-        return 0
-
-    async def cancel(self) -> None:
-        return None
-
-
 def _stream(protocol: int) -> bytes:
     encoder = StreamEncoder(Header("zstd", "binary", "0.3.0", "15.4", ["public.hosts"], protocol=protocol))
     rows = [("public", "hosts", 0), ("public", "wide", 1)]
@@ -109,7 +92,7 @@ def _stream(protocol: int) -> bytes:
 
 async def test_the_receiver_reads_a_binary_stream_by_its_sections() -> None:
     """A protocol 4 stream whose header says binary is read as sections, through the checked framing."""
-    receiver = DumpReceiver(_Replay(_stream(BINARY_PROTOCOL)), feeder="hub1")
+    receiver = DumpReceiver(Replay(_stream(BINARY_PROTOCOL)), feeder="hub1")
     items = [item async for item in receiver.items()]
     assert [type(item).__name__ for item in _merged(items)] == [
         "BinaryStart",
@@ -124,7 +107,7 @@ async def test_the_receiver_reads_a_binary_stream_by_its_sections() -> None:
 
 async def test_a_binary_header_of_an_older_protocol_is_refused() -> None:
     """dump_mode binary in a protocol 3 header is not a stream any agent writes: refused."""
-    receiver = DumpReceiver(_Replay(_stream(3)), feeder="hub1")
+    receiver = DumpReceiver(Replay(_stream(3)), feeder="hub1")
     with pytest.raises(DumpError, match="states dump_mode binary in stream protocol 3"):
         [item async for item in receiver.items()]
 
