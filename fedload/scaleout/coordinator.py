@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,7 +52,7 @@ from fedload.scaleout.shard_side import (
 from fedload.superhub.job import coordinator_target, superhub_targets
 from fedload.superhub.schema import Column, ParentTable, ident, qualified
 from fedload.superhub.session import SuperhubTarget, superhub_session
-from fedload.superhub.swap import SwapPolicy
+from fedload.superhub.swap import SwapPolicy, pause_before_retry
 
 __all__ = [
     "FDW_SCHEMA",
@@ -519,7 +518,7 @@ async def _locked(conn: asyncpg.Connection, parents: Sequence[ParentTable], swap
                     f"the coordinator's reports held {', '.join(str(p.table) for p in parents)} for swap_max_wait_s = "
                     f"{swap.max_wait_s:g}: the feeder lists of the shards were not changed"
                 ) from None
-            await asyncio.sleep(random.uniform(0.05, min(0.05 * attempt, 1.0)))  # noqa: S311 - jitter only
+            await pause_before_retry(attempt)
     raise AssertionError("unreachable")  # pragma: no cover
 
 

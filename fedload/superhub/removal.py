@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import random
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from fedload.names import TableName, TablePattern
 from fedload.superhub.bookkeeping import forget_feeder, note_moved
 from fedload.superhub.schema import ParentsSpec, read_parents
 from fedload.superhub.session import SuperhubTarget, feeder_lock, superhub_session
-from fedload.superhub.swap import SwapPolicy, drop_partitions, feeder_partition, lock_parents
+from fedload.superhub.swap import SwapPolicy, drop_partitions, feeder_partition, lock_parents, pause_before_retry
 
 __all__ = ["BUSY_WAIT_S", "FeederBusyError", "RemovalLockError", "drop_feeder", "partition_rows"]
 
@@ -149,5 +148,5 @@ async def _polite(conn: asyncpg.Connection, removal: _Removal, policy: SwapPolic
                     f"other sessions held {tables} for swap_max_wait_s = {policy.max_wait_s:g} s "
                     f"({counted(attempt, 'try', 'tries')})"
                 ) from None
-            await asyncio.sleep(random.uniform(0.05, min(0.05 * attempt, 1.0)))  # noqa: S311 - jitter only
+            await pause_before_retry(attempt)
     raise AssertionError("unreachable")  # pragma: no cover

@@ -39,6 +39,7 @@ __all__ = [
     "feeder_partition",
     "lock_parents",
     "partition_name",
+    "pause_before_retry",
     "swap_in",
 ]
 
@@ -208,6 +209,12 @@ async def lock_parents(conn: asyncpg.Connection, parents: Iterable[TableName]) -
         await conn.execute(f"LOCK TABLE {', '.join(names)} IN ACCESS EXCLUSIVE MODE")
 
 
+async def pause_before_retry(attempt: int) -> None:
+    """The jittered pause between two polite tries for locks (swap, removal, the coordinator's lists): 50 ms at
+    first, growing with the tries to at most a second, so sessions retrying together spread out."""
+    await asyncio.sleep(random.uniform(0.05, min(0.05 * attempt, 1.0)))  # noqa: S311 - jitter only
+
+
 @dataclass(frozen=True, slots=True)
 class _SwapPlan:
     tables: list[StagedTable]
@@ -229,7 +236,7 @@ async def _polite(conn: asyncpg.Connection, plan: _SwapPlan, stats: SwapStats) -
             stats.waited_ms = _ms_since(plan.started)
             if time.monotonic() > deadline:
                 return False
-            await asyncio.sleep(random.uniform(0.05, min(0.05 * attempt, 1.0)))  # noqa: S311 - jitter only
+            await pause_before_retry(attempt)
         else:
             return True
     raise AssertionError("unreachable")  # pragma: no cover
