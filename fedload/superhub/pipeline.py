@@ -98,6 +98,7 @@ class _FeederSync:
         self._opening: asyncio.Task[FeederProcess] | None = None  # the dump started before the lock
         self._partitions: dict[TableName, str] = {}  # the feeder's partitions after the swap, for ANALYZE
         self._carry = False  # the agent is asked for the feeder's statistics (fedload.superhub.statistics)
+        self._remap: Remap | None = None  # the feeder's remap file, read once per run with the parents
         self._all_parents: frozenset[TableName] = frozenset()  # the superhub's parents, this feeder's exclusions too
         self._carried: dict[TableName, tuple[str, ...]] = {}  # tables given them, with the columns left to ANALYZE
 
@@ -142,9 +143,8 @@ class _FeederSync:
                     raise moved
                 if isinstance(parents := self._parents, Exception):
                     raise parents
-                remap = await asyncio.to_thread(_read_remap, self.feeder)
                 async with self._dump(parents) as receiver, conn.transaction():
-                    importer = await self._load(conn, receiver, parents, remap)
+                    importer = await self._load(conn, receiver, parents, self._remap)
                     await self._swap(conn, importer)
                 self._committed = True
                 self._succeeded(importer)
@@ -155,7 +155,8 @@ class _FeederSync:
         self._carry = _carry_statistics(conn, self.feeder)
         try:
             self._parents = await self._expected_parents(conn)
-            command = await self._dump_command(self._parents)  # binary mode reads the remap: it may fail too
+            self._remap = await asyncio.to_thread(_read_remap, self.feeder)
+            command = self._dump_command(self._parents)
         except Exception as exc:  # noqa: BLE001 - raised again inside the run's record (`_locked_run`)
             self._parents = exc
             return
@@ -179,10 +180,10 @@ class _FeederSync:
             await setup_superhub(conn, self.job.parents, history=not await has_history(conn))
             self.stage_prefix = f"dry{conn.get_server_pid()}"
             parents = await self._expected_parents(conn)
-            remap = await asyncio.to_thread(_read_remap, self.feeder)
+            self._remap = await asyncio.to_thread(_read_remap, self.feeder)
             self._carry = _carry_statistics(conn, self.feeder)
             async with self._dump(parents) as receiver:
-                importer = await self._load(conn, receiver, parents, remap)
+                importer = await self._load(conn, receiver, parents, self._remap)
                 self.phase(Phase.SWAP)
                 self.plan = await describe_swap(conn, importer.staged.values(), feeder=self.name, key=self.feeder.key)
                 self._succeeded(importer)
@@ -226,13 +227,13 @@ class _FeederSync:
         self._all_parents = frozenset(parents)
         return {t: p for t, p in parents.items() if not any(x.matches(t) for x in excluded)}
 
-    async def _dump_command(self, parents: dict[TableName, ParentTable]) -> list[str]:
-        """The command of the feeder's dump of `parents`; in binary mode with the columns and types asked for."""
+    def _dump_command(self, parents: dict[TableName, ParentTable]) -> list[str]:
+        """The command of the feeder's dump of `parents`; in binary mode with the columns and types asked for (the
+        remap read with the parents decides which tables can go binary, and the load applies the same one)."""
         if self.feeder.dump_mode != DumpMode.BINARY:
             return dump_command(self.feeder, self.job.transform, parents, statistics=self._carry)
-        remap = await asyncio.to_thread(_read_remap, self.feeder)
         rejects = self.job.imports.bad_rows == "reject"
-        columns = binary_columns(parents.values(), remap=remap, rejects=rejects, feeder=self.name)
+        columns = binary_columns(parents.values(), remap=self._remap, rejects=rejects, feeder=self.name)
         return dump_command(self.feeder, self.job.transform, parents, columns)
 
     @contextlib.asynccontextmanager
@@ -242,7 +243,7 @@ class _FeederSync:
         if opening is not None:
             process = await opening
         else:
-            process = await self._transport.open(await self._dump_command(parents))
+            process = await self._transport.open(self._dump_command(parents))
         binary = self.feeder.dump_mode == DumpMode.BINARY
         bound = self.job.imports.max_statement_bytes
         receiver = DumpReceiver(
