@@ -165,6 +165,7 @@ def fork_workers(count: int, preload: tuple[str, ...] = ()) -> list[ForkedWorker
 
         for module in preload:
             importlib.import_module(module)
+        worker.warm_up()
         import_if_logging()
     if threading.active_count() > 1:
         return []
