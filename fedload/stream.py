@@ -51,6 +51,7 @@ __all__ = [
     "StreamDecoder",
     "StreamEncoder",
     "Trailer",
+    "build_validators",
     "dump_failure",
 ]
 
@@ -247,6 +248,13 @@ def _adapter(kind: type[_T]) -> TypeAdapter[_T]:
     if kind not in _ADAPTERS:
         _ADAPTERS[kind] = TypeAdapter(kind)
     return cast("TypeAdapter[_T]", _ADAPTERS[kind])
+
+
+def build_validators() -> None:
+    """Build the header's and the trailer's validators now: a process about to fork workers builds them once for
+    all (~20 ms of pydantic's schema generation each worker would pay at its first run)."""
+    for kind in (Header, Trailer):
+        _adapter(kind)
 
 
 def _parse(kind: type[_T], payload: bytes, what: str) -> _T:

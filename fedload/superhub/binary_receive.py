@@ -40,7 +40,8 @@ class BinaryStart:
 
 @dataclass(frozen=True, slots=True)
 class BinaryRows:
-    """A piece of the section's binary COPY data (not cut at rows)."""
+    """A piece of the section's binary COPY data (not cut at rows): the data of its chunks in one block of the
+    stream."""
 
     data: bytes
 
@@ -67,36 +68,50 @@ class SectionSplitter:
         self._sections = 0
 
     def feed(self, text: bytes) -> list[SectionItem]:
-        """The items that `text` completes."""
+        """The items that `text` completes: the data of a section's chunks in `text` as one item (the agent's
+        chunks are what psql wrote at a time, often a few KiB: an item each would cost more than its bytes)."""
         if self._buf:
             text, self._buf = self._buf + text, b""
         out: list[SectionItem] = []
+        pieces: list[memoryview] = []  # the open section's data in `text`, not yet passed on
         pos, end = 0, len(text)
-        while pos < end:
-            if self._left:
-                take = min(self._left, end - pos)
-                self._data(text[pos : pos + take], out)
-                pos, self._left = pos + take, self._left - take
-                continue
-            if end - pos < PART.size:
-                break
-            kind, length = PART.unpack_from(text, pos)
-            if kind == CHUNK and self._binary is not None:
-                pos, self._left = pos + PART.size, length
-            elif kind == HEAD and self._binary is None:
-                if length > _MAX_HEAD_BYTES:
-                    raise DumpError(f"a section head of the binary stream claims {length} bytes")
-                if end - pos - PART.size < length:
+        with memoryview(text) as view:
+            while pos < end:
+                if self._left:
+                    take = min(self._left, end - pos)
+                    pieces.append(view[pos : pos + take])
+                    pos, self._left = pos + take, self._left - take
+                    continue
+                if end - pos < PART.size:
                     break
-                out.append(self._start(text[pos + PART.size : pos + PART.size + length]))
-                pos += PART.size + length
-            elif kind == END and self._binary is not None and length == 0:
-                out.append(self._end())
-                pos += PART.size
-            else:
-                raise DumpError(f"the binary stream has an unexpected part {kind!r} at this point")
+                kind, length = PART.unpack_from(text, pos)
+                if kind == CHUNK and self._binary is not None:
+                    pos, self._left = pos + PART.size, length
+                elif kind == HEAD and self._binary is None:
+                    if length > _MAX_HEAD_BYTES:
+                        raise DumpError(f"a section head of the binary stream claims {length} bytes")
+                    if end - pos - PART.size < length:
+                        break
+                    out.append(self._start(text[pos + PART.size : pos + PART.size + length]))
+                    pos += PART.size + length
+                elif kind == END and self._binary is not None and length == 0:
+                    self._pass_on(pieces, out)
+                    out.append(self._end())
+                    pos += PART.size
+                else:
+                    raise DumpError(f"the binary stream has an unexpected part {kind!r} at this point")
+            self._pass_on(pieces, out)
         self._buf = text[pos:]
         return out
+
+    def _pass_on(self, pieces: list[memoryview], out: list[SectionItem]) -> None:
+        """The open section's data gathered from `pieces` (one copy), as an item; `pieces` emptied."""
+        if pieces:
+            data = pieces[0].tobytes() if len(pieces) == 1 else b"".join(pieces)
+            for piece in pieces:
+                piece.release()
+            pieces.clear()
+            self._data(data, out)
 
     def close(self) -> list[SectionItem]:
         """Nothing more (DumpSplitter's `close` may have items); DumpError if the dump text ends inside a section."""
