@@ -20,9 +20,9 @@ from fedload.feeder.binary_plan import read_requests as _read_requests
 from fedload.feeder.compress import choose_compressor
 from fedload.feeder.errors import AgentError, AgentUsageError
 from fedload.feeder.logs import get_logger
-from fedload.feeder.sections import SECTION_END, chunk, section_head
+from fedload.feeder.sections import SECTION_END, chunk_head, section_head
 from fedload.feeder.snapshot import SessionEnded, SnapshotSession
-from fedload.feeder.wire import Header, StreamEncoder, dump_failure
+from fedload.feeder.wire import MAX_BLOCK_BYTES, Header, StreamEncoder, dump_failure
 
 __all__ = ["psql_beside", "run_binary_dump"]
 
@@ -121,10 +121,39 @@ def _tables(
         table = (plan.schema, plan.name)
         head = section_head(table, plan.columns, binary=plan.binary, reason=plan.reason, unsent=plan.unsent)
         write_frames(out, encoder.data(head))
-        copied = session.copy(copy_command(plan), lambda data: write_frames(out, encoder.data(chunk(data))))
+        parts = _Parts(encoder, out)
+        copied = session.copy(copy_command(plan), parts.add)
+        parts.flush()
         write_frames(out, encoder.data(SECTION_END))
         rows.append((plan.schema, plan.name, copied))
     return server_version
+
+
+class _Parts:
+    """A table's COPY data as parts of about a block (MAX_BLOCK_BYTES), not one per read of psql's pipe (at most
+    64 KiB): the superhub then hands its server a block's data in one or two pieces instead of a score of them."""
+
+    def __init__(self, encoder: StreamEncoder, out: BinaryIO) -> None:
+        self._encoder = encoder
+        self._out = out
+        self._pieces: list[bytes] = []
+        self._bytes = 0
+
+    def add(self, data: bytes) -> None:
+        """Data psql wrote; sent once a block's worth has come."""
+        self._pieces.append(data)
+        self._bytes += len(data)
+        if self._bytes >= MAX_BLOCK_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send what has come as one part (nothing if nothing came)."""
+        if not self._bytes:
+            return
+        frames = [self._encoder.data(chunk_head(self._bytes))]
+        frames += [self._encoder.data(piece) for piece in self._pieces]
+        self._pieces, self._bytes = [], 0
+        write_frames(self._out, b"".join(frames))
 
 
 def _reap(process: subprocess.Popen[bytes]) -> None:

@@ -16,7 +16,7 @@ import json
 import struct
 from collections.abc import Sequence
 
-__all__ = ["CHUNK", "END", "HEAD", "PART", "SECTION_END", "chunk", "section_head"]
+__all__ = ["CHUNK", "END", "HEAD", "PART", "SECTION_END", "chunk", "chunk_head", "section_head"]
 
 PART = struct.Struct(">cI")  # kind, body length
 HEAD, CHUNK, END = b"S", b"C", b"E"
@@ -41,4 +41,9 @@ def section_head(
 
 def chunk(data: bytes) -> bytes:
     """A part carrying `data`, COPY output of the section's table."""
-    return PART.pack(CHUNK, len(data)) + data
+    return chunk_head(len(data)) + data
+
+
+def chunk_head(length: int) -> bytes:
+    """The head of a part carrying `length` bytes of COPY output, which follow it."""
+    return PART.pack(CHUNK, length)

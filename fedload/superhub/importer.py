@@ -231,7 +231,8 @@ class Importer:
         partition constraint, so that ATTACH needs no validating scan and the load checks it row by row on the way
         in. Built from the catalog, not with LIKE, which would hold a lock on the parent until the swap and block
         other feeders' swaps. Identity is left out: values come from the feeder, and PostgreSQL 17+ refuses to
-        attach a partition with an identity column."""
+        attach a partition with an identity column. The parent's per-column statistics targets are set on it, for
+        the ANALYZE after the swap."""
         key, key_default = ident(self._policy.feeder_key), key_literal(self._key)
         parent = staged.parent
         definitions = [c.definition(key_default if c.name == self._policy.feeder_key else None) for c in parent.columns]
@@ -239,7 +240,10 @@ class Importer:
         definitions.append(
             f"CONSTRAINT {ident(self._key_constraint)} CHECK ({key} IS NOT NULL AND {key} = {key_default})"
         )
-        await self._conn.execute(f"CREATE TABLE {staged.stage_sql} ({', '.join(definitions)})")
+        statements = [f"CREATE TABLE {staged.stage_sql} ({', '.join(definitions)})"]
+        if targets := _statistics_targets(parent):
+            statements.append(f"ALTER TABLE {staged.stage_sql} {targets}")
+        await self._conn.execute(";\n".join(statements))
 
     def _target(self, written_table: bytes, where: AnyItem) -> StagedTable | None:
         """The staging table for a dump table; None to skip it; DumpError if the feeder must not send it."""
@@ -470,6 +474,17 @@ class Importer:
         else:
             await self._conn.execute(head + _text(b",".join(batch), item))
             staged.rows += len(batch)
+
+
+def _statistics_targets(parent: ParentTable) -> str:
+    """The parent's per-column statistics targets as ALTER TABLE actions for a staging table ("" if none is set):
+    PostgreSQL does not pass them on to partitions, and fedload makes new partitions at every run, so the parent is
+    where an operator sets them (0 leaves a column out of ANALYZE, which makes the ANALYZE after the swap cheaper)."""
+    return ", ".join(
+        f"ALTER COLUMN {ident(c.name)} SET STATISTICS {int(c.statistics_target)}"
+        for c in parent.columns
+        if c.statistics_target is not None
+    )
 
 
 def _free_name(name: str, taken: frozenset[str]) -> str:
