@@ -30,6 +30,26 @@ def test_the_request_pairs_each_table_with_its_columns() -> None:
     assert requests == [TableRequest("public", "Hosts", (("id", 23),)), TableRequest("public", "contexts", None)]
 
 
+def test_a_digest_travels_in_the_columns_request() -> None:
+    """`digest` present asks for the table's digest (null: none held here); absent, as from older superhubs, not."""
+    digest = "ab" * 32
+    asked = [
+        json.dumps({"schema": "public", "name": "a", "columns": None, "digest": None}),
+        json.dumps({"schema": "public", "name": "b", "columns": [["id", 23]], "digest": digest}),
+        _columns("public", "c", None),
+    ]
+    a, b, c = read_requests(["public.a", "public.b", "public.c"], asked)
+    assert (a.wants_digest, a.digest, b.wants_digest, b.digest, c.wants_digest) == (True, "", True, digest, False)
+
+
+@pytest.mark.parametrize("digest", ["x" * 64, "AB" * 32, "ab", 7, "ab" * 32 + "'; DROP TABLE t; --"])
+def test_a_digest_that_is_not_64_hex_digits_is_refused(digest: object) -> None:
+    """Anything but 64 lowercase hexadecimal digits or null as a digest: a usage error."""
+    asked = json.dumps({"schema": "public", "name": "t", "columns": None, "digest": digest})
+    with pytest.raises(AgentUsageError, match="digest must be 64 hexadecimal digits or null"):
+        read_requests(["public.t"], [asked])
+
+
 @pytest.mark.parametrize(
     ("tables", "columns", "reason"),
     [
