@@ -26,7 +26,7 @@ from fedload.feeder.binary_plan import (
 )
 from fedload.feeder.binary_plan import read_requests as _read_requests
 from fedload.feeder.compress import choose_compressor
-from fedload.feeder.digest import TableDigest, digest_query, parse_digest
+from fedload.feeder.digest import TableDigest, counters_query, digest_query, parse_counters, parse_digest
 from fedload.feeder.errors import AgentError, AgentUsageError
 from fedload.feeder.logs import get_logger
 from fedload.feeder.sections import SECTION_END, chunk, section_head
@@ -121,7 +121,7 @@ class _Sent:
 
     def __init__(self) -> None:
         self.rows: list[tuple[str, str, int]] = []
-        self.digests: list[tuple[str, str, str, int]] = []
+        self.digests: list[tuple[str, str, str, int, str]] = []
         self.unchanged = 0
 
 
@@ -140,8 +140,12 @@ def _tables(
     if present:
         names = ", ".join(f"{quote_ident(r.schema)}.{quote_ident(r.name)}" for r in present)
         session.query(f"LOCK TABLE {names} IN ACCESS SHARE MODE;")
+    digested = [r for r in present if r.wants_digest]
+    counters = parse_counters(session.query(counters_query(digested))) if digested else {}
     for request in present:
-        _table(session, request, catalog[request.schema, request.name], encoder=encoder, out=out, sent=sent)
+        table = (request.schema, request.name)
+        now = counters.get(table, "")
+        _table(session, request, catalog[table], encoder=encoder, out=out, sent=sent, counters=now)
     return server_version
 
 
@@ -153,14 +157,15 @@ def _table(
     encoder: StreamEncoder,
     out: BinaryIO,
     sent: _Sent,
+    counters: str,
 ) -> None:
-    """One table's section: its data, or, where its digest is the one the superhub holds, that it is unchanged."""
+    """One table's section: its data, or, where its digest is the one the superhub holds, that it is unchanged. The
+    digest is not computed where the table's counters say it changed for sure (fedload/feeder/digest.py)."""
     plan = plan_table(request, feeder)
     table = (plan.schema, plan.name)
     digest: TableDigest | None = None
-    if request.wants_digest:
+    if request.wants_digest and not (request.counters and request.counters != counters):
         digest = parse_digest(session.query(digest_query(plan)), plan, feeder)
-        sent.digests.append((plan.schema, plan.name, digest.digest, digest.rows))
     kept = (digest.rows, digest.digest) if digest is not None and digest.digest == request.digest else None
     head = section_head(table, plan.columns, binary=plan.binary, reason=plan.reason, unsent=plan.unsent, unchanged=kept)
     write_frames(out, encoder.data(head))
@@ -173,6 +178,8 @@ def _table(
     if digest is not None and copied != digest.rows:  # one snapshot: cannot differ, unless the session is not one
         raise ValueError(f"table {plan.schema}.{plan.name}: {copied} rows copied but {digest.rows} digested")
     sent.rows.append((plan.schema, plan.name, copied))
+    if request.wants_digest:
+        sent.digests.append((plan.schema, plan.name, digest.digest if digest else "", copied, counters))
 
 
 def _reap(process: subprocess.Popen[bytes]) -> None:

@@ -32,6 +32,7 @@ __all__ = [
 ]
 
 _DIGEST = re.compile("[0-9a-f]{64}")
+_COUNTERS = re.compile("[0-9]{1,20}(?: [0-9]{1,20}){0,7}")
 FIRST_USER_OID = 16384  # FirstNormalObjectId: below it, built-in objects, whose OIDs every server shares
 
 
@@ -46,6 +47,7 @@ class TableRequest:
     # is the one it holds ("" for none): a table whose digest equals it is not sent.
     wants_digest: bool = False
     digest: str = ""
+    counters: str = ""  # the table's counters when that digest was computed ("": none): others mean changed for sure
 
 
 @dataclass(frozen=True)
@@ -99,15 +101,17 @@ def _request(text: str) -> TableRequest:
     if not named:
         raise AgentUsageError(f"--columns {text[:80]!r} is not a JSON object naming a table's schema and name")
     columns = found.get("columns")
-    wants_digest, digest = "digest" in found, found.get("digest") or ""
+    wants_digest, digest, counters = "digest" in found, found.get("digest") or "", found.get("counters") or ""
     if not isinstance(digest, str) or (digest and not _DIGEST.fullmatch(digest)):
         raise AgentUsageError(f"--columns of {found['name']!r}: digest must be 64 hexadecimal digits or null")
+    if not isinstance(counters, str) or (counters and not _COUNTERS.fullmatch(counters)):
+        raise AgentUsageError(f"--columns of {found['name']!r}: counters must be numbers separated by spaces")
     if columns is None:
-        return TableRequest(found["schema"], found["name"], None, wants_digest, digest)
+        return TableRequest(found["schema"], found["name"], None, wants_digest, digest, counters)
     if not isinstance(columns, list) or not all(_is_column(column) for column in columns):
         raise AgentUsageError(f"--columns of {found['name']!r}: columns must be a list of [name, type OID] pairs")
     pairs = tuple((name, oid) for name, oid in columns)
-    return TableRequest(found["schema"], found["name"], pairs, wants_digest, digest)
+    return TableRequest(found["schema"], found["name"], pairs, wants_digest, digest, counters)
 
 
 def _is_column(column: object) -> bool:

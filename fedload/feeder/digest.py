@@ -8,6 +8,12 @@ tells NULL (nothing) from '' (`""`) and 1 from 1.0. The rows' 128-bit hashes are
 exact numerics: the sum does not depend on the rows' order (a seq scan may start anywhere: synchronize_seqscans).
 Count, sums and columns are then hashed into one SHA-256 hex string.
 
+The digest reads the whole table, so it is computed only where it may save the table's dump: the table's counters
+(its file node and its inserted, updated and deleted tuples, `pg_stat_get_tuples_*`) are only a hint, but one that
+can only say "changed for sure": where they differ from those the superhub stored with its digest, the table is sent
+without one. They prove nothing the other way (PostgreSQL 15+ reports a backend's counts late; `track_counts` may be
+off): where they are equal, the digest decides.
+
 Pure apart from the statement's text: no process, no database. Standard library only (the zipapp).
 """
 
@@ -18,9 +24,9 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fedload.feeder.binary_plan import FeederColumn, TablePlan, quote_ident
+from fedload.feeder.binary_plan import FeederColumn, TablePlan, TableRequest, quote_ident
 
-__all__ = ["DIGEST_VERSION", "TableDigest", "digest_query", "parse_digest"]
+__all__ = ["DIGEST_VERSION", "TableDigest", "counters_query", "digest_query", "parse_counters", "parse_digest"]
 
 DIGEST_VERSION = 1  # what `digest_query` hashes and how: a change makes every stored digest differ
 
@@ -56,3 +62,24 @@ def parse_digest(printed: bytes, plan: TablePlan, feeder: Sequence[FeederColumn]
     ]
     digest = hashlib.sha256(json.dumps(content).encode()).hexdigest()
     return TableDigest(int(count), digest)
+
+
+_COUNTERS = (
+    "SELECT coalesce(json_agg(json_build_array(n.nspname, c.relname, concat_ws(' ', pg_relation_filenode(c.oid), "
+    "pg_stat_get_tuples_inserted(c.oid), pg_stat_get_tuples_updated(c.oid), pg_stat_get_tuples_deleted(c.oid)))), "
+    "'[]') FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+    "JOIN json_array_elements(convert_from(decode('NAMES_HEX', 'hex'), 'UTF8')::json) r "
+    "ON n.nspname = r->>0 AND c.relname = r->>1 WHERE c.relkind = 'r';"
+)
+
+
+def counters_query(requests: Sequence[TableRequest]) -> str:
+    """One statement whose one value is a JSON list of [schema, name, counters] for the requested tables; the names
+    travel hex-encoded, as in `catalog_query`."""
+    names = json.dumps([[r.schema, r.name] for r in requests]).encode().hex()
+    return _COUNTERS.replace("NAMES_HEX", names)
+
+
+def parse_counters(printed: bytes) -> dict[tuple[str, str], str]:
+    """The counters `counters_query` printed, by (schema, name); ValueError if it is not its answer."""
+    return {(schema, name): str(counters) for schema, name, counters in json.loads(printed)}

@@ -82,8 +82,9 @@ class Trailer:
     error: str = ""
     stderr_tail: str = ""
     dump_program: str = "pg_dump"  # whose exit status and stderr these are: psql in binary mode
-    # Since protocol 5, where the superhub asked: [schema, name, digest, rows] of each table, sent or unchanged.
-    digests: list[tuple[str, str, str, int]] = field(default_factory=list)
+    # Since protocol 5, where the superhub asked: [schema, name, digest, rows, counters] of each table, sent or
+    # unchanged (digest "": not computed, the counters said the table changed).
+    digests: list[tuple[str, str, str, int, str]] = field(default_factory=list)
 
     def row_counts(self) -> dict[tuple[str, str], int]:
         """The rows the agent saw per (schema, name)."""

@@ -34,9 +34,11 @@ def binary_columns(
     rejects: bool,
     feeder: str = "",
     digests: Mapping[TableName, str] | None = None,
+    counters: Mapping[TableName, str] | None = None,
 ) -> list[str]:
     """The `--columns` values for `parents` (sorted by table, as `dump_command` sorts `--table`); with `digests`
-    (skipping unchanged tables), each asks for the table's digest and states the one held here, if any (null)."""
+    (skipping unchanged tables), each asks for the table's digest and states the one held here, if any (null), and
+    the table's counters on the feeder when this superhub last loaded it (`counters`, where known)."""
     out = []
     for parent in sorted(parents, key=lambda p: p.table):
         rules = remap.for_table(parent.qualified_name) if remap is not None else None
@@ -48,6 +50,8 @@ def binary_columns(
         request: dict[str, Any] = {"schema": parent.table.schema, "name": parent.table.name, "columns": columns}
         if digests is not None:
             request["digest"] = digests.get(parent.table)
+            if counters and parent.table in counters:
+                request["counters"] = counters[parent.table]
         out.append(json.dumps(request))
     return out
 

@@ -173,10 +173,10 @@ class _FeederSync:
             unchanged = await keep_unchanged(conn, importer, self._skips, feeder=self.name, key=self.feeder.key)
             self._kept = frozenset(s.parent.table for s in importer.staged.values() if s.kept is not None)
             self.record.unchanged_tables = unchanged
-            await self._swap(conn, importer)
-            if self._skips is not None:
+            if self._skips is not None:  # before the swap, which may fail: in its transaction all the same
                 digests = digests_to_store(importer, receiver.trailer, self._skips)
                 await store_digests(conn, self.name, self.run_id, digests)
+            await self._swap(conn, importer)
         return importer
 
     async def _start_dump_early(self, conn: asyncpg.Connection) -> None:
@@ -262,8 +262,11 @@ class _FeederSync:
             return dump_command(self.feeder, self.job.transform, parents, statistics=self._carry)
         remap = await asyncio.to_thread(_read_remap, self.feeder)
         rejects = self.job.imports.bad_rows == "reject"
-        asked = self._skips.asked if self._skips is not None else None
-        columns = binary_columns(parents.values(), remap=remap, rejects=rejects, feeder=self.name, digests=asked)
+        skips = self._skips
+        asked, counters = (skips.asked, skips.counters) if skips is not None else (None, None)
+        columns = binary_columns(
+            parents.values(), remap=remap, rejects=rejects, feeder=self.name, digests=asked, counters=counters
+        )
         return dump_command(self.feeder, self.job.transform, parents, columns)
 
     async def _plan_skips(self, conn: asyncpg.Connection, parents: dict[TableName, ParentTable]) -> Skips | None:

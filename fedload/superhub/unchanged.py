@@ -64,7 +64,8 @@ class Skips:
 
     fingerprints: dict[TableName, str]
     stored: dict[TableName, StoredDigest]
-    asked: dict[TableName, str]
+    asked: dict[TableName, str]  # the digest sent with each table's request, where one is
+    counters: dict[TableName, str]  # the counters sent (the digest's, or those of a table sent without one)
 
 
 def fingerprint(parent: ParentTable, remap: Remap | None, job: Job) -> str:
@@ -105,8 +106,9 @@ async def plan_skips(
         return None
     stored = await read_digests(conn, job.name)
     fingerprints = {table: fingerprint(parent, remap, job) for table, parent in parents.items()}
-    asked = {t: s.digest for t, s in stored.items() if fingerprints.get(t) == s.fingerprint}
-    return Skips(fingerprints, stored, asked)
+    valid = {t: s for t, s in stored.items() if fingerprints.get(t) == s.fingerprint}
+    asked = {t: s.digest for t, s in valid.items() if s.digest}
+    return Skips(fingerprints, stored, asked, {t: s.counters for t, s in valid.items() if s.counters})
 
 
 async def keep_unchanged(
@@ -165,13 +167,13 @@ def digests_to_store(importer: Importer, trailer: Trailer | None, skips: Skips |
     if skips is None or trailer is None:
         return {}
     stored = {}
-    for schema, name, digest, rows in trailer.digests:
+    for schema, name, digest, rows, counters in trailer.digests:
         table = TableName(schema, name)
         staged = importer.staged.get(table)
         if staged is None or table not in skips.fingerprints or staged.rejected:
             continue
         if rows == (staged.kept.rows if staged.kept is not None else staged.rows):
-            stored[table] = StoredDigest(digest, rows, skips.fingerprints[table])
+            stored[table] = StoredDigest(digest, rows, skips.fingerprints[table], counters)
     return stored
 
 

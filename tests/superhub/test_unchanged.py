@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,10 +54,11 @@ class Pair:
     superhub_db: str
     settings: dict[str, Any]
 
-    def config(self, **more: Any) -> Config:
-        """The feeder `f` (key 1) in binary mode, with `more` settings."""
+    def config(self, *, superhub_settings: dict[str, Any] | None = None, **more: Any) -> Config:
+        """The feeder `f` (key 1) in binary mode, with `more` settings (and the superhub's)."""
         feeder = {**self.settings, **more}
         superhub = {"dsn": self.cluster.dsn(self.superhub_db), "tables": ["public.t", "public.u"]}
+        superhub |= superhub_settings or {}
         return parse_config({"superhub": superhub, "feeders": {"f": feeder}})
 
     def feeder(self, sql: str) -> str:
@@ -76,12 +79,15 @@ class Pair:
 
 @pytest.fixture(scope="module")
 def pair(cluster: LocalCluster) -> Pair:
-    """The module's pair of databases, table t filled, synced once."""
+    """The module's pair of databases, table t filled, synced once; the feeder's tables not counted."""
     feeder_db, superhub_db = "unchangedfeeder", "unchangedhub"
     cluster.psql(f"CREATE DATABASE {feeder_db}")
     cluster.psql(f"CREATE DATABASE {superhub_db}")
     cluster.psql(FEEDER_SCHEMA + REFILL.format(seed=next(_seeds)), dbname=feeder_db)
     cluster.psql(SUPERHUB_SCHEMA, dbname=superhub_db)
+    # The table's counters, which may say "changed for sure", stand still: the digest alone decides (a test below
+    # turns them on).
+    cluster.psql(f"ALTER DATABASE {feeder_db} SET track_counts = off")
     settings_ = {
         "key": 1,
         "transport": "local",
@@ -131,10 +137,11 @@ def one_round(pair: Pair, change: str, pos: int, **more: Any) -> None:
     if change == "delete" and pair.feeder("SELECT count(*) FROM t WHERE id > 1").strip() == "0":
         pair.feeder(CHANGES["insert"])  # a row to delete, synced first
         pair.sync(**more)
-    present = pair.feeder(V_TYPE).strip()
-    other = next(t for t in TYPES if t != present)
+    other = TYPES[(TYPES.index(pair.feeder(V_TYPE).strip()) + 1) % len(TYPES)]  # varchar(50) to (60): typmod only
     if sql := CHANGES[change].format(pos=pos, seed=next(_seeds), type=other):
         pair.feeder(sql)
+    else:  # a change the table's file node showed (TRUNCATE, a rewrite) sent it without a digest: one round to get it
+        pair.sync(**more)
     run = pair.sync(**more)
     expected = {"public.t", "public.u"} if change == "none" else {"public.u"}
     assert kept(run) == expected, change
@@ -174,6 +181,39 @@ def test_a_change_on_the_superhub_side_voids_the_skip(pair: Pair) -> None:
     assert kept(pair.sync(skip_unchanged=False)) == set()
 
 
+def test_a_kept_partition_must_hold_the_digests_rows(pair: Pair) -> None:
+    """A partition that lost a row on the superhub is not kept as unchanged: the run fails saying so, the digest is
+    forgotten, and the next round sends the table."""
+    pair.sync()
+    pair.superhub("DELETE FROM t WHERE hub_id = 1 AND id = (SELECT max(id) FROM t WHERE hub_id = 1)")
+    run = asyncio.run(sync_feeder(feeder_job(pair.config(), "f")))
+    assert run.outcome == Outcome.FAILED
+    assert "is unchanged with" in (run.error or "")
+    assert "its digest is forgotten and the next run sends it" in (run.error or "")
+    assert kept(pair.sync()) == {"public.u"}
+
+
+def test_a_failed_swap_records_no_digest(pair: Pair) -> None:
+    """A run whose swap fails (a reader holds the parent past swap_max_wait_s) stores none of its digests: they are
+    written in the swap's transaction. The next round sends the changed table again, then keeps it."""
+    pair.sync()
+    digests = "SELECT string_agg(digest || fingerprint, ',' ORDER BY table_name) FROM fedload.digests"
+    before = pair.superhub(digests)
+    pair.feeder(CHANGES["insert"])
+    psql = [pair.cluster.install.tool("psql"), "-X", "-q", "-d", pair.cluster.conninfo(pair.superhub_db)]
+    with subprocess.Popen(psql, stdin=subprocess.PIPE, text=True) as reader:
+        assert reader.stdin is not None
+        reader.stdin.write("BEGIN; LOCK TABLE t IN ACCESS SHARE MODE; SELECT pg_sleep(3);\n")
+        reader.stdin.close()  # psql ends, and its lock with it, once the sleep is over
+        time.sleep(0.5)
+        hurried = {"swap_max_wait_s": 1.0, "swap_lock_timeout_s": 0.2}
+        run = asyncio.run(sync_feeder(feeder_job(pair.config(superhub_settings=hurried), "f")))
+    assert run.outcome == Outcome.FAILED
+    assert pair.superhub(digests) == before
+    assert kept(pair.sync()) == {"public.u"}
+    assert kept(pair.sync()) == {"public.t", "public.u"}
+
+
 def test_a_failed_run_records_no_digest(pair: Pair) -> None:
     """A run that fails after the load (a row the superhub's CHECK refuses) changes no stored digest, and the next
     round sends the table."""
@@ -203,3 +243,20 @@ def test_a_round_without_changes_sends_nothing(pair: Pair) -> None:
     assert history.strip() == '["public.t", "public.u"]'
     (status,) = asyncio.run(read_status(pair.config()))
     assert status.unchanged_tables == 2
+
+
+def test_counters_that_moved_spare_the_digest(pair: Pair) -> None:
+    """With track_counts on, a table whose counters moved is sent without computing its digest (stored empty); the
+    next round computes it (counters still), and the one after keeps the table."""
+    digest_of_t = "SELECT digest <> '' FROM fedload.digests WHERE table_name = 't'"
+    pair.cluster.psql(f"ALTER DATABASE {pair.feeder_db} SET track_counts = on")
+    try:
+        pair.sync()  # the counters stored
+        pair.feeder(CHANGES["insert"])
+        assert kept(pair.sync()) == {"public.u"}
+        assert pair.superhub(digest_of_t).strip() == "f"
+        assert kept(pair.sync()) == {"public.u"}
+        assert pair.superhub(digest_of_t).strip() == "t"
+        assert kept(pair.sync()) == {"public.t", "public.u"}
+    finally:
+        pair.cluster.psql(f"ALTER DATABASE {pair.feeder_db} SET track_counts = off")

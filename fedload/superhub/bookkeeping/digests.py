@@ -18,18 +18,22 @@ __all__ = ["StoredDigest", "forget_digests", "read_digests", "write_digests"]
 class StoredDigest:
     """A table's digest as the superhub's data was loaded."""
 
-    digest: str
+    digest: str  # "": none computed (the table's counters said it changed)
     rows: int
     fingerprint: str
+    counters: str = ""  # the table's counters on the feeder then
 
 
 async def read_digests(conn: asyncpg.Connection, feeder: str) -> dict[TableName, StoredDigest]:
     """The feeder's stored digests, by table."""
     found = await conn.fetch(
-        "SELECT table_schema, table_name, digest, rows, fingerprint FROM fedload.digests WHERE feeder = $1", feeder
+        "SELECT table_schema, table_name, digest, rows, fingerprint, counters FROM fedload.digests WHERE feeder = $1",
+        feeder,
     )
     return {
-        TableName(r["table_schema"], r["table_name"]): StoredDigest(r["digest"], r["rows"], r["fingerprint"])
+        TableName(r["table_schema"], r["table_name"]): StoredDigest(
+            r["digest"], r["rows"], r["fingerprint"], r["counters"]
+        )
         for r in found
     }
 
@@ -41,15 +45,16 @@ async def write_digests(
     await conn.execute("DELETE FROM fedload.digests WHERE feeder = $1", feeder)
     tables = sorted(digests)
     await conn.execute(
-        "INSERT INTO fedload.digests (feeder, table_schema, table_name, digest, rows, fingerprint, run_id) "
-        "SELECT $1, s, n, d, r, f, $7 FROM unnest($2::text[], $3::text[], $4::text[], $5::int8[], $6::text[]) "
-        "AS t(s, n, d, r, f)",
+        "INSERT INTO fedload.digests (feeder, table_schema, table_name, digest, rows, fingerprint, counters, run_id) "
+        "SELECT $1, s, n, d, r, f, c, $8 FROM unnest($2::text[], $3::text[], $4::text[], $5::int8[], $6::text[], "
+        "$7::text[]) AS t(s, n, d, r, f, c)",
         feeder,
         [t.schema for t in tables],
         [t.name for t in tables],
         [digests[t].digest for t in tables],
         [digests[t].rows for t in tables],
         [digests[t].fingerprint for t in tables],
+        [digests[t].counters for t in tables],
         run_id,
     )
 

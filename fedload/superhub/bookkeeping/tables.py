@@ -69,6 +69,7 @@ CREATE TABLE IF NOT EXISTS fedload.digests (
     digest text NOT NULL,
     rows bigint NOT NULL,
     fingerprint text NOT NULL,
+    counters text NOT NULL DEFAULT '',
     run_id bigint,
     PRIMARY KEY (feeder, table_schema, table_name)
 );
