@@ -41,7 +41,7 @@ INSERT INTO t VALUES (0, NULL, 1, NULL), (1, 'one', 2.5, {BIG});
 INSERT INTO t SELECT i, 'r{{seed}}-' || i, i * 1.5, NULL FROM generate_series(2, 6) AS i;
 """
 CONTENT = {"t": "id, v, n, big", "u": "id, v"}
-TYPES = ("text", "varchar(50)", "varchar(60)")
+TYPES = ("text", "character varying(50)", "character varying(60)")
 _seeds = itertools.count()
 
 
