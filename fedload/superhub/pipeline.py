@@ -174,7 +174,7 @@ class _FeederSync:
             self._kept = frozenset(s.parent.table for s in importer.staged.values() if s.kept is not None)
             self.record.unchanged_tables = unchanged
             if self._skips is not None:  # before the swap, which may fail: in its transaction all the same
-                digests = digests_to_store(importer, receiver.trailer, self._skips)
+                digests = digests_to_store(importer, receiver.trailer, self._skips, self.name)
                 await store_digests(conn, self.name, self.run_id, digests)
             await self._swap(conn, importer)
         return importer

@@ -161,11 +161,16 @@ async def forget_on_failure(conn: asyncpg.Connection, feeder: str, error: KeptPa
     await forget_digests(conn, feeder, error.tables)
 
 
-def digests_to_store(importer: Importer, trailer: Trailer | None, skips: Skips | None) -> dict[TableName, StoredDigest]:
+def digests_to_store(
+    importer: Importer, trailer: Trailer | None, skips: Skips | None, feeder: str = ""
+) -> dict[TableName, StoredDigest]:
     """The digests to keep after this run: each table's, where the agent sent one whose rows are all in its
     partition (none of them set aside as bad rows)."""
     if skips is None or trailer is None:
         return {}
+    if not trailer.digests and importer.staged:  # an agent older than digests ignores the request's: sends all
+        why = "the feeder's agent sends no digests: upgrade fedload there"
+        log.info("sync.unchanged_unsupported", feeder=feeder, reason=why)
     stored = {}
     for schema, name, digest, rows, counters in trailer.digests:
         table = TableName(schema, name)
