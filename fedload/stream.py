@@ -25,6 +25,7 @@ import zstandard
 from fedload import __version__
 from fedload.errors import DumpError
 from fedload.feeder.wire import (
+    DIGEST_PROTOCOL,
     FORMAT_VERSION,
     FRAME_HEAD,
     MAGIC,
@@ -56,7 +57,7 @@ __all__ = [
 ]
 
 OLDEST_PROTOCOL = 2  # the oldest agents' protocol this superhub reads
-NEWEST_PROTOCOL = PROTOCOL_VERSION  # the newest this superhub reads: its own agents'
+NEWEST_PROTOCOL = DIGEST_PROTOCOL  # the newest this superhub reads: its own agents' when asked for digests
 _BLOCKS_HASHED = 4  # the first protocol whose trailer hashes the compressed blocks, not the dump text
 _MAX_ACCEPTED_BLOCK_BYTES = 4 * MAX_BLOCK_BYTES  # a receiver tolerates senders with larger blocks, to a bound
 _MAX_FRAME_BYTES = _MAX_ACCEPTED_BLOCK_BYTES + (1 << 16)

@@ -6,7 +6,8 @@
     kinds   = b"S" the section's head, JSON; b"C" COPY data as the feeder's server wrote it; b"E" the end (empty)
 
 The head names the table, the columns the data holds in order, its format ("binary": PostgreSQL's binary COPY
-format; "text": COPY's text format, whole lines), why it is text where it is, and the feeder's columns left out.
+format; "text": COPY's text format, whole lines), why it is text where it is, and the feeder's columns left out;
+since protocol 5, `unchanged` (rows and digest) where the table is not sent: its digest is the superhub's.
 Standard library only: this runs in the agent's zipapp on the feeder's own Python, 3.9 and later.
 """
 
@@ -24,10 +25,17 @@ SECTION_END = PART.pack(END, 0)
 
 
 def section_head(
-    table: tuple[str, str], columns: Sequence[str], *, binary: bool, reason: str, unsent: Sequence[str]
+    table: tuple[str, str],
+    columns: Sequence[str],
+    *,
+    binary: bool,
+    reason: str,
+    unsent: Sequence[str],
+    unchanged: tuple[int, str] | None = None,
 ) -> bytes:
-    """The part that opens a table's section."""
-    head = {
+    """The part that opens a table's section; `unchanged` (rows, digest): the table is not sent, its digest is the
+    one the superhub holds, and the section holds no data (protocol 5)."""
+    head: dict[str, object] = {
         "schema": table[0],
         "name": table[1],
         "columns": list(columns),
@@ -35,6 +43,8 @@ def section_head(
         "reason": reason,
         "unsent": list(unsent),
     }
+    if unchanged is not None:
+        head["unchanged"] = {"rows": unchanged[0], "digest": unchanged[1]}
     body = json.dumps(head).encode()
     return PART.pack(HEAD, len(body)) + body
 

@@ -21,7 +21,7 @@ from fedload.names import TableName
 from fedload.superhub.schema import ident
 from transforms import CopyEnd, CopyRows, CopyStart, TooLargeError
 
-__all__ = ["BinaryEnd", "BinaryRows", "BinaryStart", "SectionItem", "SectionSplitter"]
+__all__ = ["BinaryEnd", "BinaryRows", "BinaryStart", "SectionItem", "SectionSplitter", "UnchangedTable"]
 
 _MAX_HEAD_BYTES = 1 << 20
 log = get_logger()
@@ -51,7 +51,17 @@ class BinaryEnd:
     """The section's data is complete."""
 
 
-SectionItem = BinaryStart | BinaryRows | BinaryEnd | CopyStart | CopyRows | CopyEnd
+@dataclass(frozen=True, slots=True)
+class UnchangedTable:
+    """The feeder did not send the table: its digest is the one the superhub asked with (protocol 5); `rows` and
+    `digest` as the feeder computed them in the dump's snapshot."""
+
+    table: TableName
+    rows: int
+    digest: str
+
+
+SectionItem = BinaryStart | BinaryRows | BinaryEnd | CopyStart | CopyRows | CopyEnd | UnchangedTable
 
 
 class SectionSplitter:
@@ -63,6 +73,7 @@ class SectionSplitter:
         self._buf = b""  # an incomplete part head, or section head
         self._left = 0  # bytes of the current chunk still to come
         self._binary: bool | None = None  # the open section's format; None between sections
+        self._unchanged = False  # the open section says its table is unchanged: it holds no data
         self._table: TableName | None = None
         self._line = b""  # a text section's incomplete last line
         self._sections = 0
@@ -85,7 +96,7 @@ class SectionSplitter:
                 if end - pos < PART.size:
                     break
                 kind, length = PART.unpack_from(text, pos)
-                if kind == CHUNK and self._binary is not None:
+                if kind == CHUNK and self._binary is not None and not self._unchanged:
                     pos, self._left = pos + PART.size, length
                 elif kind == HEAD and self._binary is None:
                     if length > _MAX_HEAD_BYTES:
@@ -96,7 +107,8 @@ class SectionSplitter:
                     pos += PART.size + length
                 elif kind == END and self._binary is not None and length == 0:
                     self._pass_on(pieces, out)
-                    out.append(self._end())
+                    if (ended := self._end()) is not None:
+                        out.append(ended)
                     pos += PART.size
                 else:
                     raise DumpError(f"the binary stream has an unexpected part {kind!r} at this point")
@@ -135,8 +147,11 @@ class SectionSplitter:
         if cut:
             out.append(CopyRows(data[:cut] if cut < len(data) else data))
 
-    def _end(self) -> SectionItem:
+    def _end(self) -> SectionItem | None:
         binary, self._binary = self._binary, None
+        if self._unchanged:
+            self._unchanged = False
+            return None
         if binary:
             return BinaryEnd()
         if self._line:
@@ -149,6 +164,9 @@ class SectionSplitter:
         self._table = table = TableName(head["schema"], head["name"])
         columns = tuple(head["columns"])
         self._binary = head["format"] == "binary"
+        if (unchanged := head.get("unchanged")) is not None:
+            self._unchanged = True
+            return UnchangedTable(table, unchanged["rows"], unchanged["digest"])
         if self._binary:
             return BinaryStart(table, columns, tuple(head["unsent"]), self._sections)
         log.info("import.text_fallback", feeder=self._feeder, table=str(table), reason=head["reason"])
@@ -169,7 +187,20 @@ def _head(body: bytes) -> dict[str, Any]:
         and all(isinstance(head.get(key), str) for key in strings)
         and all(isinstance(head.get(key), list) and all(isinstance(c, str) for c in head[key]) for key in lists)
         and head.get("format") in ("binary", "text")
+        and _valid_unchanged(head.get("unchanged"))
     )
     if not valid:
         raise DumpError(f"a section head of the binary stream is not valid: {body[:80]!r}")
     return dict(head)
+
+
+def _valid_unchanged(unchanged: object) -> bool:
+    """A head's `unchanged` (protocol 5) is absent, or rows (an integer, 0 or more) and a digest (a string)."""
+    if unchanged is None:
+        return True
+    return (
+        isinstance(unchanged, dict)
+        and type(unchanged.get("rows")) is int
+        and unchanged["rows"] >= 0
+        and isinstance(unchanged.get("digest"), str)
+    )

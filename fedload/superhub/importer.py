@@ -22,7 +22,7 @@ from fedload.config import DEFAULT_RECEIVED_STATEMENT_BYTES, BadRows, ExtraColum
 from fedload.errors import DumpError
 from fedload.log import get_logger
 from fedload.names import TableName, TablePattern
-from fedload.superhub.binary_receive import BinaryEnd, BinaryRows, BinaryStart, SectionItem
+from fedload.superhub.binary_receive import BinaryEnd, BinaryRows, BinaryStart, SectionItem, UnchangedTable
 from fedload.superhub.literal_copy import CSV_NULL, CSV_QUOTE, copy_rows_pattern, csv_rows
 from fedload.superhub.rejects import RejectWriter
 from fedload.superhub.schema import STAGE_SCHEMA, ParentTable, ident, key_literal, qualified
@@ -104,6 +104,7 @@ class StagedTable:
     rejected: int = 0
     present: bool = False  # the dump announced or carried the table: present and empty is fine, absent is not
     loaded: bool = False  # its data arrived (a second time rejects the dump)
+    kept: UnchangedTable | None = None  # the feeder says it is unchanged: its partition stays (no staging table)
 
     @property
     def stage_sql(self) -> str:
@@ -161,6 +162,8 @@ class Importer:
                 await self._copy(item, items)
             elif isinstance(item, BinaryStart):
                 await self._copy_binary(item, items)
+            elif isinstance(item, UnchangedTable):
+                await self._keep(item)
             elif isinstance(item, InsertRows):
                 await self._insert(item)
             elif isinstance(item, Statement):
@@ -212,12 +215,23 @@ class Importer:
         if self._remap is not None and (unknown := sorted(set(self._remap.tables) - seen)):
             raise DumpError(f"the remap of feeder {self._feeder} names table(s) not in its dump: {', '.join(unknown)}")
 
+    async def _keep(self, item: UnchangedTable) -> None:
+        """A table the feeder did not send, its digest unchanged: no staging table; the run checks and keeps its
+        partition (fedload.superhub.unchanged)."""
+        staged = self._target(item.table.sql.encode(), item)
+        if staged is not None:
+            staged.kept = item
+            await self._conn.execute(f"DROP TABLE {staged.stage_sql}")
+            self._log.info("import.table_unchanged", table=staged.parent.qualified_name, rows=item.rows)
+
     async def finish(self) -> None:
         """Build the parent's indexes on each staging table, after the load (faster than maintaining them).
 
         An index that backs the parent's primary key or unique constraint is built as such a constraint: ATTACH
         matches a constraint only with a constraint, and would otherwise build the index again."""
         for staged in self.staged.values():
+            if staged.kept is not None:
+                continue
             for index in staged.parent.indexes:
                 if index.constraint_sql is not None:
                     await self._conn.execute(f"ALTER TABLE {staged.stage_sql} ADD {index.constraint_sql}")
