@@ -78,6 +78,7 @@ class FeederStatus:
     paused_reason: str | None = None
     paused_since: datetime | None = None
     paused_by: str | None = None  # user@host of the `feeder pause`
+    displaced_entities: int | None = None  # with superhub.entity_key: its entities shown by another feeder
 
     @property
     def overdue(self) -> bool:
