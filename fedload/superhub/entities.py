@@ -40,6 +40,7 @@ __all__ = [
     "DISPLACED_SCHEMA",
     "EntityRule",
     "EntityTable",
+    "check_entity_rule",
     "displaced_counts",
     "displaced_table",
     "forget_displaced",
@@ -131,13 +132,15 @@ async def displaced_counts(conn: asyncpg.Connection) -> dict[str, int]:
     return {row[0]: row[1] for row in rows}
 
 
-# The newest column's type, whether it has a btree order, and the registry's type (NULL before it exists).
+# The newest column's type, whether it has a btree order, whether its table has the key column ($3), and the
+# registry's type (NULL before it exists); no row when the table or the column is missing.
 _NEWEST_TYPE = """
 SELECT format_type(a.atttypid, a.atttypmod),
        EXISTS (SELECT 1 FROM pg_opclass o JOIN pg_am m ON m.oid = o.opcmethod
                WHERE m.amname = 'btree' AND o.opcdefault AND o.opcintype IN (
                      t.oid, t.typbasetype, CASE WHEN t.typelem <> 0 THEN 'anyarray'::regtype END,
                      CASE WHEN t.typtype = 'e' THEN 'anyenum'::regtype END)),
+       EXISTS (SELECT 1 FROM pg_attribute k WHERE k.attrelid = a.attrelid AND k.attname = $3 AND NOT k.attisdropped),
        (SELECT format_type(r.atttypid, r.atttypmod) FROM pg_attribute r
         WHERE r.attrelid = to_regclass('fedload.entity_homes') AND r.attname = 'newest' AND NOT r.attisdropped)
 FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
@@ -154,14 +157,17 @@ FROM unnest($1::text[]) AS n
 """
 
 
-async def _ensure_registry(conn: asyncpg.Connection, rule: EntityRule, parents: Iterable[ParentTable]) -> str:
-    """The registry and the displaced tables, created or given the parents' new columns where needed; the newest
-    column's type. ConfigError, one line, for a newest column that is missing, has no order, or changed type."""
+async def check_entity_rule(conn: asyncpg.Connection, rule: EntityRule) -> tuple[str, str | None]:
+    """The newest column's type and the registry's (None before the first swap with the rule); ConfigError, one
+    line, for a newest table or column the superhub lacks, a newest table without the key column, a type without
+    order, or a registry made for another type."""
     newest = f"superhub.entity_newest = {rule.newest_table}.{rule.newest_column}"
-    row = await conn.fetchrow(_NEWEST_TYPE, rule.newest_table.sql, rule.newest_column)
+    row = await conn.fetchrow(_NEWEST_TYPE, rule.newest_table.sql, rule.newest_column, rule.key_column)
     if row is None:
-        raise ConfigError(f"{newest}: the superhub's table {rule.newest_table} has no such column")
-    newest_type, ordered, registered = row
+        raise ConfigError(f"{newest}: the superhub has no table {rule.newest_table} with that column")
+    newest_type, ordered, keyed, registered = row
+    if not keyed:
+        raise ConfigError(f"{newest}: table {rule.newest_table} has no entity_key column {rule.key_column}")
     if not ordered:
         raise ConfigError(f"{newest}: its type {newest_type} has no order (no default btree operator class)")
     if registered is not None and registered != newest_type:
@@ -169,6 +175,13 @@ async def _ensure_registry(conn: asyncpg.Connection, rule: EntityRule, parents: 
             f"{newest}: its type is {newest_type} but fedload.entity_homes was made for {registered}; "
             "drop fedload.entity_homes and fedload.entity_copies to start the registry again"
         )
+    return str(newest_type), None if registered is None else str(registered)
+
+
+async def _ensure_registry(conn: asyncpg.Connection, rule: EntityRule, parents: Iterable[ParentTable]) -> str:
+    """The registry and the displaced tables, created or given the parents' new columns where needed; the newest
+    column's type. ConfigError, one line, for a newest column that is missing, has no order, or changed type."""
+    newest_type, registered = await check_entity_rule(conn, rule)
     parents = list(parents)
     names = [displaced_table(p.table) for p in parents]
     present: dict[str, list[str]] = {row[0]: row[1] for row in await conn.fetch(_DISPLACED_COLUMNS, names)}

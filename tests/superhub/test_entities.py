@@ -14,11 +14,14 @@ from typing import Any
 import asyncpg
 import pytest
 
+from fedload.commands.probe import probe_superhub
 from fedload.commands.status import read_status
 from fedload.config import Config, SuperhubConfig, parse_config
 from fedload.errors import ConfigError, ErrorKind
+from fedload.names import TableName
 from fedload.results import Outcome
 from fedload.superhub import swap
+from fedload.superhub.entities import EntityRule
 from fedload.superhub.job import parents_spec, superhub_target
 from fedload.superhub.removal import drop_feeder
 from fedload.superhub.swap import SwapPolicy
@@ -192,9 +195,18 @@ async def test_without_the_rule_nothing_runs_and_a_missing_newest_column_fails_i
 
     [run] = await sync(entity_config(federation, entity_newest="public.hosts.lastseen"), "hub3")
     assert (run.outcome, run.error_kind) == (Outcome.FAILED, ErrorKind.CONFIG)
-    assert run.error == (
-        "superhub.entity_newest = public.hosts.lastseen: the superhub's table public.hosts has no such column"
-    )
+    missing = "superhub.entity_newest = public.hosts.lastseen: the superhub has no table public.hosts with that column"
+    assert run.error == missing
+    lines = []
+    for newest in ("public.hosts.lastseen", "public.contexts.tags", "public.hosts.seen"):
+        rule = EntityRule("hostkey", TableName("public", newest.split(".")[1]), newest.split(".")[2], "hub_id")
+        [*_, probe] = await probe_superhub(superhub_target(config), parents_spec(config), "superhub", rule)
+        lines.append(probe.line())
+    assert lines == [  # check-config --connect's lines
+        f"superhub entities: FAILED: {missing}",
+        "superhub entities: OK (hostkey by the newest public.contexts.tags (text[]))",
+        "superhub entities: OK (hostkey by the newest public.hosts.seen (timestamp with time zone))",
+    ]
 
 
 @pytest.mark.parametrize(
