@@ -32,7 +32,7 @@ from fedload.superhub.entities import displaced_counts
 from fedload.superhub.job import superhub_target
 from fedload.superhub.session import SuperhubTarget
 
-__all__ = ["DaemonMetricsService"]
+__all__ = ["DaemonMetricsService", "read_states_of"]
 
 log = get_logger()
 _REFRESH_S = 15.0  # the superhub check and history refresh, at least this often
@@ -137,7 +137,7 @@ class DaemonMetricsService:
         """The feeders' states, from the history of the superhub (the shard) they load into; `entities`: with their
         displaced entities (superhub.entity_key)."""
         async with asyncio.timeout(superhub.connect_timeout_s + _CHECK_S):
-            read = functools.partial(_read_states_of, feeders, entities=entities)
+            read = functools.partial(read_states_of, feeders, entities=entities)
             return await self._history.write(superhub, read)
 
     def _shard(self, shard: str | None, *, up: bool) -> None:
@@ -151,7 +151,8 @@ class DaemonMetricsService:
         self._up = up
 
 
-async def _read_states_of(feeders: list[str], conn: asyncpg.Connection, *, entities: bool) -> list[FeederState]:
+async def read_states_of(feeders: list[str], conn: asyncpg.Connection, *, entities: bool) -> list[FeederState]:
+    """The feeders' states as the metrics show them; `entities`: with their displaced entities (superhub.entity_key)."""
     states = await read_feeder_states(conn, feeders)
     if not entities:
         return states

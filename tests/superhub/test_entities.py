@@ -20,6 +20,8 @@ from fedload.config import Config, SuperhubConfig, parse_config
 from fedload.errors import ConfigError, ErrorKind
 from fedload.names import TableName
 from fedload.results import Outcome
+from fedload.service.daemon_metrics import read_states_of
+from fedload.service.metrics import DaemonMetrics
 from fedload.superhub import swap
 from fedload.superhub.entities import EntityRule
 from fedload.superhub.job import parents_spec, superhub_target
@@ -69,6 +71,17 @@ def newer(fed: Federation, feeder: str, hostkey: str, minutes: int) -> None:
     fed.cluster.psql(sql, dbname=fed.feeders[feeder])
 
 
+async def exported_displaced(fed: Federation) -> dict[str, float | None]:
+    """`fedload_feeder_displaced_entities` per feeder as the daemon's metrics read and export it."""
+    metrics, conn = DaemonMetrics(), await asyncpg.connect(fed.cluster.dsn(fed.superhub))
+    try:
+        metrics.apply_history(await read_states_of(list(fed.feeders), conn, entities=True))
+    finally:
+        await conn.close()
+    gauge = "fedload_feeder_displaced_entities"
+    return {feeder: metrics.registry.get_sample_value(gauge, {"feeder": feeder}) for feeder in fed.feeders}
+
+
 async def synced(config: Config, *names: str) -> None:
     """Sync the named feeders (all if none); each succeeds."""
     assert [r.outcome for r in await sync(config, *names)] == [Outcome.SUCCESS] * (len(names) or 3)
@@ -85,6 +98,7 @@ async def test_shared_hosts_shown_once_and_back_when_the_newest_feeder_is_remove
     assert displaced(federation, "contexts", "SHA=50") == "hub1:10,hub2:10"
     displaced_of = {s.feeder: s.displaced_entities for s in await read_status(config)}
     assert displaced_of == {"hub1": 200, "hub2": 101, "hub3": 1}  # hub2 loses 1..100 and SHA=0, hub3 SHA=0
+    assert await exported_displaced(federation) == displaced_of
 
     policy = SwapPolicy.from_config(config.superhub)
     await drop_feeder(superhub_target(config), parents_spec(config), "hub3", 3, policy=policy)
