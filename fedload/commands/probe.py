@@ -26,6 +26,7 @@ from fedload.errors import (
     FeederCommandError,
     FeederError,
     FeederTimeoutError,
+    SuperhubError,
     internal_error,
     one_line,
 )
@@ -75,7 +76,7 @@ async def _entities(conn: asyncpg.Connection, rule: EntityRule, item: str) -> Pr
     """Whether the superhub has the entity rule's newest column, of a type with an order, in a table with the key."""
     try:
         newest_type, _ = await check_entity_rule(conn, rule)
-    except ConfigError as exc:
+    except (ConfigError, SuperhubError) as exc:
         return Probe(item, False, str(exc))
     newest = f"{rule.newest_table}.{rule.newest_column}"
     return Probe(item, True, f"{rule.key_column} by the newest {newest} ({newest_type})")

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from fedload.errors import ConfigError
+from fedload.errors import ConfigError, SuperhubError
 from fedload.log import get_logger
 from fedload.names import TableName
 from fedload.superhub.bookkeeping.locks import LOCK_CLASS
@@ -132,8 +132,8 @@ async def displaced_counts(conn: asyncpg.Connection) -> dict[str, int]:
     return {row[0]: row[1] for row in rows}
 
 
-# The newest column's type, whether it has a btree order, whether its table has the key column ($3), and the
-# registry's type (NULL before it exists); no row when the table or the column is missing.
+# The newest column's type, whether it has a btree order, whether its table has the key column ($3), the
+# registry's type (NULL before it exists), and the isolation level; no row when the table or the column is missing.
 _NEWEST_TYPE = """
 SELECT format_type(a.atttypid, a.atttypmod),
        EXISTS (SELECT 1 FROM pg_opclass o JOIN pg_am m ON m.oid = o.opcmethod
@@ -142,7 +142,8 @@ SELECT format_type(a.atttypid, a.atttypmod),
                      CASE WHEN t.typtype = 'e' THEN 'anyenum'::regtype END)),
        EXISTS (SELECT 1 FROM pg_attribute k WHERE k.attrelid = a.attrelid AND k.attname = $3 AND NOT k.attisdropped),
        (SELECT format_type(r.atttypid, r.atttypmod) FROM pg_attribute r
-        WHERE r.attrelid = to_regclass('fedload.entity_homes') AND r.attname = 'newest' AND NOT r.attisdropped)
+        WHERE r.attrelid = to_regclass('fedload.entity_homes') AND r.attname = 'newest' AND NOT r.attisdropped),
+       current_setting('transaction_isolation')
 FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
 WHERE a.attrelid = to_regclass($1) AND a.attname = $2 AND a.attnum > 0 AND NOT a.attisdropped
 """
@@ -160,12 +161,17 @@ FROM unnest($1::text[]) AS n
 async def check_entity_rule(conn: asyncpg.Connection, rule: EntityRule) -> tuple[str, str | None]:
     """The newest column's type and the registry's (None before the first swap with the rule); ConfigError, one
     line, for a newest table or column the superhub lacks, a newest table without the key column, a type without
-    order, or a registry made for another type."""
+    order, or a registry made for another type; SuperhubError for sessions not in read committed."""
     newest = f"superhub.entity_newest = {rule.newest_table}.{rule.newest_column}"
     row = await conn.fetchrow(_NEWEST_TYPE, rule.newest_table.sql, rule.newest_column, rule.key_column)
     if row is None:
         raise ConfigError(f"{newest}: the superhub has no table {rule.newest_table} with that column")
-    newest_type, ordered, keyed, registered = row
+    newest_type, ordered, keyed, registered, isolation = row
+    if isolation != "read committed":  # each statement must see the swaps committed while it waited for its locks
+        raise SuperhubError(
+            f"{newest}: needs transactions in read committed, but the superhub's sessions start in {isolation} "
+            "(default_transaction_isolation)"
+        )
     if not keyed:
         raise ConfigError(f"{newest}: table {rule.newest_table} has no entity_key column {rule.key_column}")
     if not ordered:
@@ -191,13 +197,18 @@ async def _ensure_registry(conn: asyncpg.Connection, rule: EntityRule, parents: 
     ]
     if registered is None or any(columns for _, _, columns in missing):
         await conn.execute(_CREATING)
-        await conn.execute(_registry_sql(newest_type, missing, present))
+        await conn.execute(_registry_sql(rule, newest_type, missing, present))
     return str(newest_type)
 
 
 def _registry_sql(
-    newest_type: str, missing: list[tuple[ParentTable, str, list[Column]]], present: dict[str, list[str]]
+    rule: EntityRule,
+    newest_type: str,
+    missing: list[tuple[ParentTable, str, list[Column]]],
+    present: dict[str, list[str]],
 ) -> str:
+    """The registry's and the displaced tables' creation (each displaced table indexed by feeder and entity, as its
+    rows are dropped and brought back), or the columns the displaced tables lack, added."""
     statements = [
         f"CREATE SCHEMA IF NOT EXISTS {ident(DISPLACED_SCHEMA)}",
         f"CREATE TABLE IF NOT EXISTS fedload.entity_homes (entity text PRIMARY KEY, feeder text, feeder_key text, "
@@ -212,6 +223,9 @@ def _registry_sql(
                 f"CREATE TABLE IF NOT EXISTS {name} ({_FEEDER_COLUMN} text NOT NULL, {_SINCE_COLUMN} timestamptz "
                 f"NOT NULL, {', '.join(f'{ident(c.name)} {c.type_sql}' for c in parent.columns)})"
             )
+            index = "displaced_" + hashlib.sha256(name.encode()).hexdigest()[:16]
+            key = ident(rule.key_column)
+            statements.append(f"CREATE INDEX IF NOT EXISTS {ident(index)} ON {name} ({_FEEDER_COLUMN}, {key})")
         elif columns:
             added = ", ".join(f"ADD COLUMN IF NOT EXISTS {ident(c.name)} {c.type_sql}" for c in columns)
             statements.append(f"ALTER TABLE {name} {added}")
