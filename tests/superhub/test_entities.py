@@ -172,9 +172,9 @@ async def test_two_feeders_swapping_the_same_moved_hosts_at_once(federation: Fed
     no deadlock (mvcc: each swap gets its locks at the first try, so none waited out its lock_timeout), and a
     reader in one snapshot never sees a host twice or nowhere; the same with the partition swap."""
     seen: list[bool] = []
+    await synced(entity_config(federation))
     for method, rounds in (("mvcc", 3), ("partition", 1)):
         config = entity_config(federation, swap_method=method, swap_lock_timeout_s=0.9, max_parallel_feeders=2)
-        await synced(config)
         async with snapshot_reader(federation, seen):
             for _ in range(rounds):
                 for feeder in ("hub1", "hub2"):
