@@ -25,6 +25,7 @@ no feeder has it. Without the configuration none of this runs and no query is se
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -99,16 +100,24 @@ async def settle_entities(
     the caller's transaction, after its parents' locks and before its tables are swapped. `tables`: the parents of
     the swap (or removal), those without the key column ignored; each with its staging table in a swap, without in
     a removal (the feeder then has no entity left)."""
+    started = time.monotonic()
     applied = [t for t in sorted(tables, key=lambda t: t.parent.table) if t.parent.column(rule.key_column)]
     newest_type = await _ensure_registry(conn, rule, [t.parent for t in applied])
-    await conn.execute(_start(rule, applied, newest_type))
-    for statement in _DECIDE:
-        await conn.execute(statement, *_arguments(statement, feeder, key))
-    for table in applied:
-        await _move_rows(conn, rule, table, feeder)
+    feeder_sql, key_sql = _literal(feeder), _literal("" if key is None else str(key))
+    decide = [statement.format(feeder=feeder_sql, key=key_sql) for statement in _DECIDE]
+    moves = [statement for table in applied for statement in _moves(rule, table, feeder_sql)]
+    await conn.execute(";\n".join([_start(rule, applied, newest_type), *decide, *moves]))  # one round trip
     moved = await conn.fetchrow(_TALLY, feeder)
     assert moved is not None  # an aggregate: one row
-    log.debug("swap.entities", feeder=feeder, entities=moved[0], displaced=moved[1], taken=moved[2], back=moved[3])
+    ms = round((time.monotonic() - started) * 1000, 1)
+    log.debug(
+        "swap.entities", feeder=feeder, entities=moved[0], displaced=moved[1], taken=moved[2], back=moved[3], ms=ms
+    )
+
+
+def _literal(text: str) -> str:
+    """`text` as an SQL string literal (the superhub session has standard_conforming_strings on)."""
+    return "'" + text.replace("'", "''") + "'"
 
 
 async def forget_displaced(
@@ -262,14 +271,14 @@ def _start(rule: EntityRule, tables: Sequence[EntityTable], newest_type: str) ->
     )
 
 
-# $1 the feeder, $2 its key as text. Locks the touched entities' home rows in entity order (an upsert: new entities
-# get theirs; `WHERE false` updates nothing but locks the existing ones, INSERT's documented behaviour), rewrites the
-# feeder's copies, decides each touched entity's home (newest value first, NULLs last, then the feeder name in byte
-# order), stamps the copies displaced since now or home again, and records the homes.
+# {feeder} the feeder, {key} its key as text (SQL literals). Locks the touched entities' home rows in entity order
+# (an upsert: new entities get theirs; `WHERE false` updates nothing but locks the existing ones, INSERT's documented
+# behaviour), rewrites the feeder's copies, decides each touched entity's home (newest value first, NULLs last, then
+# the feeder name in byte order), stamps the copies displaced since now or home again, and records the homes.
 _DECIDE = (
     """
 INSERT INTO fedload_entities_touched
-SELECT entity FROM fedload_entities_mine UNION SELECT entity FROM fedload.entity_copies WHERE feeder = $1
+SELECT entity FROM fedload_entities_mine UNION SELECT entity FROM fedload.entity_copies WHERE feeder = {feeder}
 """,
     """
 INSERT INTO fedload.entity_homes AS h (entity)
@@ -277,12 +286,12 @@ SELECT entity FROM fedload_entities_touched ORDER BY entity COLLATE "C"
 ON CONFLICT (entity) DO UPDATE SET entity = excluded.entity WHERE false
 """,
     """
-DELETE FROM fedload.entity_copies c WHERE c.feeder = $1
+DELETE FROM fedload.entity_copies c WHERE c.feeder = {feeder}
   AND NOT EXISTS (SELECT FROM fedload_entities_mine m WHERE m.entity = c.entity)
 """,
     """
 INSERT INTO fedload.entity_copies AS c (feeder, entity, feeder_key, newest)
-SELECT $1, entity, $2, newest FROM fedload_entities_mine
+SELECT {feeder}, entity, {key}, newest FROM fedload_entities_mine
 ON CONFLICT (feeder, entity) DO UPDATE SET newest = excluded.newest, feeder_key = excluded.feeder_key
 WHERE (c.newest, c.feeder_key) IS DISTINCT FROM (excluded.newest, excluded.feeder_key)
 """,
@@ -315,13 +324,6 @@ WHERE h.entity = d.entity AND d.new_home IS NOT NULL
 )
 
 
-def _arguments(statement: str, feeder: str, key: int | str | None) -> tuple[str, ...]:
-    """The parameters a statement of `_DECIDE` uses: $1 the feeder, $2 its key as text."""
-    if "$2" in statement:
-        return feeder, "" if key is None else str(key)
-    return (feeder,) if "$1" in statement else ()
-
-
 _TALLY = """
 SELECT count(*), count(*) FILTER (WHERE new_home <> $1),
        count(*) FILTER (WHERE new_home = $1 AND old_home <> $1),
@@ -330,10 +332,11 @@ FROM fedload_entities_decided
 """
 
 
-async def _move_rows(conn: asyncpg.Connection, rule: EntityRule, table: EntityTable, feeder: str) -> None:
-    """One table's rows moved as decided: the feeder's old displaced rows dropped, its staged rows of entities it
-    does not win displaced, the rows of entities it now wins taken from their old home, the displaced rows of
-    entities it lost or left brought back to their new home."""
+def _moves(rule: EntityRule, table: EntityTable, feeder: str) -> list[str]:
+    """The statements that move one table's rows as decided (`feeder`: the feeder as an SQL literal): the feeder's
+    old displaced rows dropped, its staged rows of entities it does not win displaced, the rows of entities it now
+    wins taken from their old home, the displaced rows of entities it lost or left brought back to their new
+    home."""
     parent = table.parent
     column = parent.column(rule.key_column)
     assert column is not None
@@ -343,25 +346,24 @@ async def _move_rows(conn: asyncpg.Connection, rule: EntityRule, table: EntityTa
     columns = [c.name for c in parent.columns if c.generated_sql is None]
     listed = ", ".join(map(ident, columns))
     gone = ", ".join(f"g.{ident(c)}" for c in columns)
-    statements = [f"DELETE FROM {displaced} WHERE {_FEEDER_COLUMN} = $1"]  # noqa: S608 - our names
+    statements = [f"DELETE FROM {displaced} WHERE {_FEEDER_COLUMN} = {feeder}"]  # noqa: S608 - our names
     if table.stage_sql is not None:
         statements.append(
             f"WITH g AS (DELETE FROM {table.stage_sql} s USING fedload_entities_decided d "  # noqa: S608
-            f"WHERE s.{key} = d.entity::{key_type} AND d.new_home <> $1 RETURNING s.*) "
+            f"WHERE s.{key} = d.entity::{key_type} AND d.new_home <> {feeder} RETURNING s.*) "
             f"INSERT INTO {displaced} ({_FEEDER_COLUMN}, {_SINCE_COLUMN}, {listed}) "
-            f"SELECT $1, coalesce(c.displaced_since, now()), {gone} FROM g "
-            f"LEFT JOIN fedload.entity_copies c ON c.feeder = $1 AND c.entity = g.{key}::text"
+            f"SELECT {feeder}, coalesce(c.displaced_since, now()), {gone} FROM g "
+            f"LEFT JOIN fedload.entity_copies c ON c.feeder = {feeder} AND c.entity = g.{key}::text"
         )
     statements += [
         f"WITH g AS (DELETE FROM {parent.sql_name} p USING fedload_entities_decided d "  # noqa: S608
-        f"WHERE p.{key} = d.entity::{key_type} AND d.new_home = $1 AND d.old_home <> $1 "
+        f"WHERE p.{key} = d.entity::{key_type} AND d.new_home = {feeder} AND d.old_home <> {feeder} "
         f"AND p.{feeder_key}::text = d.old_key RETURNING p.*, d.old_home AS fedload_old_home) "
         f"INSERT INTO {displaced} ({_FEEDER_COLUMN}, {_SINCE_COLUMN}, {listed}) "
         f"SELECT g.fedload_old_home, now(), {gone} FROM g",
         f"WITH g AS (DELETE FROM {displaced} x USING fedload_entities_decided d "  # noqa: S608
-        f"WHERE x.{key} = d.entity::{key_type} AND x.{_FEEDER_COLUMN} = d.new_home AND d.new_home <> $1 "
+        f"WHERE x.{key} = d.entity::{key_type} AND x.{_FEEDER_COLUMN} = d.new_home AND d.new_home <> {feeder} "
         f"AND d.old_home IS DISTINCT FROM d.new_home RETURNING x.*) "
         f"INSERT INTO {parent.sql_name} ({listed}) OVERRIDING SYSTEM VALUE SELECT {gone} FROM g",
     ]
-    for statement in statements:
-        await conn.execute(statement, feeder)
+    return statements
