@@ -135,6 +135,8 @@ async def test_cfengine_host_moves_and_back_then_its_newest_row_is_removed(feder
     assert (home(federation, "SHA=250"), displaced(federation, "contexts", "SHA=250")) == ("1|1", "hub2:5")
 
     federation.cluster.psql("DELETE FROM hosts WHERE hostkey = 'SHA=250'", dbname=federation.feeders["hub1"])
+    await synced(config, "hub1")  # its newest row gone, hub1's contexts of it have no value: hub2's copy is back
+    assert (home(federation, "SHA=250"), displaced(federation, "contexts", "SHA=250")) == ("2|2", "hub1:10")
     federation.cluster.psql("DELETE FROM contexts WHERE hostkey = 'SHA=250'", dbname=federation.feeders["hub1"])
     await synced(config, "hub1")
     assert (home(federation, "SHA=250"), displaced(federation, "contexts", "SHA=250")) == ("2|2", "")
