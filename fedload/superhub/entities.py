@@ -105,10 +105,12 @@ async def settle_entities(
     newest_type = await _ensure_registry(conn, rule, [t.parent for t in applied])
     feeder_sql, key_sql = _literal(feeder), _literal("" if key is None else str(key))
     decide = [statement.format(feeder=feeder_sql, key=key_sql) for statement in _DECIDE]
-    moves = [statement for table in applied for statement in _moves(rule, table, feeder_sql)]
-    await conn.execute(";\n".join([_start(rule, applied, newest_type), *decide, *moves]))  # one round trip
+    await conn.execute(";\n".join([_start(rule, applied, newest_type), *decide]))  # one round trip
     moved = await conn.fetchrow(_TALLY, feeder)
     assert moved is not None  # an aggregate: one row
+    old_keys = [] if not moved[2] else [r[0] for r in await conn.fetch(_OLD_KEYS, feeder)]
+    plan = _MovePlan(feeder_sql, displace=moved[1] > 0, old_keys=old_keys, back=moved[3] > 0)
+    await conn.execute(";\n".join(s for table in applied for s in _moves(rule, table, plan)))  # one round trip
     ms = round((time.monotonic() - started) * 1000, 1)
     log.debug(
         "swap.entities", feeder=feeder, entities=moved[0], displaced=moved[1], taken=moved[2], back=moved[3], ms=ms
@@ -332,8 +334,25 @@ FROM fedload_entities_decided
 """
 
 
-def _moves(rule: EntityRule, table: EntityTable, feeder: str) -> list[str]:
-    """The statements that move one table's rows as decided (`feeder`: the feeder as an SQL literal): the feeder's
+# The keys of the old homes whose rows of entities the feeder now wins move aside ($1 the feeder).
+_OLD_KEYS = """
+SELECT DISTINCT old_key FROM fedload_entities_decided WHERE new_home = $1 AND old_home <> $1 ORDER BY old_key
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class _MovePlan:
+    """What the decision asks of the tables: the feeder (an SQL literal), whether some of its staged entities are
+    displaced, the keys of the old homes to take entities from (their partitions only), whether rows come back."""
+
+    feeder: str
+    displace: bool
+    old_keys: list[str]
+    back: bool
+
+
+def _moves(rule: EntityRule, table: EntityTable, plan: _MovePlan) -> list[str]:
+    """The statements that move one table's rows as `plan` says (`_MovePlan`, from the decision): the feeder's
     old displaced rows dropped, its staged rows of entities it does not win displaced, the rows of entities it now
     wins taken from their old home, the displaced rows of entities it lost or left brought back to their new
     home."""
@@ -346,8 +365,10 @@ def _moves(rule: EntityRule, table: EntityTable, feeder: str) -> list[str]:
     columns = [c.name for c in parent.columns if c.generated_sql is None]
     listed = ", ".join(map(ident, columns))
     gone = ", ".join(f"g.{ident(c)}" for c in columns)
+    feeder_type = (parent.column(rule.feeder_key) or column).type_sql
+    feeder, old = plan.feeder, ", ".join(f"CAST({_literal(k)} AS {feeder_type})" for k in plan.old_keys)
     statements = [f"DELETE FROM {displaced} WHERE {_FEEDER_COLUMN} = {feeder}"]  # noqa: S608 - our names
-    if table.stage_sql is not None:
+    if table.stage_sql is not None and plan.displace:
         statements.append(
             f"WITH g AS (DELETE FROM {table.stage_sql} s USING fedload_entities_decided d "  # noqa: S608
             f"WHERE s.{key} = d.entity::{key_type} AND d.new_home <> {feeder} RETURNING s.*) "
@@ -355,15 +376,19 @@ def _moves(rule: EntityRule, table: EntityTable, feeder: str) -> list[str]:
             f"SELECT {feeder}, coalesce(c.displaced_since, now()), {gone} FROM g "
             f"LEFT JOIN fedload.entity_copies c ON c.feeder = {feeder} AND c.entity = g.{key}::text"
         )
+    if old:  # the old homes' partitions only, pruned by their keys as constants
+        statements.append(
+            f"WITH g AS (DELETE FROM {parent.sql_name} p USING fedload_entities_decided d "  # noqa: S608
+            f"WHERE p.{feeder_key} IN ({old}) AND p.{key} = d.entity::{key_type} AND d.new_home = {feeder} "
+            f"AND d.old_home <> {feeder} AND p.{feeder_key}::text = d.old_key "
+            f"RETURNING p.*, d.old_home AS fedload_old_home) "
+            f"INSERT INTO {displaced} ({_FEEDER_COLUMN}, {_SINCE_COLUMN}, {listed}) "
+            f"SELECT g.fedload_old_home, now(), {gone} FROM g"
+        )
     statements += [
-        f"WITH g AS (DELETE FROM {parent.sql_name} p USING fedload_entities_decided d "  # noqa: S608
-        f"WHERE p.{key} = d.entity::{key_type} AND d.new_home = {feeder} AND d.old_home <> {feeder} "
-        f"AND p.{feeder_key}::text = d.old_key RETURNING p.*, d.old_home AS fedload_old_home) "
-        f"INSERT INTO {displaced} ({_FEEDER_COLUMN}, {_SINCE_COLUMN}, {listed}) "
-        f"SELECT g.fedload_old_home, now(), {gone} FROM g",
         f"WITH g AS (DELETE FROM {displaced} x USING fedload_entities_decided d "  # noqa: S608
         f"WHERE x.{key} = d.entity::{key_type} AND x.{_FEEDER_COLUMN} = d.new_home AND d.new_home <> {feeder} "
         f"AND d.old_home IS DISTINCT FROM d.new_home RETURNING x.*) "
         f"INSERT INTO {parent.sql_name} ({listed}) OVERRIDING SYSTEM VALUE SELECT {gone} FROM g",
     ]
-    return statements
+    return statements if plan.back else statements[:-1]
