@@ -18,6 +18,12 @@ its old or its new count (anything else is a torn total). Printed per N and roun
 connections, peak RSS (VmHWM of the sync process; the superhub side's, the sum of the VmHWM of the sync and of
 each worker process it starts, an upper bound of their joint peak; wait4's ru_maxrss, which also covers its
 largest child, as a cross-check), reader p50/p99/max latency and torn totals, each next to its target.
+
+`--moved-percent P` gives each feeder (but the first) P% of its hosts with the keys of the previous feeder's hosts
+and a newer `seen` (hosts that moved); `--entities` also runs each count into a second superhub database with
+`superhub.entity_key = "hostkey"`, `entity_newest = "public.hosts.seen"` (one entity, one feeder, #45; there the
+counts are not the feeders', so neither they nor the reader's totals are checked; the reader still runs in round 2,
+as the same load) and prints each round's wall time and mean run time with the rule against without it.
 """
 
 from __future__ import annotations
@@ -59,12 +65,31 @@ DRIFT = {
 }
 DATA = """
 INSERT INTO hosts (hostkey, name, seen, online)
-SELECT 'SHA=' || md5('{i}:' || g), E'host ''' || g || E'''\\t\\\\ x', now() - g * interval '1 minute', g % 3 = 0
+SELECT 'SHA=' || {host_g}, E'host ''' || g || E'''\\t\\\\ x', {seen_g}, g % 3 = 0
 FROM generate_series(1, {hosts}) g;
 INSERT INTO contexts (hostkey, contextname, tags, score)
-SELECT 'SHA=' || md5('{i}:' || (1 + g % {hosts})), 'ctx_' || g, ARRAY['a,b', 'c"d', NULL], g
-FROM generate_series(1, {contexts}) g;
+SELECT 'SHA=' || {host_h}, 'ctx_' || g, ARRAY['a,b', 'c"d', NULL], g
+FROM generate_series(1, {contexts}) g, LATERAL (SELECT 1 + g % {hosts} AS h) AS x;
 """
+
+
+def host_key(i: int, number: str, hosts: int, moved: int) -> str:
+    """The SQL of feeder i's key of host `number` (an SQL expression): its own, or for its last `moved` hosts
+    (--moved-percent) the key of one of feeder i-1's first hosts: a host that moved from feeder i-1 to feeder i."""
+    if i == 1 or moved == 0:
+        return f"md5('{i}:' || {number})"
+    first = hosts - moved
+    return f"CASE WHEN {number} > {first} THEN md5('{i - 1}:' || ({number} - {first})) ELSE md5('{i}:' || {number}) END"
+
+
+def host_seen(i: int, hosts: int, moved: int) -> str:
+    """Feeder i's `seen` of host g: minutes ago, and for a moved host (see host_key) newer than any feeder's."""
+    if i == 1 or moved == 0:
+        return "now() - g * interval '1 minute'"
+    moved_seen = "now() + g * interval '1 second'"
+    return f"CASE WHEN g > {hosts - moved} THEN {moved_seen} ELSE now() - g * interval '1 minute' END"
+
+
 CHANGE = """
 DELETE FROM hosts WHERE hostkey IN (SELECT hostkey FROM hosts ORDER BY hostkey LIMIT 5);
 INSERT INTO contexts (hostkey, contextname, tags, score) SELECT 'SHA=new', 'new_' || g, NULL, g
@@ -86,13 +111,21 @@ class Feeders:
         """The cluster holding feeder i."""
         return self.clusters[i % len(self.clusters)]
 
-    def create(self, count: int, rows: int) -> None:
-        """Feeders 1..count with about `rows` rows each (a tenth in hosts), one psql script per cluster."""
+    def create(self, count: int, rows: int, moved_percent: float = 0.0) -> None:
+        """Feeders 1..count with about `rows` rows each (a tenth in hosts), one psql script per cluster;
+        `moved_percent` of each feeder's hosts (but the first feeder's) moved there from the feeder before it."""
         hosts = max(1, rows // 10)
+        moved = round(hosts * moved_percent / 100)
         scripts: dict[int, list[str]] = {}
         for i in range(1, count + 1):
             schema = DRIFT.get(i % 10, SCHEMA)
-            data = DATA.format(i=i, hosts=hosts, contexts=rows - hosts)
+            data = DATA.format(
+                host_g=host_key(i, "g", hosts, moved),
+                host_h=host_key(i, "h", hosts, moved),
+                seen_g=host_seen(i, hosts, moved),
+                hosts=hosts,
+                contexts=rows - hosts,
+            )
             scripts.setdefault(i % len(self.clusters), []).append(
                 f"CREATE DATABASE f{i};\n\\c f{i}\n{schema}{data}VACUUM ANALYZE;\n"
             )
@@ -110,8 +143,17 @@ class Feeders:
         for index, parts in scripts.items():
             self.clusters[index].psql("".join(parts))
 
-    def config_toml(self, numbers: Sequence[int], superhub: LocalCluster, db: str, schema: Path, parallel: int) -> str:
-        """fedload.toml for these feeders, local transport."""
+    def config_toml(
+        self,
+        numbers: Sequence[int],
+        superhub: LocalCluster,
+        db: str,
+        schema: Path,
+        parallel: int,
+        *,
+        entities: bool = False,
+    ) -> str:
+        """fedload.toml for these feeders, local transport; `entities`: one entity, one feeder, by hosts.seen."""
         lines = [
             'log_level = "warning"',
             "[superhub]",
@@ -119,6 +161,7 @@ class Feeders:
             f"tables = {json.dumps([f'public.{t}' for t in TABLES])}",
             f"schema_file = {json.dumps(str(schema))}",
             f"max_parallel_feeders = {parallel}",
+            *(['entity_key = "hostkey"', 'entity_newest = "public.hosts.seen"'] if entities else []),
         ]
         for i in numbers:
             cluster = self.cluster_of(i)
@@ -265,6 +308,7 @@ class Round:
     seen: Observed
     load: float
     swap_lock_ms: list[float]
+    run_seconds: list[float] = field(default_factory=list)  # each feeder's run, as `sync --json` says
 
 
 def run_round(
@@ -312,6 +356,7 @@ def run_round(
         monitor.seen,
         load,
         swap_ms,
+        [float(r["seconds"]) for r in runs],
     )
 
 
@@ -332,16 +377,18 @@ def check_counts(what: str, got: Counts, want: Counts) -> list[str]:
 
 
 def scale_run(
-    feeders: Feeders, superhub: LocalCluster, count: int, parallel: int, work: Path
+    feeders: Feeders, superhub: LocalCluster, count: int, parallel: int, work: Path, *, entities: bool = False
 ) -> tuple[list[Round], list[str]]:
-    """Two rounds of the first `count` feeders into a fresh superhub database; the rounds and any count errors."""
+    """Two rounds of the first `count` feeders into a fresh superhub database; the rounds and any count errors.
+    `entities`: with the entity rule, where the superhub's counts are not the feeders' (no counts checked; the
+    reader runs, for the same load, but its torn totals are not reported)."""
     numbers = list(range(1, count + 1))
-    db = f"superhub_{count}"
+    db = f"superhub_{count}" + ("_entities" if entities else "")
     superhub.psql(f"CREATE DATABASE {db}")
     schema = work / "schema.sql"
     schema.write_text(SCHEMA)
-    config = work / f"scale-{count}.toml"
-    config.write_text(feeders.config_toml(numbers, superhub, db, schema, parallel))
+    config = work / f"{db}.toml"
+    config.write_text(feeders.config_toml(numbers, superhub, db, schema, parallel, entities=entities))
 
     def mine(all_counts: Counts) -> Counts:
         return {k: v for k, v in all_counts.items() if k[1] <= count}
@@ -349,13 +396,33 @@ def scale_run(
     print(f"  {count} feeders, round 1 ...", flush=True)
     first = run_round(config, superhub.dsn(db), count, 1, None)
     old = mine(feeders.counts)
-    problems = check_counts("after round 1", superhub_counts(superhub, db), old)
+    problems = [] if entities else check_counts("after round 1", superhub_counts(superhub, db), old)
     feeders.change(numbers[::3])
     new = mine(feeders.counts)
     print(f"  {count} feeders, round 2 (data of {len(numbers[::3])} feeders changed; reader on) ...", flush=True)
-    second = run_round(config, superhub.dsn(db), count, 2, (old, new))
-    problems += check_counts("after round 2", superhub_counts(superhub, db), new)
+    second = run_round(config, superhub.dsn(db), count, 2, (old, new))  # with the rule: the same load, unchecked
+    problems += [] if entities else check_counts("after round 2", superhub_counts(superhub, db), new)
     return [first, second], problems
+
+
+def report_entities(plain: Sequence[Round], ruled: Sequence[Round]) -> None:
+    """Each round with the entity rule against the same round without it: wall time and mean run time."""
+    lines = []
+    for without, with_rule in zip(plain, ruled, strict=True):
+        mean_without, mean_with = (statistics.fmean(r.run_seconds or [0.0]) for r in (without, with_rule))
+        lines.append(
+            [
+                f"{without.feeders}, round {without.number}",
+                f"{without.seconds:.2f} / {with_rule.seconds:.2f} ({with_rule.seconds / without.seconds:.2f}x)",
+                f"{mean_without:.3f} / {mean_with:.3f} ({mean_with / mean_without:.2f}x)",
+                f"{without.load:.1f} / {with_rule.load:.1f}",
+            ]
+        )
+    common.print_table(
+        "the entity rule (superhub.entity_key) against none, same feeders",
+        ["feeders, round", "wall s without / with", "mean run s without / with", "load"],
+        lines,
+    )
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -463,6 +530,14 @@ def parse_args() -> argparse.Namespace:
         help="tables one feeder loads at a time, for the connection target (default 1: one stream per feeder)",
     )
     parser.add_argument("--clusters", type=positive_int, default=3, help="feeder clusters (default 3)")
+    parser.add_argument(
+        "--moved-percent", type=float, default=0.0, help="hosts of each feeder moved there from the one before"
+    )
+    parser.add_argument(
+        "--entities",
+        action="store_true",
+        help="also run each count with superhub.entity_key (one entity, one feeder) and compare (#45)",
+    )
     common.add_common_arguments(parser)
     return parser.parse_args()
 
@@ -478,15 +553,21 @@ def main() -> int:
         feeders = Feeders([work.cluster(f"feeders{c}") for c in range(1, args.clusters + 1)])
         print(f"creating {max(counts)} feeders x ~{args.rows} rows over {args.clusters} clusters ...", flush=True)
         with common.timed() as elapsed:
-            feeders.create(max(counts), args.rows)
+            feeders.create(max(counts), args.rows, args.moved_percent)
         print(f"  ({elapsed():.1f} s)")
         rounds: list[Round] = []
+        ruled: list[Round] = []
         problems: list[str] = []
         for count in counts:
             more, wrong = scale_run(feeders, superhub, count, args.parallel, work.dir)
             rounds += more
             problems += wrong
+            if args.entities:
+                print(f"  {count} feeders with the entity rule ...", flush=True)
+                ruled += scale_run(feeders, superhub, count, args.parallel, work.dir, entities=True)[0]
     ok = report(rounds, args.rows, args.parallel, args.tables_in_flight)
+    if ruled:
+        report_entities(rounds, ruled)
     for problem in problems[:20]:
         print(f"COUNT MISMATCH {problem}")
     print(f"\n{common.BUSY_NOTE}")

@@ -17,7 +17,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from fedload.errors import ConfigError
 from fedload.fdw_dsn import dsn_problems
-from fedload.names import TablePattern
+from fedload.names import TableName, TablePattern
 
 __all__ = [
     "DEFAULT_CONFIG_PATHS",
@@ -67,6 +67,7 @@ def _matching(pattern: str, what: str) -> AfterValidator:
 Name = Annotated[str, _matching(r"[a-z0-9][a-z0-9_-]{0,39}", "a feeder name (1-40 of a-z 0-9 _ -)")]
 ColumnName = Annotated[str, _matching(r"[a-z_][a-z0-9_]{0,62}", "a lower-case column name")]
 Seconds = Annotated[float, Field(gt=0)]
+_NEWEST = r"[a-z_][a-z0-9_]{0,62}\.[a-z_][a-z0-9_]{0,62}\.[a-z_][a-z0-9_]{0,62}"
 ExtraColumns = Literal["warn", "error"]  # a dump's column the superhub lacks: dropped with a warning, or an error
 BadRows = Literal["fail", "reject"]  # a row the superhub refuses: fails the run, or goes to fedload.rejects
 Analyze = Literal["after_swap", "autovacuum"]  # who gathers a new partition's statistics: the run, or autovacuum
@@ -139,6 +140,10 @@ class SuperhubConfig(_Model):
     worker_processes: int | None = Field(None, ge=0)  # None: max_parallel_feeders; 0: none
     # The most of one statement or COPY row the superhub holds without its end; more is refused as a bad dump.
     max_statement_bytes: int = Field(DEFAULT_RECEIVED_STATEMENT_BYTES, ge=1 << 20)
+    # One entity, one feeder (docs/entities.md): the column naming an entity in any configured table that has it,
+    # and "schema.table.column", whose newest value per entity decides the feeder that shows it. Both or neither.
+    entity_key: ColumnName | None = None
+    entity_newest: Annotated[str, _matching(_NEWEST, "schema.table.column in lower case")] | None = None
 
     @property
     def workers(self) -> int:
@@ -323,6 +328,22 @@ class Config(_Model):
         return self
 
     @model_validator(mode="after")
+    def _entities_complete(self) -> Config:
+        if problem := _entity_problem(self.superhub):
+            where, message = problem
+            raise ValidationError.from_exception_data(
+                "Config",
+                [
+                    InitErrorDetails(
+                        type=PydanticCustomError("entities", "{message}", {"message": message}),
+                        loc=("superhub", where),
+                        input=None,
+                    )
+                ],
+            )
+        return self
+
+    @model_validator(mode="after")
     def _keys_unique(self) -> Config:
         by_key: dict[str, list[str]] = {}
         for name, feeder in self.feeders.items():
@@ -373,6 +394,21 @@ def _shard_problems(config: Config) -> list[tuple[tuple[str, ...], str]]:
     if config.coordinator is not None:  # each shard's dsn becomes its foreign server's options
         found += [(("shards", n, "dsn"), p) for n, s in config.shards.items() for p in dsn_problems(s.dsn)]
     return found
+
+
+def _entity_problem(superhub: SuperhubConfig) -> tuple[str, str] | None:
+    """What is wrong with `entity_key` and `entity_newest` that the file alone shows (the key), or None."""
+    key, newest = superhub.entity_key, superhub.entity_newest
+    if key is None and newest is None:
+        return None
+    if newest is None:
+        return "entity_newest", "missing: entity_key needs entity_newest (schema.table.column whose newest value wins)"
+    if key is None:
+        return "entity_key", "missing: entity_newest needs entity_key (the column that names an entity)"
+    schema, table, _ = newest.split(".")
+    if not any(p.matches(TableName(schema, table)) for p in superhub.tables):
+        return "entity_newest", f"table {schema}.{table} is not one of superhub.tables"
+    return None
 
 
 def _key_value(key: int | str) -> str:

@@ -21,14 +21,17 @@ from fedload import __version__
 from fedload.config import Config, FeederConfig, SshConfig
 from fedload.english import counted
 from fedload.errors import (
+    ConfigError,
     FedloadError,
     FeederCommandError,
     FeederError,
     FeederTimeoutError,
+    SuperhubError,
     internal_error,
     one_line,
 )
 from fedload.log import get_logger
+from fedload.superhub.entities import EntityRule, check_entity_rule
 from fedload.superhub.job import coordinator_target, parents_spec, superhub_targets
 from fedload.superhub.schema import ParentsSpec, read_parents, unmatched_patterns
 from fedload.superhub.session import SuperhubTarget, schema_file_refusals, superhub_session
@@ -55,15 +58,28 @@ class Probe:
         return f"{self.item}: OK ({self.detail})" if self.ok else f"{self.item}: FAILED: {self.detail}"
 
 
-async def probe_superhub(superhub: SuperhubTarget, parents: ParentsSpec, what: str = "superhub") -> list[Probe]:
+async def probe_superhub(
+    superhub: SuperhubTarget, parents: ParentsSpec, what: str = "superhub", entities: EntityRule | None = None
+) -> list[Probe]:
     """Connect to the superhub (`what`: "shard NAME" for a shard's), read its version and the parents of the
-    configured tables."""
+    configured tables, and check the entity rule's columns (`entities`, superhub.entity_key) if set."""
     try:
         async with superhub_session(superhub, "check-config") as conn:
             version = await conn.fetchval("SHOW server_version")
-            return [Probe(what, True, f"PostgreSQL {version}"), await _tables(conn, parents, f"{what} tables")]
+            probes = [Probe(what, True, f"PostgreSQL {version}"), await _tables(conn, parents, f"{what} tables")]
+            return probes + ([await _entities(conn, entities, f"{what} entities")] if entities else [])
     except FedloadError as exc:
         return [Probe(what, False, str(exc))]
+
+
+async def _entities(conn: asyncpg.Connection, rule: EntityRule, item: str) -> Probe:
+    """Whether the superhub has the entity rule's newest column, of a type with an order, in a table with the key."""
+    try:
+        newest_type, _ = await check_entity_rule(conn, rule)
+    except (ConfigError, SuperhubError) as exc:
+        return Probe(item, False, str(exc))
+    newest = f"{rule.newest_table}.{rule.newest_column}"
+    return Probe(item, True, f"{rule.key_column} by the newest {newest} ({newest_type})")
 
 
 async def probe_coordinator(coordinator: SuperhubTarget) -> list[Probe]:
@@ -163,9 +179,11 @@ async def probe_feeder(name: str, feeder: FeederConfig) -> list[Probe]:
 
 
 async def _all(config: Config) -> list[Probe]:
+    superhub = config.superhub
+    rule = EntityRule.from_config(superhub.entity_key, superhub.entity_newest, superhub.feeder_key)
     async with asyncio.TaskGroup() as group:
         superhubs = [
-            group.create_task(_unexpected_fails(what, probe_superhub(target, parents_spec(config), what)))
+            group.create_task(_unexpected_fails(what, probe_superhub(target, parents_spec(config), what, rule)))
             for target, what in _superhubs(config)
         ]
         if config.coordinator is not None:

@@ -18,6 +18,7 @@ from fedload.english import counted
 from fedload.errors import ErrorKind, FedloadError
 from fedload.log import get_logger
 from fedload.superhub.bookkeeping import FeederStatus, ensure_superhub, read_feeder_statuses
+from fedload.superhub.entities import displaced_counts
 from fedload.superhub.job import superhub_target
 from fedload.superhub.session import SuperhubTarget, superhub_session
 
@@ -29,14 +30,14 @@ log = get_logger()
 async def read_status(config: Config) -> list[FeederStatus]:
     """The status of every feeder that is configured or has history; with shards, read from each shard's history
     (a feeder is configured on its own shard only)."""
-    stale_after_s = config.superhub.stale_after_s
+    stale_after_s, entities = config.superhub.stale_after_s, config.superhub.entity_key is not None
     if not config.shards:
-        return await _read_status(superhub_target(config), list(config.feeders), None, stale_after_s)
+        return await _read_status(superhub_target(config), list(config.feeders), None, stale_after_s, entities)
     statuses = []
     for shard in config.shards:
         names = config.by_shard().get(shard, [])
         try:
-            statuses += await _read_status(superhub_target(config, shard), names, shard, stale_after_s)
+            statuses += await _read_status(superhub_target(config, shard), names, shard, stale_after_s, entities)
         except FedloadError as exc:  # the other shards' feeders are still shown; this one's say why they are not
             log.warning("status.shard_unreachable", shard=shard, error=str(exc))
             statuses += [_unreachable(name, shard, exc) for name in names]
@@ -82,21 +83,28 @@ def _unreachable(feeder: str, shard: str, exc: FedloadError) -> FeederStatus:
 
 
 async def _read_status(
-    superhub: SuperhubTarget, names: list[str], shard: str | None, stale_after_s: float
+    superhub: SuperhubTarget, names: list[str], shard: str | None, stale_after_s: float, entities: bool
 ) -> list[FeederStatus]:
+    """The feeders' statuses from one superhub; `entities`: with their displaced entities (superhub.entity_key)."""
     async with superhub_session(superhub) as conn:
         await ensure_superhub(conn)
-        return await read_feeder_statuses(conn, names, stale_after_s=stale_after_s, shard=shard)
+        statuses = await read_feeder_statuses(conn, names, stale_after_s=stale_after_s, shard=shard)
+        if not entities:
+            return statuses
+        counts = await displaced_counts(conn)
+        return [replace(s, displaced_entities=counts.get(s.feeder, 0)) for s in statuses]
 
 
 def _table(statuses: list[FeederStatus], location: ConfigLocation) -> Table:
     table = Table(title=f"fedload status, configuration {location}")
     sharded = any(s.shard is not None for s in statuses)
+    entities = any(s.displaced_entities is not None for s in statuses)
     for column in (
         *("feeder", *(["shard"] if sharded else []), "last success", "data age", "rows", "seconds"),
+        *(["displaced"] if entities else []),
         *("last run", "next run", "last swap", "error kind", "last error"),
     ):
-        table.add_column(column, justify="right" if column in ("data age", "rows", "seconds") else "left")
+        table.add_column(column, justify="right" if column in ("data age", "rows", "seconds", "displaced") else "left")
     for s in statuses:
         age = "never" if s.data_age_s is None else f"{s.data_age_s / 60:.1f} min"
         table.add_row(
@@ -106,6 +114,7 @@ def _table(statuses: list[FeederStatus], location: ConfigLocation) -> Table:
             _age(s, age),
             _rows(s),
             f"{s.duration_s:.1f}" if s.duration_s is not None else "-",
+            *([f"{s.displaced_entities or 0:,}"] if entities else []),
             Text(_last_run(s)),
             _next_run(s),
             _last_swap(s),

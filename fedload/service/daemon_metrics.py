@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 from collections.abc import Callable, Iterable
 
@@ -27,10 +28,11 @@ from fedload.service.metrics import DaemonMetrics, MetricsServer
 from fedload.service.workers import WorkerPool
 from fedload.superhub.bookkeeping import FeederState, read_feeder_states
 from fedload.superhub.bookkeeping.connection import ShardHistories
+from fedload.superhub.entities import displaced_counts
 from fedload.superhub.job import superhub_target
 from fedload.superhub.session import SuperhubTarget
 
-__all__ = ["DaemonMetricsService"]
+__all__ = ["DaemonMetricsService", "read_states_of"]
 
 log = get_logger()
 _REFRESH_S = 15.0  # the superhub check and history refresh, at least this often
@@ -117,7 +119,9 @@ class DaemonMetricsService:
         errors: list[str] = []
         for shard, feeders in config.by_shard(mine).items():  # one group, shard None, without shards
             try:
-                self.metrics.apply_history(await self._read_states(superhub_target(config, shard), feeders))
+                target = superhub_target(config, shard)
+                entities = config.superhub.entity_key is not None
+                self.metrics.apply_history(await self._read_states(target, feeders, entities=entities))
             except (FedloadError, OSError, TimeoutError) as exc:
                 errors.append(f"shard {shard}: {exc}" if shard else str(exc) or type(exc).__name__)
                 self._shard(shard, up=False)
@@ -129,10 +133,12 @@ class DaemonMetricsService:
         """The feeders this daemon exports: all, or its shard's."""
         return {n: f for n, f in config.feeders.items() if self._only is None or f.shard == self._only}
 
-    async def _read_states(self, superhub: SuperhubTarget, feeders: list[str]) -> list[FeederState]:
-        """The feeders' states, from the history of the superhub (the shard) they load into."""
+    async def _read_states(self, superhub: SuperhubTarget, feeders: list[str], *, entities: bool) -> list[FeederState]:
+        """The feeders' states, from the history of the superhub (the shard) they load into; `entities`: with their
+        displaced entities (superhub.entity_key)."""
         async with asyncio.timeout(superhub.connect_timeout_s + _CHECK_S):
-            return await self._history.write(superhub, functools.partial(_read_states_of, feeders))
+            read = functools.partial(read_states_of, feeders, entities=entities)
+            return await self._history.write(superhub, read)
 
     def _shard(self, shard: str | None, *, up: bool) -> None:
         if shard is not None:
@@ -145,5 +151,10 @@ class DaemonMetricsService:
         self._up = up
 
 
-async def _read_states_of(feeders: list[str], conn: asyncpg.Connection) -> list[FeederState]:
-    return await read_feeder_states(conn, feeders)
+async def read_states_of(feeders: list[str], conn: asyncpg.Connection, *, entities: bool) -> list[FeederState]:
+    """The feeders' states as the metrics show them; `entities`: with their displaced entities (superhub.entity_key)."""
+    states = await read_feeder_states(conn, feeders)
+    if not entities:
+        return states
+    counts = await displaced_counts(conn)
+    return [dataclasses.replace(s, displaced_entities=counts.get(s.feeder, 0)) for s in states]

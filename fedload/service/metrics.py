@@ -70,6 +70,11 @@ class DaemonMetrics:
         self.paused_since = self._gauge(
             "feeder_paused_since_timestamp_seconds", "When the feeder was paused (no series when it is not).", feeder
         )
+        self.displaced = self._gauge(
+            "feeder_displaced_entities",
+            "The feeder's entities shown by another feeder, newer there (superhub.entity_key; no series without).",
+            feeder,
+        )
         self.superhub_up = self._gauge(
             "superhub_up",
             "1 if the last bookkeeping query on the superhub (with shards: on every shard this daemon loads) worked.",
@@ -117,7 +122,7 @@ class DaemonMetrics:
                 _forget(metric, name)
             for gauge in (self.last_success, self.last_run, self.failing, self.lock_failing):
                 _forget(gauge, name)
-            for gauge in (self.paused, self.paused_since):
+            for gauge in (self.paused, self.paused_since, self.displaced):
                 _forget(gauge, name)
 
     def set_shards(self, shards: dict[str, str | None]) -> None:
@@ -161,6 +166,7 @@ class DaemonMetrics:
             self.lock_failing.labels(state.feeder).set(state.swap_lock_failures)
             self.paused.labels(state.feeder).set(0 if state.paused_since_s is None else 1)
             _set(self.paused_since, state.feeder, state.paused_since_s)
+            _set(self.displaced, state.feeder, state.displaced_entities)
 
 
 def _set(gauge: Gauge, feeder: str, value: float | None) -> None:

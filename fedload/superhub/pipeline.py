@@ -271,8 +271,12 @@ class _FeederSync:
         return dump_command(self.feeder, self.job.transform, parents, columns)
 
     async def _plan_skips(self, conn: asyncpg.Connection, parents: dict[TableName, ParentTable]) -> Skips | None:
-        """The digests this run asks the agent about (binary mode, skip_unchanged): None where it asks none."""
+        """The digests this run asks the agent about (binary mode, skip_unchanged): None where it asks none. Not
+        with `superhub.entity_key`: a kept partition then holds the feeder's rows less those shown by another
+        feeder, not the digest's, and its swap would decide the feeder's entities without their newest values."""
         if self.feeder.dump_mode != DumpMode.BINARY or not self.feeder.skip_unchanged:
+            return None
+        if self.job.swap.entities is not None:
             return None
         return await plan_skips(conn, self.job, parents, self._remap)
 

@@ -26,7 +26,8 @@ from fedload.errors import FeederError, SuperhubError, UsageError
 from fedload.log import get_logger
 from fedload.names import TableName, TablePattern
 from fedload.superhub.bookkeeping import forget_feeder, note_moved
-from fedload.superhub.schema import ParentsSpec, read_parents
+from fedload.superhub.entities import EntityRule, EntityTable, forget_displaced, settle_entities
+from fedload.superhub.schema import ParentsSpec, ParentTable, read_parents
 from fedload.superhub.session import SuperhubTarget, feeder_lock, superhub_session
 from fedload.superhub.swap import SwapPolicy, drop_partitions, feeder_partition, lock_parents, pause_before_retry
 
@@ -90,8 +91,19 @@ async def drop_feeder(
     policy = policy or SwapPolicy()
     async with superhub_session(superhub) as conn:
         tables = await _removable_tables(conn, parents, only)
+        entities = await _entity_parents(conn, parents, policy.entities, tables)
         async with _run_lock(conn, name, BUSY_WAIT_S if busy_wait_s is None else busy_wait_s):
-            return await _polite(conn, _Removal(name, key, tables, not only, moved_to), policy)
+            return await _polite(conn, _Removal(name, key, tables, not only, moved_to, entities), policy)
+
+
+async def _entity_parents(
+    conn: asyncpg.Connection, spec: ParentsSpec, rule: EntityRule | None, tables: list[TableName]
+) -> tuple[EntityRule, list[ParentTable]] | None:
+    """With the entity rule (superhub.entity_key), the rule and the removed tables' parents; None without it."""
+    if rule is None:
+        return None
+    parents = await read_parents(conn, spec.tables, spec.feeder_key)
+    return rule, [parents[t] for t in tables if t in parents]
 
 
 @contextlib.asynccontextmanager
@@ -118,12 +130,14 @@ class _Removal:
     tables: list[TableName]
     whole: bool
     moved_to: str | None
+    entities: tuple[EntityRule, list[ParentTable]] | None = None  # the entity rule and the removed parents
 
     async def attempt(self, conn: asyncpg.Connection, lock_timeout_s: float) -> tuple[dict[TableName, int], int]:
         """One try, in one transaction: a lock timeout or a deadlock rolls all of it back."""
         async with conn.transaction():
             await conn.execute(f"SET LOCAL lock_timeout = '{max(1, int(lock_timeout_s * 1000))}ms'")
             await lock_parents(conn, self.tables)
+            await self._settle_entities(conn)
             dropped = await drop_partitions(conn, self.tables, self.name, self.key)
             if not self.whole:
                 return dropped, 0
@@ -131,6 +145,18 @@ class _Removal:
             if self.moved_to is not None:
                 await note_moved(conn, self.name, self.moved_to)
         return dropped, forgotten
+
+    async def _settle_entities(self, conn: asyncpg.Connection) -> None:
+        """With the entity rule: a whole feeder's entities go home to the feeders newest without it, its displaced
+        rows with it; some tables only (`--table`): its displaced rows of those tables, which no partition of it
+        could take back."""
+        if self.entities is None:
+            return
+        rule, parents = self.entities
+        if self.whole:
+            await settle_entities(conn, rule, [EntityTable(p) for p in parents], self.name, self.key)
+        else:
+            await forget_displaced(conn, rule, parents, self.name)
 
 
 async def _polite(conn: asyncpg.Connection, removal: _Removal, policy: SwapPolicy) -> tuple[dict[TableName, int], int]:

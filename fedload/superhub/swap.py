@@ -27,6 +27,7 @@ from fedload.errors import SuperhubError, SwapLockError
 from fedload.log import get_logger
 from fedload.names import TableName
 from fedload.superhub.blockers import BlockerWatch, CancelRules, watch_blockers
+from fedload.superhub.entities import EntityRule, EntityTable, settle_entities
 from fedload.superhub.importer import StagedTable
 from fedload.superhub.schema import PARTS_SCHEMA, ParentTable, ident, key_literal, qualified
 
@@ -131,6 +132,7 @@ class SwapPolicy:
     on_timeout: SwapOnTimeout = SwapOnTimeout.FAIL
     cancel_wait_s: float = 30.0
     never_cancel: CancelRules = field(default_factory=CancelRules)
+    entities: EntityRule | None = None  # one entity, one feeder (fedload/superhub/entities.py); None: off
 
     @classmethod
     def from_config(cls, superhub: SuperhubConfig) -> SwapPolicy:
@@ -145,6 +147,7 @@ class SwapPolicy:
             never_cancel=CancelRules(
                 frozenset(superhub.swap_never_cancel_roles), frozenset(superhub.swap_never_cancel_applications)
             ),
+            entities=EntityRule.from_config(superhub.entity_key, superhub.entity_newest, superhub.feeder_key),
         )
 
     def method_for(self, parent: ParentTable) -> SwapMethod:
@@ -249,6 +252,9 @@ async def _attempt(conn: asyncpg.Connection, plan: _SwapPlan, stats: SwapStats, 
         await conn.execute(f"SET LOCAL lock_timeout = '{max(1, int(lock_timeout_s * 1000))}ms'")
         await lock_parents(conn, exclusive)
         stats.waited_ms = _ms_since(plan.started)
+        if (rule := plan.policy.entities) is not None:  # before the tables: it filters their staging
+            entity_tables = [EntityTable(t.parent, t.stage_sql) for t in plan.tables]
+            await settle_entities(conn, rule, entity_tables, plan.feeder, plan.key)
         for table in plan.tables:
             method = plan.policy.method_for(table.parent)
             stats.partitions[table.parent.table] = await _swap_table(conn, table, plan.feeder, plan.key, method)

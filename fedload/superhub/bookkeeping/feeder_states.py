@@ -50,6 +50,7 @@ class FeederState:
     failures: int  # finished runs that failed since the last success (or ever, if it never succeeded)
     swap_lock_failures: int  # of those, runs whose swap never got its locks
     paused_since_s: float | None = None  # `fedload feeder pause`: since when; None when not paused
+    displaced_entities: int | None = None  # with superhub.entity_key: its entities shown by another feeder
 
 
 async def read_feeder_states(conn: asyncpg.Connection, feeders: list[str]) -> list[FeederState]:

@@ -80,6 +80,7 @@ class FeederStatus:
     paused_since: datetime | None = None
     paused_by: str | None = None  # user@host of the `feeder pause`
     unchanged_tables: int = 0  # of the last success's tables, those kept unchanged (their digest was)
+    displaced_entities: int | None = None  # with superhub.entity_key: its entities shown by another feeder
 
     @property
     def overdue(self) -> bool:

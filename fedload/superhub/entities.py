@@ -1,0 +1,394 @@
+"""One entity, one feeder (`superhub.entity_key`, `superhub.entity_newest`; docs/entities.md): inside a feeder's swap,
+each entity (a host, named by the key column) is left in the partitions of exactly one feeder, the one whose
+newest value (`entity_newest`) is the greatest, ties to the feeder name first in byte order; the other copies
+wait in `fedload_displaced`, with their feeder and since when, until their feeder wins again.
+
+The registry: `fedload.entity_homes` (one row per entity: its home feeder; the row every decision about the entity
+locks) and `fedload.entity_copies` (one row per feeder that has the entity: its newest value, and since when it is
+displaced). A swap (or a removal) of feeder F, after its parents' locks and before its tables are swapped:
+
+1. F's entities and their newest values, from its staging tables (none for a removal);
+2. locks the home rows of those entities and of F's former ones, in one statement, in entity order (an upsert
+   that inserts the new ones): two swaps wait for each other in that one order, never in a cycle;
+3. writes F's copies, decides every touched entity's home, marks the displaced copies;
+4. per table that has the key column: drops F's old displaced rows, moves F's staged rows of entities it does
+   not win to the displaced table, moves the rows of entities F now wins out of their old home's partition
+   (DELETE on the parent: ROW EXCLUSIVE, which readers allow), and brings back the displaced rows of entities
+   F lost or left into their new home's partition.
+
+Every row touched belongs to an entity whose home row this transaction holds; a swap touches another feeder's
+partition rows only for such entities, so it never waits on another swap's row that the other could not release.
+All of it commits with the swap: a reader's snapshot sees each entity in one feeder's partitions, or nowhere when
+no feeder has it. Without the configuration none of this runs and no query is sent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import asyncpg
+
+from fedload.errors import ConfigError, SuperhubError
+from fedload.log import get_logger
+from fedload.names import TableName
+from fedload.superhub.bookkeeping.locks import LOCK_CLASS
+from fedload.superhub.schema import Column, ParentTable, ident, qualified
+
+__all__ = [
+    "DISPLACED_SCHEMA",
+    "EntityRule",
+    "EntityTable",
+    "check_entity_rule",
+    "displaced_counts",
+    "displaced_table",
+    "forget_displaced",
+    "settle_entities",
+]
+
+log = get_logger()
+DISPLACED_SCHEMA = "fedload_displaced"
+_FEEDER_COLUMN = "fedload_feeder"
+_SINCE_COLUMN = "fedload_since"
+_MAX_IDENTIFIER_BYTES = 63
+
+
+@dataclass(frozen=True, slots=True)
+class EntityRule:
+    """The configured entity: its key column, and the table and column whose newest value decides its feeder."""
+
+    key_column: str
+    newest_table: TableName
+    newest_column: str
+    feeder_key: str  # the parents' feeder key column (`superhub.feeder_key`)
+
+    @classmethod
+    def from_config(cls, key_column: str | None, newest: str | None, feeder_key: str) -> EntityRule | None:
+        """The rule of `superhub.entity_key` and `superhub.entity_newest` (checked by the configuration); None
+        without them."""
+        if key_column is None or newest is None:
+            return None
+        schema, table, column = newest.split(".")
+        return cls(key_column, TableName(schema, table), column, feeder_key)
+
+
+@dataclass(frozen=True, slots=True)
+class EntityTable:
+    """A parent the rule applies to (it has the key column), and the swapping feeder's staging table of it (SQL
+    name; None for a removal)."""
+
+    parent: ParentTable
+    stage_sql: str | None = None
+
+
+def displaced_table(table: TableName) -> str:
+    """The SQL name of the table that keeps `table`'s displaced rows: `fedload_displaced."<schema>.<table>"`,
+    hashed past 63 bytes."""
+    name = f"{table.schema}.{table.name}"
+    if len(name.encode()) > _MAX_IDENTIFIER_BYTES:
+        digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+        name = f"{name.encode()[:50].decode(errors='ignore')}_{digest}"
+    return qualified(DISPLACED_SCHEMA, name)
+
+
+async def settle_entities(
+    conn: asyncpg.Connection, rule: EntityRule, tables: Sequence[EntityTable], feeder: str, key: int | str | None
+) -> None:
+    """Decide the homes of feeder `feeder`'s entities and move the rows accordingly (see the module docstring), in
+    the caller's transaction, after its parents' locks and before its tables are swapped. `tables`: the parents of
+    the swap (or removal), those without the key column ignored; each with its staging table in a swap, without in
+    a removal (the feeder then has no entity left)."""
+    started = time.monotonic()
+    applied = [t for t in sorted(tables, key=lambda t: t.parent.table) if t.parent.column(rule.key_column)]
+    newest_type = await _ensure_registry(conn, rule, [t.parent for t in applied])
+    feeder_sql, key_sql = _literal(feeder), _literal("" if key is None else str(key))
+    decide = [statement.format(feeder=feeder_sql, key=key_sql) for statement in _DECIDE]
+    await conn.execute(";\n".join([_start(rule, applied, newest_type), *decide]))  # one round trip
+    moved = await conn.fetchrow(_TALLY, feeder)
+    assert moved is not None  # an aggregate: one row
+    old_keys = [] if not moved[2] else [r[0] for r in await conn.fetch(_OLD_KEYS, feeder)]
+    plan = _MovePlan(feeder_sql, displace=moved[1] > 0, old_keys=old_keys, back=moved[3] > 0)
+    await conn.execute(";\n".join(s for table in applied for s in _moves(rule, table, plan)))  # one round trip
+    ms = round((time.monotonic() - started) * 1000, 1)
+    log.debug(
+        "swap.entities", feeder=feeder, entities=moved[0], displaced=moved[1], taken=moved[2], back=moved[3], ms=ms
+    )
+
+
+def _literal(text: str) -> str:
+    """`text` as an SQL string literal (the superhub session has standard_conforming_strings on)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+async def forget_displaced(
+    conn: asyncpg.Connection, rule: EntityRule, parents: Iterable[ParentTable], feeder: str
+) -> None:
+    """Drop feeder `feeder`'s displaced rows of `parents` (its partitions of them are being dropped: no home for
+    them to come back to); the registry keeps its entities, which its other tables still have."""
+    for parent in sorted(parents, key=lambda p: p.table):
+        name = displaced_table(parent.table)
+        if parent.column(rule.key_column) and await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", name):
+            await conn.execute(f"DELETE FROM {name} WHERE {_FEEDER_COLUMN} = $1", feeder)  # noqa: S608
+
+
+async def displaced_counts(conn: asyncpg.Connection) -> dict[str, int]:
+    """How many of each feeder's entities are displaced (shown by another feeder); empty without the registry."""
+    if not await conn.fetchval("SELECT to_regclass('fedload.entity_copies') IS NOT NULL"):
+        return {}
+    rows = await conn.fetch(
+        "SELECT feeder, count(*) FROM fedload.entity_copies WHERE displaced_since IS NOT NULL GROUP BY feeder"
+    )
+    return {row[0]: row[1] for row in rows}
+
+
+# The newest column's type, whether it has a btree order, whether its table has the key column ($3), the
+# registry's type (NULL before it exists), and the isolation level; no row when the table or the column is missing.
+_NEWEST_TYPE = """
+SELECT format_type(a.atttypid, a.atttypmod),
+       EXISTS (SELECT 1 FROM pg_opclass o JOIN pg_am m ON m.oid = o.opcmethod
+               WHERE m.amname = 'btree' AND o.opcdefault AND o.opcintype IN (
+                     t.oid, t.typbasetype, CASE WHEN t.typelem <> 0 THEN 'anyarray'::regtype END,
+                     CASE WHEN t.typtype = 'e' THEN 'anyenum'::regtype END)),
+       EXISTS (SELECT 1 FROM pg_attribute k WHERE k.attrelid = a.attrelid AND k.attname = $3 AND NOT k.attisdropped),
+       (SELECT format_type(r.atttypid, r.atttypmod) FROM pg_attribute r
+        WHERE r.attrelid = to_regclass('fedload.entity_homes') AND r.attname = 'newest' AND NOT r.attisdropped),
+       current_setting('transaction_isolation')
+FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+WHERE a.attrelid = to_regclass($1) AND a.attname = $2 AND a.attnum > 0 AND NOT a.attisdropped
+"""
+# Creations in turn, under the bootstrap's advisory lock; then a relation lock new to the transaction, which makes
+# the backend read the catalog changes committed meanwhile (an advisory lock does not): without it, CREATE ... IF
+# NOT EXISTS behind a swap that just created the same objects fails on a duplicate name.
+_CREATING = f"SELECT pg_advisory_xact_lock({LOCK_CLASS}, 0); LOCK TABLE fedload.runs IN ACCESS SHARE MODE"
+_DISPLACED_COLUMNS = """
+SELECT n, coalesce((SELECT array_agg(attname::text) FROM pg_attribute
+                    WHERE attrelid = to_regclass(n) AND attnum > 0 AND NOT attisdropped), '{}')
+FROM unnest($1::text[]) AS n
+"""
+
+
+async def check_entity_rule(conn: asyncpg.Connection, rule: EntityRule) -> tuple[str, str | None]:
+    """The newest column's type and the registry's (None before the first swap with the rule); ConfigError, one
+    line, for a newest table or column the superhub lacks, a newest table without the key column, a type without
+    order, or a registry made for another type; SuperhubError for sessions not in read committed."""
+    newest = f"superhub.entity_newest = {rule.newest_table}.{rule.newest_column}"
+    row = await conn.fetchrow(_NEWEST_TYPE, rule.newest_table.sql, rule.newest_column, rule.key_column)
+    if row is None:
+        raise ConfigError(f"{newest}: the superhub has no table {rule.newest_table} with that column")
+    newest_type, ordered, keyed, registered, isolation = row
+    if isolation != "read committed":  # each statement must see the swaps committed while it waited for its locks
+        raise SuperhubError(
+            f"{newest}: needs transactions in read committed, but the superhub's sessions start in {isolation} "
+            "(default_transaction_isolation)"
+        )
+    if not keyed:
+        raise ConfigError(f"{newest}: table {rule.newest_table} has no entity_key column {rule.key_column}")
+    if not ordered:
+        raise ConfigError(f"{newest}: its type {newest_type} has no order (no default btree operator class)")
+    if registered is not None and registered != newest_type:
+        raise ConfigError(
+            f"{newest}: its type is {newest_type} but fedload.entity_homes was made for {registered}; "
+            "drop fedload.entity_homes and fedload.entity_copies to start the registry again"
+        )
+    return str(newest_type), None if registered is None else str(registered)
+
+
+async def _ensure_registry(conn: asyncpg.Connection, rule: EntityRule, parents: Iterable[ParentTable]) -> str:
+    """The registry and the displaced tables, created or given the parents' new columns where needed; the newest
+    column's type. ConfigError, one line, for a newest column that is missing, has no order, or changed type."""
+    newest_type, registered = await check_entity_rule(conn, rule)
+    parents = list(parents)
+    names = [displaced_table(p.table) for p in parents]
+    present: dict[str, list[str]] = {row[0]: row[1] for row in await conn.fetch(_DISPLACED_COLUMNS, names)}
+    missing = [
+        (parent, name, [c for c in parent.columns if c.name not in present[name]])
+        for parent, name in zip(parents, names, strict=True)
+    ]
+    if registered is None or any(columns for _, _, columns in missing):
+        await conn.execute(_CREATING)
+        await conn.execute(_registry_sql(rule, newest_type, missing, present))
+    return str(newest_type)
+
+
+def _registry_sql(
+    rule: EntityRule,
+    newest_type: str,
+    missing: list[tuple[ParentTable, str, list[Column]]],
+    present: dict[str, list[str]],
+) -> str:
+    """The registry's and the displaced tables' creation (each displaced table indexed by feeder and entity, as its
+    rows are dropped and brought back), or the columns the displaced tables lack, added."""
+    statements = [
+        f"CREATE SCHEMA IF NOT EXISTS {ident(DISPLACED_SCHEMA)}",
+        f"CREATE TABLE IF NOT EXISTS fedload.entity_homes (entity text PRIMARY KEY, feeder text, feeder_key text, "
+        f"newest {newest_type})",
+        f"CREATE TABLE IF NOT EXISTS fedload.entity_copies (feeder text NOT NULL, entity text NOT NULL, "
+        f"feeder_key text NOT NULL, newest {newest_type}, displaced_since timestamptz, PRIMARY KEY (feeder, entity))",
+        "CREATE INDEX IF NOT EXISTS entity_copies_entity ON fedload.entity_copies (entity)",
+    ]
+    for parent, name, columns in missing:
+        if not present[name]:
+            statements.append(
+                f"CREATE TABLE IF NOT EXISTS {name} ({_FEEDER_COLUMN} text NOT NULL, {_SINCE_COLUMN} timestamptz "
+                f"NOT NULL, {', '.join(f'{ident(c.name)} {c.type_sql}' for c in parent.columns)})"
+            )
+            index = "displaced_" + hashlib.sha256(name.encode()).hexdigest()[:16]
+            key = ident(rule.key_column)
+            statements.append(f"CREATE INDEX IF NOT EXISTS {ident(index)} ON {name} ({_FEEDER_COLUMN}, {key})")
+        elif columns:
+            added = ", ".join(f"ADD COLUMN IF NOT EXISTS {ident(c.name)} {c.type_sql}" for c in columns)
+            statements.append(f"ALTER TABLE {name} {added}")
+    return ";\n".join(statements)
+
+
+def _start(rule: EntityRule, tables: Sequence[EntityTable], newest_type: str) -> str:
+    """Statements that create the swap's temporary tables (dropped at COMMIT) and fill
+    `fedload_entities_mine` with the feeder's entities and their newest values, from its staging tables (none for
+    a removal); `_DECIDE` fills the others."""
+    key = ident(rule.key_column)
+    staged = [t for t in tables if t.stage_sql is not None]
+    create = (
+        f"CREATE TEMP TABLE fedload_entities_mine (entity text PRIMARY KEY, newest {newest_type}) ON COMMIT DROP;\n"
+        "CREATE TEMP TABLE fedload_entities_touched (entity text PRIMARY KEY) ON COMMIT DROP;\n"
+        "CREATE TEMP TABLE fedload_entities_decided (entity text PRIMARY KEY, old_home text, old_key text, "
+        f"new_home text, new_key text, newest {newest_type}) ON COMMIT DROP"
+    )
+    if not staged:
+        return create
+    keys = " UNION ".join(
+        f"SELECT {key}::text FROM {t.stage_sql} WHERE {key} IS NOT NULL"  # noqa: S608 - our names
+        for t in staged
+    )
+    newest_stage = next((t.stage_sql for t in staged if t.parent.table == rule.newest_table), None)
+    newest = (
+        f"SELECT {key}::text, max({ident(rule.newest_column)}) FROM {newest_stage} GROUP BY 1"  # noqa: S608
+        if newest_stage is not None
+        else f"SELECT NULL::text, NULL::{newest_type}"
+    )
+    return (
+        f"{create};\nINSERT INTO fedload_entities_mine SELECT k.entity, n.newest FROM ({keys}) AS k (entity) "  # noqa: S608
+        f"LEFT JOIN ({newest}) AS n (entity, newest) USING (entity);\nANALYZE fedload_entities_mine"
+    )
+
+
+# {feeder} the feeder, {key} its key as text (SQL literals). Locks the touched entities' home rows in entity order
+# (an upsert: new entities get theirs; `WHERE false` updates nothing but locks the existing ones, INSERT's documented
+# behaviour), rewrites the feeder's copies, decides each touched entity's home (newest value first, NULLs last, then
+# the feeder name in byte order), stamps the copies displaced since now or home again, and records the homes.
+_DECIDE = (
+    """
+INSERT INTO fedload_entities_touched
+SELECT entity FROM fedload_entities_mine UNION SELECT entity FROM fedload.entity_copies WHERE feeder = {feeder}
+""",
+    """
+INSERT INTO fedload.entity_homes AS h (entity)
+SELECT entity FROM fedload_entities_touched ORDER BY entity COLLATE "C"
+ON CONFLICT (entity) DO UPDATE SET entity = excluded.entity WHERE false
+""",
+    """
+DELETE FROM fedload.entity_copies c WHERE c.feeder = {feeder}
+  AND NOT EXISTS (SELECT FROM fedload_entities_mine m WHERE m.entity = c.entity)
+""",
+    """
+INSERT INTO fedload.entity_copies AS c (feeder, entity, feeder_key, newest)
+SELECT {feeder}, entity, {key}, newest FROM fedload_entities_mine
+ON CONFLICT (feeder, entity) DO UPDATE SET newest = excluded.newest, feeder_key = excluded.feeder_key
+WHERE (c.newest, c.feeder_key) IS DISTINCT FROM (excluded.newest, excluded.feeder_key)
+""",
+    """
+INSERT INTO fedload_entities_decided
+SELECT t.entity, h.feeder AS old_home, h.feeder_key AS old_key, w.feeder AS new_home, w.feeder_key AS new_key,
+       w.newest
+FROM fedload_entities_touched t JOIN fedload.entity_homes h USING (entity)
+LEFT JOIN LATERAL (SELECT c.feeder, c.feeder_key, c.newest FROM fedload.entity_copies c WHERE c.entity = t.entity
+                   ORDER BY c.newest DESC NULLS LAST, c.feeder COLLATE "C" LIMIT 1) AS w ON true
+""",
+    """
+ANALYZE fedload_entities_decided
+""",
+    """
+UPDATE fedload.entity_copies c
+SET displaced_since = CASE WHEN c.feeder = d.new_home THEN NULL ELSE coalesce(c.displaced_since, now()) END
+FROM fedload_entities_decided d
+WHERE c.entity = d.entity AND (c.feeder = d.new_home) = (c.displaced_since IS NOT NULL)
+""",
+    """
+DELETE FROM fedload.entity_homes h USING fedload_entities_decided d WHERE h.entity = d.entity AND d.new_home IS NULL
+""",
+    """
+UPDATE fedload.entity_homes h SET feeder = d.new_home, feeder_key = d.new_key, newest = d.newest
+FROM fedload_entities_decided d
+WHERE h.entity = d.entity AND d.new_home IS NOT NULL
+  AND (h.feeder, h.feeder_key, h.newest) IS DISTINCT FROM (d.new_home, d.new_key, d.newest)
+""",
+)
+
+
+_TALLY = """
+SELECT count(*), count(*) FILTER (WHERE new_home <> $1),
+       count(*) FILTER (WHERE new_home = $1 AND old_home <> $1),
+       count(*) FILTER (WHERE new_home <> $1 AND old_home IS DISTINCT FROM new_home)
+FROM fedload_entities_decided
+"""
+
+
+# The keys of the old homes whose rows of entities the feeder now wins move aside ($1 the feeder).
+_OLD_KEYS = """
+SELECT DISTINCT old_key FROM fedload_entities_decided WHERE new_home = $1 AND old_home <> $1 ORDER BY old_key
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class _MovePlan:
+    """What the decision asks of the tables: the feeder (an SQL literal), whether some of its staged entities are
+    displaced, the keys of the old homes to take entities from (their partitions only), whether rows come back."""
+
+    feeder: str
+    displace: bool
+    old_keys: list[str]
+    back: bool
+
+
+def _moves(rule: EntityRule, table: EntityTable, plan: _MovePlan) -> list[str]:
+    """The statements that move one table's rows as `plan` says (`_MovePlan`, from the decision): the feeder's
+    old displaced rows dropped, its staged rows of entities it does not win displaced, the rows of entities it now
+    wins taken from their old home, the displaced rows of entities it lost or left brought back to their new
+    home."""
+    parent = table.parent
+    column = parent.column(rule.key_column)
+    assert column is not None
+    key, key_type = ident(column.name), column.type_sql
+    feeder_key = ident(rule.feeder_key)
+    displaced = displaced_table(parent.table)
+    columns = [c.name for c in parent.columns if c.generated_sql is None]
+    listed = ", ".join(map(ident, columns))
+    gone = ", ".join(f"g.{ident(c)}" for c in columns)
+    feeder_type = (parent.column(rule.feeder_key) or column).type_sql
+    feeder, old = plan.feeder, ", ".join(f"CAST({_literal(k)} AS {feeder_type})" for k in plan.old_keys)
+    statements = [f"DELETE FROM {displaced} WHERE {_FEEDER_COLUMN} = {feeder}"]  # noqa: S608 - our names
+    if table.stage_sql is not None and plan.displace:
+        statements.append(
+            f"WITH g AS (DELETE FROM {table.stage_sql} s USING fedload_entities_decided d "  # noqa: S608
+            f"WHERE s.{key} = d.entity::{key_type} AND d.new_home <> {feeder} RETURNING s.*) "
+            f"INSERT INTO {displaced} ({_FEEDER_COLUMN}, {_SINCE_COLUMN}, {listed}) "
+            f"SELECT {feeder}, coalesce(c.displaced_since, now()), {gone} FROM g "
+            f"LEFT JOIN fedload.entity_copies c ON c.feeder = {feeder} AND c.entity = g.{key}::text"
+        )
+    if old:  # the old homes' partitions only, pruned by their keys as constants
+        statements.append(
+            f"WITH g AS (DELETE FROM {parent.sql_name} p USING fedload_entities_decided d "  # noqa: S608
+            f"WHERE p.{feeder_key} IN ({old}) AND p.{key} = d.entity::{key_type} AND d.new_home = {feeder} "
+            f"AND d.old_home <> {feeder} AND p.{feeder_key}::text = d.old_key "
+            f"RETURNING p.*, d.old_home AS fedload_old_home) "
+            f"INSERT INTO {displaced} ({_FEEDER_COLUMN}, {_SINCE_COLUMN}, {listed}) "
+            f"SELECT g.fedload_old_home, now(), {gone} FROM g"
+        )
+    statements += [
+        f"WITH g AS (DELETE FROM {displaced} x USING fedload_entities_decided d "  # noqa: S608
+        f"WHERE x.{key} = d.entity::{key_type} AND x.{_FEEDER_COLUMN} = d.new_home AND d.new_home <> {feeder} "
+        f"AND d.old_home IS DISTINCT FROM d.new_home RETURNING x.*) "
+        f"INSERT INTO {parent.sql_name} ({listed}) OVERRIDING SYSTEM VALUE SELECT {gone} FROM g",
+    ]
+    return statements if plan.back else statements[:-1]
