@@ -234,7 +234,7 @@ class _FeederSync:
             return dump_command(self.feeder, self.job.transform, parents, statistics=self._carry)
         rejects = self.job.imports.bad_rows == "reject"
         columns = binary_columns(parents.values(), remap=self._remap, rejects=rejects, feeder=self.name)
-        return dump_command(self.feeder, self.job.transform, parents, columns)
+        return dump_command(self.feeder, self.job.transform, parents, columns, statistics=self._carry)
 
     @contextlib.asynccontextmanager
     async def _dump(self, parents: dict[TableName, ParentTable]) -> AsyncIterator[DumpReceiver]:
@@ -247,7 +247,12 @@ class _FeederSync:
         binary = self.feeder.dump_mode == DumpMode.BINARY
         bound = self.job.imports.max_statement_bytes
         receiver = DumpReceiver(
-            process, framed=self.feeder.agent, feeder=self.name, binary=binary, max_statement_bytes=bound
+            process,
+            framed=self.feeder.agent,
+            feeder=self.name,
+            binary=binary,
+            max_statement_bytes=bound,
+            statistics=self._carry,
         )
         try:
             yield receiver
@@ -401,11 +406,10 @@ def _agent_version(receiver: DumpReceiver) -> str | None:
 
 
 def _carry_statistics(conn: asyncpg.Connection, feeder: FeederConfig) -> bool:
-    """Whether this run asks the feeder's agent for its tables' statistics (a superhub on PostgreSQL 18+; not in
-    binary mode, whose tables come from psql, not pg_dump: they are ANALYZEd)."""
+    """Whether this run asks the feeder's agent for its tables' statistics (a superhub on PostgreSQL 18+; in binary
+    mode too, where the agent adds pg_dump --statistics-only in its session's snapshot)."""
     major = conn.get_server_version().major
-    carry = feeder.carry_statistics and feeder.dump_mode != DumpMode.BINARY
-    return wants_statistics(major, carry=carry, agent=feeder.agent)
+    return wants_statistics(major, carry=feeder.carry_statistics, agent=feeder.agent)
 
 
 def _read_remap(feeder: FeederConfig) -> Remap | None:
