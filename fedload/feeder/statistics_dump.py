@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import BinaryIO
 
 from fedload.feeder.agent import StderrTail, write_frames
+from fedload.feeder.logs import get_logger
 from fedload.feeder.sections import SECTION_END, chunk, statistics_head
 from fedload.feeder.snapshot import SnapshotSession
 from fedload.feeder.wire import MAX_BLOCK_BYTES, StreamEncoder, dump_failure
@@ -31,6 +32,8 @@ __all__ = [
     "asked_statistics",
     "statistics_argv",
 ]
+
+log = get_logger()
 
 STATISTICS_SINCE_MAJOR = 18  # pg_dump --statistics-only
 _SNAPSHOT_ID = re.compile(r"[0-9A-F]+-[0-9A-F]+-[0-9]+")  # pg_export_snapshot()'s "00000003-0000001B-1"
@@ -94,13 +97,16 @@ class StatisticsDump:
         """pg_dump's output as the statistics section, then its exit; StatisticsDumpError saying why if it failed."""
         assert self.process.stdout is not None
         write_frames(out, encoder.data(statistics_head()))
+        sent = 0
         while data := self.process.stdout.read(MAX_BLOCK_BYTES):
             write_frames(out, encoder.data(chunk(data)))
+            sent += len(data)
         status = self.process.wait(timeout=_EXIT_TIMEOUT_S)
         failure = dump_failure(status, "", self._stderr.text(), f"{self._program} --statistics-only")
         if failure:
             raise StatisticsDumpError(failure)
         write_frames(out, encoder.data(SECTION_END))
+        log.debug("agent.statistics_sent", bytes=sent)
 
     def reap(self) -> None:
         """Stop pg_dump if it still runs (the dump failed before its section), and wait for it."""
