@@ -12,6 +12,7 @@ Standard library only: this runs in the agent's zipapp on the feeder's own Pytho
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import subprocess
@@ -41,6 +42,7 @@ _SNAPSHOT_ID = re.compile(r"[0-9A-F]+-[0-9A-F]+-[0-9]+")  # pg_export_snapshot()
 # ALTER TABLE waiting for the session) makes it wait, and the session would then wait for pg_dump for ever.
 _LOCK_WAIT = "60s"
 _EXIT_TIMEOUT_S = 60.0
+_F_SETPIPE_SZ, _PIPE_BYTES = 1031, 1 << 20  # fcntl.F_SETPIPE_SZ is in Python 3.10 and later only
 # What a statistics-only dump never writes, whose catalogs pg_dump would still read (as in agent.py).
 _UNWRITTEN = ("--no-comments", "--no-security-labels", "--no-publications", "--no-subscriptions")
 
@@ -91,6 +93,8 @@ class StatisticsDump:
             process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0, env=env)
         except OSError as exc:
             raise StatisticsDumpError(f"cannot start {pg_dump}: {exc}") from exc
+        assert process.stdout is not None
+        _widen_pipe(process.stdout.fileno())
         return cls(process, os.path.basename(pg_dump))
 
     def send(self, encoder: StreamEncoder, out: BinaryIO) -> None:
@@ -114,6 +118,13 @@ class StatisticsDump:
             self.process.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):  # killed, yet not gone: the agent exits all the same
             self.process.wait(timeout=_EXIT_TIMEOUT_S)
+
+
+def _widen_pipe(fd: int) -> None:
+    """Let pg_dump write up to 1 MiB of statistics while the tables are sent, instead of a pipe's 64 KiB (Linux;
+    elsewhere, or past /proc/sys/fs/pipe-max-size, the pipe stays as it is: pg_dump then waits for its reader)."""
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", _F_SETPIPE_SZ), _PIPE_BYTES)
 
 
 class CarriedStatistics:
