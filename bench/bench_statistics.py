@@ -4,8 +4,9 @@ Two feeders of `--rows` CFEngine-like rows each (the six dataset tables, analyze
 into a superhub cluster of its own, once with `carry_statistics = false` (the run ANALYZEs the new partitions) and
 once with `true` (the feeders' statistics restored in the load's transaction), alternating, `--repeat` times. The
 superhub's server CPU is its postmaster tree's (exited backends included); the wall time is the whole sync's.
+`--mode binary`: the feeders in binary mode (statistics from pg_dump --statistics-only in the agent's snapshot).
 
-    uv run --group bench python bench/bench_statistics.py --rows 150000
+    uv run --group bench python bench/bench_statistics.py --rows 150000 [--mode binary]
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from fedload.results import Outcome
 from fedload.service.sync import sync_feeders
 
 
-def _config(feeders: LocalCluster, hub: LocalCluster, hub_db: str, schema: str, *, carry: bool) -> Config:
+def _config(feeders: LocalCluster, hub: LocalCluster, hub_db: str, schema: str, *, carry: bool, mode: str) -> Config:
     tables = [f"public.{t}" for t in DATASET_TABLES]
     return parse_config(
         {
@@ -44,6 +45,7 @@ def _config(feeders: LocalCluster, hub: LocalCluster, hub_db: str, schema: str, 
                     "database": feeders.conninfo(f"feeder{i}"),
                     "pg_dump": feeders.install.tool("pg_dump"),
                     "carry_statistics": carry,
+                    "dump_mode": mode,
                 }
                 for i in (1, 2)
             },
@@ -65,6 +67,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=150_000, help="rows per feeder (default 150000)")
     parser.add_argument("--repeat", type=int, default=3, help="syncs of each way (default 3)")
+    parser.add_argument("--mode", choices=("copy", "inserts", "binary"), default="copy", help="the feeders' dump_mode")
     args = parser.parse_args()
     print(machine_line())
     with Workspace(pick_install(18)) as work:
@@ -78,7 +81,8 @@ def main() -> None:
         results: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
         for _ in range(args.repeat):
             for carry in (False, True):
-                results[carry].append(_measure(_config(feeders, hub, "superhub", str(schema), carry=carry), hub))
+                config = _config(feeders, hub, "superhub", str(schema), carry=carry, mode=args.mode)
+                results[carry].append(_measure(config, hub))
         rows = [
             [
                 "carried" if carry else "ANALYZE",
@@ -88,7 +92,7 @@ def main() -> None:
             for carry, measured in results.items()
         ]
         print_table(
-            f"2 feeders x {args.rows:,} rows, PostgreSQL 18, best of {args.repeat}",
+            f"2 feeders x {args.rows:,} rows, PostgreSQL 18, {args.mode} mode, best of {args.repeat}",
             ["way", "sync s", "superhub CPU s"],
             rows,
         )

@@ -278,5 +278,6 @@ def _write(out: BinaryIO, frames: bytes) -> None:
 # What the binary mode's dump (fedload/feeder/binary_dump.py) shares with pg_dump's.
 StderrTail = _StderrTail
 ask_version = _ask_version
+pg_dump_version = _pg_dump_version
 killed_when_reader_leaves = _killed_when_reader_leaves
 write_frames = _write

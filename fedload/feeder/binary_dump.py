@@ -13,7 +13,7 @@ import subprocess
 from typing import BinaryIO
 
 from fedload import __version__
-from fedload.feeder.agent import StderrTail, ask_version, killed_when_reader_leaves, write_frames
+from fedload.feeder.agent import StderrTail, ask_version, killed_when_reader_leaves, pg_dump_version, write_frames
 from fedload.feeder.agent_options import AgentOptions
 from fedload.feeder.binary_plan import (
     FeederColumn,
@@ -31,6 +31,7 @@ from fedload.feeder.errors import AgentError, AgentUsageError
 from fedload.feeder.logs import get_logger
 from fedload.feeder.sections import SECTION_END, chunk_head, section_head
 from fedload.feeder.snapshot import SessionEnded, SnapshotSession
+from fedload.feeder.statistics_dump import CarriedStatistics, StatisticsDumpError, asked_statistics
 from fedload.feeder.wire import DIGEST_PROTOCOL, MAX_BLOCK_BYTES, PROTOCOL_VERSION, Header, StreamEncoder, dump_failure
 
 __all__ = ["psql_beside", "run_binary_dump"]
@@ -63,22 +64,40 @@ def run_binary_dump(options: AgentOptions, out: BinaryIO) -> int:
     protocol = DIGEST_PROTOCOL if any(r.wants_digest for r in requests) else PROTOCOL_VERSION
     header = Header(compressor.compression, "binary", __version__, version, tables, protocol=protocol)
     encoder = StreamEncoder(header, compressor.compress)
+    statistics = _statistics(options)
     try:
         session = SnapshotSession.start(psql, options.database)
     except OSError as exc:
         raise AgentError(f"cannot start {psql}: {exc}") from exc
     try:
-        failure = _stream(session, requests, encoder, out)
+        failure = _stream(session, requests, encoder, out, statistics)
     finally:
         _reap(session.process)
+        if statistics is not None:
+            statistics.reap()
         session.close()
     if failure:
         raise AgentError(failure)
     return 0
 
 
-def _stream(session: SnapshotSession, requests: list[TableRequest], encoder: StreamEncoder, out: BinaryIO) -> str:
-    """Send every table's section and the trailer; why the dump failed as one line, or "" if it is complete."""
+def _statistics(options: AgentOptions) -> CarriedStatistics | None:
+    """The tables' statistics too, where asked (`--statistics`) and pg_dump is 18 or later (fedload/feeder/
+    statistics_dump.py)."""
+    if not options.statistics:
+        return None
+    return asked_statistics(options.pg_dump, options.database, pg_dump_version(options.pg_dump))
+
+
+def _stream(
+    session: SnapshotSession,
+    requests: list[TableRequest],
+    encoder: StreamEncoder,
+    out: BinaryIO,
+    statistics: CarriedStatistics | None = None,
+) -> str:
+    """Send every table's section (and the statistics section, where asked) and the trailer; why the dump failed
+    as one line, or "" if it is complete."""
     assert session.process.stderr is not None
     stderr = StderrTail(session.process.stderr)
     sent = _Sent()
@@ -86,11 +105,11 @@ def _stream(session: SnapshotSession, requests: list[TableRequest], encoder: Str
     out.write(encoder.start())
     try:
         with killed_when_reader_leaves(session.process, out):
-            server_version = _tables(session, requests, encoder, out, sent)
+            server_version = _tables(session, requests, encoder, out, sent, statistics=statistics)
             session.finish()
     except SessionEnded as exc:
         error = str(exc)
-    except ValueError as exc:  # a name \copy cannot take, or a catalog answer that is not one
+    except (ValueError, StatisticsDumpError) as exc:  # a name \copy cannot take, a catalog answer that is not one
         error = str(exc)
         session.process.kill()
     status = session.process.wait(timeout=_EXIT_TIMEOUT_S)
@@ -131,6 +150,8 @@ def _tables(
     encoder: StreamEncoder,
     out: BinaryIO,
     sent: _Sent,
+    *,
+    statistics: CarriedStatistics | None = None,
 ) -> str:
     """Check the request against the catalog in the snapshot, lock what is there, send each table (or say it is
     unchanged); the server's version. A table the feeder lacks is not sent (the superhub then refuses to replace its
@@ -142,10 +163,14 @@ def _tables(
         session.query(f"LOCK TABLE {names} IN ACCESS SHARE MODE;")
     digested = [r for r in present if r.wants_digest]
     counters = parse_counters(session.query(counters_query(digested))) if digested else {}
+    if statistics is not None:
+        statistics.start(session, [f"{quote_ident(r.schema)}.{quote_ident(r.name)}" for r in present])
     for request in present:
         table = (request.schema, request.name)
         now = counters.get(table, "")
         _table(session, request, catalog[table], encoder=encoder, out=out, sent=sent, counters=now)
+    if statistics is not None:
+        statistics.send(encoder, out)
     return server_version
 
 

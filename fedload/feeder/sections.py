@@ -17,7 +17,7 @@ import json
 import struct
 from collections.abc import Sequence
 
-__all__ = ["CHUNK", "END", "HEAD", "PART", "SECTION_END", "chunk", "chunk_head", "section_head"]
+__all__ = ["CHUNK", "END", "HEAD", "PART", "SECTION_END", "chunk", "chunk_head", "section_head", "statistics_head"]
 
 PART = struct.Struct(">cI")  # kind, body length
 HEAD, CHUNK, END = b"S", b"C", b"E"
@@ -57,3 +57,9 @@ def chunk(data: bytes) -> bytes:
 def chunk_head(length: int) -> bytes:
     """The head of a part carrying `length` bytes of COPY output, which follow it."""
     return PART.pack(CHUNK, length)
+
+
+def statistics_head() -> bytes:
+    """The part that opens the statistics section: pg_dump's `--statistics-only` SQL text follows, in C-parts."""
+    body = json.dumps({"format": "statistics"}).encode()
+    return PART.pack(HEAD, len(body)) + body

@@ -19,7 +19,8 @@ from fedload.feeder.sections import CHUNK, END, HEAD, PART
 from fedload.log import get_logger
 from fedload.names import TableName
 from fedload.superhub.schema import ident
-from transforms import CopyEnd, CopyRows, CopyStart, TooLargeError
+from fedload.superhub.statistics_section import StatisticsSection, is_statistics_head
+from transforms import CopyEnd, CopyRows, CopyStart, MetaCommand, Statement, TooLargeError, Verbatim
 
 __all__ = ["BinaryEnd", "BinaryRows", "BinaryStart", "SectionItem", "SectionSplitter", "UnchangedTable"]
 
@@ -61,7 +62,19 @@ class UnchangedTable:
     digest: str
 
 
-SectionItem = BinaryStart | BinaryRows | BinaryEnd | CopyStart | CopyRows | CopyEnd | UnchangedTable
+# The statistics section's statements too (fedload.superhub.statistics_section).
+SectionItem = (
+    BinaryStart
+    | BinaryRows
+    | BinaryEnd
+    | CopyStart
+    | CopyRows
+    | CopyEnd
+    | UnchangedTable
+    | Statement
+    | MetaCommand
+    | Verbatim
+)
 
 
 class SectionSplitter:
@@ -77,6 +90,7 @@ class SectionSplitter:
         self._table: TableName | None = None
         self._line = b""  # a text section's incomplete last line
         self._sections = 0
+        self._statistics: StatisticsSection | None = None  # the statistics section, while it is open
 
     def feed(self, text: bytes) -> list[SectionItem]:
         """The items that `text` completes: the data of a section's chunks in `text` as one item (the agent's
@@ -103,12 +117,12 @@ class SectionSplitter:
                         raise DumpError(f"a section head of the binary stream claims {length} bytes")
                     if end - pos - PART.size < length:
                         break
-                    out.append(self._start(text[pos + PART.size : pos + PART.size + length]))
+                    if (item := self._start(text[pos + PART.size : pos + PART.size + length])) is not None:
+                        out.append(item)
                     pos += PART.size + length
                 elif kind == END and self._binary is not None and length == 0:
                     self._pass_on(pieces, out)
-                    if (ended := self._end()) is not None:
-                        out.append(ended)
+                    out.extend(self._ended())
                     pos += PART.size
                 else:
                     raise DumpError(f"the binary stream has an unexpected part {kind!r} at this point")
@@ -132,6 +146,9 @@ class SectionSplitter:
         return []
 
     def _data(self, data: bytes, out: list[SectionItem]) -> None:
+        if self._statistics is not None:
+            out.extend(self._statistics.feed(data))
+            return
         if self._binary:
             out.append(BinaryRows(data))
             return
@@ -158,7 +175,21 @@ class SectionSplitter:
             raise DumpError(f"the text section of table {self._table} ends inside a line")
         return CopyEnd(b"\\.\n")
 
-    def _start(self, body: bytes) -> SectionItem:
+    def _ended(self) -> list[SectionItem]:
+        """The items the open section's end completes (none for an unchanged table)."""
+        if self._statistics is not None:
+            return self._end_statistics()
+        return [] if (ended := self._end()) is None else [ended]
+
+    def _end_statistics(self) -> list[SectionItem]:
+        assert self._statistics is not None
+        statistics, self._statistics, self._binary = self._statistics, None, None
+        return list(statistics.close())
+
+    def _start(self, body: bytes) -> SectionItem | None:
+        if is_statistics_head(body):  # sent only when asked (fedload.superhub.statistics_section)
+            self._statistics, self._binary = StatisticsSection(self._max_line_bytes), False
+            return None
         head = _head(body)
         self._sections += 1
         self._table = table = TableName(head["schema"], head["name"])

@@ -268,7 +268,7 @@ class _FeederSync:
         columns = binary_columns(
             parents.values(), remap=self._remap, rejects=rejects, feeder=self.name, digests=asked, counters=counters
         )
-        return dump_command(self.feeder, self.job.transform, parents, columns)
+        return dump_command(self.feeder, self.job.transform, parents, columns, statistics=self._carry)
 
     async def _plan_skips(self, conn: asyncpg.Connection, parents: dict[TableName, ParentTable]) -> Skips | None:
         """The digests this run asks the agent about (binary mode, skip_unchanged): None where it asks none. Not
@@ -291,7 +291,12 @@ class _FeederSync:
         binary = self.feeder.dump_mode == DumpMode.BINARY
         bound = self.job.imports.max_statement_bytes
         receiver = DumpReceiver(
-            process, framed=self.feeder.agent, feeder=self.name, binary=binary, max_statement_bytes=bound
+            process,
+            framed=self.feeder.agent,
+            feeder=self.name,
+            binary=binary,
+            max_statement_bytes=bound,
+            statistics=self._carry,
         )
         try:
             yield receiver
@@ -335,7 +340,11 @@ class _FeederSync:
         """The feeder's statistics on the staging tables of the partition swap; the tables done, with the columns
         left to ANALYZE. A table swapped by DELETE and INSERT (mvcc) is vacuumed and analyzed as before."""
         swap = self.job.swap
-        tables = [s for s in importer.staged.values() if swap.method_for(s.parent) is SwapMethod.PARTITION]
+        tables = [
+            s
+            for s in importer.staged.values()
+            if s.kept is None and swap.method_for(s.parent) is SwapMethod.PARTITION  # a kept partition keeps its own
+        ]
         return await carry_statistics(conn, tables, statistics, feeder_key=self.job.imports.feeder_key)
 
     async def _tracked(self, receiver: DumpReceiver, importer: Importer) -> AsyncIterator[Item | SectionItem]:
@@ -447,11 +456,10 @@ def _agent_version(receiver: DumpReceiver) -> str | None:
 
 
 def _carry_statistics(conn: asyncpg.Connection, feeder: FeederConfig) -> bool:
-    """Whether this run asks the feeder's agent for its tables' statistics (a superhub on PostgreSQL 18+; not in
-    binary mode, whose tables come from psql, not pg_dump: they are ANALYZEd)."""
+    """Whether this run asks the feeder's agent for its tables' statistics (a superhub on PostgreSQL 18+; in binary
+    mode too, where the agent adds pg_dump --statistics-only in its session's snapshot)."""
     major = conn.get_server_version().major
-    carry = feeder.carry_statistics and feeder.dump_mode != DumpMode.BINARY
-    return wants_statistics(major, carry=carry, agent=feeder.agent)
+    return wants_statistics(major, carry=feeder.carry_statistics, agent=feeder.agent)
 
 
 def _read_remap(feeder: FeederConfig) -> Remap | None:

@@ -35,14 +35,17 @@ class DumpReceiver:
         feeder: str = "",
         binary: bool = False,
         max_statement_bytes: int = DEFAULT_RECEIVED_STATEMENT_BYTES,
+        statistics: bool = False,
     ) -> None:
-        """`binary`: the feeder was asked for dump_mode "binary" (an agent too old for it is told apart)."""
+        """`binary`: the feeder was asked for dump_mode "binary", `statistics` for its tables' statistics (an
+        agent too old for either is told apart)."""
         self._process = process
         self._feeder = feeder
         self._decoder: StreamDecoder | GzipDecoder = StreamDecoder(feeder) if framed else GzipDecoder()
         # errors after COPY data name the byte offset (its lines are not counted: a pass over every byte)
         self._splitter: DumpSplitter | SectionSplitter = DumpSplitter(max_statement_bytes, count_copy_lines=False)
         self._binary, self._sections, self._max_statement_bytes = binary, False, max_statement_bytes
+        self._statistics = statistics
         self.trailer: Trailer | None = None
 
     @property
@@ -118,4 +121,9 @@ class DumpReceiver:
         failure = f"the dump command on the feeder exited with status {status}" + (f": {tail}" if tail else "")
         if self._binary and status == 2 and self.header is None:  # refused its options before any stream
             failure += '; a fedload agent older than dump_mode = "binary" refuses it: upgrade fedload on the feeder'
+        if self._statistics and status == 2 and self.header is None:
+            failure += (
+                "; a fedload agent older than carried statistics refuses --statistics: upgrade fedload on the feeder "
+                f"or set feeders.{self._feeder or 'NAME'}.carry_statistics = false"
+            )
         return failure

@@ -160,12 +160,13 @@ def _rows(plan: dict[str, object]) -> Iterator[float]:
 
 
 @pytest.mark.pg_major(18)
-@pytest.mark.parametrize("mode", ["copy", "inserts"])
+@pytest.mark.parametrize("mode", ["copy", "inserts", "binary"])
 async def test_partitions_get_the_feeders_statistics_and_the_plans_of_an_analyze(
     pg18: LocalCluster, tmp_path: Path, mode: str
 ) -> None:
     """On a superhub on 18 with pg_dump 18 feeders, the new partitions carry the feeders' statistics (the key's
-    computed), no ANALYZE runs, and the reports plan as after an ANALYZE, with the same row estimates."""
+    computed), no ANALYZE runs, and the reports plan as after an ANALYZE, with the same row estimates; in binary mode
+    too (pg_dump --statistics-only in the psql session's snapshot)."""
     config, db = federation(pg18, pg18, tmp_path, dump_mode=mode)
     runs = await sync(config)
     assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 2, [r.error for r in runs]
@@ -204,13 +205,17 @@ HOSTILE = {
 
 
 @pytest.mark.pg_major(18)
-@pytest.mark.parametrize("hostile", list(HOSTILE))
+@pytest.mark.parametrize(
+    ("hostile", "mode"),
+    [(hostile, "copy") for hostile in HOSTILE] + [("a table not the feeder's", "binary"), ("a subquery", "binary")],
+)
 async def test_a_hostile_statistics_call_rejects_the_dump(
-    pg18: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hostile: str
+    pg18: LocalCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hostile: str, mode: str
 ) -> None:
     """A statistics call other than pg_dump's (another function or table, a non-literal or a subquery, an
-    argument fedload does not know) rejects the dump: the run fails, the old data and statistics stay."""
-    config, db = federation(pg18, pg18, tmp_path)
+    argument fedload does not know) rejects the dump: the run fails, the old data and statistics stay; in binary
+    mode too, where the calls come in the stream's statistics section."""
+    config, db = federation(pg18, pg18, tmp_path, dump_mode=mode)
     assert (await sync(config, "hub1"))[0].outcome == Outcome.SUCCESS
     pg18.psql(NO_AUTOVACUUM, dbname=db)  # its VACUUM re-estimates reltuples, which this test reads as the statistics
     before = pg18.psql(PARTS_TUPLES, dbname=db)
@@ -222,6 +227,7 @@ async def test_a_hostile_statistics_call_rejects_the_dump(
         tmp_path / "pg_dump",
         f'"{pg_dump}" "$@" || exit $?\n[ "$1" = --version ] || printf "%s\\n" "$HOSTILE"\n',
     )
+    (tmp_path / "psql").symlink_to(pg18.install.tool("psql"))  # binary mode's psql: beside pg_dump
     hub1 = config.feeders["hub1"].model_copy(update={"pg_dump": script})
     config = config.model_copy(update={"feeders": {"hub1": hub1}})
     monkeypatch.setenv("HOSTILE", HOSTILE[hostile])
@@ -233,12 +239,15 @@ async def test_a_hostile_statistics_call_rejects_the_dump(
 
 
 @pytest.mark.pg_major(18)
-@pytest.mark.parametrize(("feeder_major", "superhub_major"), [(18, 15), (18, 17), (15, 18)])
+@pytest.mark.parametrize(
+    ("feeder_major", "superhub_major", "mode"),
+    [(18, 15, "copy"), (18, 17, "copy"), (15, 18, "copy"), (18, 15, "binary")],
+)
 async def test_an_older_end_analyzes_as_before(
-    pg18: LocalCluster, tmp_path: Path, feeder_major: int, superhub_major: int
+    pg18: LocalCluster, tmp_path: Path, feeder_major: int, superhub_major: int, mode: str
 ) -> None:
-    """A superhub on 15 or 17 does not ask the pg_dump 18 agents for statistics, and a pg_dump 15 agent cannot
-    send any to an 18 superhub: the new partitions are ANALYZEd, as before."""
+    """A superhub on 15 or 17 does not ask the pg_dump 18 agents for statistics (in binary mode neither), and a
+    pg_dump 15 agent cannot send any to an 18 superhub: the new partitions are ANALYZEd, as before."""
     older = min(feeder_major, superhub_major)
     install = find_installs().get(older)
     if install is None:
@@ -246,7 +255,7 @@ async def test_an_older_end_analyzes_as_before(
     other = LocalCluster(install, name=f"stats{older}").start()
     feeders, hub = (pg18, other) if feeder_major == 18 else (other, pg18)
     try:
-        config, db = federation(feeders, hub, tmp_path)
+        config, db = federation(feeders, hub, tmp_path, dump_mode=mode)
         with capture_logs() as logs:
             runs = await sync(in_process(config))
         assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 2, [r.error for r in runs]
