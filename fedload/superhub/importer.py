@@ -445,31 +445,44 @@ class Importer:
 
     async def _copy_run(self, staged: StagedTable, first: InsertRows, items: _GivenBack) -> None:
         """The statement and those after it in its run that COPY may take (`_next_in_run`), loaded by one COPY as
-        CSV rows: one COPY per run, not per statement, and the server reads a statement while the next is read."""
+        CSV rows: one COPY per run, not per statement, and the server reads a statement while the next is read.
+
+        An error while reading the run (a bad dump, the stream) ends the COPY, which the caller's transaction then
+        rolls back, and is raised after it, as between statements: not from inside the COPY, where asyncpg would
+        abort it with a cancel request to the server."""
+        stopped: list[Exception] = []
         with self._key_checked(staged):
             status = await self._conn.copy_to_table(
                 staged.stage_name,
                 schema_name=STAGE_SCHEMA,
                 columns=staged.columns,
-                source=self._run_rows(staged, first, items),
+                source=self._run_rows(staged, first, items, stopped),
                 freeze=True,
                 format="csv",
                 quote=CSV_QUOTE,
                 escape=CSV_QUOTE,
                 null=CSV_NULL,
             )
+        if stopped:
+            raise stopped[0]
         rows = int(status.rsplit(" ", 1)[1])
         staged.rows, staged.rows_by_copy = staged.rows + rows, staged.rows_by_copy + rows
 
-    async def _run_rows(self, staged: StagedTable, first: InsertRows, items: _GivenBack) -> AsyncIterator[bytes]:
-        """The CSV rows of each statement of the run, proven by `_copy_pattern` (`_copies`)."""
+    async def _run_rows(
+        self, staged: StagedTable, first: InsertRows, items: _GivenBack, stopped: list[Exception]
+    ) -> AsyncIterator[bytes]:
+        """The CSV rows of each statement of the run, proven by `_copy_pattern` (`_copies`); the error that ends
+        them early goes to `stopped`."""
         item: InsertRows | None = first
-        while item is not None:
-            data = csv_rows(item.insert.values)
-            _text(data, item)  # the same checks (NUL, UTF-8) and errors as on the INSERT path
-            staged.read_once += item.insert.checked_by is self._run_copy
-            yield data
-            item = await self._next_in_run(items)
+        try:
+            while item is not None:
+                data = csv_rows(item.insert.values)
+                _check_text(data, item)  # the same checks (NUL, UTF-8) and errors as on the INSERT path
+                staged.read_once += item.insert.checked_by is self._run_copy
+                yield data
+                item = await self._next_in_run(items)
+        except Exception as exc:  # noqa: BLE001 - raised again by _copy_run, once the COPY has ended
+            stopped.append(exc)
 
     def _continues_copy(self, insert: Insert) -> bool:
         """Whether the INSERT continues the run being loaded by COPY."""
@@ -509,10 +522,18 @@ def _free_name(name: str, taken: frozenset[str]) -> str:
 
 
 def _text(sql: bytes, item: InsertRows) -> str:
+    _check_text(sql, item)
+    return sql.decode("utf-8")
+
+
+def _check_text(sql: bytes, item: InsertRows) -> None:
+    """DumpError if `sql` holds a NUL byte or is not UTF-8 (ASCII is, and is checked without decoding)."""
     if b"\x00" in sql:  # the superhub's protocol cannot carry it; text values cannot hold it either
         raise DumpError(f"{_where(item)}: a VALUES tuple contains a NUL byte")
+    if sql.isascii():
+        return
     try:
-        return sql.decode("utf-8")
+        sql.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DumpError(f"{_where(item)}: a VALUES tuple is not valid UTF-8") from exc
 

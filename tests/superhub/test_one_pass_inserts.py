@@ -149,8 +149,12 @@ class RecordingConnection:
     async def copy_to_table(self, name: str, *, source: AsyncIterator[bytes], **options: object) -> str:
         self.sent.append(("copy", name, b""))
         at = len(self.sent) - 1
-        async for data in source:
-            self.sent[at] = ("copy", name, self.sent[at][2] + data)
+        try:
+            async for data in source:
+                self.sent[at] = ("copy", name, self.sent[at][2] + data)
+        except Exception:
+            self.sent.append(("aborted", name, b""))  # asyncpg: CopyFail and a cancel request to the server
+            raise
         return "COPY 0"
 
     def merged(self) -> list[tuple[str, str, bytes]]:
@@ -254,6 +258,18 @@ async def test_each_run_of_statements_copy_may_take_is_loaded_by_one_copy() -> N
         ("execute", b""),
         ("copy", b"7,'x',true\n8,'y',NULL\n9,'x',true\n10,'y',NULL\n"),
     ]
+
+
+async def test_an_error_in_a_run_is_raised_once_its_copy_has_ended() -> None:
+    """A bad statement (or a bad dump) in the middle of a run ends the COPY, then fails the load, as between
+    statements: never from inside the COPY, which asyncpg would abort with a cancel request to the server."""
+    dump = RUNS.replace(b"(4, '),(', NULL)", b"(4, '\0', NULL)")
+    for bad, error in ((dump, "dump line 3: a VALUES tuple contains a NUL byte"), (RUNS[:140], "input ends")):
+        items, splitter_error = items_and_error(bad, 64)
+        connection, end = await load(items, splitter_error, Importer)
+        assert error in end
+        assert [kind for kind, _, _ in connection.sent][-1] == "copy"
+        assert connection.sent[-1][2] == b"1,'x',true\n2,'y',NULL\n"
 
 
 MERGED = (
