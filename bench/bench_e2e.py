@@ -77,6 +77,7 @@ class Result:
     rows: int
     superhub_cpu_s: float = 0.0
     arrangement: str = "shared"
+    feeder_cpu_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +96,7 @@ class FedloadRun:
     agent_cpu_s: float
     superhub_cpu_s: float = 0.0
     arrangement: str = "shared"
+    feeder_cpu_s: float = 0.0
 
 
 @dataclass
@@ -126,14 +128,22 @@ class Bench:
         common.pin_tree(self.sshd.process.pid, feeder_cpus)
         common.pin_tree(common.postmaster_pid(self.superhub), superhub_cpus)
 
-    def feeder_side(self, command: str) -> str:
-        """A shell command run on the feeder's CPU when pinned."""
-        return f"taskset -c {FEEDER_CPU} {command}" if self.pinned else command
+    def feeder_side(self, command: str, record: Path) -> str:
+        """A shell command run on the feeder's CPU when pinned; its CPU seconds appended to `record`."""
+        timed = f"{TIME} -a -o {shlex.quote(str(record))} -f '%U %S' {command}"
+        return f"taskset -c {FEEDER_CPU} {timed}" if self.pinned else timed
 
     def superhub_side(self, command: str, record: Path) -> str:
         """A shell command run on the superhub's CPU when pinned; its CPU seconds appended to `record`."""
         timed = f"{TIME} -a -o {shlex.quote(str(record))} -f '%U %S' {command}"
         return f"taskset -c {SUPERHUB_CPU} {timed}" if self.pinned else timed
+
+    def feeder_cpu(self) -> float:
+        """CPU seconds of the feeder side so far: the feeder cluster and the sshd with its reaped sessions (the
+        agents and their pg_dump or psql, the remote shells and compressors, sshd's own encryption)."""
+        return common.tree_cpu_seconds(common.postmaster_pid(self.feeders)) + common.tree_cpu_seconds(
+            self.sshd.process.pid
+        )
 
     def superhub_cpu(self) -> float:
         """CPU seconds of the superhub cluster so far (postmaster, its children, reaped backends)."""
@@ -174,7 +184,8 @@ class Bench:
     def shell_way(self, key: str, label: str, pipeline: Callable[[str, str, Path], str]) -> Result:
         """Load every feeder `f<i>` into its own plain-table database `<arrangement>_<key><i>` with a shell
         pipeline; superhub-side CPU: the pipeline's superhub-side commands (recorded by /usr/bin/time) plus the
-        superhub cluster's."""
+        superhub cluster's; feeder-side CPU: the feeder cluster's, the sshd's and the local feeder-side commands'
+        (recorded in `<record>.feeder`)."""
         scripts, targets, records = [], [], []
         for i in range(1, self.count + 1):
             target = f"{self.arrangement}_{key}{i}"
@@ -185,12 +196,13 @@ class Bench:
             targets.append(target)
         self.settle()
         print(f"  {label} ({self.arrangement}; load {os.getloadavg()[0]:.2f}) ...", flush=True)
-        cpu_before = self.superhub_cpu()
+        cpu_before, feeder_before = self.superhub_cpu(), self.feeder_cpu()
         with common.timed() as elapsed, ThreadPoolExecutor(self.parallel) as pool:
             list(pool.map(common.run_shell, scripts))
         cpu = self.superhub_cpu() - cpu_before + sum(_recorded_cpu(r) for r in records)
+        feeder_cpu = self.feeder_cpu() - feeder_before + sum(_recorded_cpu(_feeder_record(r)) for r in records)
         rows = sum(int(self.superhub.psql(f"SELECT {_COUNT_ALL}", target)) for target in targets)
-        return Result(key, label, elapsed(), rows, cpu, self.arrangement)
+        return Result(key, label, elapsed(), rows, cpu, self.arrangement, feeder_cpu)
 
     def naive(self, source: str, target: str, record: Path) -> str:
         """(a): per-row INSERTs, gzip, ssh, gunzip, psql."""
@@ -213,7 +225,8 @@ class Bench:
         for table in TABLES:
             out = common.psql_argv(self.feeders, source, "-c", f"COPY {table} TO STDOUT (FORMAT binary)")
             into = common.psql_argv(self.superhub, target, "-c", f"COPY {table} FROM STDIN (FORMAT binary)")
-            pipes.append(f"{self.feeder_side(shlex.join(out))} | {self.superhub_side(shlex.join(into), record)}")
+            feeder = self.feeder_side(shlex.join(out), _feeder_record(record))
+            pipes.append(f"{feeder} | {self.superhub_side(shlex.join(into), record)}")
         return " && ".join(pipes)
 
     def user_pipe(self, source: str, target: str, record: Path) -> str:
@@ -224,9 +237,8 @@ class Bench:
 
     def limit(self, source: str, target: str, record: Path) -> str:
         """(c): COPY output straight into psql, on one machine."""
-        return (
-            f"{self.feeder_side(self.pg_dump(source, inserts=False))} | {self.superhub_side(self.psql(target), record)}"
-        )
+        feeder = self.feeder_side(self.pg_dump(source, inserts=False), _feeder_record(record))
+        return f"{feeder} | {self.superhub_side(self.psql(target), record)}"
 
     def all_ways(self, per_feeder: int, ways: str) -> list[Result]:
         """The chosen ways of (a)-(e) in the current arrangement (the limit, (c), always)."""
@@ -243,7 +255,7 @@ class Bench:
                 continue
             r = self.fedload(mode, "f", per_feeder)
             label = f"({letter}) fedload {mode} mode over ssh"
-            results.append(Result(mode, label, r.seconds, r.rows, r.superhub_cpu_s, self.arrangement))
+            results.append(Result(mode, label, r.seconds, r.rows, r.superhub_cpu_s, self.arrangement, r.feeder_cpu_s))
         return results
 
     def fedload(self, mode: str, prefix: str, rows_per_feeder: int) -> FedloadRun:
@@ -259,9 +271,9 @@ class Bench:
         argv = [sys.executable, "-m", "fedload", "sync", "--json", "--config", str(config)]
         if self.pinned:
             argv = ["taskset", "-c", SUPERHUB_CPU, *argv]  # taskset execs: wait4 still measures fedload
-        cpu_before = self.superhub_cpu()
+        cpu_before, feeder_before = self.superhub_cpu(), self.feeder_cpu()
         measured = common.run_measured(argv, stderr=self.work.dir / f"{name}.log")
-        server_cpu = self.superhub_cpu() - cpu_before
+        server_cpu, feeder_cpu = self.superhub_cpu() - cpu_before, self.feeder_cpu() - feeder_before
         runs = json.loads(measured.stdout or b"[]")
         failed = [r for r in runs if r["outcome"] != "success"]
         if measured.status != 0 or failed or len(runs) != self.count:
@@ -281,6 +293,7 @@ class Bench:
             *common.recorded_usage(agent_rss),
             measured.cpu_s + server_cpu,
             self.arrangement,
+            feeder_cpu,
         )
         self.runs.append(run)
         return run
@@ -319,6 +332,11 @@ class Bench:
         return "\n".join(lines) + "\n"
 
 
+def _feeder_record(record: Path) -> Path:
+    """Where a way's feeder-side local commands record their CPU seconds, beside its superhub-side record."""
+    return record.with_name(record.name + ".feeder")
+
+
 def _recorded_cpu(record: Path) -> float:
     """The CPU seconds /usr/bin/time appended to a file ("user system" per line); 0 if none."""
     if not record.exists():
@@ -335,14 +353,14 @@ def report(results: Sequence[Result], expected_rows: int) -> None:
     speed = {k: r.rows / r.seconds for k, r in by.items()}
     headers, lines, targets = ["way"], [], []
     for a in arrangements:
-        headers += [f"{a}: wall s", "rows/s", "/ limit", "/ naive", "hub CPU s"]
+        headers += [f"{a}: wall s", "rows/s", "/ limit", "/ naive", "hub CPU s", "feeder CPU s"]
     for key in SHORT_LABELS:
         if not any((a, key) in by for a in arrangements):
             continue
         line = [next(by[a, key].label for a in arrangements if (a, key) in by)]
         for a in arrangements:
             if (a, key) not in by:
-                line += ["-"] * 5
+                line += ["-"] * 6
                 continue
             r, limit, naive = by[a, key], speed.get((a, "limit"), 0.0), speed.get((a, "naive"), 0.0)
             line += [
@@ -351,12 +369,14 @@ def report(results: Sequence[Result], expected_rows: int) -> None:
                 common.fmt_ratio(speed[a, key] / limit) if limit else "-",
                 common.fmt_ratio(speed[a, key] / naive) if naive else "-",
                 f"{r.superhub_cpu_s:.1f}",
+                f"{r.feeder_cpu_s:.1f}",
             ]
             targets += _targets(a, key, speed)
         lines.append(line)
     common.print_table(
         f"End to end, {expected_rows:,} rows in all (shared: all processes on every CPU; pinned: feeder side on "
-        f"CPU {FEEDER_CPU}, superhub side on CPU {SUPERHUB_CPU}; hub CPU: superhub cluster + superhub-side commands)",
+        f"CPU {FEEDER_CPU}, superhub side on CPU {SUPERHUB_CPU}; hub CPU: superhub cluster + superhub-side commands; "
+        "feeder CPU: feeder cluster + sshd and its sessions + local feeder-side commands)",
         headers,
         lines,
     )
@@ -385,7 +405,8 @@ def report_rss(runs: Sequence[FedloadRun]) -> None:
     common.print_table(
         "fedload's memory and CPU (sync RSS: the largest of the sync and its worker processes, wait4's maxrss; "
         "sync CPU: the sync and its workers together; agent: the largest agent + pg_dump; "
-        "agents CPU: all feeders' agents together)",
+        "agents CPU: all feeders' agents together, with their pg_dump or psql; hub CPU: the sync and the superhub "
+        "cluster; feeder CPU: the feeder cluster, sshd and its sessions, the agents included)",
         [
             "mode",
             "rows/feeder",
@@ -396,6 +417,8 @@ def report_rss(runs: Sequence[FedloadRun]) -> None:
             "agent RSS MiB",
             "sync CPU s",
             "agents CPU s",
+            "hub CPU s",
+            "feeder CPU s",
         ],
         [
             [
@@ -408,6 +431,8 @@ def report_rss(runs: Sequence[FedloadRun]) -> None:
                 f"{r.agent_rss_kib / 1024:.0f}",
                 f"{r.cpu_s:.1f}",
                 f"{r.agent_cpu_s:.1f}",
+                f"{r.superhub_cpu_s:.1f}",
+                f"{r.feeder_cpu_s:.1f}",
             ]
             for r in sorted(runs, key=lambda r: (r.mode, r.rows_per_feeder))
         ],

@@ -44,9 +44,10 @@ class BoundBench(Bench):
         self.superhub.psql(f"CREATE DATABASE {target}")
         self.superhub.psql(common.SCHEMA_SQL, target)
         record = self.work.dir / f"cpu-{target}"
+        feeder_record = record.with_name(record.name + ".feeder")
         scripts = [
-            f"{self.feeder_side(shlex.join(common.pg_dump_argv(self.feeders, 't1', g, inserts=False)))} | "
-            f"{self.superhub_side(self.psql(target), record)}"
+            f"{self.feeder_side(shlex.join(common.pg_dump_argv(self.feeders, 't1', g, inserts=False)), feeder_record)}"
+            f" | {self.superhub_side(self.psql(target), record)}"
             for g in groups
         ]
         self.settle()

@@ -1,12 +1,15 @@
 """The `fedload sync` process's CPU, this checkout against another tree, interleaved, on the same feeders.
 
     uv run --group bench python bench/sync_cpu.py --against /tmp/base [--rows 300000] [--small-rows 2000] [--reps 3]
+        [--mode copy|binary]
 
 Sets up `git worktree add --detach /tmp/base REV` and its environment (`cd /tmp/base && uv sync --frozen --no-dev
 --compile-bytecode`) yourself; each side runs its own `.venv/bin/python -m fedload` in its own tree, the sync and
 the agents (so each side reads the stream its own agent writes). bench_e2e.py's feeders: one cluster, --feeders
-databases of the six CFEngine-like tables, over the loopback sshd, copy mode, `max_parallel_feeders = 2`.
-Each repetition loads every feeder into a fresh superhub database, side by side (new then old, then old then new).
+databases of the six CFEngine-like tables, over the loopback sshd, --mode (default copy), `max_parallel_feeders = 2`.
+Each side's fedload and transforms are compiled to bytecode first (as an installed package is: an environment
+with PYTHONDONTWRITEBYTECODE would compile them from source at every run). Each repetition loads every feeder
+into a fresh superhub database, side by side (new then old, then old then new).
 
 The CPU is the sync process's and its worker processes' (wait4's rusage: the sync and the children it waited for;
 the workers are forked by the sync), not the PostgreSQL servers' (the postmasters are not its children) nor the
@@ -20,6 +23,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -31,20 +35,21 @@ from transforms.cli import positive_int
 HERE = Path(__file__).resolve().parent
 
 
-def config_text(bench: bench_e2e.Bench, prefix: str, db: str, python: Path) -> str:
-    """bench_e2e's copy-mode config of the feeders `<prefix><i>`, with the side's `python -m fedload` as the agent."""
+def config_text(bench: bench_e2e.Bench, prefix: str, db: str, python: Path, mode: str) -> str:
+    """bench_e2e's config of the feeders `<prefix><i>` in dump mode `mode`, with the side's `python -m fedload` as
+    the agent."""
     record = bench.work.dir / f"agent-{db}"
-    text = bench.config_toml("copy", prefix, db, record)
+    text = bench.config_toml(mode, prefix, db, record)
     wrapped = json.dumps(common.rss_wrapped(record, [sys.executable, "-m", "fedload"]))
     return text.replace(wrapped, json.dumps([str(python), "-m", "fedload"]))
 
 
-def one_sync(bench: bench_e2e.Bench, tree: Path, prefix: str, db: str, expected: int) -> float:
+def one_sync(bench: bench_e2e.Bench, tree: Path, prefix: str, db: str, expected: int, *, mode: str) -> float:
     """CPU seconds of one `fedload sync` of every feeder, run by `tree`'s Python in `tree`, into a new database."""
     bench.superhub.psql(f"CREATE DATABASE {db}")
     python = tree / ".venv" / "bin" / "python"
     config = bench.work.dir / f"{db}.toml"
-    config.write_text(config_text(bench, prefix, db, python))
+    config.write_text(config_text(bench, prefix, db, python, mode))
     bench.settle()
     argv = [str(python), "-m", "fedload", "sync", "--json", "--config", str(config)]
     measured = common.run_measured(argv, stderr=bench.work.dir / f"{db}.log", cwd=tree)
@@ -55,14 +60,14 @@ def one_sync(bench: bench_e2e.Bench, tree: Path, prefix: str, db: str, expected:
     return measured.cpu_s
 
 
-def compare(bench: bench_e2e.Bench, sides: dict[str, Path], rows: int, reps: int) -> dict[str, list[float]]:
+def compare(bench: bench_e2e.Bench, sides: dict[str, Path], rows: int, reps: int, mode: str) -> dict[str, list[float]]:
     """Every side's CPU seconds per repetition on feeders of about `rows` rows, interleaved."""
     prefix = f"f{rows}_"
     expected = bench.populate(prefix, rows) * bench.count
     cpu: dict[str, list[float]] = {name: [] for name in sides}
     for rep in range(reps):
         for name in list(sides) if rep % 2 == 0 else list(sides)[::-1]:
-            cpu[name].append(one_sync(bench, sides[name], prefix, f"cpu_{name}_{rows}_{rep}", expected))
+            cpu[name].append(one_sync(bench, sides[name], prefix, f"cpu_{name}_{rows}_{rep}", expected, mode=mode))
             load = os.getloadavg()[0]
             print(
                 f"  {rows} rows, repetition {rep + 1}, {name}: {cpu[name][-1]:.2f} CPU s (load {load:.1f})", flush=True
@@ -97,15 +102,20 @@ def main() -> int:
     parser.add_argument("--rows", type=positive_int, default=300_000, help="rows per feeder (default 300000)")
     parser.add_argument("--small-rows", type=int, default=2_000, help="the fixed cost's size; 0: not measured")
     parser.add_argument("--reps", type=positive_int, default=3)
+    parser.add_argument("--mode", choices=("copy", "binary"), default="copy", help="the feeders' dump_mode")
     common.add_common_arguments(parser)
     args = parser.parse_args()
     sides = {"new": HERE.parent, "old": args.against.resolve()}
+    for tree in sides.values():
+        python = tree / ".venv" / "bin" / "python"
+        subprocess.run([str(python), "-m", "compileall", "-q", "fedload", "transforms"], cwd=tree, check=True)
     print(common.machine_line())
     with common.Workspace(common.pick_install(args.pg_major), keep=args.keep) as work:
         bench = bench_e2e.Bench(work, work.cluster("feeders"), work.cluster("superhub"), work.sshd(), args.feeders, 2)
         bench.quiet_superhub()
         sizes = [args.rows, *([args.small_rows] if args.small_rows else [])]
-        results = {rows: compare(bench, sides, rows, args.reps) for rows in sizes}
+        results = {rows: compare(bench, sides, rows, args.reps, args.mode) for rows in sizes}
+    print(f"dump_mode {args.mode}")
     report(results, (args.rows, args.small_rows) if args.small_rows else None)
     return 0
 

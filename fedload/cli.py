@@ -18,6 +18,7 @@ from fedload.feeder.agent_options import add_arguments as add_agent_arguments
 from fedload.feeder.main import for_the_agent
 from fedload.feeder.ssh_command import add_arguments as add_ssh_command_arguments
 from fedload.log import LOG_FORMATS, configure_logging, journal_prefix, pick_level
+from fedload.startup import collector_paused, no_pydantic_plugins
 from transforms.cli import positive_int
 
 if TYPE_CHECKING:
@@ -103,9 +104,10 @@ def _add_agent_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def _run_sync(args: argparse.Namespace) -> int:
-    from fedload.commands.sync import run_sync  # noqa: PLC0415 - asyncpg only where the superhub is used
+    with collector_paused():  # imports and the configuration: nothing to collect (fedload.startup)
+        from fedload.commands.sync import run_sync  # noqa: PLC0415 - asyncpg only where the superhub is used
 
-    config = _config(args)
+        config = _config(args)
     _logging(args, config.log_level)
     return run_sync(config, args.feeders, as_json=args.json, dry_run=args.dry_run)
 
@@ -341,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     if for_the_agent(words):
         return _run_agent(words)
     args = build_parser().parse_args(words)
+    no_pydantic_plugins()  # before any command imports fedload.config (fedload.startup)
     run: Command = args.run
     try:
         return run(args)

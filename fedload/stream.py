@@ -25,6 +25,7 @@ import zstandard
 from fedload import __version__
 from fedload.errors import DumpError
 from fedload.feeder.wire import (
+    DIGEST_PROTOCOL,
     FORMAT_VERSION,
     FRAME_HEAD,
     MAGIC,
@@ -51,11 +52,12 @@ __all__ = [
     "StreamDecoder",
     "StreamEncoder",
     "Trailer",
+    "build_validators",
     "dump_failure",
 ]
 
 OLDEST_PROTOCOL = 2  # the oldest agents' protocol this superhub reads
-NEWEST_PROTOCOL = PROTOCOL_VERSION  # the newest this superhub reads: its own agents'
+NEWEST_PROTOCOL = DIGEST_PROTOCOL  # the newest this superhub reads: its own agents' when asked for digests
 _BLOCKS_HASHED = 4  # the first protocol whose trailer hashes the compressed blocks, not the dump text
 _MAX_ACCEPTED_BLOCK_BYTES = 4 * MAX_BLOCK_BYTES  # a receiver tolerates senders with larger blocks, to a bound
 _MAX_FRAME_BYTES = _MAX_ACCEPTED_BLOCK_BYTES + (1 << 16)
@@ -247,6 +249,13 @@ def _adapter(kind: type[_T]) -> TypeAdapter[_T]:
     if kind not in _ADAPTERS:
         _ADAPTERS[kind] = TypeAdapter(kind)
     return cast("TypeAdapter[_T]", _ADAPTERS[kind])
+
+
+def build_validators() -> None:
+    """Build the header's and the trailer's validators now: a process about to fork workers builds them once for
+    all (~20 ms of pydantic's schema generation each worker would pay at its first run)."""
+    for kind in (Header, Trailer):
+        _adapter(kind)
 
 
 def _parse(kind: type[_T], payload: bytes, what: str) -> _T:

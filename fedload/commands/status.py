@@ -104,7 +104,7 @@ def _table(statuses: list[FeederStatus], location: ConfigLocation) -> Table:
             *([_shard(s)] if sharded else []),
             s.last_success.strftime("%Y-%m-%d %H:%M:%S") if s.last_success else "-",
             _age(s, age),
-            f"{s.rows:,}" if s.rows is not None else "-",
+            _rows(s),
             f"{s.duration_s:.1f}" if s.duration_s is not None else "-",
             Text(_last_run(s)),
             _next_run(s),
@@ -113,6 +113,13 @@ def _table(statuses: list[FeederStatus], location: ConfigLocation) -> Table:
             Text(s.last_error or ""),
         )
     return table
+
+
+def _rows(s: FeederStatus) -> str:
+    """The rows of the last success, and how many of its tables were kept unchanged (not sent)."""
+    if s.rows is None:
+        return "-"
+    return f"{s.rows:,}" + (f" ({s.unchanged_tables} tables unchanged)" if s.unchanged_tables else "")
 
 
 def _age(s: FeederStatus, age: str) -> Text | str:

@@ -15,14 +15,23 @@ from typing import BinaryIO
 from fedload import __version__
 from fedload.feeder.agent import StderrTail, ask_version, killed_when_reader_leaves, write_frames
 from fedload.feeder.agent_options import AgentOptions
-from fedload.feeder.binary_plan import TableRequest, catalog_query, copy_command, parse_catalog, plan_table, quote_ident
+from fedload.feeder.binary_plan import (
+    FeederColumn,
+    TableRequest,
+    catalog_query,
+    copy_command,
+    parse_catalog,
+    plan_table,
+    quote_ident,
+)
 from fedload.feeder.binary_plan import read_requests as _read_requests
 from fedload.feeder.compress import choose_compressor
+from fedload.feeder.digest import TableDigest, counters_query, digest_query, parse_counters, parse_digest
 from fedload.feeder.errors import AgentError, AgentUsageError
 from fedload.feeder.logs import get_logger
-from fedload.feeder.sections import SECTION_END, chunk, section_head
+from fedload.feeder.sections import SECTION_END, chunk_head, section_head
 from fedload.feeder.snapshot import SessionEnded, SnapshotSession
-from fedload.feeder.wire import Header, StreamEncoder, dump_failure
+from fedload.feeder.wire import DIGEST_PROTOCOL, MAX_BLOCK_BYTES, PROTOCOL_VERSION, Header, StreamEncoder, dump_failure
 
 __all__ = ["psql_beside", "run_binary_dump"]
 
@@ -51,7 +60,8 @@ def run_binary_dump(options: AgentOptions, out: BinaryIO) -> int:
     psql = psql_beside(options.pg_dump)
     version = ask_version(psql)
     tables = list(options.tables)
-    header = Header(compressor.compression, "binary", __version__, version, tables)
+    protocol = DIGEST_PROTOCOL if any(r.wants_digest for r in requests) else PROTOCOL_VERSION
+    header = Header(compressor.compression, "binary", __version__, version, tables, protocol=protocol)
     encoder = StreamEncoder(header, compressor.compress)
     try:
         session = SnapshotSession.start(psql, options.database)
@@ -71,12 +81,12 @@ def _stream(session: SnapshotSession, requests: list[TableRequest], encoder: Str
     """Send every table's section and the trailer; why the dump failed as one line, or "" if it is complete."""
     assert session.process.stderr is not None
     stderr = StderrTail(session.process.stderr)
-    rows: list[tuple[str, str, int]] = []
+    sent = _Sent()
     server_version, error = "", ""
     out.write(encoder.start())
     try:
         with killed_when_reader_leaves(session.process, out):
-            server_version = _tables(session, requests, encoder, out, rows)
+            server_version = _tables(session, requests, encoder, out, sent)
             session.finish()
     except SessionEnded as exc:
         error = str(exc)
@@ -85,6 +95,7 @@ def _stream(session: SnapshotSession, requests: list[TableRequest], encoder: Str
         session.process.kill()
     status = session.process.wait(timeout=_EXIT_TIMEOUT_S)
     tail = stderr.text()
+    rows = sent.rows
     tables = [(schema, name) for schema, name, _ in rows]
     trailer = encoder.finish(
         pg_dump_exit_status=status,
@@ -94,12 +105,24 @@ def _stream(session: SnapshotSession, requests: list[TableRequest], encoder: Str
         error=error,
         stderr_tail=tail,
         dump_program="psql",
+        **({"digests": sent.digests} if sent.digests else {}),
     )
     write_frames(out, trailer)
     failure = dump_failure(status, error, tail, "psql")
     if not failure:
-        log.info("agent.dump_finished", bytes=encoder.payload_bytes, rows=sum(n for _, _, n in rows), mode="binary")
+        total = sum(n for _, _, n in rows)
+        unchanged = sent.unchanged
+        log.info("agent.dump_finished", bytes=encoder.payload_bytes, rows=total, mode="binary", unchanged=unchanged)
     return failure
+
+
+class _Sent:
+    """What the dump said of its tables so far: rows, digests, and how many were unchanged."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, int]] = []
+        self.digests: list[tuple[str, str, str, int, str]] = []
+        self.unchanged = 0
 
 
 def _tables(
@@ -107,24 +130,85 @@ def _tables(
     requests: list[TableRequest],
     encoder: StreamEncoder,
     out: BinaryIO,
-    rows: list[tuple[str, str, int]],
+    sent: _Sent,
 ) -> str:
-    """Check the request against the catalog in the snapshot, lock what is there, send each table; the server's
-    version. A table the feeder lacks is not sent (the superhub then refuses to replace its data with nothing)."""
+    """Check the request against the catalog in the snapshot, lock what is there, send each table (or say it is
+    unchanged); the server's version. A table the feeder lacks is not sent (the superhub then refuses to replace its
+    data with nothing)."""
     server_version, catalog = parse_catalog(session.query(catalog_query(requests)))
     present = [r for r in requests if (r.schema, r.name) in catalog]
     if present:
         names = ", ".join(f"{quote_ident(r.schema)}.{quote_ident(r.name)}" for r in present)
         session.query(f"LOCK TABLE {names} IN ACCESS SHARE MODE;")
+    digested = [r for r in present if r.wants_digest]
+    counters = parse_counters(session.query(counters_query(digested))) if digested else {}
     for request in present:
-        plan = plan_table(request, catalog[request.schema, request.name])
-        table = (plan.schema, plan.name)
-        head = section_head(table, plan.columns, binary=plan.binary, reason=plan.reason, unsent=plan.unsent)
-        write_frames(out, encoder.data(head))
-        copied = session.copy(copy_command(plan), lambda data: write_frames(out, encoder.data(chunk(data))))
-        write_frames(out, encoder.data(SECTION_END))
-        rows.append((plan.schema, plan.name, copied))
+        table = (request.schema, request.name)
+        now = counters.get(table, "")
+        _table(session, request, catalog[table], encoder=encoder, out=out, sent=sent, counters=now)
     return server_version
+
+
+def _table(
+    session: SnapshotSession,
+    request: TableRequest,
+    feeder: list[FeederColumn],
+    *,
+    encoder: StreamEncoder,
+    out: BinaryIO,
+    sent: _Sent,
+    counters: str,
+) -> None:
+    """One table's section: its data, or, where its digest is the one the superhub holds, that it is unchanged. The
+    digest is not computed where the table's counters say it changed for sure (fedload/feeder/digest.py)."""
+    plan = plan_table(request, feeder)
+    table = (plan.schema, plan.name)
+    digest: TableDigest | None = None
+    if request.wants_digest and not (request.counters and request.counters != counters):
+        digest = parse_digest(session.query(digest_query(plan)), plan, feeder)
+    kept = (digest.rows, digest.digest) if digest is not None and digest.digest == request.digest else None
+    head = section_head(table, plan.columns, binary=plan.binary, reason=plan.reason, unsent=plan.unsent, unchanged=kept)
+    write_frames(out, encoder.data(head))
+    if kept is not None:
+        copied = kept[0]
+        sent.unchanged += 1
+    else:
+        parts = _Parts(encoder, out)
+        copied = session.copy(copy_command(plan), parts.add)
+        parts.flush()
+    write_frames(out, encoder.data(SECTION_END))
+    if digest is not None and copied != digest.rows:  # one snapshot: cannot differ, unless the session is not one
+        raise ValueError(f"table {plan.schema}.{plan.name}: {copied} rows copied but {digest.rows} digested")
+    sent.rows.append((plan.schema, plan.name, copied))
+    if request.wants_digest:
+        sent.digests.append((plan.schema, plan.name, digest.digest if digest else "", copied, counters))
+
+
+class _Parts:
+    """A table's COPY data as parts of about a block (MAX_BLOCK_BYTES), not one per read of psql's pipe (at most
+    64 KiB): the superhub then hands its server a block's data in one or two pieces instead of a score of them."""
+
+    def __init__(self, encoder: StreamEncoder, out: BinaryIO) -> None:
+        self._encoder = encoder
+        self._out = out
+        self._pieces: list[bytes] = []
+        self._bytes = 0
+
+    def add(self, data: bytes) -> None:
+        """Data psql wrote; sent once a block's worth has come."""
+        self._pieces.append(data)
+        self._bytes += len(data)
+        if self._bytes >= MAX_BLOCK_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send what has come as one part (nothing if nothing came)."""
+        if not self._bytes:
+            return
+        frames = [self._encoder.data(chunk_head(self._bytes))]
+        frames += [self._encoder.data(piece) for piece in self._pieces]
+        self._pieces, self._bytes = [], 0
+        write_frames(self._out, b"".join(frames))
 
 
 def _reap(process: subprocess.Popen[bytes]) -> None:

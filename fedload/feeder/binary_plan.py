@@ -11,6 +11,7 @@ feeder. Identifiers are quoted here, never taken as SQL from the request.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -30,6 +31,8 @@ __all__ = [
     "read_requests",
 ]
 
+_DIGEST = re.compile("[0-9a-f]{64}")
+_COUNTERS = re.compile("[0-9]{1,20}(?: [0-9]{1,20}){0,7}")
 FIRST_USER_OID = 16384  # FirstNormalObjectId: below it, built-in objects, whose OIDs every server shares
 
 
@@ -40,6 +43,11 @@ class TableRequest:
     schema: str
     name: str
     columns: Optional[tuple[tuple[str, int], ...]]  # noqa: UP045 - Python 3.9 evaluates dataclass fields' types
+    # The table's content digest is wanted (fedload/feeder/digest.py): the superhub skips unchanged tables. `digest`
+    # is the one it holds ("" for none): a table whose digest equals it is not sent.
+    wants_digest: bool = False
+    digest: str = ""
+    counters: str = ""  # the table's counters when that digest was computed ("": none): others mean changed for sure
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,7 @@ class FeederColumn:
     type_oid: int
     type_name: str
     has_send: bool  # its type has binary output (typsend)
+    type_sql: str = ""  # its type with modifiers (varchar(20)): what a content digest covers
 
 
 @dataclass(frozen=True)
@@ -92,11 +101,17 @@ def _request(text: str) -> TableRequest:
     if not named:
         raise AgentUsageError(f"--columns {text[:80]!r} is not a JSON object naming a table's schema and name")
     columns = found.get("columns")
+    wants_digest, digest, counters = "digest" in found, found.get("digest") or "", found.get("counters") or ""
+    if not isinstance(digest, str) or (digest and not _DIGEST.fullmatch(digest)):
+        raise AgentUsageError(f"--columns of {found['name']!r}: digest must be 64 hexadecimal digits or null")
+    if not isinstance(counters, str) or (counters and not _COUNTERS.fullmatch(counters)):
+        raise AgentUsageError(f"--columns of {found['name']!r}: counters must be numbers separated by spaces")
     if columns is None:
-        return TableRequest(found["schema"], found["name"], None)
+        return TableRequest(found["schema"], found["name"], None, wants_digest, digest, counters)
     if not isinstance(columns, list) or not all(_is_column(column) for column in columns):
         raise AgentUsageError(f"--columns of {found['name']!r}: columns must be a list of [name, type OID] pairs")
-    return TableRequest(found["schema"], found["name"], tuple((name, oid) for name, oid in columns))
+    pairs = tuple((name, oid) for name, oid in columns)
+    return TableRequest(found["schema"], found["name"], pairs, wants_digest, digest, counters)
 
 
 def _is_column(column: object) -> bool:
@@ -112,7 +127,8 @@ def _is_column(column: object) -> bool:
 # Columns of pg_class c; attgenerated exists from PostgreSQL 12, hence to_json.
 _CATALOG_COLUMNS = (
     "SELECT coalesce(json_agg(json_build_array(a.attname, a.atttypid::int8, format_type(a.atttypid, NULL), "
-    "t.typsend::oid <> 0) ORDER BY a.attnum), '[]') FROM pg_catalog.pg_attribute a "
+    "t.typsend::oid <> 0, format_type(a.atttypid, a.atttypmod)) ORDER BY a.attnum), '[]') "
+    "FROM pg_catalog.pg_attribute a "
     "JOIN pg_catalog.pg_type t ON t.oid = a.atttypid WHERE a.attrelid = c.oid AND a.attnum > 0 "
     "AND NOT a.attisdropped AND coalesce(to_json(a)->>'attgenerated', '') = ''"
 )
@@ -126,8 +142,9 @@ _CATALOG_TABLES = (
 
 def catalog_query(requests: Sequence[TableRequest]) -> str:
     """One statement whose one value is a JSON object: the server's version, and for each requested table that
-    exists on the feeder as a plain table, its columns (name, type OID, type, binary output) in their order, not
-    the generated ones (pg_dump leaves those out). The names travel hex-encoded: nothing of them is SQL."""
+    exists on the feeder as a plain table, its columns (name, type OID, type, binary output, type with modifiers)
+    in their order, not the generated ones (pg_dump leaves those out). The names travel hex-encoded: nothing of
+    them is SQL."""
     names = json.dumps([[r.schema, r.name] for r in requests]).encode().hex()
     tables = _CATALOG_TABLES.replace("NAMES_HEX", names)
     return f"SELECT json_build_object('server_version', current_setting('server_version'), 'tables', ({tables}));"
@@ -138,7 +155,7 @@ def parse_catalog(text: bytes) -> tuple[str, dict[tuple[str, str], list[FeederCo
     found = json.loads(text)
     tables = {}
     for schema, name, columns in found["tables"] or ():
-        tables[schema, name] = [FeederColumn(c[0], int(c[1]), c[2], bool(c[3])) for c in columns]
+        tables[schema, name] = [FeederColumn(c[0], int(c[1]), c[2], bool(c[3]), c[4]) for c in columns]
     return str(found["server_version"]), tables
 
 

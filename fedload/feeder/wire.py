@@ -23,6 +23,7 @@ from fedload.feeder.errors import one_line
 
 __all__ = [
     "BINARY_PROTOCOL",
+    "DIGEST_PROTOCOL",
     "FORMAT_VERSION",
     "FRAME_HEAD",
     "MAGIC",
@@ -41,8 +42,12 @@ FORMAT_VERSION = 1  # the framing: magic, frame kinds and lengths
 # which reads the same for `a.b` + `c` and `a` + `b.c`; 4: the trailer's checksum is `blocks_sha256`, of the
 # compressed blocks as sent, instead of `payload_sha256`, of the dump text (10x the bytes to hash on both ends), and
 # dump_mode "binary", whose dump text is one section per table (fedload/feeder/sections.py).
+# 5: binary mode's unchanged tables: a section may say its table is unchanged (and hold no data), and the trailer
+# lists each table's content digest. An agent states 5 only when the superhub asked for digests, which only a
+# superhub reading 5 does: to any other it states 4.
 PROTOCOL_VERSION = 4
 BINARY_PROTOCOL = 4  # the first protocol with binary mode's sections
+DIGEST_PROTOCOL = 5  # the first with unchanged tables and digests
 MAX_BLOCK_BYTES = 1 << 20
 FRAME_HEAD = struct.Struct(">cI")  # kind, payload length
 
@@ -77,6 +82,9 @@ class Trailer:
     error: str = ""
     stderr_tail: str = ""
     dump_program: str = "pg_dump"  # whose exit status and stderr these are: psql in binary mode
+    # Since protocol 5, where the superhub asked: [schema, name, digest, rows, counters] of each table, sent or
+    # unchanged (digest "": not computed, the counters said the table changed).
+    digests: list[tuple[str, str, str, int, str]] = field(default_factory=list)
 
     def row_counts(self) -> dict[tuple[str, str], int]:
         """The rows the agent saw per (schema, name)."""

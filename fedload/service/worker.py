@@ -43,6 +43,7 @@ from fedload.service._pipe import (
     for_worker,
     frame,
 )
+from fedload.stream import build_validators
 from fedload.superhub.bookkeeping import RunRecord
 from fedload.superhub.kept_sessions import close_kept, keep_sessions
 from fedload.superhub.pipeline import sync_feeder
@@ -197,6 +198,15 @@ def _leave_interrupts_to_the_parent() -> None:
     signal.signal(signal.SIGINT, lambda _signum, _frame: None)
 
 
+def warm_up() -> None:
+    """Do now what each worker's first run would do for itself: import what asyncio's connections use (the
+    default executor's threads for getaddrinfo, the IDNA codec for host names) and build the stream's validators.
+    `fork_workers` calls it before it forks, so that its workers share the result."""
+    importlib.import_module("concurrent.futures.thread")
+    importlib.import_module("encodings.idna")
+    build_validators()
+
+
 def main(argv: list[str]) -> int:
     """`python -m fedload.service.worker FD LEVEL FORMAT [MODULE ...]`."""
     _leave_interrupts_to_the_parent()
@@ -204,6 +214,7 @@ def main(argv: list[str]) -> int:
     configure_logging(level=level, log_format=log_format)
     for module in preload:
         importlib.import_module(module)
+    warm_up()
     asyncio.run(serve(fd, tuple(preload)))
     return 0
 

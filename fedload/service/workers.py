@@ -58,6 +58,7 @@ from fedload.service._pipe import (
     for_parent,
     frame,
 )
+from fedload.startup import collector_paused, freeze_imported
 from fedload.superhub.bookkeeping import RunRecord
 from fedload.superhub.bookkeeping.connection import RunHistory
 from fedload.superhub.job import Job
@@ -159,13 +160,16 @@ def fork_workers(count: int, preload: tuple[str, ...] = ()) -> list[ForkedWorker
     interpreters. Hand the result to `WorkerPool`, and to `reap_forked` once the pool is closed."""
     if count < 1 or not pidfds_work():
         return []
-    from fedload.service import worker  # noqa: PLC0415 - the workers' modules, imported once for all of them
+    with collector_paused():
+        from fedload.service import worker  # noqa: PLC0415 - the workers' modules, imported once for all of them
 
-    for module in preload:
-        importlib.import_module(module)
-    import_if_logging()
+        for module in preload:
+            importlib.import_module(module)
+        worker.warm_up()
+        import_if_logging()
     if threading.active_count() > 1:
         return []
+    freeze_imported()  # the workers share these objects' pages and never walk them (fedload.startup)
     sys.stdout.flush()  # what a child inherits unflushed it would print again
     sys.stderr.flush()
     pairs = [socket.socketpair() for _ in range(count)]

@@ -21,7 +21,7 @@ from fedload.names import TableName
 from fedload.superhub.schema import ident
 from transforms import CopyEnd, CopyRows, CopyStart, TooLargeError
 
-__all__ = ["BinaryEnd", "BinaryRows", "BinaryStart", "SectionItem", "SectionSplitter"]
+__all__ = ["BinaryEnd", "BinaryRows", "BinaryStart", "SectionItem", "SectionSplitter", "UnchangedTable"]
 
 _MAX_HEAD_BYTES = 1 << 20
 log = get_logger()
@@ -40,7 +40,8 @@ class BinaryStart:
 
 @dataclass(frozen=True, slots=True)
 class BinaryRows:
-    """A piece of the section's binary COPY data (not cut at rows)."""
+    """A piece of the section's binary COPY data (not cut at rows): the data of its chunks in one block of the
+    stream."""
 
     data: bytes
 
@@ -50,7 +51,17 @@ class BinaryEnd:
     """The section's data is complete."""
 
 
-SectionItem = BinaryStart | BinaryRows | BinaryEnd | CopyStart | CopyRows | CopyEnd
+@dataclass(frozen=True, slots=True)
+class UnchangedTable:
+    """The feeder did not send the table: its digest is the one the superhub asked with (protocol 5); `rows` and
+    `digest` as the feeder computed them in the dump's snapshot."""
+
+    table: TableName
+    rows: int
+    digest: str
+
+
+SectionItem = BinaryStart | BinaryRows | BinaryEnd | CopyStart | CopyRows | CopyEnd | UnchangedTable
 
 
 class SectionSplitter:
@@ -62,41 +73,57 @@ class SectionSplitter:
         self._buf = b""  # an incomplete part head, or section head
         self._left = 0  # bytes of the current chunk still to come
         self._binary: bool | None = None  # the open section's format; None between sections
+        self._unchanged = False  # the open section says its table is unchanged: it holds no data
         self._table: TableName | None = None
         self._line = b""  # a text section's incomplete last line
         self._sections = 0
 
     def feed(self, text: bytes) -> list[SectionItem]:
-        """The items that `text` completes."""
+        """The items that `text` completes: the data of a section's chunks in `text` as one item (the agent's
+        chunks are what psql wrote at a time, often a few KiB: an item each would cost more than its bytes)."""
         if self._buf:
             text, self._buf = self._buf + text, b""
         out: list[SectionItem] = []
+        pieces: list[memoryview] = []  # the open section's data in `text`, not yet passed on
         pos, end = 0, len(text)
-        while pos < end:
-            if self._left:
-                take = min(self._left, end - pos)
-                self._data(text[pos : pos + take], out)
-                pos, self._left = pos + take, self._left - take
-                continue
-            if end - pos < PART.size:
-                break
-            kind, length = PART.unpack_from(text, pos)
-            if kind == CHUNK and self._binary is not None:
-                pos, self._left = pos + PART.size, length
-            elif kind == HEAD and self._binary is None:
-                if length > _MAX_HEAD_BYTES:
-                    raise DumpError(f"a section head of the binary stream claims {length} bytes")
-                if end - pos - PART.size < length:
+        with memoryview(text) as view:
+            while pos < end:
+                if self._left:
+                    take = min(self._left, end - pos)
+                    pieces.append(view[pos : pos + take])
+                    pos, self._left = pos + take, self._left - take
+                    continue
+                if end - pos < PART.size:
                     break
-                out.append(self._start(text[pos + PART.size : pos + PART.size + length]))
-                pos += PART.size + length
-            elif kind == END and self._binary is not None and length == 0:
-                out.append(self._end())
-                pos += PART.size
-            else:
-                raise DumpError(f"the binary stream has an unexpected part {kind!r} at this point")
+                kind, length = PART.unpack_from(text, pos)
+                if kind == CHUNK and self._binary is not None and not self._unchanged:
+                    pos, self._left = pos + PART.size, length
+                elif kind == HEAD and self._binary is None:
+                    if length > _MAX_HEAD_BYTES:
+                        raise DumpError(f"a section head of the binary stream claims {length} bytes")
+                    if end - pos - PART.size < length:
+                        break
+                    out.append(self._start(text[pos + PART.size : pos + PART.size + length]))
+                    pos += PART.size + length
+                elif kind == END and self._binary is not None and length == 0:
+                    self._pass_on(pieces, out)
+                    if (ended := self._end()) is not None:
+                        out.append(ended)
+                    pos += PART.size
+                else:
+                    raise DumpError(f"the binary stream has an unexpected part {kind!r} at this point")
+            self._pass_on(pieces, out)
         self._buf = text[pos:]
         return out
+
+    def _pass_on(self, pieces: list[memoryview], out: list[SectionItem]) -> None:
+        """The open section's data gathered from `pieces` (one copy), as an item; `pieces` emptied."""
+        if pieces:
+            data = pieces[0].tobytes() if len(pieces) == 1 else b"".join(pieces)
+            for piece in pieces:
+                piece.release()
+            pieces.clear()
+            self._data(data, out)
 
     def close(self) -> list[SectionItem]:
         """Nothing more (DumpSplitter's `close` may have items); DumpError if the dump text ends inside a section."""
@@ -120,8 +147,11 @@ class SectionSplitter:
         if cut:
             out.append(CopyRows(data[:cut] if cut < len(data) else data))
 
-    def _end(self) -> SectionItem:
+    def _end(self) -> SectionItem | None:
         binary, self._binary = self._binary, None
+        if self._unchanged:
+            self._unchanged = False
+            return None
         if binary:
             return BinaryEnd()
         if self._line:
@@ -134,6 +164,9 @@ class SectionSplitter:
         self._table = table = TableName(head["schema"], head["name"])
         columns = tuple(head["columns"])
         self._binary = head["format"] == "binary"
+        if (unchanged := head.get("unchanged")) is not None:
+            self._unchanged = True
+            return UnchangedTable(table, unchanged["rows"], unchanged["digest"])
         if self._binary:
             return BinaryStart(table, columns, tuple(head["unsent"]), self._sections)
         log.info("import.text_fallback", feeder=self._feeder, table=str(table), reason=head["reason"])
@@ -154,7 +187,20 @@ def _head(body: bytes) -> dict[str, Any]:
         and all(isinstance(head.get(key), str) for key in strings)
         and all(isinstance(head.get(key), list) and all(isinstance(c, str) for c in head[key]) for key in lists)
         and head.get("format") in ("binary", "text")
+        and _valid_unchanged(head.get("unchanged"))
     )
     if not valid:
         raise DumpError(f"a section head of the binary stream is not valid: {body[:80]!r}")
     return dict(head)
+
+
+def _valid_unchanged(unchanged: object) -> bool:
+    """A head's `unchanged` (protocol 5) is absent, or rows (an integer, 0 or more) and a digest (a string)."""
+    if unchanged is None:
+        return True
+    return (
+        isinstance(unchanged, dict)
+        and type(unchanged.get("rows")) is int
+        and unchanged["rows"] >= 0
+        and isinstance(unchanged.get("digest"), str)
+    )

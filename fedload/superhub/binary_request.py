@@ -12,9 +12,11 @@ backends on strict-alignment CPUs (pgcopydb issue #894).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from fedload.log import get_logger
+from fedload.names import TableName
 from fedload.superhub.schema import Column, ParentTable
 from transforms import Remap, TableRemap
 
@@ -26,9 +28,17 @@ log = get_logger()
 
 
 def binary_columns(
-    parents: Iterable[ParentTable], *, remap: Remap | None, rejects: bool, feeder: str = ""
+    parents: Iterable[ParentTable],
+    *,
+    remap: Remap | None,
+    rejects: bool,
+    feeder: str = "",
+    digests: Mapping[TableName, str] | None = None,
+    counters: Mapping[TableName, str] | None = None,
 ) -> list[str]:
-    """The `--columns` values for `parents` (sorted by table, as `dump_command` sorts `--table`)."""
+    """The `--columns` values for `parents` (sorted by table, as `dump_command` sorts `--table`); with `digests`
+    (skipping unchanged tables), each asks for the table's digest and states the one held here, if any (null), and
+    the table's counters on the feeder when this superhub last loaded it (`counters`, where known)."""
     out = []
     for parent in sorted(parents, key=lambda p: p.table):
         rules = remap.for_table(parent.qualified_name) if remap is not None else None
@@ -37,7 +47,12 @@ def binary_columns(
             log.info("sync.binary_text_requested", feeder=feeder, table=parent.qualified_name, reason=whole)
         source = {new: old for old, new in rules.rename.items()} if rules is not None else {}
         columns = None if whole else [[source.get(c.name, c.name), _oid(c)] for c in _loaded(parent)]
-        out.append(json.dumps({"schema": parent.table.schema, "name": parent.table.name, "columns": columns}))
+        request: dict[str, Any] = {"schema": parent.table.schema, "name": parent.table.name, "columns": columns}
+        if digests is not None:
+            request["digest"] = digests.get(parent.table)
+            if counters and parent.table in counters:
+                request["counters"] = counters[parent.table]
+        out.append(json.dumps(request))
     return out
 
 

@@ -22,7 +22,7 @@ from fedload.config import DEFAULT_RECEIVED_STATEMENT_BYTES, BadRows, ExtraColum
 from fedload.errors import DumpError
 from fedload.log import get_logger
 from fedload.names import TableName, TablePattern
-from fedload.superhub.binary_receive import BinaryEnd, BinaryRows, BinaryStart, SectionItem
+from fedload.superhub.binary_receive import BinaryEnd, BinaryRows, BinaryStart, SectionItem, UnchangedTable
 from fedload.superhub.literal_copy import CSV_NULL, CSV_QUOTE, copy_rows_pattern, csv_rows
 from fedload.superhub.rejects import RejectWriter
 from fedload.superhub.schema import STAGE_SCHEMA, ParentTable, ident, key_literal, qualified
@@ -104,6 +104,7 @@ class StagedTable:
     rejected: int = 0
     present: bool = False  # the dump announced or carried the table: present and empty is fine, absent is not
     loaded: bool = False  # its data arrived (a second time rejects the dump)
+    kept: UnchangedTable | None = None  # the feeder says it is unchanged: its partition stays (no staging table)
 
     @property
     def stage_sql(self) -> str:
@@ -162,6 +163,8 @@ class Importer:
                 await self._copy(item, items)
             elif isinstance(item, BinaryStart):
                 await self._copy_binary(item, items)
+            elif isinstance(item, UnchangedTable):
+                await self._keep(item)
             elif isinstance(item, InsertRows):
                 await self._insert(item, items)
             elif isinstance(item, Statement):
@@ -213,12 +216,23 @@ class Importer:
         if self._remap is not None and (unknown := sorted(set(self._remap.tables) - seen)):
             raise DumpError(f"the remap of feeder {self._feeder} names table(s) not in its dump: {', '.join(unknown)}")
 
+    async def _keep(self, item: UnchangedTable) -> None:
+        """A table the feeder did not send, its digest unchanged: no staging table; the run checks and keeps its
+        partition (fedload.superhub.unchanged)."""
+        staged = self._target(item.table.sql.encode(), item)
+        if staged is not None:
+            staged.kept = item
+            await self._conn.execute(f"DROP TABLE {staged.stage_sql}")
+            self._log.info("import.table_unchanged", table=staged.parent.qualified_name, rows=item.rows)
+
     async def finish(self) -> None:
         """Build the parent's indexes on each staging table, after the load (faster than maintaining them).
 
         An index that backs the parent's primary key or unique constraint is built as such a constraint: ATTACH
         matches a constraint only with a constraint, and would otherwise build the index again."""
         for staged in self.staged.values():
+            if staged.kept is not None:
+                continue
             for index in staged.parent.indexes:
                 if index.constraint_sql is not None:
                     await self._conn.execute(f"ALTER TABLE {staged.stage_sql} ADD {index.constraint_sql}")
@@ -232,7 +246,8 @@ class Importer:
         partition constraint, so that ATTACH needs no validating scan and the load checks it row by row on the way
         in. Built from the catalog, not with LIKE, which would hold a lock on the parent until the swap and block
         other feeders' swaps. Identity is left out: values come from the feeder, and PostgreSQL 17+ refuses to
-        attach a partition with an identity column."""
+        attach a partition with an identity column. The parent's per-column statistics targets are set on it, for
+        the ANALYZE after the swap."""
         key, key_default = ident(self._policy.feeder_key), key_literal(self._key)
         parent = staged.parent
         definitions = [c.definition(key_default if c.name == self._policy.feeder_key else None) for c in parent.columns]
@@ -240,7 +255,10 @@ class Importer:
         definitions.append(
             f"CONSTRAINT {ident(self._key_constraint)} CHECK ({key} IS NOT NULL AND {key} = {key_default})"
         )
-        await self._conn.execute(f"CREATE TABLE {staged.stage_sql} ({', '.join(definitions)})")
+        statements = [f"CREATE TABLE {staged.stage_sql} ({', '.join(definitions)})"]
+        if targets := _statistics_targets(parent):
+            statements.append(f"ALTER TABLE {staged.stage_sql} {targets}")
+        await self._conn.execute(";\n".join(statements))
 
     def _target(self, written_table: bytes, where: AnyItem) -> StagedTable | None:
         """The staging table for a dump table; None to skip it; DumpError if the feeder must not send it."""
@@ -510,6 +528,17 @@ class Importer:
         else:
             await self._conn.execute(head + _text(b",".join(batch), item))
             staged.rows += len(batch)
+
+
+def _statistics_targets(parent: ParentTable) -> str:
+    """The parent's per-column statistics targets as ALTER TABLE actions for a staging table ("" if none is set):
+    PostgreSQL does not pass them on to partitions, and fedload makes new partitions at every run, so the parent is
+    where an operator sets them (0 leaves a column out of ANALYZE, which makes the ANALYZE after the swap cheaper)."""
+    return ", ".join(
+        f"ALTER COLUMN {ident(c.name)} SET STATISTICS {int(c.statistics_target)}"
+        for c in parent.columns
+        if c.statistics_target is not None
+    )
 
 
 def _free_name(name: str, taken: frozenset[str]) -> str:

@@ -45,6 +45,15 @@ from fedload.superhub.session import (
 )
 from fedload.superhub.statistics import StatisticsCollector, carry_statistics, wants_statistics
 from fedload.superhub.swap import SwapStats, analyze_partitions, describe_swap, swap_in
+from fedload.superhub.unchanged import (
+    KeptPartitionError,
+    Skips,
+    digests_to_store,
+    forget_on_failure,
+    keep_unchanged,
+    plan_skips,
+    store_digests,
+)
 from fedload.transport import FeederProcess, Transport
 from fedload.transport.command import dump_command, transport_for
 from transforms import Item, Remap, RemapError, load_remap
@@ -98,8 +107,11 @@ class _FeederSync:
         self._opening: asyncio.Task[FeederProcess] | None = None  # the dump started before the lock
         self._partitions: dict[TableName, str] = {}  # the feeder's partitions after the swap, for ANALYZE
         self._carry = False  # the agent is asked for the feeder's statistics (fedload.superhub.statistics)
+        self._remap: Remap | None = None  # the feeder's remap file, read once per run with the parents
         self._all_parents: frozenset[TableName] = frozenset()  # the superhub's parents, this feeder's exclusions too
         self._carried: dict[TableName, tuple[str, ...]] = {}  # tables given them, with the columns left to ANALYZE
+        self._skips: Skips | None = None  # the digests asked about (fedload.superhub.unchanged); None: none
+        self._kept: frozenset[TableName] = frozenset()  # tables unchanged, their partitions kept
 
     def phase(self, phase: str) -> None:
         """Enter a phase (then the outcome) and tell the progress display."""
@@ -142,20 +154,39 @@ class _FeederSync:
                     raise moved
                 if isinstance(parents := self._parents, Exception):
                     raise parents
-                remap = await asyncio.to_thread(_read_remap, self.feeder)
-                async with self._dump(parents) as receiver, conn.transaction():
-                    importer = await self._load(conn, receiver, parents, remap)
-                    await self._swap(conn, importer)
+                try:
+                    importer = await self._load_and_swap(conn, parents, self._remap)
+                except KeptPartitionError as exc:
+                    await forget_on_failure(conn, self.name, exc)
+                    raise
                 self._committed = True
                 self._succeeded(importer)
-                await self._analyze(conn, parents.values())
+                await self._analyze(conn, [p for t, p in parents.items() if t not in self._kept])
+
+    async def _load_and_swap(
+        self, conn: asyncpg.Connection, parents: dict[TableName, ParentTable], remap: Remap | None
+    ) -> Importer:
+        """Load the dump, keep the unchanged tables' partitions, swap the others and store the digests, in one
+        transaction."""
+        async with self._dump(parents) as receiver, conn.transaction():
+            importer = await self._load(conn, receiver, parents, remap)
+            unchanged = await keep_unchanged(conn, importer, self._skips, feeder=self.name, key=self.feeder.key)
+            self._kept = frozenset(s.parent.table for s in importer.staged.values() if s.kept is not None)
+            self.record.unchanged_tables = unchanged
+            if self._skips is not None:  # before the swap, which may fail: in its transaction all the same
+                digests = digests_to_store(importer, receiver.trailer, self._skips, self.name)
+                await store_digests(conn, self.name, self.run_id, digests)
+            await self._swap(conn, importer)
+        return importer
 
     async def _start_dump_early(self, conn: asyncpg.Connection) -> None:
         """Read the expected parents and start the feeder's dump of them; a failed read is kept for the run."""
         self._carry = _carry_statistics(conn, self.feeder)
         try:
             self._parents = await self._expected_parents(conn)
-            command = await self._dump_command(self._parents)  # binary mode reads the remap: it may fail too
+            self._remap = await asyncio.to_thread(_read_remap, self.feeder)
+            self._skips = await self._plan_skips(conn, self._parents)
+            command = self._dump_command(self._parents)
         except Exception as exc:  # noqa: BLE001 - raised again inside the run's record (`_locked_run`)
             self._parents = exc
             return
@@ -179,10 +210,10 @@ class _FeederSync:
             await setup_superhub(conn, self.job.parents, history=not await has_history(conn))
             self.stage_prefix = f"dry{conn.get_server_pid()}"
             parents = await self._expected_parents(conn)
-            remap = await asyncio.to_thread(_read_remap, self.feeder)
+            self._remap = await asyncio.to_thread(_read_remap, self.feeder)
             self._carry = _carry_statistics(conn, self.feeder)
             async with self._dump(parents) as receiver:
-                importer = await self._load(conn, receiver, parents, remap)
+                importer = await self._load(conn, receiver, parents, self._remap)
                 self.phase(Phase.SWAP)
                 self.plan = await describe_swap(conn, importer.staged.values(), feeder=self.name, key=self.feeder.key)
                 self._succeeded(importer)
@@ -226,14 +257,24 @@ class _FeederSync:
         self._all_parents = frozenset(parents)
         return {t: p for t, p in parents.items() if not any(x.matches(t) for x in excluded)}
 
-    async def _dump_command(self, parents: dict[TableName, ParentTable]) -> list[str]:
-        """The command of the feeder's dump of `parents`; in binary mode with the columns and types asked for."""
+    def _dump_command(self, parents: dict[TableName, ParentTable]) -> list[str]:
+        """The command of the feeder's dump of `parents`; in binary mode with the columns and types asked for (the
+        remap read with the parents decides which tables can go binary, and the load applies the same one)."""
         if self.feeder.dump_mode != DumpMode.BINARY:
             return dump_command(self.feeder, self.job.transform, parents, statistics=self._carry)
-        remap = await asyncio.to_thread(_read_remap, self.feeder)
         rejects = self.job.imports.bad_rows == "reject"
-        columns = binary_columns(parents.values(), remap=remap, rejects=rejects, feeder=self.name)
+        skips = self._skips
+        asked, counters = (skips.asked, skips.counters) if skips is not None else (None, None)
+        columns = binary_columns(
+            parents.values(), remap=self._remap, rejects=rejects, feeder=self.name, digests=asked, counters=counters
+        )
         return dump_command(self.feeder, self.job.transform, parents, columns)
+
+    async def _plan_skips(self, conn: asyncpg.Connection, parents: dict[TableName, ParentTable]) -> Skips | None:
+        """The digests this run asks the agent about (binary mode, skip_unchanged): None where it asks none."""
+        if self.feeder.dump_mode != DumpMode.BINARY or not self.feeder.skip_unchanged:
+            return None
+        return await plan_skips(conn, self.job, parents, self._remap)
 
     @contextlib.asynccontextmanager
     async def _dump(self, parents: dict[TableName, ParentTable]) -> AsyncIterator[DumpReceiver]:
@@ -242,7 +283,7 @@ class _FeederSync:
         if opening is not None:
             process = await opening
         else:
-            process = await self._transport.open(await self._dump_command(parents))
+            process = await self._transport.open(self._dump_command(parents))
         binary = self.feeder.dump_mode == DumpMode.BINARY
         bound = self.job.imports.max_statement_bytes
         receiver = DumpReceiver(
@@ -308,7 +349,7 @@ class _FeederSync:
         try:
             await swap_in(
                 conn,
-                importer.staged.values(),
+                [s for s in importer.staged.values() if s.kept is None],
                 feeder=self.name,
                 key=self.feeder.key,
                 policy=self.job.swap,
@@ -375,13 +416,15 @@ class _FeederSync:
             swap_attempts=record.swap_attempts,
             cancelled_backends=record.cancelled_backends,
             error_kind=record.error_kind if record.outcome is Outcome.FAILED else None,
+            unchanged_tables=tuple(record.unchanged_tables or ()),
         )
 
 
 def _counts(importer: Importer) -> tuple[dict[str, int], dict[str, int]]:
-    """Rows loaded, and rows rejected (where any were), per table (`str(TableName)`)."""
+    """Rows loaded (or kept unchanged: the digest's count, which their partition holds), and rows rejected (where
+    any were), per table (`str(TableName)`)."""
     staged = importer.staged.values()
-    return {s.parent.qualified_name: s.rows for s in staged}, {
+    return {s.parent.qualified_name: s.kept.rows if s.kept is not None else s.rows for s in staged}, {
         s.parent.qualified_name: s.rejected for s in staged if s.rejected
     }
 
@@ -427,6 +470,9 @@ def _verify_counts(importer: Importer, trailer: Trailer | None) -> None:
     if seen is not None and (unseen := sorted(str(staged[key].parent.table) for key in set(staged) - seen)):
         raise DumpError(f"the feeder's agent does not list table(s) {', '.join(unseen)} as dumped")
     for key, rows in trailer.row_counts().items():
-        if (table := staged.get(key)) is not None and table.rows + table.rejected != rows:
+        if (table := staged.get(key)) is not None and table.kept is not None:
+            if table.kept.rows != rows:
+                raise DumpError(f"table {table.parent.qualified_name}: the feeder's counts of it disagree")
+        elif table is not None and table.rows + table.rejected != rows:
             name = table.parent.qualified_name
             raise DumpError(f"table {name}: the feeder sent {rows} rows but {table.rows} were loaded")

@@ -84,6 +84,7 @@ class Column:
     collation_sql: str | None = None  # a collation other than the type's default, qualified and quoted
     generated_kind: str = "s"  # attgenerated of a generated column: "s" stored, "v" virtual (PostgreSQL 18)
     binary_type_oid: int = 0  # its type's OID where binary COPY may load it (built in, with binary input), else 0
+    statistics_target: int | None = None  # ALTER COLUMN ... SET STATISTICS on the parent; None: the default
 
     def definition(self, default_sql: str | None = None) -> str:
         """The column's definition for a CREATE TABLE, optionally with another default."""
@@ -147,7 +148,8 @@ SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
        CASE WHEN a.attcollation <> t.typcollation THEN
             quote_ident(cn.nspname) || '.' || quote_ident(co.collname) END,
        CASE WHEN a.attgenerated <> '' THEN a.attgenerated::text ELSE 's' END,
-       CASE WHEN t.oid < 16384 AND t.typreceive::oid <> 0 THEN t.oid::int8 ELSE 0 END
+       CASE WHEN t.oid < 16384 AND t.typreceive::oid <> 0 THEN t.oid::int8 ELSE 0 END,
+       nullif(a.attstattarget, -1)::int4
 FROM pg_attribute a
 JOIN pg_type t ON t.oid = a.atttypid
 LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum

@@ -13,8 +13,6 @@ import socket
 from pathlib import Path
 from typing import Any
 
-import asyncssh
-
 from fedload._tail import Tail
 from fedload.config import SshConfig
 from fedload.errors import (
@@ -28,6 +26,7 @@ from fedload.errors import (
     one_line,
 )
 from fedload.log import get_logger, without_passwords
+from fedload.transport._asyncssh import asyncssh
 
 __all__ = ["SshProcess", "SshTransport"]
 

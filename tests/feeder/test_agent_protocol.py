@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fedload import __version__
@@ -49,6 +49,7 @@ _OPTIONS = st.builds(
 )
 
 
+@settings(deadline=None)  # pure CPU, but 200 ms (hypothesis's default) was passed on a loaded 2-core machine
 @given(_OPTIONS)
 @example(AgentOptions("-d", ["-t", "--table=x"], pg_dump="-", pg_dump_args=["--", "-v", "--config=x"]))
 def test_agent_command_line_round_trips(options: AgentOptions) -> None:

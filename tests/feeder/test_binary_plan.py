@@ -7,7 +7,15 @@ import json
 
 import pytest
 
-from fedload.feeder.binary_plan import FeederColumn, TableRequest, copy_command, plan_table, read_requests
+from fedload.feeder.binary_plan import (
+    FeederColumn,
+    TablePlan,
+    TableRequest,
+    copy_command,
+    plan_table,
+    read_requests,
+)
+from fedload.feeder.digest import parse_digest
 from fedload.feeder.errors import AgentUsageError
 
 FEEDER = [
@@ -28,6 +36,36 @@ def test_the_request_pairs_each_table_with_its_columns() -> None:
         [_columns("public", "contexts", None), _columns("public", "Hosts", [["id", 23]])],
     )
     assert requests == [TableRequest("public", "Hosts", (("id", 23),)), TableRequest("public", "contexts", None)]
+
+
+def test_a_digest_travels_in_the_columns_request() -> None:
+    """`digest` present asks for the table's digest (null: none held here); absent, as from older superhubs, not."""
+    digest = "ab" * 32
+    asked = [
+        json.dumps({"schema": "public", "name": "a", "columns": None, "digest": None}),
+        json.dumps({"schema": "public", "name": "b", "columns": [["id", 23]], "digest": digest}),
+        _columns("public", "c", None),
+    ]
+    a, b, c = read_requests(["public.a", "public.b", "public.c"], asked)
+    assert (a.wants_digest, a.digest, b.wants_digest, b.digest, c.wants_digest) == (True, "", True, digest, False)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "error"),
+    [
+        ("digest", "x" * 64, "digest must be 64 hexadecimal digits or null"),
+        ("digest", "AB" * 32, "digest must be 64 hexadecimal digits or null"),
+        ("digest", 7, "digest must be 64 hexadecimal digits or null"),
+        ("digest", "ab" * 32 + "'; DROP TABLE t; --", "digest must be 64 hexadecimal digits or null"),
+        ("counters", "1 2 x", "counters must be numbers separated by spaces"),
+        ("counters", "1; SELECT 1", "counters must be numbers separated by spaces"),
+    ],
+)
+def test_a_digest_or_counters_of_another_shape_are_refused(field: str, value: object, error: str) -> None:
+    """A digest that is not 64 lowercase hexadecimal digits or null, counters that are not numbers: a usage error."""
+    asked = json.dumps({"schema": "public", "name": "t", "columns": None, "digest": None, field: value})
+    with pytest.raises(AgentUsageError, match=error):
+        read_requests(["public.t"], [asked])
 
 
 @pytest.mark.parametrize(
@@ -93,3 +131,16 @@ def test_a_name_with_a_line_break_is_refused() -> None:
     plan = plan_table(TableRequest("public", "t", (("a\nb", 23),)), [FeederColumn("a\nb", 23, "integer", True)])
     with pytest.raises(ValueError, match="line break"):
         copy_command(plan)
+
+
+def test_the_digest_covers_the_columns_types_with_their_modifiers() -> None:
+    """The same rows under varchar(50) and varchar(60), or under another column name, give other digests."""
+    plan = TablePlan("public", "t", ("v",), binary=True, reason="", unsent=())
+    printed = b"3|-12|34\n"
+    columns = [("v", "character varying(50)"), ("v", "character varying(60)"), ("w", "character varying(50)")]
+    digests = {
+        parse_digest(printed, plan, [FeederColumn(name, 1043, "character varying", has_send=True, type_sql=sql)]).digest
+        for name, sql in columns
+    }
+    assert len(digests) == 3
+    assert parse_digest(printed, plan, []).rows == 3

@@ -11,17 +11,27 @@ from fedload.errors import DumpError
 from fedload.feeder.sections import PART, SECTION_END, chunk, section_head
 from fedload.feeder.wire import BINARY_PROTOCOL, Header, StreamEncoder
 from fedload.names import TableName
-from fedload.superhub.binary_receive import BinaryEnd, BinaryRows, BinaryStart, SectionItem, SectionSplitter
+from fedload.superhub.binary_receive import (
+    BinaryEnd,
+    BinaryRows,
+    BinaryStart,
+    SectionItem,
+    SectionSplitter,
+    UnchangedTable,
+)
 from fedload.superhub.receive import DumpReceiver
 from tests.support.replay import Replay
 from transforms import CopyEnd, CopyRows, CopyStart, TooLargeError
 
 BINARY = section_head(("public", "hosts"), ["id", "name"], binary=True, reason="", unsent=["x"])
+UNCHANGED = section_head(("public", "kept"), ["id"], binary=True, reason="", unsent=[], unchanged=(12, "ab" * 32))
 TEXT = section_head(("public", "wide"), ["id", 'v"w'], binary=False, reason="column v: ...", unsent=[])
 PAYLOAD = (
     BINARY
     + chunk(b"PGCOPY\n\xff\r\n\x00" + b"\x00" * 8)
     + chunk(b"\xff\xff")
+    + SECTION_END
+    + UNCHANGED
     + SECTION_END
     + TEXT
     + chunk(b"1\t2\n3")
@@ -54,13 +64,21 @@ def test_sections_become_items_however_the_text_is_cut() -> None:
         BinaryStart(TableName("public", "hosts"), ("id", "name"), ("x",), 1),
         BinaryRows(b"PGCOPY\n\xff\r\n\x00" + b"\x00" * 8 + b"\xff\xff"),
         BinaryEnd(),
-        CopyStart(b"", 2, 0, b'"public"."wide"', b'"id", "v""w"'),
+        UnchangedTable(TableName("public", "kept"), 12, "ab" * 32),
+        CopyStart(b"", 3, 0, b'"public"."wide"', b'"id", "v""w"'),
         CopyRows(b"1\t2\n3\t4\n"),
         CopyEnd(b"\\.\n"),
     ]
     by_byte = _items([PAYLOAD[i : i + 1] for i in range(len(PAYLOAD))])
     assert _merged(by_byte) == _merged(whole)
     assert all(item.data.endswith(b"\n") for item in by_byte if isinstance(item, CopyRows))
+
+
+def test_a_blocks_chunks_reach_the_importer_as_one_item() -> None:
+    """The chunks of a section within one block of dump text make one data item, not one each (psql's writes are
+    a few KiB: an item each cost the sync more CPU than its bytes)."""
+    whole = _items([PAYLOAD])
+    assert whole == _merged(whole)
 
 
 @pytest.mark.parametrize(
@@ -76,6 +94,8 @@ def test_sections_become_items_however_the_text_is_cut() -> None:
         (BINARY + chunk(b"data"), "the binary stream ends inside the section of table public.hosts"),
         (BINARY + chunk(b"data")[:-1], "the binary stream ends inside the section of table public.hosts"),
         (TEXT + chunk(b"1\t2") + SECTION_END, "the text section of table public.wide ends inside a line"),
+        (UNCHANGED + chunk(b"data") + SECTION_END, "unexpected part b'C'"),
+        (UNCHANGED.replace(b'"rows": 12', b'"rows": -1'), "a section head of the binary stream is not valid"),
     ],
 )
 def test_anything_else_is_refused(payload: bytes, error: str) -> None:
@@ -98,6 +118,7 @@ async def test_the_receiver_reads_a_binary_stream_by_its_sections() -> None:
         "BinaryStart",
         "BinaryRows",
         "BinaryEnd",
+        "UnchangedTable",
         "CopyStart",
         "CopyRows",
         "CopyEnd",

@@ -361,3 +361,20 @@ async def test_analyze_after_the_swap_or_leave_it_to_autovacuum(federation: Fede
         assert "analyze" not in phases
         counts = "SELECT sum(analyze_count) FROM pg_stat_user_tables WHERE schemaname = 'fedload_parts'"
         assert federation.superhub_int(counts) == 0
+
+
+async def test_partitions_take_the_parents_statistics_targets(federation: Federation) -> None:
+    """A parent column's statistics target (ALTER COLUMN ... SET STATISTICS) holds for the partitions fedload makes,
+    which PostgreSQL would not pass on: 0 leaves the column out of their ANALYZE."""
+    assert [r.outcome for r in await sync(federation.config(), "hub1")] == [Outcome.SUCCESS]  # the parents exist
+    federation.superhub_sql(
+        "ALTER TABLE public.contexts ALTER COLUMN tags SET STATISTICS 0, ALTER COLUMN contextname SET STATISTICS 7"
+    )
+    assert [r.outcome for r in await sync(federation.config(), "hub1")] == [Outcome.SUCCESS]
+    targets = (
+        "SELECT string_agg(attname || '=' || attstattarget, ',' ORDER BY attname) FROM pg_attribute "
+        "WHERE attrelid = 'fedload_parts.\"public.contexts__hub1\"'::regclass AND attname IN ('tags', 'contextname')"
+    )
+    assert federation.superhub_sql(targets) == "contextname=7,tags=0"
+    analyzed = "SELECT string_agg(attname, ',' ORDER BY attname) FROM pg_stats WHERE tablename = '{}'"
+    assert federation.superhub_sql(analyzed.format("public.contexts__hub1")) == "contextname,hostkey,hub_id,score"

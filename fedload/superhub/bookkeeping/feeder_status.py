@@ -22,7 +22,8 @@ WITH feeders AS (
     UNION SELECT feeder FROM fedload.schedule
     UNION SELECT feeder FROM fedload.paused
 ), last_success AS (
-    SELECT DISTINCT ON (feeder) feeder, finished_at, rows, extract(epoch FROM finished_at - started_at) AS seconds
+    SELECT DISTINCT ON (feeder) feeder, finished_at, rows, extract(epoch FROM finished_at - started_at) AS seconds,
+           jsonb_array_length(unchanged_tables) AS unchanged
     FROM fedload.runs WHERE outcome = $2 ORDER BY feeder, finished_at DESC
 ), last_run AS (
     SELECT DISTINCT ON (feeder) feeder, outcome, error, error_kind FROM fedload.runs WHERE outcome <> $3
@@ -32,7 +33,7 @@ WITH feeders AS (
     WHERE swap_attempts IS NOT NULL ORDER BY feeder, started_at DESC
 )
 SELECT f.feeder, s.finished_at AS last_success, extract(epoch FROM now() - s.finished_at) AS data_age_s,
-       s.rows, s.seconds AS duration_s, r.outcome AS last_outcome, r.error AS last_error,
+       s.rows, s.unchanged, s.seconds AS duration_s, r.outcome AS last_outcome, r.error AS last_error,
        r.error_kind AS last_error_kind,
        sc.next_run_at AS next_run, coalesce(sc.failures, 0) AS failures, f.feeder = ANY($1::text[]) AS configured,
        EXISTS (SELECT FROM fedload.runs x WHERE x.feeder = f.feeder AND x.outcome = $3) AS running,
@@ -78,6 +79,7 @@ class FeederStatus:
     paused_reason: str | None = None
     paused_since: datetime | None = None
     paused_by: str | None = None  # user@host of the `feeder pause`
+    unchanged_tables: int = 0  # of the last success's tables, those kept unchanged (their digest was)
 
     @property
     def overdue(self) -> bool:
@@ -123,6 +125,7 @@ def _status(r: asyncpg.Record, stale_after_s: float, shard: str | None) -> Feede
         swap_attempts=r["swap_attempts"],
         cancelled_backends=r["cancelled_backends"],
         swap_lock_failures=r["swap_lock_failures"],
+        unchanged_tables=r["unchanged"] or 0,
         shard=shard,
         paused=r["paused"],
         paused_reason=r["paused_reason"],

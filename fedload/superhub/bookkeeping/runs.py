@@ -36,6 +36,7 @@ class RunRecord:
     swap_lock_failed: bool = False  # the run failed because the swap never got its locks
     agent_version: str | None = None  # the feeder's agent, as its stream's header says (None without the agent)
     error_kind: ErrorKind | None = None  # what kind of failure `error` is
+    unchanged_tables: list[str] | None = None  # tables kept as they were: the feeder's digest was unchanged
 
 
 async def start_run(conn: asyncpg.Connection, feeder: str) -> int:
@@ -54,7 +55,7 @@ async def start_run(conn: asyncpg.Connection, feeder: str) -> int:
     return run_id
 
 
-_JSON_COLUMNS = frozenset({"rows", "rejected"})
+_JSON_COLUMNS = frozenset({"rows", "rejected", "unchanged_tables"})
 _RECORD_COLUMNS = tuple(f.name for f in fields(RunRecord))
 _FINISH = "UPDATE fedload.runs SET finished_at = now(), {} WHERE id = $1".format(  # noqa: S608 - our column names
     ", ".join(

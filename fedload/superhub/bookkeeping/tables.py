@@ -37,7 +37,8 @@ ALTER TABLE fedload.runs ADD COLUMN IF NOT EXISTS swap_attempts integer,
     ADD COLUMN IF NOT EXISTS cancelled_backends integer,
     ADD COLUMN IF NOT EXISTS swap_lock_failed boolean NOT NULL DEFAULT false,
     ADD COLUMN IF NOT EXISTS agent_version text,
-    ADD COLUMN IF NOT EXISTS error_kind text;
+    ADD COLUMN IF NOT EXISTS error_kind text,
+    ADD COLUMN IF NOT EXISTS unchanged_tables jsonb;
 CREATE INDEX IF NOT EXISTS runs_feeder_started ON fedload.runs (feeder, started_at DESC);
 CREATE TABLE IF NOT EXISTS fedload.rejects (
     id bigserial PRIMARY KEY,
@@ -61,6 +62,17 @@ CREATE TABLE IF NOT EXISTS fedload.moved (
     to_shard text NOT NULL,
     moved_at timestamptz NOT NULL DEFAULT now()
 );
+CREATE TABLE IF NOT EXISTS fedload.digests (
+    feeder text NOT NULL,
+    table_schema text NOT NULL,
+    table_name text NOT NULL,
+    digest text NOT NULL,
+    rows bigint NOT NULL,
+    fingerprint text NOT NULL,
+    counters text NOT NULL DEFAULT '',
+    run_id bigint,
+    PRIMARY KEY (feeder, table_schema, table_name)
+);
 CREATE TABLE IF NOT EXISTS fedload.paused (
     feeder text PRIMARY KEY,
     reason text,
@@ -77,6 +89,7 @@ _IS_CURRENT = f"""
 SELECT coalesce(obj_description(to_regclass('fedload.runs'), 'pg_class') = $1, false)
    AND to_regclass('fedload.rejects') IS NOT NULL AND to_regclass('fedload.schedule') IS NOT NULL
    AND to_regclass('fedload.moved') IS NOT NULL AND to_regclass('fedload.paused') IS NOT NULL
+   AND to_regclass('fedload.digests') IS NOT NULL
    AND to_regnamespace('{STAGE_SCHEMA}') IS NOT NULL AND to_regnamespace('{PARTS_SCHEMA}') IS NOT NULL
 """
 

@@ -1,0 +1,189 @@
+"""Unchanged tables (issue #46): a binary-mode run asks the feeder's agent for each table's content digest, sends
+the digest it holds where its own side of the load is as it was, and keeps the partition of a table the agent
+says is unchanged; the other tables are swapped as before, in the same transaction.
+
+The superhub's side of the load is its fingerprint: the parent's definition, the feeder's remap of the table, the
+import and transform settings, the feeder's key and fedload's version. A digest is sent only with the fingerprint
+it was stored with, so any change there voids the skip. The agent's answer is checked: it may only call a table
+unchanged with the very digest the superhub sent, and the partition kept must hold the digest's rows. A feeder
+that lies can only keep its own previous data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, is_dataclass
+from typing import TYPE_CHECKING
+
+import asyncpg
+
+from fedload import __version__
+from fedload.config import DumpMode
+from fedload.errors import DumpError
+from fedload.feeder.digest import DIGEST_VERSION
+from fedload.log import get_logger
+from fedload.names import TableName
+from fedload.stream import Trailer
+from fedload.superhub.bookkeeping.digests import StoredDigest, forget_digests, read_digests, write_digests
+from fedload.superhub.importer import Importer, StagedTable
+from fedload.superhub.schema import ParentTable
+from fedload.superhub.swap import feeder_partition
+from transforms import Remap
+
+if TYPE_CHECKING:
+    from fedload.superhub.job import Job
+
+__all__ = [
+    "KeptPartitionError",
+    "Skips",
+    "digests_to_store",
+    "fingerprint",
+    "forget_on_failure",
+    "keep_unchanged",
+    "plan_skips",
+    "store_digests",
+]
+
+FINGERPRINT_VERSION = 1  # what `fingerprint` covers
+log = get_logger()
+
+
+class KeptPartitionError(DumpError):
+    """A partition the feeder calls unchanged is not as its digest says here: its digests are forgotten."""
+
+    def __init__(self, message: str, tables: list[TableName]) -> None:
+        super().__init__(message)
+        self.tables = tables
+
+
+@dataclass(frozen=True, slots=True)
+class Skips:
+    """A run's digests: the fingerprint of each table's load here, the digests stored, and those sent to the agent."""
+
+    fingerprints: dict[TableName, str]
+    stored: dict[TableName, StoredDigest]
+    asked: dict[TableName, str]  # the digest sent with each table's request, where one is
+    counters: dict[TableName, str]  # the counters sent (the digest's, or those of a table sent without one)
+
+
+def fingerprint(parent: ParentTable, remap: Remap | None, job: Job) -> str:
+    """The superhub's side of a table's load, as a SHA-256 hex string."""
+    rules = remap.for_table(parent.qualified_name) if remap is not None else None
+    content = [
+        FINGERPRINT_VERSION,
+        DIGEST_VERSION,
+        __version__,
+        parent,
+        rules,
+        job.imports,
+        job.transform,
+        job.feeder.key,
+        job.swap.method_for(parent),
+    ]
+    return hashlib.sha256(json.dumps(content, default=_plain, sort_keys=True).encode()).hexdigest()
+
+
+def _plain(value: object) -> object:
+    """`value` as JSON can hold it, the same in every process (sets sorted)."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in fields(value)}
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=str)
+    model_dump = getattr(value, "model_dump", None)
+    return model_dump(mode="json") if callable(model_dump) else str(value)
+
+
+async def plan_skips(
+    conn: asyncpg.Connection, job: Job, parents: Mapping[TableName, ParentTable], remap: Remap | None
+) -> Skips | None:
+    """What the run asks about: None where it does not (skip_unchanged off, or not binary mode with the agent)."""
+    feeder = job.feeder
+    if not feeder.skip_unchanged or feeder.dump_mode != DumpMode.BINARY or not feeder.agent:
+        return None
+    stored = await read_digests(conn, job.name)
+    fingerprints = {table: fingerprint(parent, remap, job) for table, parent in parents.items()}
+    valid = {t: s for t, s in stored.items() if fingerprints.get(t) == s.fingerprint}
+    asked = {t: s.digest for t, s in valid.items() if s.digest}
+    return Skips(fingerprints, stored, asked, {t: s.counters for t, s in valid.items() if s.counters})
+
+
+async def keep_unchanged(
+    conn: asyncpg.Connection, importer: Importer, skips: Skips | None, *, feeder: str, key: int | str
+) -> list[str]:
+    """Check every table the agent called unchanged (in the load's transaction): its digest is the one asked, and
+    its partition holds the digest's rows; the tables kept, as `schema.name`."""
+    kept = [s for s in importer.staged.values() if s.kept is not None]
+    wrong = [s.parent.qualified_name for s in kept if skips is None or skips.asked.get(s.parent.table) != _kept(s)]
+    if wrong:
+        raise DumpError(
+            f"feeder {feeder} says table(s) {', '.join(wrong)} are unchanged, but not with the digest this superhub "
+            "asked about: refused"
+        )
+    assert skips is not None or not kept
+    for staged in kept:
+        await _check_partition(conn, staged, skips, feeder, key)
+    names = [s.parent.qualified_name for s in kept]
+    if names:
+        log.info("sync.unchanged_kept", feeder=feeder, tables=names)
+    return names
+
+
+def _kept(staged: StagedTable) -> str:
+    assert staged.kept is not None
+    return staged.kept.digest
+
+
+async def _check_partition(
+    conn: asyncpg.Connection, staged: StagedTable, skips: Skips | None, feeder: str, key: int | str
+) -> None:
+    """The partition kept exists and holds the rows of the digest (as the agent counted them, as stored)."""
+    assert staged.kept is not None
+    assert skips is not None
+    table, rows = staged.parent.table, staged.kept.rows
+    stored = skips.stored[table].rows
+    partition = await feeder_partition(conn, table, feeder, key)
+    holds = await conn.fetchval(f"SELECT count(*) FROM {partition}") if partition else None  # noqa: S608 - regclass
+    if holds != rows or stored != rows:
+        where = f"partition {partition} holds {holds} rows" if partition else "it has no partition"
+        raise KeptPartitionError(
+            f"feeder {feeder}: table {table} is unchanged with {rows} rows ({stored} when stored), but {where} "
+            "here: its digest is forgotten and the next run sends it",
+            [table],
+        )
+
+
+async def forget_on_failure(conn: asyncpg.Connection, feeder: str, error: KeptPartitionError) -> None:
+    """After the load's transaction rolled back: forget the digests of the partitions that did not hold up."""
+    await forget_digests(conn, feeder, error.tables)
+
+
+def digests_to_store(
+    importer: Importer, trailer: Trailer | None, skips: Skips | None, feeder: str = ""
+) -> dict[TableName, StoredDigest]:
+    """The digests to keep after this run: each table's, where the agent sent one whose rows are all in its
+    partition (none of them set aside as bad rows)."""
+    if skips is None or trailer is None:
+        return {}
+    if not trailer.digests and importer.staged:  # an agent older than digests ignores the request's: sends all
+        why = "the feeder's agent sends no digests: upgrade fedload there"
+        log.info("sync.unchanged_unsupported", feeder=feeder, reason=why)
+    stored = {}
+    for schema, name, digest, rows, counters in trailer.digests:
+        table = TableName(schema, name)
+        staged = importer.staged.get(table)
+        if staged is None or table not in skips.fingerprints or staged.rejected:
+            continue
+        if rows == (staged.kept.rows if staged.kept is not None else staged.rows):
+            stored[table] = StoredDigest(digest, rows, skips.fingerprints[table], counters)
+    return stored
+
+
+async def store_digests(
+    conn: asyncpg.Connection, feeder: str, run_id: int | None, digests: dict[TableName, StoredDigest]
+) -> None:
+    """Make `digests` the feeder's, in the swap's transaction."""
+    await write_digests(conn, feeder, run_id, digests)

@@ -1,0 +1,262 @@
+"""Unchanged tables (#46): in binary mode a table whose content digest, computed in the dump's snapshot, equals the
+one the superhub holds is not sent and its partition stays; any change to it, or to the superhub's side of its
+load, sends it again."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fedload.commands.status import read_status
+from fedload.config import Config, parse_config
+from fedload.localpg import LocalCluster
+from fedload.results import FeederRun, Outcome
+from fedload.superhub.job import feeder_job
+from fedload.superhub.pipeline import sync_feeder
+from tests.support.federation import write_script
+
+FEEDER_SCHEMA = """
+CREATE TABLE t (id int NOT NULL, v text, n numeric, big text);
+CREATE TABLE u (id int NOT NULL, v text);
+INSERT INTO u SELECT i, 'u' || i FROM generate_series(1, 50) AS i;
+"""
+SUPERHUB_SCHEMA = """
+CREATE TABLE t (hub_id int NOT NULL, id int NOT NULL, v text, n numeric, big text) PARTITION BY LIST (hub_id);
+CREATE TABLE u (hub_id int NOT NULL, id int NOT NULL, v text) PARTITION BY LIST (hub_id);
+"""
+# Row 0 holds v NULL or '' and n 1 or 1.0 (the changes toggle them); row 1 a large TOASTed value.
+BIG = "(SELECT string_agg(md5(i::text || '{seed}'), '') FROM generate_series(1, 4000) AS i)"
+REFILL = f"""
+INSERT INTO t VALUES (0, NULL, 1, NULL), (1, 'one', 2.5, {BIG});
+INSERT INTO t SELECT i, 'r{{seed}}-' || i, i * 1.5, NULL FROM generate_series(2, 6) AS i;
+"""
+CONTENT = {"t": "id, v, n, big", "u": "id, v"}
+TYPES = ("text", "character varying(50)", "character varying(60)")
+_seeds = itertools.count()
+
+
+@dataclass
+class Pair:
+    """A feeder database and a superhub database on one cluster, and the configuration that syncs them."""
+
+    cluster: LocalCluster
+    feeder_db: str
+    superhub_db: str
+    settings: dict[str, Any]
+
+    def config(self, *, superhub_settings: dict[str, Any] | None = None, **more: Any) -> Config:
+        """The feeder `f` (key 1) in binary mode, with `more` settings (and the superhub's)."""
+        feeder = {**self.settings, **more}
+        superhub = {"dsn": self.cluster.dsn(self.superhub_db), "tables": ["public.t", "public.u"]}
+        superhub |= superhub_settings or {}
+        return parse_config({"superhub": superhub, "feeders": {"f": feeder}})
+
+    def feeder(self, sql: str) -> str:
+        return self.cluster.psql(sql, dbname=self.feeder_db)
+
+    def superhub(self, sql: str) -> str:
+        return self.cluster.psql(sql, dbname=self.superhub_db)
+
+    def sync(self, **more: Any) -> FeederRun:
+        """One run of feeder `f`, succeeded, its superhub content equal to the feeder's."""
+        run = asyncio.run(sync_feeder(feeder_job(self.config(**more), "f")))
+        assert run.outcome == Outcome.SUCCESS, run.error
+        for table, columns in CONTENT.items():
+            rows = f"SELECT md5(coalesce(string_agg(ROW({columns})::text, E'\\n' ORDER BY id), '-')) FROM {table}"
+            assert self.superhub(rows + " WHERE hub_id = 1") == self.feeder(rows), table
+        return run
+
+
+@pytest.fixture(scope="module")
+def pair(cluster: LocalCluster) -> Pair:
+    """The module's pair of databases, table t filled, synced once; the feeder's tables not counted."""
+    feeder_db, superhub_db = "unchangedfeeder", "unchangedhub"
+    cluster.psql(f"CREATE DATABASE {feeder_db}")
+    cluster.psql(f"CREATE DATABASE {superhub_db}")
+    cluster.psql(FEEDER_SCHEMA + REFILL.format(seed=next(_seeds)), dbname=feeder_db)
+    cluster.psql(SUPERHUB_SCHEMA, dbname=superhub_db)
+    # The table's counters, which may say "changed for sure", stand still: the digest alone decides (a test below
+    # turns them on).
+    cluster.psql(f"ALTER DATABASE {feeder_db} SET track_counts = off")
+    settings_ = {
+        "key": 1,
+        "transport": "local",
+        "database": cluster.conninfo(feeder_db),
+        "pg_dump": cluster.install.tool("pg_dump"),
+        "dump_mode": "binary",
+    }
+    made = Pair(cluster, feeder_db, superhub_db, settings_)
+    made.sync()
+    return made
+
+
+def kept(run: FeederRun) -> set[str]:
+    return set(run.unchanged_tables)
+
+
+# Each makes one change to table t (u is never touched); `{pos}` is a position in row 1's large value, `{seed}` a
+# new seed, `{type}` a type for column v other than its present one.
+CHANGES = {
+    "insert": "INSERT INTO t SELECT max(id) + 1, 'new', 7, NULL FROM t",
+    "update": "UPDATE t SET v = v || 'x' WHERE id = (SELECT max(id) FROM t)",
+    "null to ''": "UPDATE t SET v = CASE WHEN v IS NULL THEN '' ELSE NULL END WHERE id = 0",
+    "1 to 1.0": "UPDATE t SET n = CASE WHEN n::text = '1' THEN 1.0 ELSE 1 END WHERE id = 0",
+    "inside a TOASTed value": (
+        "UPDATE t SET big = overlay(big PLACING CASE WHEN substr(big, {pos}, 1) = 'x' THEN 'y' ELSE 'x' END "
+        "FROM {pos} FOR 1) WHERE id = 1"
+    ),
+    "delete": "DELETE FROM t WHERE id = (SELECT max(id) FROM t WHERE id > 1)",
+    "truncate and refill": "TRUNCATE t; " + REFILL,
+    "alter a column": "ALTER TABLE t ALTER COLUMN v TYPE {type}",
+    "none": "",
+}
+# The agent, its digest forced to one value whatever the table holds: the sabotage test's `agent_command`.
+LIAR = """
+import sys
+from fedload.__main__ import main
+from fedload.feeder import binary_dump
+from fedload.feeder.digest import TableDigest, parse_digest
+binary_dump.parse_digest = lambda *args: TableDigest(parse_digest(*args).rows, "0" * 64)
+sys.exit(main())
+"""
+V_TYPE = "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 't'::regclass AND attname = 'v'"
+
+
+def one_round(pair: Pair, change: str, pos: int, **more: Any) -> None:
+    """Make `change` to t on the feeder, sync: t is sent unless nothing changed, u is kept; the content is equal."""
+    if change == "delete" and pair.feeder("SELECT count(*) FROM t WHERE id > 1").strip() == "0":
+        pair.feeder(CHANGES["insert"])  # a row to delete, synced first
+        pair.sync(**more)
+    other = TYPES[(TYPES.index(pair.feeder(V_TYPE).strip()) + 1) % len(TYPES)]  # varchar(50) to (60): typmod only
+    if sql := CHANGES[change].format(pos=pos, seed=next(_seeds), type=other):
+        pair.feeder(sql)
+    else:  # a change the table's file node showed (TRUNCATE, a rewrite) sent it without a digest: one round to get it
+        pair.sync(**more)
+    run = pair.sync(**more)
+    expected = {"public.t", "public.u"} if change == "none" else {"public.u"}
+    assert kept(run) == expected, change
+
+
+@settings(max_examples=1, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(changes=st.permutations(list(CHANGES)), pos=st.integers(1, 4000 * 32))
+def test_any_single_change_sends_the_table_and_none_keeps_it(pair: Pair, changes: list[str], pos: int) -> None:
+    """Every kind of single change to a table, in any order, makes the next round send it (its content then equal
+    on both sides); a round without a change keeps it; the untouched table is kept throughout."""
+    pair.sync()  # the round before: digests of the present content stored
+    for change in changes:
+        one_round(pair, change, pos)
+
+
+def test_the_suite_notices_a_digest_forced_equal(pair: Pair, tmp_path: Path) -> None:
+    """Sabotage: an agent whose digest is the same whatever the content keeps a changed table, and the round's
+    check (superhub content equal to the feeder's) fails; an honest agent's next round repairs it."""
+    (tmp_path / "liar.py").write_text(LIAR)
+    liar = write_script(tmp_path / "liar", f'exec {sys.executable} {tmp_path / "liar.py"} "$@"\n')
+    pair.sync(agent_command=[liar])  # the liar's digest stored
+    with pytest.raises(AssertionError):
+        one_round(pair, "update", 1, agent_command=[liar])
+    assert kept(pair.sync()) == set()
+
+
+def test_a_change_on_the_superhub_side_voids_the_skip(pair: Pair) -> None:
+    """A change of table u's parent on the superhub sends u again (t, whose parent did not change, stays kept), and
+    so does the change back."""
+    pair.sync()
+    pair.superhub("ALTER TABLE u ALTER COLUMN v SET DEFAULT 'd'")
+    try:
+        assert kept(pair.sync()) == {"public.t"}
+    finally:
+        pair.superhub("ALTER TABLE u ALTER COLUMN v DROP DEFAULT")
+    assert kept(pair.sync()) == {"public.t"}
+    assert kept(pair.sync(skip_unchanged=False)) == set()
+
+
+def test_a_kept_partition_must_hold_the_digests_rows(pair: Pair) -> None:
+    """A partition that lost a row on the superhub is not kept as unchanged: the run fails saying so, the digest is
+    forgotten, and the next round sends the table."""
+    pair.sync()
+    pair.superhub("DELETE FROM t WHERE hub_id = 1 AND id = (SELECT max(id) FROM t WHERE hub_id = 1)")
+    run = asyncio.run(sync_feeder(feeder_job(pair.config(), "f")))
+    assert run.outcome == Outcome.FAILED
+    assert "is unchanged with" in (run.error or "")
+    assert "its digest is forgotten and the next run sends it" in (run.error or "")
+    assert kept(pair.sync()) == {"public.u"}
+
+
+def test_a_failed_swap_records_no_digest(pair: Pair) -> None:
+    """A run whose swap fails (a reader holds the parent past swap_max_wait_s) stores none of its digests: they are
+    written in the swap's transaction. The next round sends the changed table again, then keeps it."""
+    pair.sync()
+    digests = "SELECT string_agg(digest || fingerprint, ',' ORDER BY table_name) FROM fedload.digests"
+    before = pair.superhub(digests)
+    pair.feeder(CHANGES["insert"])
+    psql = [pair.cluster.install.tool("psql"), "-X", "-q", "-d", pair.cluster.conninfo(pair.superhub_db)]
+    with subprocess.Popen(psql, stdin=subprocess.PIPE, text=True) as reader:
+        assert reader.stdin is not None
+        reader.stdin.write("BEGIN; LOCK TABLE t IN ACCESS SHARE MODE; SELECT pg_sleep(3);\n")
+        reader.stdin.close()  # psql ends, and its lock with it, once the sleep is over
+        time.sleep(0.5)
+        hurried = {"swap_max_wait_s": 1.0, "swap_lock_timeout_s": 0.2}
+        run = asyncio.run(sync_feeder(feeder_job(pair.config(superhub_settings=hurried), "f")))
+    assert run.outcome == Outcome.FAILED
+    assert pair.superhub(digests) == before
+    assert kept(pair.sync()) == {"public.u"}
+    assert kept(pair.sync()) == {"public.t", "public.u"}
+
+
+def test_a_failed_run_records_no_digest(pair: Pair) -> None:
+    """A run that fails after the load (a row the superhub's CHECK refuses) changes no stored digest, and the next
+    round sends the table."""
+    pair.sync()
+    digests = "SELECT string_agg(digest || fingerprint, ',' ORDER BY table_name) FROM fedload.digests"
+    before = pair.superhub(digests)
+    pair.superhub("ALTER TABLE t ADD CONSTRAINT small_n CHECK (n < 1000)")
+    pair.feeder("INSERT INTO t VALUES (999, 'big n', 5000, NULL)")
+    try:
+        run = asyncio.run(sync_feeder(feeder_job(pair.config(), "f")))
+        assert run.outcome == Outcome.FAILED
+        assert pair.superhub(digests) == before
+    finally:
+        pair.feeder("DELETE FROM t WHERE id = 999")
+        pair.superhub("ALTER TABLE t DROP CONSTRAINT small_n")
+    assert kept(pair.sync()) == {"public.t", "public.u"}  # the digests before the failed run, still valid
+
+
+def test_a_round_without_changes_sends_nothing(pair: Pair) -> None:
+    """Nothing changed: both tables are kept, listed in the run's history and counted by status, their rows still
+    reported."""
+    pair.sync()  # the digests of the current content are stored
+    run = pair.sync()
+    assert kept(run) == {"public.t", "public.u"}
+    assert run.rows == {"public.t": int(pair.feeder("SELECT count(*) FROM t")), "public.u": 50}  # held, not sent
+    history = pair.superhub("SELECT unchanged_tables FROM fedload.runs ORDER BY id DESC LIMIT 1")
+    assert history.strip() == '["public.t", "public.u"]'
+    (status,) = asyncio.run(read_status(pair.config()))
+    assert status.unchanged_tables == 2
+
+
+def test_counters_that_moved_spare_the_digest(pair: Pair) -> None:
+    """With track_counts on, a table whose counters moved is sent without computing its digest (stored empty); the
+    next round computes it (counters still), and the one after keeps the table."""
+    digest_of_t = "SELECT digest <> '' FROM fedload.digests WHERE table_name = 't'"
+    pair.cluster.psql(f"ALTER DATABASE {pair.feeder_db} SET track_counts = on")
+    try:
+        pair.sync()  # the counters stored
+        pair.feeder(CHANGES["insert"])
+        assert kept(pair.sync()) == {"public.u"}
+        assert pair.superhub(digest_of_t).strip() == "f"
+        assert kept(pair.sync()) == {"public.u"}
+        assert pair.superhub(digest_of_t).strip() == "t"
+        assert kept(pair.sync()) == {"public.t", "public.u"}
+    finally:
+        pair.cluster.psql(f"ALTER DATABASE {pair.feeder_db} SET track_counts = off")
