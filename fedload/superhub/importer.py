@@ -151,10 +151,11 @@ class Importer:
         self._run_plan: ColumnPlan | None = None
         self._run_copy: re.Pattern[bytes] | None = None  # the run's tuples that may go by COPY
 
-    async def load(self, items: AsyncIterator[AnyItem]) -> None:
+    async def load(self, dump: AsyncIterator[AnyItem]) -> None:
         """Consume the dump; DumpError for anything not allowed, or for a staging table the dump does not fill."""
         for staged in self.staged.values():
             await self._create_stage(staged)
+        items = _GivenBack(dump)
         async for item in items:
             if not isinstance(item, InsertRows | Verbatim):
                 self._run_key = None
@@ -165,7 +166,7 @@ class Importer:
             elif isinstance(item, UnchangedTable):
                 await self._keep(item)
             elif isinstance(item, InsertRows):
-                await self._insert(item)
+                await self._insert(item, items)
             elif isinstance(item, Statement):
                 self._statement(item)
             elif isinstance(item, MetaCommand):
@@ -402,7 +403,7 @@ class Importer:
             self._log.warning("import.columns_dropped", table=staged.parent.qualified_name, columns=extra)
         staged.dropped_columns = extra
 
-    async def _insert(self, item: InsertRows) -> None:
+    async def _insert(self, item: InsertRows, items: _GivenBack) -> None:
         insert = item.insert
         if insert.batch_key != self._run_key:
             self._run_key = insert.batch_key
@@ -419,8 +420,7 @@ class Importer:
             return
         staged.inserted = True
         if self._run_copy is not None and self._copies(self._run_copy, insert):
-            await self._copy_literals(staged, insert.values, item)
-            staged.read_once += insert.checked_by is self._run_copy
+            await self._copy_run(staged, item, items)
             return
         tuples = _checked_tuples(insert, plan, item)
         columns = ", ".join(ident(c) for c in staged.columns)
@@ -461,24 +461,64 @@ class Importer:
             return None
         return self._copy_pattern(staged, plan, columns, written)
 
-    async def _copy_literals(self, staged: StagedTable, tuples: bytes, item: InsertRows) -> None:
-        """Tuples proven by `_copy_pattern`, loaded by COPY as CSV rows."""
-        data = csv_rows(tuples)
-        _text(data, item)  # the same checks (NUL, UTF-8) and errors as on the INSERT path
+    async def _copy_run(self, staged: StagedTable, first: InsertRows, items: _GivenBack) -> None:
+        """The statement and those after it in its run that COPY may take (`_next_in_run`), loaded by one COPY as
+        CSV rows: one COPY per run, not per statement, and the server reads a statement while the next is read.
+
+        An error while reading the run (a bad dump, the stream) ends the COPY, which the caller's transaction then
+        rolls back, and is raised after it, as between statements: not from inside the COPY, where asyncpg would
+        abort it with a cancel request to the server."""
+        stopped: list[Exception] = []
         with self._key_checked(staged):
             status = await self._conn.copy_to_table(
                 staged.stage_name,
                 schema_name=STAGE_SCHEMA,
                 columns=staged.columns,
-                source=_once(data),
+                source=self._run_rows(staged, first, items, stopped),
                 freeze=True,
                 format="csv",
                 quote=CSV_QUOTE,
                 escape=CSV_QUOTE,
                 null=CSV_NULL,
             )
+        if stopped:
+            raise stopped[0]
         rows = int(status.rsplit(" ", 1)[1])
         staged.rows, staged.rows_by_copy = staged.rows + rows, staged.rows_by_copy + rows
+
+    async def _run_rows(
+        self, staged: StagedTable, first: InsertRows, items: _GivenBack, stopped: list[Exception]
+    ) -> AsyncIterator[bytes]:
+        """The CSV rows of each statement of the run, proven by `_copy_pattern` (`_copies`); the error that ends
+        them early goes to `stopped`."""
+        item: InsertRows | None = first
+        try:
+            while item is not None:
+                data = csv_rows(item.insert.values)
+                _check_text(data, item)  # the same checks (NUL, UTF-8) and errors as on the INSERT path
+                staged.read_once += item.insert.checked_by is self._run_copy
+                yield data
+                item = await self._next_in_run(items)
+        except Exception as exc:  # noqa: BLE001 - raised again by _copy_run, once the COPY has ended
+            stopped.append(exc)
+
+    def _continues_copy(self, insert: Insert) -> bool:
+        """Whether the INSERT continues the run being loaded by COPY."""
+        pattern = self._run_copy
+        return insert.batch_key == self._run_key and pattern is not None and self._copies(pattern, insert)
+
+    async def _next_in_run(self, items: _GivenBack) -> InsertRows | None:
+        """The next INSERT of the run if COPY may take it too, past whitespace and comments (noted as in `load`);
+        else None, and the item goes back to `items` for `load`."""
+        async for item in items:
+            if isinstance(item, Verbatim):
+                self._note_announced(item.text)
+                continue
+            if isinstance(item, InsertRows) and self._continues_copy(item.insert):
+                return item
+            items.give_back(item)
+            return None
+        return None
 
     async def _insert_batch(self, staged: StagedTable, head: str, batch: list[bytes], item: InsertRows) -> None:
         if self._rejects is not None:
@@ -511,10 +551,18 @@ def _free_name(name: str, taken: frozenset[str]) -> str:
 
 
 def _text(sql: bytes, item: InsertRows) -> str:
+    _check_text(sql, item)
+    return sql.decode("utf-8")
+
+
+def _check_text(sql: bytes, item: InsertRows) -> None:
+    """DumpError if `sql` holds a NUL byte or is not UTF-8 (ASCII is, and is checked without decoding)."""
     if b"\x00" in sql:  # the superhub's protocol cannot carry it; text values cannot hold it either
         raise DumpError(f"{_where(item)}: a VALUES tuple contains a NUL byte")
+    if sql.isascii():
+        return
     try:
-        return sql.decode("utf-8")
+        sql.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DumpError(f"{_where(item)}: a VALUES tuple is not valid UTF-8") from exc
 
@@ -564,8 +612,23 @@ async def _copy_data(items: AsyncIterator[AnyItem], plan: ColumnPlan | None, sta
     raise DumpError(f"{_where(start)}: the COPY block has no end")
 
 
-async def _once(data: bytes) -> AsyncIterator[bytes]:
-    yield data
+class _GivenBack:
+    """The dump's items, to which a reader that went one item too far gives it back, to be read next."""
+
+    def __init__(self, items: AsyncIterator[AnyItem]) -> None:
+        self._items = items
+        self._back: list[AnyItem] = []
+
+    def __aiter__(self) -> _GivenBack:
+        return self
+
+    async def __anext__(self) -> AnyItem:
+        return self._back.pop() if self._back else await anext(self._items)
+
+    def give_back(self, item: AnyItem) -> None:
+        """`item` is the next item again."""
+        assert not self._back, "one item at a time"
+        self._back.append(item)
 
 
 async def _skip_copy(items: AsyncIterator[AnyItem]) -> None:

@@ -68,9 +68,9 @@ def csv_rows(tuples: bytes) -> bytes:
 
     Splitting at `'` alternates between text outside strings (even parts) and inside them (odd parts); a doubled
     `''` inside a string leaves an empty even part, which nothing changes. The even parts are edited together,
-    joined by a NUL (which the pattern admits only inside strings), in a few passes of C."""
+    joined by a NUL (which the pattern admits only inside strings), in a few passes of C; the first tuple's `(`
+    and the last one's `)` go from them too, so the rows are joined once and never copied again."""
     parts = tuples.split(b"'")
     outside = b"\0".join(parts[::2]).translate(None, _WHITESPACE).replace(b"),(", b"\n")
-    parts[::2] = outside.split(b"\0")
-    rows = b"'".join(parts)
-    return rows[1:-1] + b"\n"  # the first tuple's "(" and the last one's ")"
+    parts[::2] = (outside[1:-1] + b"\n").split(b"\0")
+    return b"'".join(parts)

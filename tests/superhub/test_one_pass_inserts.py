@@ -4,16 +4,23 @@ lexical scan for the `;`, the tuple scan, then the importer's check of the tuple
 
 from __future__ import annotations
 
+import asyncio
 import re
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import pytest
 import structlog
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
+from fedload.errors import DumpError
+from fedload.names import TableName, TablePattern
 from fedload.results import Outcome
 from fedload.stream import MAX_BLOCK_BYTES
+from fedload.superhub.importer import Importer, ImportPolicy
 from fedload.superhub.literal_copy import copy_rows_pattern, csv_rows
+from fedload.superhub.schema import Column, ParentTable
 from tests.support.federation import SCHEMA, Federation, crafted_stream, new_database, sync, write_script
 from transforms import DumpSplitter, DumpSyntaxError, InsertRows, Item
 
@@ -127,6 +134,142 @@ def test_the_one_pass_reads_every_dump_as_the_usual_reading_does(data: bytes, ch
             assert pattern is PATTERNS[(new.insert.table, new.insert.columns)]
             assert pattern.fullmatch(old.insert.values) is not None
             assert csv_rows(new.insert.values) == copy_rows(old)
+
+
+class RecordingConnection:
+    """What the importer needs of asyncpg's connection: records what it is sent, COPY data as it is read."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str, bytes]] = []  # ("copy", table, data) or ("execute", sql, b"")
+
+    async def execute(self, sql: str) -> str:
+        self.sent.append(("execute", sql, b""))
+        return "INSERT 0 0"
+
+    async def copy_to_table(self, name: str, *, source: AsyncIterator[bytes], **options: object) -> str:
+        self.sent.append(("copy", name, b""))
+        at = len(self.sent) - 1
+        try:
+            async for data in source:
+                self.sent[at] = ("copy", name, self.sent[at][2] + data)
+        except Exception:
+            self.sent.append(("aborted", name, b""))  # asyncpg: CopyFail and a cancel request to the server
+            raise
+        return "COPY 0"
+
+    def merged(self) -> list[tuple[str, str, bytes]]:
+        """What was sent, with consecutive COPYs into one table as one."""
+        out: list[tuple[str, str, bytes]] = []
+        for kind, what, data in self.sent:
+            if kind == "copy" and out and out[-1][:2] == (kind, what):
+                out[-1] = (kind, what, out[-1][2] + data)
+            else:
+                out.append((kind, what, data))
+        return out
+
+
+def importer(connection: RecordingConnection, kind: type[Importer] = Importer) -> Importer:
+    """An importer of the targets' tables (public.other matches the tables configured, but has no parent)."""
+    parents = {}
+    for table, columns, types in TARGETS:
+        name = TableName.from_dump(table)
+        names = [*(c.decode().strip('"') for c in columns), "hub_id"]
+        columns_sql = tuple(Column(n, t, False, None, None, t) for n, t in zip(names, (*types, "integer"), strict=True))
+        parents[name] = ParentTable(name, columns_sql, ())
+    policy = ImportPolicy("hub_id", (TablePattern("public.*"),))
+    conn: Any = connection  # asyncpg's, as far as the importer looks
+    return kind(conn, feeder="f", key=1, stage_prefix="s", parents=parents, policy=policy)
+
+
+class StatementByStatement(Importer):
+    """The importer before runs: one COPY per statement."""
+
+    async def _next_in_run(self, items: Any) -> InsertRows | None:
+        if (item := await anext(items, None)) is not None:
+            items.give_back(item)
+        return None
+
+
+async def load(items: Sequence[Item], error: str | None, kind: type[Importer]) -> tuple[RecordingConnection, str]:
+    """What an importer of `kind` sends for the items (then the splitter's error, if any), and how it ends."""
+
+    async def stream() -> AsyncIterator[Item]:
+        for item in items:
+            yield item
+        if error is not None:
+            raise DumpSyntaxError(error, line=0, offset=0)
+
+    connection = RecordingConnection()
+    try:
+        await importer(connection, kind).load(stream())
+    except (DumpError, DumpSyntaxError) as exc:
+        return connection, f"{type(exc).__name__}: {exc}"
+    return connection, "loaded"
+
+
+def items_and_error(data: bytes, chunk: int) -> tuple[list[Item], str | None]:
+    """The items the importer's splitter gives for `data` fed in chunks, up to its error if any."""
+    splitter = DumpSplitter()
+    splitter.read_tuples_with(lambda table, columns: PATTERNS.get((table, columns)))
+    items: list[Item] = []
+    try:
+        for start in range(0, len(data), chunk):
+            items += splitter.feed(data[start : start + chunk])
+        return items + splitter.close(), None
+    except DumpSyntaxError as exc:
+        return items, str(exc)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=dumps(), chunk=st.one_of(st.integers(1, 40), st.just(1 << 20)))
+def test_a_run_of_statements_by_one_copy_sends_what_one_copy_each_sends(data: bytes, chunk: int) -> None:
+    """The importer loads a run of statements COPY may take by one COPY: it sends the same rows, INSERTs and
+    statements in the same order as with one COPY per statement, never more COPYs, and ends the same way."""
+    note(repr(data))
+    items, error = items_and_error(data, chunk)
+    runs, runs_end = asyncio.run(load(items, error, Importer))
+    each, each_end = asyncio.run(load(items, error, StatementByStatement))
+    assert (runs.merged(), runs_end) == (each.merged(), each_end)
+    copies = sum(kind == "copy" for kind, _, _ in runs.sent)
+    assert copies <= sum(kind == "copy" for kind, _, _ in each.sent)
+    event(f"{copies} COPYs, ends {runs_end.split(':')[0]}")
+
+
+RUNS = (
+    b"INSERT INTO public.t (a, b, c) VALUES (1, 'x', true), (2, 'y', NULL);\n\n"
+    b"INSERT INTO public.t (a, b, c) VALUES (3, 'z', true), (4, '),(', NULL);\n"
+    b"INSERT INTO public.t (a, b, c) VALUES (5, E'e', true), (6, 'y', NULL);\n"
+    b"INSERT INTO public.t (a, b, c) VALUES (7, 'x', true), (8, 'y', NULL);\n"
+    b"-- a comment\n"
+    b"INSERT INTO public.t (a, b, c) VALUES (9, 'x', true), (10, 'y', NULL);\n"
+    b"SET statement_timeout = 0;\n"
+)
+
+
+async def test_each_run_of_statements_copy_may_take_is_loaded_by_one_copy() -> None:
+    """The statements of a run go by one COPY, past blank lines and comments, up to one that takes the INSERT path
+    or another statement."""
+    items, error = items_and_error(RUNS, 1 << 20)
+    connection, end = await load(items, error, Importer)
+    assert end.startswith("DumpError: the dump of feeder f lacks table(s) public.T;2")
+    sent = [(kind, data) for kind, what, data in connection.sent if not what.startswith("CREATE TABLE")]
+    assert sent == [
+        ("copy", b"1,'x',true\n2,'y',NULL\n3,'z',true\n4,'),(',NULL\n"),
+        ("execute", b""),
+        ("copy", b"7,'x',true\n8,'y',NULL\n9,'x',true\n10,'y',NULL\n"),
+    ]
+
+
+async def test_an_error_in_a_run_is_raised_once_its_copy_has_ended() -> None:
+    """A bad statement (or a bad dump) in the middle of a run ends the COPY, then fails the load, as between
+    statements: never from inside the COPY, which asyncpg would abort with a cancel request to the server."""
+    dump = RUNS.replace(b"(4, '),(', NULL)", b"(4, '\0', NULL)")
+    for bad, error in ((dump, "dump line 3: a VALUES tuple contains a NUL byte"), (RUNS[:140], "input ends")):
+        items, splitter_error = items_and_error(bad, 64)
+        connection, end = await load(items, splitter_error, Importer)
+        assert error in end
+        assert [kind for kind, _, _ in connection.sent][-1] == "copy"
+        assert connection.sent[-1][2] == b"1,'x',true\n2,'y',NULL\n"
 
 
 MERGED = (
