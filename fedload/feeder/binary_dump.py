@@ -189,7 +189,7 @@ def _table(
     plan = plan_table(request, feeder)
     table = (plan.schema, plan.name)
     digest: TableDigest | None = None
-    if request.wants_digest and not (request.counters and request.counters != counters):
+    if request.wants_digest and request.counters and request.counters == counters:  # digest.py: when it may pay
         digest = parse_digest(session.query(digest_query(plan)), plan, feeder)
     kept = (digest.rows, digest.digest) if digest is not None and digest.digest == request.digest else None
     head = section_head(table, plan.columns, binary=plan.binary, reason=plan.reason, unsent=plan.unsent, unchanged=kept)

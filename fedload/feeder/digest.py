@@ -10,9 +10,10 @@ Count, sums and columns are then hashed into one SHA-256 hex string.
 
 The digest reads the whole table, so it is computed only where it may save the table's dump: the table's counters
 (its file node and its inserted, updated and deleted tuples, `pg_stat_get_tuples_*`) are only a hint, but one that
-can only say "changed for sure": where they differ from those the superhub stored with its digest, the table is sent
-without one. They prove nothing the other way (PostgreSQL 15+ reports a backend's counts late; `track_counts` may be
-off): where they are equal, the digest decides.
+can only say "changed for sure": where they differ from those the superhub stored with its digest, or where it
+stored none (a table's first load), the table is sent without one, so a first round costs no more than a dump.
+They prove nothing the other way (PostgreSQL 15+ reports a backend's counts late; `track_counts` may be off):
+where they are equal, the digest decides.
 
 Pure apart from the statement's text: no process, no database. Standard library only (the zipapp).
 """

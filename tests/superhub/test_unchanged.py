@@ -260,3 +260,18 @@ def test_counters_that_moved_spare_the_digest(pair: Pair) -> None:
         assert kept(pair.sync()) == {"public.t", "public.u"}
     finally:
         pair.cluster.psql(f"ALTER DATABASE {pair.feeder_db} SET track_counts = off")
+
+
+def test_a_first_load_computes_no_digest(pair: Pair) -> None:
+    """A table the superhub holds no digest of (a new feeder or table, digests forgotten) is sent without one: a
+    first round costs no more than a dump. The next round computes it (its counters stored and still), the one
+    after keeps the table."""
+    pair.superhub("DELETE FROM fedload.digests")
+    digests = "SELECT string_agg(table_name || '=' || digest, ',' ORDER BY table_name) FROM fedload.digests"
+    assert kept(pair.sync()) == set()
+    assert pair.superhub(digests).strip() == "t=,u="
+    assert kept(pair.sync()) == set()
+    computed = pair.superhub(digests).strip()
+    assert "=," not in computed
+    assert not computed.endswith("=")
+    assert kept(pair.sync()) == {"public.t", "public.u"}
