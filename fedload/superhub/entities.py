@@ -20,7 +20,7 @@ with no entity staged):
 4. per table that has the key column: drops F's old displaced rows, moves F's staged rows of entities it does
    not win to the displaced table, moves the rows of entities F now wins out of their old home's partition
    (DELETE on the parent: ROW EXCLUSIVE, which readers allow), and brings back the displaced rows of entities
-   F lost or left into their new home's partition; only the statements with something to move are sent.
+   F lost or left into their new home's partition; each move sent only when the decision found rows for it.
 
 No temporary table: the entities travel as arrays, so the step writes no catalog row.
 
