@@ -5,16 +5,24 @@ wait in `fedload_displaced`, with their feeder and since when, until their feede
 
 The registry: `fedload.entity_homes` (one row per entity: its home feeder; the row every decision about the entity
 locks) and `fedload.entity_copies` (one row per feeder that has the entity: its newest value, and since when it is
-displaced). A swap (or a removal) of feeder F, after its parents' locks and before its tables are swapped:
+displaced). A swap of feeder F, before its parents' locks (none needed):
 
-1. F's entities and their newest values, from its staging tables (none for a removal);
+1. ensures the registry, and reads F's entities and their newest values from its staging tables, in byte order
+   (`stage_entities`);
+
+then, after its parents' locks and before its tables are swapped (`settle_entities`; a removal does both there,
+with no entity staged):
+
 2. locks the home rows of those entities and of F's former ones, in one statement, in entity order (an upsert
    that inserts the new ones): two swaps wait for each other in that one order, never in a cycle;
-3. writes F's copies, decides every touched entity's home, marks the displaced copies;
+3. in one statement, decides every touched entity's home, writes F's copies where they changed, marks the
+   displaced copies, and returns what moves;
 4. per table that has the key column: drops F's old displaced rows, moves F's staged rows of entities it does
    not win to the displaced table, moves the rows of entities F now wins out of their old home's partition
    (DELETE on the parent: ROW EXCLUSIVE, which readers allow), and brings back the displaced rows of entities
-   F lost or left into their new home's partition.
+   F lost or left into their new home's partition; each move sent only when the decision found rows for it.
+
+No temporary table: the entities travel as arrays, so the step writes no catalog row.
 
 Every row touched belongs to an entity whose home row this transaction holds; a swap touches another feeder's
 partition rows only for such entities, so it never waits on another swap's row that the other could not release.
@@ -41,11 +49,13 @@ __all__ = [
     "DISPLACED_SCHEMA",
     "EntityRule",
     "EntityTable",
+    "StagedEntities",
     "check_entity_rule",
     "displaced_counts",
     "displaced_table",
     "forget_displaced",
     "settle_entities",
+    "stage_entities",
 ]
 
 log = get_logger()
@@ -93,28 +103,71 @@ def displaced_table(table: TableName) -> str:
     return qualified(DISPLACED_SCHEMA, name)
 
 
+@dataclass(frozen=True, slots=True)
+class StagedEntities:
+    """A swap's own entities, read before its parents' locks (they need none): the keys in its staging tables, in
+    byte order, their newest values as text (None where the newest table lacks the entity), and the newest
+    column's type."""
+
+    newest_type: str
+    entities: list[str]
+    newest: list[str | None]
+
+
+async def stage_entities(conn: asyncpg.Connection, rule: EntityRule, tables: Sequence[EntityTable]) -> StagedEntities:
+    """Ensure the registry and read the feeder's entities and newest values from its staging tables (none for a
+    removal): the part of the step that needs no lock of the parents, so the swap runs it before taking them and
+    its lock window holds only the decision and the moves."""
+    applied = _applied(rule, tables)
+    newest_type = await _ensure_registry(conn, rule, [t.parent for t in applied])
+    query = _staged_sql(rule, applied, newest_type)
+    if query is None:
+        return StagedEntities(newest_type, [], [])
+    row = await conn.fetchrow(query)
+    assert row is not None  # an aggregate: one row
+    return StagedEntities(newest_type, list(row[0]), list(row[1]))
+
+
 async def settle_entities(
-    conn: asyncpg.Connection, rule: EntityRule, tables: Sequence[EntityTable], feeder: str, key: int | str | None
+    conn: asyncpg.Connection,
+    rule: EntityRule,
+    tables: Sequence[EntityTable],
+    feeder: str,
+    key: int | str | None,
+    *,
+    staged: StagedEntities | None = None,
 ) -> None:
     """Decide the homes of feeder `feeder`'s entities and move the rows accordingly (see the module docstring), in
     the caller's transaction, after its parents' locks and before its tables are swapped. `tables`: the parents of
     the swap (or removal), those without the key column ignored; each with its staging table in a swap, without in
-    a removal (the feeder then has no entity left)."""
+    a removal (the feeder then has no entity left). `staged`: `stage_entities` of the same tables, read before the
+    locks (read here without)."""
     started = time.monotonic()
-    applied = [t for t in sorted(tables, key=lambda t: t.parent.table) if t.parent.column(rule.key_column)]
-    newest_type = await _ensure_registry(conn, rule, [t.parent for t in applied])
-    feeder_sql, key_sql = _literal(feeder), _literal("" if key is None else str(key))
-    decide = [statement.format(feeder=feeder_sql, key=key_sql) for statement in _DECIDE]
-    await conn.execute(";\n".join([_start(rule, applied, newest_type), *decide]))  # one round trip
-    moved = await conn.fetchrow(_TALLY, feeder)
-    assert moved is not None  # an aggregate: one row
-    old_keys = [] if not moved[2] else [r[0] for r in await conn.fetch(_OLD_KEYS, feeder)]
-    plan = _MovePlan(feeder_sql, displace=moved[1] > 0, old_keys=old_keys, back=moved[3] > 0)
-    await conn.execute(";\n".join(s for table in applied for s in _moves(rule, table, plan)))  # one round trip
-    ms = round((time.monotonic() - started) * 1000, 1)
+    applied = _applied(rule, tables)
+    if staged is None:
+        staged = await stage_entities(conn, rule, applied)
+    key_text = "" if key is None else str(key)
+    await conn.execute(_LOCK_HOMES, staged.entities, feeder)
+    row = await conn.fetchrow(_decide_sql(staged.newest_type), feeder, key_text, staged.entities, staged.newest)
+    assert row is not None  # an aggregate: one row
+    decision = _Decision(*row)
+    for table in applied:
+        for statement, args in _moves(rule, table, feeder, decision):
+            await conn.execute(statement, *args)
     log.debug(
-        "swap.entities", feeder=feeder, entities=moved[0], displaced=moved[1], taken=moved[2], back=moved[3], ms=ms
+        "swap.entities",
+        feeder=feeder,
+        entities=decision.count,
+        displaced=len(decision.lost),
+        taken=len(decision.taken),
+        back=len(decision.back),
+        ms=round((time.monotonic() - started) * 1000, 1),
     )
+
+
+def _applied(rule: EntityRule, tables: Sequence[EntityTable]) -> list[EntityTable]:
+    """The tables with the key column, in name order."""
+    return [t for t in sorted(tables, key=lambda t: t.parent.table) if t.parent.column(rule.key_column)]
 
 
 def _literal(text: str) -> str:
@@ -243,20 +296,13 @@ def _registry_sql(
     return ";\n".join(statements)
 
 
-def _start(rule: EntityRule, tables: Sequence[EntityTable], newest_type: str) -> str:
-    """Statements that create the swap's temporary tables (dropped at COMMIT) and fill
-    `fedload_entities_mine` with the feeder's entities and their newest values, from its staging tables (none for
-    a removal); `_DECIDE` fills the others."""
+def _staged_sql(rule: EntityRule, tables: Sequence[EntityTable], newest_type: str) -> str | None:
+    """The query of the feeder's entities (distinct keys of its staging tables, in byte order) and their newest
+    values as text, as two arrays; None without staging tables (a removal)."""
     key = ident(rule.key_column)
     staged = [t for t in tables if t.stage_sql is not None]
-    create = (
-        f"CREATE TEMP TABLE fedload_entities_mine (entity text PRIMARY KEY, newest {newest_type}) ON COMMIT DROP;\n"
-        "CREATE TEMP TABLE fedload_entities_touched (entity text PRIMARY KEY) ON COMMIT DROP;\n"
-        "CREATE TEMP TABLE fedload_entities_decided (entity text PRIMARY KEY, old_home text, old_key text, "
-        f"new_home text, new_key text, newest {newest_type}) ON COMMIT DROP"
-    )
     if not staged:
-        return create
+        return None
     keys = " UNION ".join(
         f"SELECT {key}::text FROM {t.stage_sql} WHERE {key} IS NOT NULL"  # noqa: S608 - our names
         for t in staged
@@ -268,94 +314,104 @@ def _start(rule: EntityRule, tables: Sequence[EntityTable], newest_type: str) ->
         else f"SELECT NULL::text, NULL::{newest_type}"
     )
     return (
-        f"{create};\nINSERT INTO fedload_entities_mine SELECT k.entity, n.newest FROM ({keys}) AS k (entity) "  # noqa: S608
-        f"LEFT JOIN ({newest}) AS n (entity, newest) USING (entity);\nANALYZE fedload_entities_mine"
+        "SELECT coalesce(array_agg(entity ORDER BY entity COLLATE \"C\"), '{}'), "  # noqa: S608 - our names
+        "coalesce(array_agg(newest::text ORDER BY entity COLLATE \"C\"), '{}') "
+        f"FROM ({keys}) AS k (entity) LEFT JOIN ({newest}) AS n (entity, newest) USING (entity)"
     )
 
 
-# {feeder} the feeder, {key} its key as text (SQL literals). Locks the touched entities' home rows in entity order
-# (an upsert: new entities get theirs; `WHERE false` updates nothing but locks the existing ones, INSERT's documented
-# behaviour), rewrites the feeder's copies, decides each touched entity's home (newest value first, NULLs last, then
-# the feeder name in byte order), stamps the copies displaced since now or home again, and records the homes.
-_DECIDE = (
-    """
-INSERT INTO fedload_entities_touched
-SELECT entity FROM fedload_entities_mine UNION SELECT entity FROM fedload.entity_copies WHERE feeder = {feeder}
-""",
-    """
+# $1 the staged entities (byte order), $2 the feeder. Locks the home rows of the entities the swap touches (its
+# staged ones and those its copies had) in entity order, in one statement: an upsert (new entities get theirs;
+# `WHERE false` updates nothing but locks the existing ones, INSERT's documented behaviour). Two swaps wait for
+# each other in that one order, never in a cycle.
+_LOCK_HOMES = """
 INSERT INTO fedload.entity_homes AS h (entity)
-SELECT entity FROM fedload_entities_touched ORDER BY entity COLLATE "C"
+SELECT entity FROM (SELECT unnest($1::text[]) UNION SELECT entity FROM fedload.entity_copies WHERE feeder = $2::text)
+  AS t (entity)
+ORDER BY entity COLLATE "C"
 ON CONFLICT (entity) DO UPDATE SET entity = excluded.entity WHERE false
-""",
-    """
-DELETE FROM fedload.entity_copies c WHERE c.feeder = {feeder}
-  AND NOT EXISTS (SELECT FROM fedload_entities_mine m WHERE m.entity = c.entity)
-""",
-    """
-INSERT INTO fedload.entity_copies AS c (feeder, entity, feeder_key, newest)
-SELECT {feeder}, entity, {key}, newest FROM fedload_entities_mine
-ON CONFLICT (feeder, entity) DO UPDATE SET newest = excluded.newest, feeder_key = excluded.feeder_key
-WHERE (c.newest, c.feeder_key) IS DISTINCT FROM (excluded.newest, excluded.feeder_key)
-""",
-    """
-INSERT INTO fedload_entities_decided
-SELECT t.entity, h.feeder AS old_home, h.feeder_key AS old_key, w.feeder AS new_home, w.feeder_key AS new_key,
-       w.newest
-FROM fedload_entities_touched t JOIN fedload.entity_homes h USING (entity)
-LEFT JOIN LATERAL (SELECT c.feeder, c.feeder_key, c.newest FROM fedload.entity_copies c WHERE c.entity = t.entity
-                   ORDER BY c.newest DESC NULLS LAST, c.feeder COLLATE "C" LIMIT 1) AS w ON true
-""",
-    """
-ANALYZE fedload_entities_decided
-""",
-    """
-UPDATE fedload.entity_copies c
-SET displaced_since = CASE WHEN c.feeder = d.new_home THEN NULL ELSE coalesce(c.displaced_since, now()) END
-FROM fedload_entities_decided d
-WHERE c.entity = d.entity AND (c.feeder = d.new_home) = (c.displaced_since IS NOT NULL)
-""",
-    """
-DELETE FROM fedload.entity_homes h USING fedload_entities_decided d WHERE h.entity = d.entity AND d.new_home IS NULL
-""",
-    """
-UPDATE fedload.entity_homes h SET feeder = d.new_home, feeder_key = d.new_key, newest = d.newest
-FROM fedload_entities_decided d
-WHERE h.entity = d.entity AND d.new_home IS NOT NULL
-  AND (h.feeder, h.feeder_key, h.newest) IS DISTINCT FROM (d.new_home, d.new_key, d.newest)
-""",
+"""
+
+
+def _decide_sql(newest_type: str) -> str:
+    """One statement, after `_LOCK_HOMES` (so its snapshot sees every copy committed before the locks): decides
+    each touched entity's home (newest value first, NULLs last, then the feeder name in byte order) from the
+    others' copies and the feeder's staged ones; rewrites the feeder's copies where they changed (newest value,
+    key, displaced or not), stamps the others' copies displaced since now or home again, records the homes; and
+    returns what the tables' moves need: the touched count, the entities the feeder does not win, those it takes
+    (with their old homes and keys), those that go back to a new home (with it). $1 the feeder, $2 its key as
+    text, $3 and $4 `StagedEntities.entities` and `.newest`."""
+    return f"""
+WITH mine AS (
+  SELECT m.entity, m.newest::{newest_type} AS newest FROM unnest($3::text[], $4::text[]) AS m (entity, newest)
+), touched AS (
+  SELECT entity FROM mine UNION SELECT entity FROM fedload.entity_copies WHERE feeder = $1::text
+), winner AS (
+  SELECT DISTINCT ON (k.entity) k.entity, k.feeder, k.feeder_key, k.newest FROM (
+    SELECT c.entity, c.feeder, c.feeder_key, c.newest FROM fedload.entity_copies c JOIN touched t USING (entity)
+    WHERE c.feeder <> $1::text
+    UNION ALL SELECT entity, $1::text, $2::text, newest FROM mine) AS k
+  ORDER BY k.entity, k.newest DESC NULLS LAST, k.feeder COLLATE "C"
+), decided AS (
+  SELECT t.entity, h.feeder AS old_home, h.feeder_key AS old_key, w.feeder AS new_home, w.feeder_key AS new_key,
+         w.newest
+  FROM touched t JOIN fedload.entity_homes h USING (entity) LEFT JOIN winner w USING (entity)
+), forgotten AS (
+  DELETE FROM fedload.entity_copies c WHERE c.feeder = $1::text
+    AND NOT EXISTS (SELECT FROM mine m WHERE m.entity = c.entity)
+), copied AS (
+  INSERT INTO fedload.entity_copies AS c (feeder, entity, feeder_key, newest, displaced_since)
+  SELECT $1::text, m.entity, $2::text, m.newest, CASE WHEN d.new_home = $1::text THEN NULL ELSE now() END
+  FROM mine m JOIN decided d USING (entity)
+  ON CONFLICT (feeder, entity) DO UPDATE SET newest = excluded.newest, feeder_key = excluded.feeder_key,
+    displaced_since = CASE WHEN excluded.displaced_since IS NOT NULL
+                           THEN coalesce(c.displaced_since, excluded.displaced_since) END
+  WHERE (c.newest, c.feeder_key, c.displaced_since IS NULL)
+        IS DISTINCT FROM (excluded.newest, excluded.feeder_key, excluded.displaced_since IS NULL)
+), others AS (
+  UPDATE fedload.entity_copies c
+  SET displaced_since = CASE WHEN c.feeder = d.new_home THEN NULL ELSE coalesce(c.displaced_since, now()) END
+  FROM decided d
+  WHERE c.entity = d.entity AND c.feeder <> $1::text AND (c.feeder = d.new_home) = (c.displaced_since IS NOT NULL)
+), homeless AS (
+  DELETE FROM fedload.entity_homes h USING decided d WHERE h.entity = d.entity AND d.new_home IS NULL
+), homed AS (
+  UPDATE fedload.entity_homes h SET feeder = d.new_home, feeder_key = d.new_key, newest = d.newest
+  FROM decided d
+  WHERE h.entity = d.entity AND d.new_home IS NOT NULL
+    AND (h.feeder, h.feeder_key, h.newest) IS DISTINCT FROM (d.new_home, d.new_key, d.newest)
 )
-
-
-_TALLY = """
-SELECT count(*), count(*) FILTER (WHERE new_home <> $1),
-       count(*) FILTER (WHERE new_home = $1 AND old_home <> $1),
-       count(*) FILTER (WHERE new_home <> $1 AND old_home IS DISTINCT FROM new_home)
-FROM fedload_entities_decided
-"""
-
-
-# The keys of the old homes whose rows of entities the feeder now wins move aside ($1 the feeder).
-_OLD_KEYS = """
-SELECT DISTINCT old_key FROM fedload_entities_decided WHERE new_home = $1 AND old_home <> $1 ORDER BY old_key
-"""
+SELECT count(*),
+  coalesce(array_agg(entity) FILTER (WHERE new_home <> $1::text), '{{}}'),
+  coalesce(array_agg(entity) FILTER (WHERE new_home = $1::text AND old_home <> $1::text), '{{}}'),
+  coalesce(array_agg(old_key) FILTER (WHERE new_home = $1::text AND old_home <> $1::text), '{{}}'),
+  coalesce(array_agg(old_home) FILTER (WHERE new_home = $1::text AND old_home <> $1::text), '{{}}'),
+  coalesce(array_agg(entity) FILTER (WHERE new_home <> $1::text AND old_home IS DISTINCT FROM new_home), '{{}}'),
+  coalesce(array_agg(new_home) FILTER (WHERE new_home <> $1::text AND old_home IS DISTINCT FROM new_home), '{{}}')
+FROM decided
+"""  # noqa: S608 - a type name from the catalog
 
 
 @dataclass(frozen=True, slots=True)
-class _MovePlan:
-    """What the decision asks of the tables: the feeder (an SQL literal), whether some of its staged entities are
-    displaced, the keys of the old homes to take entities from (their partitions only), whether rows come back."""
+class _Decision:
+    """What the decision asks of the tables (`_decide_sql`'s row): how many entities it touched, those the feeder
+    does not win (its staged rows of them are displaced), those it takes from their old homes (with the homes'
+    keys and names), those whose rows come back to a new home (with it)."""
 
-    feeder: str
-    displace: bool
-    old_keys: list[str]
-    back: bool
+    count: int
+    lost: list[str]
+    taken: list[str]
+    taken_keys: list[str]
+    taken_homes: list[str]
+    back: list[str]
+    back_homes: list[str]
 
 
-def _moves(rule: EntityRule, table: EntityTable, plan: _MovePlan) -> list[str]:
-    """The statements that move one table's rows as `plan` says (`_MovePlan`, from the decision): the feeder's
-    old displaced rows dropped, its staged rows of entities it does not win displaced, the rows of entities it now
-    wins taken from their old home, the displaced rows of entities it lost or left brought back to their new
-    home."""
+def _moves(rule: EntityRule, table: EntityTable, feeder: str, decision: _Decision) -> list[tuple[str, list[object]]]:
+    """The statements (with their arguments) that move one table's rows as the decision says: the feeder's old
+    displaced rows dropped, its staged rows of entities it does not win displaced, the rows of entities it now
+    wins taken from their old home (that home's partition only, pruned by its key as a constant), the displaced
+    rows of entities it lost or left brought back to their new home. Only those with something to move."""
     parent = table.parent
     column = parent.column(rule.key_column)
     assert column is not None
@@ -365,30 +421,37 @@ def _moves(rule: EntityRule, table: EntityTable, plan: _MovePlan) -> list[str]:
     columns = [c.name for c in parent.columns if c.generated_sql is None]
     listed = ", ".join(map(ident, columns))
     gone = ", ".join(f"g.{ident(c)}" for c in columns)
-    feeder_type = (parent.column(rule.feeder_key) or column).type_sql
-    feeder, old = plan.feeder, ", ".join(f"CAST({_literal(k)} AS {feeder_type})" for k in plan.old_keys)
-    statements = [f"DELETE FROM {displaced} WHERE {_FEEDER_COLUMN} = {feeder}"]  # noqa: S608 - our names
-    if table.stage_sql is not None and plan.displace:
-        statements.append(
-            f"WITH g AS (DELETE FROM {table.stage_sql} s USING fedload_entities_decided d "  # noqa: S608
-            f"WHERE s.{key} = d.entity::{key_type} AND d.new_home <> {feeder} RETURNING s.*) "
-            f"INSERT INTO {displaced} ({_FEEDER_COLUMN}, {_SINCE_COLUMN}, {listed}) "
-            f"SELECT {feeder}, coalesce(c.displaced_since, now()), {gone} FROM g "
-            f"LEFT JOIN fedload.entity_copies c ON c.feeder = {feeder} AND c.entity = g.{key}::text"
+    into = f"INSERT INTO {displaced} ({_FEEDER_COLUMN}, {_SINCE_COLUMN}, {listed})"
+    moves: list[tuple[str, list[object]]] = [(f"DELETE FROM {displaced} WHERE {_FEEDER_COLUMN} = $1", [feeder])]  # noqa: S608
+    if table.stage_sql is not None and decision.lost:
+        moves.append(
+            (
+                f"WITH g AS (DELETE FROM {table.stage_sql} s WHERE s.{key} = ANY($2::text[]::{key_type}[]) "  # noqa: S608
+                f"RETURNING s.*) {into} SELECT $1::text, coalesce(c.displaced_since, now()), {gone} FROM g "
+                f"LEFT JOIN fedload.entity_copies c ON c.feeder = $1::text AND c.entity = g.{key}::text",
+                [feeder, decision.lost],
+            )
         )
-    if old:  # the old homes' partitions only, pruned by their keys as constants
-        statements.append(
-            f"WITH g AS (DELETE FROM {parent.sql_name} p USING fedload_entities_decided d "  # noqa: S608
-            f"WHERE p.{feeder_key} IN ({old}) AND p.{key} = d.entity::{key_type} AND d.new_home = {feeder} "
-            f"AND d.old_home <> {feeder} AND p.{feeder_key}::text = d.old_key "
-            f"RETURNING p.*, d.old_home AS fedload_old_home) "
-            f"INSERT INTO {displaced} ({_FEEDER_COLUMN}, {_SINCE_COLUMN}, {listed}) "
-            f"SELECT g.fedload_old_home, now(), {gone} FROM g"
+    if decision.taken:
+        feeder_type = (parent.column(rule.feeder_key) or column).type_sql
+        old = ", ".join(f"CAST({_literal(k)} AS {feeder_type})" for k in sorted(set(decision.taken_keys)))
+        moves.append(
+            (
+                f"WITH g AS (DELETE FROM {parent.sql_name} p "  # noqa: S608
+                "USING unnest($1::text[], $2::text[], $3::text[]) AS d (entity, old_key, old_home) "
+                f"WHERE p.{feeder_key} IN ({old}) AND p.{key} = d.entity::{key_type} "
+                f"AND p.{feeder_key}::text = d.old_key RETURNING p.*, d.old_home AS fedload_old_home) "
+                f"{into} SELECT g.fedload_old_home, now(), {gone} FROM g",
+                [decision.taken, decision.taken_keys, decision.taken_homes],
+            )
         )
-    statements += [
-        f"WITH g AS (DELETE FROM {displaced} x USING fedload_entities_decided d "  # noqa: S608
-        f"WHERE x.{key} = d.entity::{key_type} AND x.{_FEEDER_COLUMN} = d.new_home AND d.new_home <> {feeder} "
-        f"AND d.old_home IS DISTINCT FROM d.new_home RETURNING x.*) "
-        f"INSERT INTO {parent.sql_name} ({listed}) OVERRIDING SYSTEM VALUE SELECT {gone} FROM g",
-    ]
-    return statements if plan.back else statements[:-1]
+    if decision.back:
+        moves.append(
+            (
+                f"WITH g AS (DELETE FROM {displaced} x USING unnest($1::text[], $2::text[]) AS d (entity, new_home) "  # noqa: S608
+                f"WHERE x.{key} = d.entity::{key_type} AND x.{_FEEDER_COLUMN} = d.new_home RETURNING x.*) "
+                f"INSERT INTO {parent.sql_name} ({listed}) OVERRIDING SYSTEM VALUE SELECT {gone} FROM g",
+                [decision.back, decision.back_homes],
+            )
+        )
+    return moves

@@ -27,7 +27,7 @@ from fedload.errors import SuperhubError, SwapLockError
 from fedload.log import get_logger
 from fedload.names import TableName
 from fedload.superhub.blockers import BlockerWatch, CancelRules, watch_blockers
-from fedload.superhub.entities import EntityRule, EntityTable, settle_entities
+from fedload.superhub.entities import EntityRule, EntityTable, settle_entities, stage_entities
 from fedload.superhub.importer import StagedTable
 from fedload.superhub.schema import PARTS_SCHEMA, ParentTable, ident, key_literal, qualified
 
@@ -250,11 +250,13 @@ async def _attempt(conn: asyncpg.Connection, plan: _SwapPlan, stats: SwapStats, 
     exclusive = [t.parent.table for t in plan.tables if plan.policy.method_for(t.parent) is SwapMethod.PARTITION]
     async with conn.transaction():
         await conn.execute(f"SET LOCAL lock_timeout = '{max(1, int(lock_timeout_s * 1000))}ms'")
+        if (rule := plan.policy.entities) is not None:  # what needs no lock, outside the lock window
+            entity_tables = [EntityTable(t.parent, t.stage_sql) for t in plan.tables]
+            staged = await stage_entities(conn, rule, entity_tables)
         await lock_parents(conn, exclusive)
         stats.waited_ms = _ms_since(plan.started)
-        if (rule := plan.policy.entities) is not None:  # before the tables: it filters their staging
-            entity_tables = [EntityTable(t.parent, t.stage_sql) for t in plan.tables]
-            await settle_entities(conn, rule, entity_tables, plan.feeder, plan.key)
+        if rule is not None:  # before the tables: it filters their staging
+            await settle_entities(conn, rule, entity_tables, plan.feeder, plan.key, staged=staged)
         for table in plan.tables:
             method = plan.policy.method_for(table.parent)
             stats.partitions[table.parent.table] = await _swap_table(conn, table, plan.feeder, plan.key, method)
