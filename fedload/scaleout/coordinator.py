@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,7 +51,7 @@ from fedload.scaleout.shard_side import (
 from fedload.superhub.job import coordinator_target, superhub_targets
 from fedload.superhub.schema import Column, ParentTable, ident, qualified
 from fedload.superhub.session import SuperhubTarget, superhub_session
-from fedload.superhub.swap import SwapPolicy, pause_before_retry
+from fedload.superhub.swap import LocksNotTaken, SwapPolicy, local_lock_timeout, tried_politely
 
 __all__ = [
     "FDW_SCHEMA",
@@ -504,22 +503,20 @@ async def _locked(conn: asyncpg.Connection, parents: Sequence[ParentTable], swap
     """ACCESS EXCLUSIVE on the parents whose partitions change (DETACH takes it), by short polite tries as a swap
     does (`swap_lock_timeout_s`, for up to `swap_max_wait_s`): a try never makes reports queue behind it for long.
     SuperhubError when the locks did not come."""
-    deadline = time.monotonic() + swap.max_wait_s
-    for attempt in itertools.count(1):
-        try:
-            async with conn.transaction():
-                await conn.execute(f"SET LOCAL lock_timeout = '{max(1, int(swap.lock_timeout_s * 1000))}ms'")
-                await conn.execute(f"LOCK TABLE {', '.join(p.sql_name for p in parents)} IN ACCESS EXCLUSIVE MODE")
-                await conn.execute(_LOCK_TIMEOUT)
-                return
-        except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError):
-            if time.monotonic() > deadline:
-                raise SuperhubError(
-                    f"the coordinator's reports held {', '.join(str(p.table) for p in parents)} for swap_max_wait_s = "
-                    f"{swap.max_wait_s:g}: the feeder lists of the shards were not changed"
-                ) from None
-            await pause_before_retry(attempt)
-    raise AssertionError("unreachable")  # pragma: no cover
+
+    async def attempt(_: int) -> None:
+        async with conn.transaction():
+            await local_lock_timeout(conn, swap.lock_timeout_s)
+            await conn.execute(f"LOCK TABLE {', '.join(p.sql_name for p in parents)} IN ACCESS EXCLUSIVE MODE")
+            await conn.execute(_LOCK_TIMEOUT)
+
+    try:
+        await tried_politely(attempt, deadline=time.monotonic() + swap.max_wait_s)
+    except LocksNotTaken:
+        raise SuperhubError(
+            f"the coordinator's reports held {', '.join(str(p.table) for p in parents)} for swap_max_wait_s = "
+            f"{swap.max_wait_s:g}: the feeder lists of the shards were not changed"
+        ) from None
 
 
 async def _create_foreign(conn: asyncpg.Connection, parent: ParentTable, shard: str, relation: tuple[str, str]) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -29,7 +28,15 @@ from fedload.superhub.bookkeeping import forget_feeder, note_moved
 from fedload.superhub.entities import EntityRule, EntityTable, forget_displaced, settle_entities
 from fedload.superhub.schema import ParentsSpec, ParentTable, read_parents
 from fedload.superhub.session import SuperhubTarget, feeder_lock, superhub_session
-from fedload.superhub.swap import SwapPolicy, drop_partitions, feeder_partition, lock_parents, pause_before_retry
+from fedload.superhub.swap import (
+    LocksNotTaken,
+    SwapPolicy,
+    drop_partitions,
+    feeder_partition,
+    local_lock_timeout,
+    lock_parents,
+    tried_politely,
+)
 
 __all__ = ["BUSY_WAIT_S", "FeederBusyError", "RemovalLockError", "drop_feeder", "partition_rows"]
 
@@ -135,7 +142,7 @@ class _Removal:
     async def attempt(self, conn: asyncpg.Connection, lock_timeout_s: float) -> tuple[dict[TableName, int], int]:
         """One try, in one transaction: a lock timeout or a deadlock rolls all of it back."""
         async with conn.transaction():
-            await conn.execute(f"SET LOCAL lock_timeout = '{max(1, int(lock_timeout_s * 1000))}ms'")
+            await local_lock_timeout(conn, lock_timeout_s)
             await lock_parents(conn, self.tables)
             await self._settle_entities(conn)
             dropped = await drop_partitions(conn, self.tables, self.name, self.key)
@@ -161,18 +168,20 @@ class _Removal:
 
 async def _polite(conn: asyncpg.Connection, removal: _Removal, policy: SwapPolicy) -> tuple[dict[TableName, int], int]:
     """Short tries with jittered pauses, as the swap's, until `max_wait_s`; RemovalLockError then."""
-    started = time.monotonic()
-    for attempt in itertools.count(1):
-        try:
-            return await removal.attempt(conn, policy.lock_timeout_s)
-        except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError) as exc:
-            said = log.info if attempt == 1 else log.debug  # on a terminal once, not at every try
-            said("removal.lock_busy", feeder=removal.name, attempt=attempt, error=type(exc).__name__)
-            if time.monotonic() - started > policy.max_wait_s:
-                tables = ", ".join(map(str, removal.tables))
-                raise RemovalLockError(
-                    f"other sessions held {tables} for swap_max_wait_s = {policy.max_wait_s:g} s "
-                    f"({counted(attempt, 'try', 'tries')})"
-                ) from None
-            await pause_before_retry(attempt)
-    raise AssertionError("unreachable")  # pragma: no cover
+
+    def busy(attempt: int, exc: asyncpg.PostgresError) -> None:
+        said = log.info if attempt == 1 else log.debug  # on a terminal once, not at every try
+        said("removal.lock_busy", feeder=removal.name, attempt=attempt, error=type(exc).__name__)
+
+    try:
+        return await tried_politely(
+            lambda _: removal.attempt(conn, policy.lock_timeout_s),
+            deadline=time.monotonic() + policy.max_wait_s,
+            on_busy=busy,
+        )
+    except LocksNotTaken as gave_up:
+        tables = ", ".join(map(str, removal.tables))
+        raise RemovalLockError(
+            f"other sessions held {tables} for swap_max_wait_s = {policy.max_wait_s:g} s "
+            f"({counted(gave_up.attempts, 'try', 'tries')})"
+        ) from None

@@ -19,6 +19,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import asyncpg
 
@@ -32,16 +33,19 @@ from fedload.superhub.importer import StagedTable
 from fedload.superhub.schema import PARTS_SCHEMA, ParentTable, ident, key_literal, qualified
 
 __all__ = [
+    "LocksNotTaken",
     "SwapPolicy",
     "SwapStats",
     "analyze_partitions",
     "describe_swap",
     "drop_partitions",
     "feeder_partition",
+    "local_lock_timeout",
     "lock_parents",
     "partition_name",
     "pause_before_retry",
     "swap_in",
+    "tried_politely",
 ]
 
 _MAX_IDENTIFIER_BYTES = 63
@@ -218,6 +222,46 @@ async def pause_before_retry(attempt: int) -> None:
     await asyncio.sleep(random.uniform(0.05, min(0.05 * attempt, 1.0)))  # noqa: S311 - jitter only
 
 
+_T = TypeVar("_T")
+
+
+class LocksNotTaken(Exception):  # noqa: N818 - a give-up the caller turns into its own error, not a failure
+    """`tried_politely` gave up: every try met a lock timeout or a deadlock until the deadline."""
+
+    def __init__(self, attempts: int) -> None:
+        super().__init__(f"locks not taken in {attempts} tries")
+        self.attempts = attempts
+
+
+def _quiet(attempt: int, exc: asyncpg.PostgresError) -> None:
+    """A busy try that needs no word."""
+
+
+async def tried_politely(
+    attempt: Callable[[int], Awaitable[_T]],
+    *,
+    deadline: float,
+    on_busy: Callable[[int, asyncpg.PostgresError], None] = _quiet,
+) -> _T:
+    """`attempt(1)`, `attempt(2)`, ... until one returns: a try that met a lock timeout or a deadlock (its
+    transaction rolled back) is told to `on_busy` and, before `deadline` (time.monotonic()), tried again after the
+    jittered pause; LocksNotTaken after it. The polite tries of a swap, a removal and the coordinator's lists."""
+    for tries in itertools.count(1):
+        try:
+            return await attempt(tries)
+        except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError) as exc:
+            on_busy(tries, exc)
+            if time.monotonic() > deadline:
+                raise LocksNotTaken(tries) from None
+            await pause_before_retry(tries)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def local_lock_timeout(conn: asyncpg.Connection, seconds: float) -> None:
+    """lock_timeout for the rest of the transaction: `seconds`, at least a millisecond (0 would mean none)."""
+    await conn.execute(f"SET LOCAL lock_timeout = '{max(1, int(seconds * 1000))}ms'")
+
+
 @dataclass(frozen=True, slots=True)
 class _SwapPlan:
     tables: list[StagedTable]
@@ -229,27 +273,27 @@ class _SwapPlan:
 
 async def _polite(conn: asyncpg.Connection, plan: _SwapPlan, stats: SwapStats) -> bool:
     """Short tries with jittered pauses until `max_wait_s`; True once one succeeded."""
-    deadline = plan.started + plan.policy.max_wait_s
-    for attempt in itertools.count(1):
-        stats.attempts = attempt
-        try:
-            await _attempt(conn, plan, stats, plan.policy.lock_timeout_s)
-        except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError):
-            log.info("swap.lock_busy", feeder=plan.feeder, attempt=attempt)
-            stats.waited_ms = _ms_since(plan.started)
-            if time.monotonic() > deadline:
-                return False
-            await pause_before_retry(attempt)
-        else:
-            return True
-    raise AssertionError("unreachable")  # pragma: no cover
+
+    async def attempt(tries: int) -> None:
+        stats.attempts = tries
+        await _attempt(conn, plan, stats, plan.policy.lock_timeout_s)
+
+    def busy(tries: int, exc: asyncpg.PostgresError) -> None:
+        log.info("swap.lock_busy", feeder=plan.feeder, attempt=tries)
+        stats.waited_ms = _ms_since(plan.started)
+
+    try:
+        await tried_politely(attempt, deadline=plan.started + plan.policy.max_wait_s, on_busy=busy)
+    except LocksNotTaken:
+        return False
+    return True
 
 
 async def _attempt(conn: asyncpg.Connection, plan: _SwapPlan, stats: SwapStats, lock_timeout_s: float) -> None:
     """One try, in a savepoint: a lock timeout undoes the swap, not the load."""
     exclusive = [t.parent.table for t in plan.tables if plan.policy.method_for(t.parent) is SwapMethod.PARTITION]
     async with conn.transaction():
-        await conn.execute(f"SET LOCAL lock_timeout = '{max(1, int(lock_timeout_s * 1000))}ms'")
+        await local_lock_timeout(conn, lock_timeout_s)
         if (rule := plan.policy.entities) is not None:  # what needs no lock, outside the lock window
             entity_tables = [EntityTable(t.parent, t.stage_sql) for t in plan.tables]
             staged = await stage_entities(conn, rule, entity_tables)
