@@ -25,7 +25,7 @@ from fedload.feeder.passwords import without_passwords
 from fedload.feeder.wire import Header, StreamEncoder, dump_failure
 from transforms import Transformer, TransformError, TransformOptions, load_remap
 
-__all__ = ["AgentOptions", "pg_dump_argv", "run_agent"]
+__all__ = ["STATISTICS_SINCE_MAJOR", "UNWRITTEN_OPTIONS", "AgentOptions", "pg_dump_argv", "run_agent"]
 
 _READ_BYTES = 1 << 20
 _VERSION_TIMEOUT_S = 30.0
@@ -41,9 +41,10 @@ log = get_logger()
 # Objects a data-only dump never writes, whose catalogs pg_dump would still read unless told not to: comments
 # (pg_description, the largest of its catalog queries on a small database), security labels, publications and
 # subscriptions. About 40% of the feeder server's time per dump of a small database; the output is the same.
-_UNWRITTEN = ("--no-comments", "--no-security-labels", "--no-publications", "--no-subscriptions")
+UNWRITTEN_OPTIONS = ("--no-comments", "--no-security-labels", "--no-publications", "--no-subscriptions")
 _UNWRITTEN_SINCE_MAJOR = 11  # --no-comments is the newest of them
-_STATISTICS_SINCE_MAJOR = 18  # --statistics; with it, --no-schema says "data only" (--data-only excludes them)
+# --statistics and --statistics-only; with --statistics, --no-schema says "data only" (--data-only excludes them)
+STATISTICS_SINCE_MAJOR = 18
 
 
 def pg_dump_argv(options: AgentOptions, pg_dump_major: int | None = None) -> list[str]:
@@ -52,9 +53,9 @@ def pg_dump_argv(options: AgentOptions, pg_dump_major: int | None = None) -> lis
     statistics and pg_dump 18 or later, the tables' statistics too."""
     mode = ["--column-inserts"] if options.dump_mode == "inserts" else []
     major = pg_dump_major or 0
-    skipped = _UNWRITTEN if major >= _UNWRITTEN_SINCE_MAJOR else ()
+    skipped = UNWRITTEN_OPTIONS if major >= _UNWRITTEN_SINCE_MAJOR else ()
     tables = [f"--table={pattern}" for pattern in options.tables]
-    data = ["--no-schema", "--statistics"] if options.statistics and major >= _STATISTICS_SINCE_MAJOR else []
+    data = ["--no-schema", "--statistics"] if options.statistics and major >= STATISTICS_SINCE_MAJOR else []
     return [
         options.pg_dump,
         *(data or ["--data-only"]),

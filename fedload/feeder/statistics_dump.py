@@ -19,14 +19,13 @@ import subprocess
 from collections.abc import Sequence
 from typing import BinaryIO
 
-from fedload.feeder.agent import StderrTail, write_frames
+from fedload.feeder.agent import STATISTICS_SINCE_MAJOR, UNWRITTEN_OPTIONS, StderrTail, write_frames
 from fedload.feeder.logs import get_logger
 from fedload.feeder.sections import SECTION_END, chunk, statistics_head
 from fedload.feeder.snapshot import SnapshotSession
 from fedload.feeder.wire import MAX_BLOCK_BYTES, StreamEncoder, dump_failure
 
 __all__ = [
-    "STATISTICS_SINCE_MAJOR",
     "CarriedStatistics",
     "StatisticsDump",
     "StatisticsDumpError",
@@ -36,15 +35,12 @@ __all__ = [
 
 log = get_logger()
 
-STATISTICS_SINCE_MAJOR = 18  # pg_dump --statistics-only
 _SNAPSHOT_ID = re.compile(r"[0-9A-F]+-[0-9A-F]+-[0-9]+")  # pg_export_snapshot()'s "00000003-0000001B-1"
 # pg_dump's wait for its ACCESS SHARE locks, which the session holds already: only a lock queued in between (an
 # ALTER TABLE waiting for the session) makes it wait, and the session would then wait for pg_dump for ever.
 _LOCK_WAIT = "60s"
 _EXIT_TIMEOUT_S = 60.0
 _F_SETPIPE_SZ, _PIPE_BYTES = 1031, 1 << 20  # fcntl.F_SETPIPE_SZ is in Python 3.10 and later only
-# What a statistics-only dump never writes, whose catalogs pg_dump would still read (as in agent.py).
-_UNWRITTEN = ("--no-comments", "--no-security-labels", "--no-publications", "--no-subscriptions")
 
 
 class StatisticsDumpError(Exception):
@@ -60,7 +56,7 @@ def statistics_argv(pg_dump: str, database: str, tables: Sequence[str], snapshot
         "--encoding=UTF8",
         f"--snapshot={snapshot}",
         f"--lock-wait-timeout={_LOCK_WAIT}",
-        *_UNWRITTEN,
+        *UNWRITTEN_OPTIONS,  # never written by a statistics-only dump either
         *(f"--table={table}" for table in tables),
         f"--dbname={database}",
     ]
