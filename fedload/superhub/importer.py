@@ -551,20 +551,19 @@ def _free_name(name: str, taken: frozenset[str]) -> str:
 
 
 def _text(sql: bytes, item: InsertRows) -> str:
-    _check_text(sql, item)
-    return sql.decode("utf-8")
+    """`sql` decoded; DumpError if it holds a NUL byte or is not UTF-8."""
+    if b"\x00" in sql:  # the superhub's protocol cannot carry it; text values cannot hold it either
+        raise DumpError(f"{_where(item)}: a VALUES tuple contains a NUL byte")
+    try:
+        return sql.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DumpError(f"{_where(item)}: a VALUES tuple is not valid UTF-8") from exc
 
 
 def _check_text(sql: bytes, item: InsertRows) -> None:
-    """DumpError if `sql` holds a NUL byte or is not UTF-8 (ASCII is, and is checked without decoding)."""
-    if b"\x00" in sql:  # the superhub's protocol cannot carry it; text values cannot hold it either
-        raise DumpError(f"{_where(item)}: a VALUES tuple contains a NUL byte")
-    if sql.isascii():
-        return
-    try:
-        sql.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DumpError(f"{_where(item)}: a VALUES tuple is not valid UTF-8") from exc
+    """`_text`'s checks, without decoding where they cannot fail (ASCII without NUL)."""
+    if b"\x00" in sql or not sql.isascii():
+        _text(sql, item)
 
 
 def _identifiers(columns: bytes) -> list[bytes]:
