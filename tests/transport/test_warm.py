@@ -76,13 +76,16 @@ def pg_dumps_of(database: str) -> list[int]:
 
 
 def agents_of(parent: int) -> list[int]:
-    """The children of `parent` that are started agents: `... agent dump ...` as words of their command line."""
+    """The children of `parent` that are started agents: `... agent dump ...` as words of their command line.
+    Children by their parent pid in /proc/PID/stat: /proc/PID/task/PID/children lists only the main thread's and,
+    the kernel says, is not reliable for children not stopped (it missed a running agent once)."""
     found = []
-    for child in Path(f"/proc/{parent}/task/{parent}/children").read_text().split():
-        with contextlib.suppress(OSError):
-            words = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
-            if b"agent" in words and b"dump" in words:
-                found.append(int(child))
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])  # after "pid (comm)": state, ppid
+            words = (stat.parent / "cmdline").read_bytes().split(b"\0")
+            if ppid == parent and b"agent" in words and b"dump" in words:
+                found.append(int(stat.parent.name))
     return found
 
 
