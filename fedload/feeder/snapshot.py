@@ -21,6 +21,7 @@ __all__ = ["SessionEnded", "SnapshotSession"]
 
 _READ_BYTES = 1 << 20
 _COPIED = re.compile(rb"COPY (\d+)")
+_SNAPSHOT_ID = re.compile(r"[0-9A-F]+-[0-9A-F]+-[0-9]+")  # pg_export_snapshot()'s "00000003-0000001B-1"
 # pg_dump's settings for a dump: text output any server reads back exactly, no timeout, no row silently hidden.
 _SETUP = """SET DateStyle = 'ISO';
 SET IntervalStyle = 'postgres';
@@ -117,6 +118,14 @@ class SnapshotSession:
                 elif not self._read_control():
                     self._drain(sink)
                     raise SessionEnded("psql ended during a COPY")
+
+    def export(self) -> str:
+        """The id of the session's snapshot, exported: pg_dump may read it (`--snapshot`) while the session's
+        transaction lasts; ValueError if psql answers anything else."""
+        answer = self.query("SELECT pg_catalog.pg_export_snapshot();").decode("ascii", "replace").strip()
+        if _SNAPSHOT_ID.fullmatch(answer) is None:
+            raise ValueError(f"psql printed {answer[:80]!r} instead of a snapshot id")
+        return answer
 
     def finish(self) -> None:
         """End the transaction and psql's input."""

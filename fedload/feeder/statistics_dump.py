@@ -35,7 +35,6 @@ __all__ = [
 
 log = get_logger()
 
-_SNAPSHOT_ID = re.compile(r"[0-9A-F]+-[0-9A-F]+-[0-9]+")  # pg_export_snapshot()'s "00000003-0000001B-1"
 # pg_dump's wait for its ACCESS SHARE locks, which the session holds already: only a lock queued in between (an
 # ALTER TABLE waiting for the session) makes it wait, and the session would then wait for pg_dump for ever.
 _LOCK_WAIT = "60s"
@@ -62,14 +61,6 @@ def statistics_argv(pg_dump: str, database: str, tables: Sequence[str], snapshot
     ]
 
 
-def export_snapshot(session: SnapshotSession) -> str:
-    """The id of the session's snapshot, exported for pg_dump; StatisticsDumpError if psql answers anything else."""
-    answer = session.query("SELECT pg_catalog.pg_export_snapshot();").decode("ascii", "replace").strip()
-    if _SNAPSHOT_ID.fullmatch(answer) is None:
-        raise StatisticsDumpError(f"psql printed {answer[:80]!r} instead of a snapshot id")
-    return answer
-
-
 class StatisticsDump:
     """pg_dump --statistics-only, started in the session's snapshot; `send` its output as the statistics section
     once the tables are sent; `reap` in any case."""
@@ -82,8 +73,9 @@ class StatisticsDump:
 
     @classmethod
     def start(cls, session: SnapshotSession, pg_dump: str, database: str, tables: Sequence[str]) -> StatisticsDump:
-        """pg_dump running on the session's snapshot; StatisticsDumpError if it cannot start."""
-        argv = statistics_argv(pg_dump, database, tables, export_snapshot(session))
+        """pg_dump running on the session's snapshot; StatisticsDumpError if it cannot start (ValueError if psql
+        exports no snapshot)."""
+        argv = statistics_argv(pg_dump, database, tables, session.export())
         env = {**os.environ, "PGCLIENTENCODING": "UTF8"}
         try:
             process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0, env=env)
