@@ -12,8 +12,8 @@ import re
 import select
 import subprocess
 import threading
-from collections.abc import Iterator
-from typing import IO, BinaryIO
+from collections.abc import Iterable, Iterator, Mapping
+from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
 from fedload import __version__
 from fedload._tail import Tail
@@ -22,10 +22,13 @@ from fedload.feeder.compress import choose_compressor
 from fedload.feeder.errors import AgentError, AgentUsageError
 from fedload.feeder.logs import get_logger
 from fedload.feeder.passwords import without_passwords
-from fedload.feeder.wire import Header, StreamEncoder, dump_failure
+from fedload.feeder.wire import DIGEST_PROTOCOL, PROTOCOL_VERSION, Header, StreamEncoder, dump_failure
 from transforms import Transformer, TransformError, TransformOptions, load_remap
 
-__all__ = ["STATISTICS_SINCE_MAJOR", "UNWRITTEN_OPTIONS", "AgentOptions", "pg_dump_argv", "run_agent"]
+if TYPE_CHECKING:
+    from fedload.feeder.snapshot_dump import SnapshotPlan
+
+__all__ = ["STATISTICS_SINCE_MAJOR", "UNWRITTEN_OPTIONS", "AgentOptions", "pg_dump_argv", "run_agent", "run_pg_dump"]
 
 _READ_BYTES = 1 << 20
 _VERSION_TIMEOUT_S = 30.0
@@ -162,12 +165,30 @@ def run_agent(options: AgentOptions, out: BinaryIO) -> int:
         from fedload.feeder.binary_dump import run_binary_dump  # noqa: PLC0415 - its own session, no pg_dump
 
         return run_binary_dump(options, out)
+    if options.columns:  # the superhub asks for digests: unchanged tables are not dumped
+        from fedload.feeder.snapshot_dump import run_snapshot_dump  # noqa: PLC0415 - a psql session first
+
+        return run_snapshot_dump(options, out)
+    return run_pg_dump(options, out)
+
+
+def run_pg_dump(options: AgentOptions, out: BinaryIO, plan: SnapshotPlan | None = None) -> int:
+    """Run pg_dump and write its stream to `out` (`run_agent`); with `plan` (fedload/feeder/snapshot_dump.py), in its
+    exported snapshot, only the tables it dumps, the others listed in the trailer as unchanged (protocol 5)."""
     transform = _transform_options(options)
     compressor = choose_compressor(options.compression, options.zstd)
     version = _pg_dump_version(options.pg_dump)
-    header = Header(compressor.compression, options.dump_mode, __version__, version, list(options.tables))
+    protocol = DIGEST_PROTOCOL if plan is not None else PROTOCOL_VERSION
+    header = Header(
+        compressor.compression, options.dump_mode, __version__, version, list(options.tables), protocol=protocol
+    )
     encoder = StreamEncoder(header, compressor.compress)
-    argv = pg_dump_argv(options, _major(version))
+    if plan is not None and not plan.dumped:  # every table unchanged: pg_dump would dump the whole database
+        trailer = encoder.finish(pg_dump_exit_status=0, server_version=plan.server_version, **_contents({}, [], plan))
+        _write(out, encoder.start() + trailer)
+        log.info("agent.dump_finished", bytes=0, rows=0, unchanged=len(plan.digested))
+        return 0
+    argv = pg_dump_argv(plan.pg_dump_options(options) if plan is not None else options, _major(version))
     log.debug("agent.dump_started", argv=[without_passwords(a) for a in argv], compressor=compressor.implementation)
     try:
         process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
@@ -175,7 +196,7 @@ def run_agent(options: AgentOptions, out: BinaryIO) -> int:
         raise AgentError(f"cannot start {options.pg_dump}: {exc}") from exc
     try:
         with _killed_when_reader_leaves(process, out):
-            failure = _stream(process, Transformer(transform), encoder, out)
+            failure = _stream(process, Transformer(transform), encoder, out, plan)
     finally:
         if process.poll() is None:
             process.kill()
@@ -233,7 +254,13 @@ def _transform_options(options: AgentOptions) -> TransformOptions:
     return TransformOptions(options.rows_per_statement, options.max_statement_bytes, remap)
 
 
-def _stream(process: subprocess.Popen[bytes], transformer: Transformer, encoder: StreamEncoder, out: BinaryIO) -> str:
+def _stream(
+    process: subprocess.Popen[bytes],
+    transformer: Transformer,
+    encoder: StreamEncoder,
+    out: BinaryIO,
+    plan: SnapshotPlan | None = None,
+) -> str:
     """Send the dump and its trailer; why it failed as one line, or "" if it is complete."""
     assert process.stdout is not None
     assert process.stderr is not None
@@ -253,20 +280,32 @@ def _stream(process: subprocess.Popen[bytes], transformer: Transformer, encoder:
     status = process.wait(timeout=_EXIT_TIMEOUT_S)
     tail = stderr.text()
     counts = transformer.stats.rows
-    rows = [(schema, name, counts[schema, name]) for schema, name in sorted(counts)]
+    if plan is not None and status == 0 and not error:
+        error = plan.contradiction(counts)
     trailer = encoder.finish(
         pg_dump_exit_status=status,
-        rows=rows,
-        tables=sorted(transformer.stats.tables),  # (schema, name) pairs: protocol 3
         server_version=server_version,
         error=error,
         stderr_tail=tail,
+        **_contents(counts, transformer.stats.tables, plan),
     )
     _write(out, trailer)
     failure = dump_failure(status, error, tail)
     if not failure:
-        log.info("agent.dump_finished", bytes=encoder.payload_bytes, rows=sum(counts.values()))
+        unchanged = sum(t.kept for t in plan.digested) if plan is not None else 0
+        log.info("agent.dump_finished", bytes=encoder.payload_bytes, rows=sum(counts.values()), unchanged=unchanged)
     return failure
+
+
+def _contents(
+    counts: Mapping[tuple[str, str], int], tables: Iterable[tuple[str, str]], plan: SnapshotPlan | None
+) -> dict[str, Any]:
+    """The trailer's `rows` and `tables` of what pg_dump sent; with `plan`, the unchanged tables' too, and the
+    digests (protocol 5)."""
+    if plan is not None:
+        return plan.trailer(counts, tables)
+    rows = [(schema, name, counts[schema, name]) for schema, name in sorted(counts)]
+    return {"rows": rows, "tables": sorted(tables)}  # (schema, name) pairs: protocol 3
 
 
 def _write(out: BinaryIO, frames: bytes) -> None:

@@ -8,41 +8,27 @@ the snapshot and writes every identifier itself. Row counts come from psql's `CO
 
 from __future__ import annotations
 
-import os
 import subprocess
 from typing import BinaryIO
 
 from fedload import __version__
 from fedload.feeder.agent import StderrTail, ask_version, killed_when_reader_leaves, pg_dump_version, write_frames
 from fedload.feeder.agent_options import AgentOptions
-from fedload.feeder.binary_plan import (
-    FeederColumn,
-    TableRequest,
-    catalog_query,
-    copy_command,
-    parse_catalog,
-    plan_table,
-    quote_ident,
-)
+from fedload.feeder.binary_plan import FeederColumn, TableRequest, copy_command, plan_table, quote_ident
 from fedload.feeder.binary_plan import read_requests as _read_requests
 from fedload.feeder.compress import choose_compressor
-from fedload.feeder.digest import TableDigest, counters_query, digest_query, parse_counters, parse_digest
+from fedload.feeder.digest import table_digest, unchanged
 from fedload.feeder.errors import AgentError, AgentUsageError
 from fedload.feeder.logs import get_logger
 from fedload.feeder.sections import SECTION_END, chunk_head, section_head
-from fedload.feeder.snapshot import SessionEnded, SnapshotSession
+from fedload.feeder.snapshot import SessionEnded, SnapshotSession, psql_beside, read_tables
 from fedload.feeder.statistics_dump import CarriedStatistics, StatisticsDumpError, asked_statistics
 from fedload.feeder.wire import DIGEST_PROTOCOL, MAX_BLOCK_BYTES, PROTOCOL_VERSION, Header, StreamEncoder, dump_failure
 
-__all__ = ["psql_beside", "run_binary_dump"]
+__all__ = ["run_binary_dump"]
 
 _EXIT_TIMEOUT_S = 60.0
 log = get_logger()
-
-
-def psql_beside(pg_dump: str) -> str:
-    """The psql of the same installation as `pg_dump` (its directory), or psql from PATH."""
-    return os.path.join(os.path.dirname(pg_dump), "psql") if os.sep in pg_dump else "psql"
 
 
 def read_requests(options: AgentOptions) -> list[TableRequest]:
@@ -156,22 +142,16 @@ def _tables(
     """Check the request against the catalog in the snapshot, lock what is there, send each table (or say it is
     unchanged); the server's version. A table the feeder lacks is not sent (the superhub then refuses to replace its
     data with nothing)."""
-    server_version, catalog = parse_catalog(session.query(catalog_query(requests)))
-    present = [r for r in requests if (r.schema, r.name) in catalog]
-    if present:
-        names = ", ".join(f"{quote_ident(r.schema)}.{quote_ident(r.name)}" for r in present)
-        session.query(f"LOCK TABLE {names} IN ACCESS SHARE MODE;")
-    digested = [r for r in present if r.wants_digest]
-    counters = parse_counters(session.query(counters_query(digested))) if digested else {}
+    seen = read_tables(session, requests)
     if statistics is not None:
-        statistics.start(session, [f"{quote_ident(r.schema)}.{quote_ident(r.name)}" for r in present])
-    for request in present:
+        statistics.start(session, [f"{quote_ident(r.schema)}.{quote_ident(r.name)}" for r in seen.present])
+    for request in seen.present:
         table = (request.schema, request.name)
-        now = counters.get(table, "")
-        _table(session, request, catalog[table], encoder=encoder, out=out, sent=sent, counters=now)
+        now = seen.counters.get(table, "")
+        _table(session, request, seen.catalog[table], encoder=encoder, out=out, sent=sent, counters=now)
     if statistics is not None:
         statistics.send(encoder, out)
-    return server_version
+    return seen.server_version
 
 
 def _table(
@@ -188,10 +168,8 @@ def _table(
     digest is not computed where the table's counters say it changed for sure (fedload/feeder/digest.py)."""
     plan = plan_table(request, feeder)
     table = (plan.schema, plan.name)
-    digest: TableDigest | None = None
-    if request.wants_digest and request.counters and request.counters == counters:  # digest.py: when it may pay
-        digest = parse_digest(session.query(digest_query(plan)), plan, feeder)
-    kept = (digest.rows, digest.digest) if digest is not None and digest.digest == request.digest else None
+    digest = table_digest(request, plan, feeder, counters, session.query)
+    kept = unchanged(digest, request)
     head = section_head(table, plan.columns, binary=plan.binary, reason=plan.reason, unsent=plan.unsent, unchanged=kept)
     write_frames(out, encoder.data(head))
     if kept is not None:

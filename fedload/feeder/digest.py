@@ -15,19 +15,29 @@ stored none (a table's first load), the table is sent without one, so a first ro
 They prove nothing the other way (PostgreSQL 15+ reports a backend's counts late; `track_counts` may be off):
 where they are equal, the digest decides.
 
-Pure apart from the statement's text: no process, no database. Standard library only (the zipapp).
+Pure apart from the statements' text and `table_digest`'s one query, run by its caller's session: no process of its
+own. Standard library only (the zipapp).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from fedload.feeder.binary_plan import FeederColumn, TablePlan, TableRequest, quote_ident
 
-__all__ = ["DIGEST_VERSION", "TableDigest", "counters_query", "digest_query", "parse_counters", "parse_digest"]
+__all__ = [
+    "DIGEST_VERSION",
+    "TableDigest",
+    "counters_query",
+    "digest_query",
+    "parse_counters",
+    "parse_digest",
+    "table_digest",
+    "unchanged",
+]
 
 DIGEST_VERSION = 1  # what `digest_query` hashes and how: a change makes every stored digest differ
 
@@ -38,6 +48,26 @@ class TableDigest:
 
     rows: int
     digest: str
+
+
+def table_digest(
+    request: TableRequest,
+    plan: TablePlan,
+    feeder: Sequence[FeederColumn],
+    counters: str,
+    query: Callable[[str], bytes],
+) -> TableDigest | None:
+    """The table's digest, computed by `query` (a statement run in the dump's snapshot) only where it may spare the
+    table's dump: asked for, and the table's `counters` now are those the superhub stored; None elsewhere (the table
+    is sent without one)."""
+    if not (request.wants_digest and request.counters and request.counters == counters):
+        return None
+    return parse_digest(query(digest_query(plan)), plan, feeder)
+
+
+def unchanged(digest: TableDigest | None, request: TableRequest) -> tuple[int, str] | None:
+    """(rows, digest) where the table's digest is the one the superhub holds (it is not sent); None elsewhere."""
+    return (digest.rows, digest.digest) if digest is not None and digest.digest == request.digest else None
 
 
 def digest_query(plan: TablePlan) -> str:

@@ -5,6 +5,9 @@ psql gets two outputs: its stdout carries only COPY data (`\\copy ... TO PSTDOUT
 carries everything else it prints: query results, and after each `\\copy` its `COPY n` line, which psql writes
 once the data is flushed. So a table's data ends where its `COPY n` arrives, and n is its row count, without
 reading the data. psql stops at the first error (ON_ERROR_STOP) and says why on stderr.
+
+`read_tables` is what every dump in such a session does first: the request checked against the catalog in the
+snapshot, the tables there locked, and the counters of those asked digests of read (fedload/feeder/digest.py).
 """
 
 from __future__ import annotations
@@ -14,10 +17,14 @@ import re
 import secrets
 import select
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import IO
 
-__all__ = ["SessionEnded", "SnapshotSession"]
+from fedload.feeder.binary_plan import FeederColumn, TableRequest, catalog_query, parse_catalog, quote_ident
+from fedload.feeder.digest import counters_query, parse_counters
+
+__all__ = ["SessionEnded", "SnapshotSession", "SnapshotTables", "psql_beside", "read_tables"]
 
 _READ_BYTES = 1 << 20
 _COPIED = re.compile(rb"COPY (\d+)")
@@ -156,3 +163,31 @@ class SnapshotSession:
     def _drain(self, sink: Callable[[bytes], None]) -> None:
         while self._relay(sink):
             pass
+
+
+def psql_beside(pg_dump: str) -> str:
+    """The psql of the same installation as `pg_dump` (its directory), or psql from PATH."""
+    return os.path.join(os.path.dirname(pg_dump), "psql") if os.sep in pg_dump else "psql"
+
+
+@dataclass(frozen=True)
+class SnapshotTables:
+    """What the snapshot holds of the requested tables."""
+
+    server_version: str
+    catalog: dict[tuple[str, str], list[FeederColumn]]  # the feeder's columns of each table it has
+    present: list[TableRequest]  # the requests of the tables it has, in the request's order
+    counters: dict[tuple[str, str], str]  # of the tables asked digests of (fedload/feeder/digest.py)
+
+
+def read_tables(session: SnapshotSession, requests: Sequence[TableRequest]) -> SnapshotTables:
+    """Check the request against the catalog in the snapshot, lock what is there (ACCESS SHARE, as pg_dump does),
+    read the counters of the tables asked digests of; ValueError for an answer that is not one."""
+    server_version, catalog = parse_catalog(session.query(catalog_query(requests)))
+    present = [r for r in requests if (r.schema, r.name) in catalog]
+    if present:
+        names = ", ".join(f"{quote_ident(r.schema)}.{quote_ident(r.name)}" for r in present)
+        session.query(f"LOCK TABLE {names} IN ACCESS SHARE MODE;")
+    digested = [r for r in present if r.wants_digest]
+    counters = parse_counters(session.query(counters_query(digested))) if digested else {}
+    return SnapshotTables(server_version, catalog, present, counters)

@@ -42,9 +42,9 @@ FORMAT_VERSION = 1  # the framing: magic, frame kinds and lengths
 # which reads the same for `a.b` + `c` and `a` + `b.c`; 4: the trailer's checksum is `blocks_sha256`, of the
 # compressed blocks as sent, instead of `payload_sha256`, of the dump text (10x the bytes to hash on both ends), and
 # dump_mode "binary", whose dump text is one section per table (fedload/feeder/sections.py).
-# 5: binary mode's unchanged tables: a section may say its table is unchanged (and hold no data), and the trailer
-# lists each table's content digest. An agent states 5 only when the superhub asked for digests, which only a
-# superhub reading 5 does: to any other it states 4.
+# 5: unchanged tables: in binary mode a section may say its table is unchanged (and hold no data), in copy and
+# inserts modes the trailer lists them (`unchanged`); the trailer lists each table's content digest. An agent states
+# 5 only when the superhub asked for digests, which only a superhub reading 5 does: to any other it states 4.
 PROTOCOL_VERSION = 4
 BINARY_PROTOCOL = 4  # the first protocol with binary mode's sections
 DIGEST_PROTOCOL = 5  # the first with unchanged tables and digests
@@ -85,6 +85,9 @@ class Trailer:
     # Since protocol 5, where the superhub asked: [schema, name, digest, rows, counters] of each table, sent or
     # unchanged (digest "": not computed, the counters said the table changed).
     digests: list[tuple[str, str, str, int, str]] = field(default_factory=list)
+    # Since protocol 5, copy and inserts modes: [schema, name, rows, digest] of each table not dumped because its
+    # digest is the one the superhub asked with (binary mode says so in the table's section instead).
+    unchanged: list[tuple[str, str, int, str]] = field(default_factory=list)
 
     def row_counts(self) -> dict[tuple[str, str], int]:
         """The rows the agent saw per (schema, name)."""

@@ -1,6 +1,6 @@
 """What the superhub asks of a feeder in binary mode: per table, the columns it loads and their types here, as data
 (`agent dump --columns=JSON`; the agent decides binary or text per table against its own catalog,
-fedload/feeder/binary_plan.py).
+fedload/feeder/binary_plan.py); in every mode, skipping unchanged tables, each table's digest held here.
 
 A table goes whole, as text (as pg_dump would send it, so the importer maps it exactly as in copy mode), where the
 feeder's remap drops, adds or orders its columns or bad rows are set aside (`bad_rows = "reject"` bisects text
@@ -20,7 +20,7 @@ from fedload.names import TableName
 from fedload.superhub.schema import Column, ParentTable
 from transforms import Remap, TableRemap
 
-__all__ = ["TEXT_ONLY_TYPES", "binary_columns"]
+__all__ = ["TEXT_ONLY_TYPES", "binary_columns", "digest_requests"]
 
 TEXT_ONLY_TYPES = frozenset({3614, 3643})  # tsvector, tsvector[]
 
@@ -47,13 +47,32 @@ def binary_columns(
             log.info("sync.binary_text_requested", feeder=feeder, table=parent.qualified_name, reason=whole)
         source = {new: old for old, new in rules.rename.items()} if rules is not None else {}
         columns = None if whole else [[source.get(c.name, c.name), _oid(c)] for c in _loaded(parent)]
-        request: dict[str, Any] = {"schema": parent.table.schema, "name": parent.table.name, "columns": columns}
-        if digests is not None:
-            request["digest"] = digests.get(parent.table)
-            if counters and parent.table in counters:
-                request["counters"] = counters[parent.table]
-        out.append(json.dumps(request))
+        out.append(_request(parent.table, columns, digests, counters))
     return out
+
+
+def digest_requests(
+    parents: Iterable[ParentTable], digests: Mapping[TableName, str], counters: Mapping[TableName, str]
+) -> list[str]:
+    """Copy and inserts modes' `--columns` values, which only ask for each table's digest (pg_dump sends the
+    tables whole: columns null), as `binary_columns` does with `digests`."""
+    return [_request(p.table, None, digests, counters) for p in sorted(parents, key=lambda p: p.table)]
+
+
+def _request(
+    table: TableName,
+    columns: list[list[Any]] | None,
+    digests: Mapping[TableName, str] | None,
+    counters: Mapping[TableName, str] | None,
+) -> str:
+    """One table's request: its columns; with `digests`, the digest held here (null for none), and its counters where
+    they are known."""
+    request: dict[str, Any] = {"schema": table.schema, "name": table.name, "columns": columns}
+    if digests is not None:
+        request["digest"] = digests.get(table)
+        if counters and table in counters:
+            request["counters"] = counters[table]
+    return json.dumps(request)
 
 
 def _text_reason(rules: TableRemap | None, *, rejects: bool) -> str:

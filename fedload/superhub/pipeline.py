@@ -27,7 +27,7 @@ from fedload.results import FeederRun, Outcome, Phase, Progress, ProgressCallbac
 from fedload.stream import Header, Trailer
 from fedload.superhub import parents_cache
 from fedload.superhub.binary_receive import SectionItem
-from fedload.superhub.binary_request import binary_columns
+from fedload.superhub.binary_request import binary_columns, digest_requests
 from fedload.superhub.bookkeeping import RunRecord, ensure_superhub, forget_rejects, has_history, moved_away
 from fedload.superhub.bookkeeping.connection import Bookkeeping, RunHistory
 from fedload.superhub.importer import Importer
@@ -258,24 +258,24 @@ class _FeederSync:
         return {t: p for t, p in parents.items() if not any(x.matches(t) for x in excluded)}
 
     def _dump_command(self, parents: dict[TableName, ParentTable]) -> list[str]:
-        """The command of the feeder's dump of `parents`; in binary mode with the columns and types asked for (the
-        remap read with the parents decides which tables can go binary, and the load applies the same one)."""
-        if self.feeder.dump_mode != DumpMode.BINARY:
-            return dump_command(self.feeder, self.job.transform, parents, statistics=self._carry)
-        rejects = self.job.imports.bad_rows == "reject"
+        """The command of the feeder's dump of `parents`, asking for the digests `_plan_skips` chose; in binary mode
+        with the columns and types asked for (the remap read with the parents decides which tables can go binary, and
+        the load applies the same one)."""
         skips = self._skips
+        if self.feeder.dump_mode != DumpMode.BINARY:
+            asking = digest_requests(parents.values(), skips.asked, skips.counters) if skips is not None else []
+            return dump_command(self.feeder, self.job.transform, parents, asking, statistics=self._carry)
         asked, counters = (skips.asked, skips.counters) if skips is not None else (None, None)
+        rejects = self.job.imports.bad_rows == "reject"
         columns = binary_columns(
             parents.values(), remap=self._remap, rejects=rejects, feeder=self.name, digests=asked, counters=counters
         )
         return dump_command(self.feeder, self.job.transform, parents, columns, statistics=self._carry)
 
     async def _plan_skips(self, conn: asyncpg.Connection, parents: dict[TableName, ParentTable]) -> Skips | None:
-        """The digests this run asks the agent about (binary mode, skip_unchanged): None where it asks none. Not
-        with `superhub.entity_key`: a kept partition then holds the feeder's rows less those shown by another
-        feeder, not the digest's, and its swap would decide the feeder's entities without their newest values."""
-        if self.feeder.dump_mode != DumpMode.BINARY or not self.feeder.skip_unchanged:
-            return None
+        """The digests this run asks the agent about (skip_unchanged): None where it asks none. Not with
+        `superhub.entity_key`: a kept partition then holds the feeder's rows less those shown by another feeder, not
+        the digest's, and its swap would decide the feeder's entities without their newest values."""
         if self.job.swap.entities is not None:
             return None
         return await plan_skips(conn, self.job, parents, self._remap)

@@ -11,8 +11,9 @@ from collections.abc import AsyncIterator
 from fedload.config import DEFAULT_RECEIVED_STATEMENT_BYTES
 from fedload.errors import DumpError, FeederCommandError, one_line
 from fedload.feeder.wire import BINARY_PROTOCOL
+from fedload.names import TableName
 from fedload.stream import GzipDecoder, Header, StreamDecoder, Trailer
-from fedload.superhub.binary_receive import SectionItem, SectionSplitter
+from fedload.superhub.binary_receive import SectionItem, SectionSplitter, UnchangedTable
 from fedload.transport import FeederProcess
 from transforms import DumpSplitter, DumpSyntaxError, Item, TooLargeError, qualified_name
 from transforms.inserts import TuplesPatterns
@@ -81,10 +82,19 @@ class DumpReceiver:
             await self._finish()
             for item in self._splitter.close():
                 yield item
+            for item in self._unchanged():
+                yield item
         except TooLargeError as exc:
             raise DumpError(self._too_large(exc)) from None
         except DumpSyntaxError as exc:
             raise DumpError(f"the dump is malformed at {exc}") from exc
+
+    def _unchanged(self) -> list[UnchangedTable]:
+        """The tables a copy or inserts mode's trailer lists as not dumped, their digest unchanged (protocol 5), as
+        a binary stream's sections would say it."""
+        if self.trailer is None or self._sections:
+            return []
+        return [UnchangedTable(TableName(s, n), rows, digest) for s, n, rows, digest in self.trailer.unchanged]
 
     def _section_splitter(self, header: Header) -> SectionSplitter:
         """The reader of a binary stream's sections; DumpError if the header's protocol predates them."""

@@ -1,12 +1,13 @@
-"""Unchanged tables (issue #46): a binary-mode run asks the feeder's agent for each table's content digest, sends
-the digest it holds where its own side of the load is as it was, and keeps the partition of a table the agent
-says is unchanged; the other tables are swapped as before, in the same transaction.
+"""Unchanged tables (issue #46): a run asks the feeder's agent for each table's content digest, sends the digest it
+holds where its own side of the load is as it was, and keeps the partition of a table the agent says is unchanged
+(binary mode: in its section; copy and inserts modes: in the trailer, the table left out of pg_dump's dump, which
+reads the digests' snapshot); the other tables are swapped as before, in the same transaction.
 
 The superhub's side of the load is its fingerprint: the parent's definition, the feeder's remap of the table, the
-import and transform settings, the feeder's key and fedload's version. A digest is sent only with the fingerprint
-it was stored with, so any change there voids the skip. The agent's answer is checked: it may only call a table
-unchanged with the very digest the superhub sent, and the partition kept must hold the digest's rows. A feeder
-that lies can only keep its own previous data.
+import and transform settings, the feeder's key and dump mode, and fedload's version. A digest is sent only with the
+fingerprint it was stored with, so any change there voids the skip. The agent's answer is checked: it may only call
+a table unchanged with the very digest the superhub sent, and the partition kept must hold the digest's rows. A
+feeder that lies can only keep its own previous data.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING
 import asyncpg
 
 from fedload import __version__
-from fedload.config import DumpMode
+from fedload.config import DumpMode, FeederConfig
 from fedload.errors import DumpError
 from fedload.feeder.digest import DIGEST_VERSION
 from fedload.log import get_logger
@@ -43,10 +44,11 @@ __all__ = [
     "forget_on_failure",
     "keep_unchanged",
     "plan_skips",
+    "skips_unchanged",
     "store_digests",
 ]
 
-FINGERPRINT_VERSION = 1  # what `fingerprint` covers
+FINGERPRINT_VERSION = 2  # what `fingerprint` covers (2: the dump mode too)
 log = get_logger()
 
 
@@ -80,6 +82,7 @@ def fingerprint(parent: ParentTable, remap: Remap | None, job: Job) -> str:
         job.imports,
         job.transform,
         job.feeder.key,
+        job.feeder.dump_mode,  # the superhub loads text, INSERTs or binary values: money's text follows lc_monetary
         job.swap.method_for(parent),
     ]
     return hashlib.sha256(json.dumps(content, default=_plain, sort_keys=True).encode()).hexdigest()
@@ -97,12 +100,20 @@ def _plain(value: object) -> object:
     return model_dump(mode="json") if callable(model_dump) else str(value)
 
 
+def skips_unchanged(feeder: FeederConfig) -> bool:
+    """Whether `feeder`'s runs ask for digests: skip_unchanged, with the agent; in copy and inserts modes without
+    pg_dump_args, as the agent's psql session, which takes the digests in the snapshot pg_dump then reads, connects
+    with `database` alone."""
+    if not feeder.skip_unchanged or not feeder.agent:
+        return False
+    return feeder.dump_mode == DumpMode.BINARY or not feeder.pg_dump_args
+
+
 async def plan_skips(
     conn: asyncpg.Connection, job: Job, parents: Mapping[TableName, ParentTable], remap: Remap | None
 ) -> Skips | None:
-    """What the run asks about: None where it does not (skip_unchanged off, or not binary mode with the agent)."""
-    feeder = job.feeder
-    if not feeder.skip_unchanged or feeder.dump_mode != DumpMode.BINARY or not feeder.agent:
+    """What the run asks about: None where it does not (`skips_unchanged`)."""
+    if not skips_unchanged(job.feeder):
         return None
     stored = await read_digests(conn, job.name)
     fingerprints = {table: fingerprint(parent, remap, job) for table, parent in parents.items()}

@@ -1,6 +1,9 @@
-"""Unchanged tables (#46): in binary mode a table whose content digest, computed in the dump's snapshot, equals the
-one the superhub holds is not sent and its partition stays; any change to it, or to the superhub's side of its
-load, sends it again."""
+"""Unchanged tables (#46): a table whose content digest, computed in the dump's snapshot, equals the one the superhub
+holds is not sent and its partition stays; any change to it, or to the superhub's side of its load, sends it again.
+
+Each test runs in binary mode (the digests in the psql session that copies the tables) and, where the mode matters
+and the test is cheap, in copy and inserts modes (the digests in a psql session whose exported snapshot pg_dump
+reads); tests of the superhub's side alone run in binary mode only."""
 
 from __future__ import annotations
 
@@ -45,6 +48,11 @@ TYPES = ("text", "character varying(50)", "character varying(60)")
 _seeds = itertools.count()
 
 
+MODES = ("binary", "copy", "inserts")
+BINARY_ONLY = pytest.mark.parametrize("pair", ["binary"], indirect=True)  # the superhub's side: the same in every mode
+PG_DUMP_MODES = pytest.mark.parametrize("pair", ["copy", "inserts"], indirect=True)
+
+
 @dataclass
 class Pair:
     """A feeder database and a superhub database on one cluster, and the configuration that syncs them."""
@@ -55,7 +63,7 @@ class Pair:
     settings: dict[str, Any]
 
     def config(self, *, superhub_settings: dict[str, Any] | None = None, **more: Any) -> Config:
-        """The feeder `f` (key 1) in binary mode, with `more` settings (and the superhub's)."""
+        """The feeder `f` (key 1) in the pair's dump mode, with `more` settings (and the superhub's)."""
         feeder = {**self.settings, **more}
         superhub = {"dsn": self.cluster.dsn(self.superhub_db), "tables": ["public.t", "public.u"]}
         superhub |= superhub_settings or {}
@@ -67,20 +75,22 @@ class Pair:
     def superhub(self, sql: str) -> str:
         return self.cluster.psql(sql, dbname=self.superhub_db)
 
-    def sync(self, **more: Any) -> FeederRun:
-        """One run of feeder `f`, succeeded, its superhub content equal to the feeder's."""
+    def sync(self, *, but: str = "true", **more: Any) -> FeederRun:
+        """One run of feeder `f`, succeeded, its superhub content equal to the feeder's rows where `but` holds."""
         run = asyncio.run(sync_feeder(feeder_job(self.config(**more), "f")))
         assert run.outcome == Outcome.SUCCESS, run.error
         for table, columns in CONTENT.items():
             rows = f"SELECT md5(coalesce(string_agg(ROW({columns})::text, E'\\n' ORDER BY id), '-')) FROM {table}"
-            assert self.superhub(rows + " WHERE hub_id = 1") == self.feeder(rows), table
+            assert self.superhub(rows + " WHERE hub_id = 1") == self.feeder(f"{rows} WHERE {but}"), table
         return run
 
 
-@pytest.fixture(scope="module")
-def pair(cluster: LocalCluster) -> Pair:
-    """The module's pair of databases, table t filled, synced once; the feeder's tables not counted."""
-    feeder_db, superhub_db = "unchangedfeeder", "unchangedhub"
+@pytest.fixture(scope="module", params=MODES)
+def pair(cluster: LocalCluster, request: pytest.FixtureRequest) -> Pair:
+    """The module's pair of databases for a dump mode, table t filled, synced once; the feeder's tables not
+    counted."""
+    mode: str = request.param
+    feeder_db, superhub_db = f"unchangedfeeder_{mode}", f"unchangedhub_{mode}"
     cluster.psql(f"CREATE DATABASE {feeder_db}")
     cluster.psql(f"CREATE DATABASE {superhub_db}")
     cluster.psql(FEEDER_SCHEMA + REFILL.format(seed=next(_seeds)), dbname=feeder_db)
@@ -93,7 +103,7 @@ def pair(cluster: LocalCluster) -> Pair:
         "transport": "local",
         "database": cluster.conninfo(feeder_db),
         "pg_dump": cluster.install.tool("pg_dump"),
-        "dump_mode": "binary",
+        "dump_mode": mode,
     }
     made = Pair(cluster, feeder_db, superhub_db, settings_)
     made.sync()
@@ -124,9 +134,25 @@ CHANGES = {
 LIAR = """
 import sys
 from fedload.__main__ import main
-from fedload.feeder import binary_dump
-from fedload.feeder.digest import TableDigest, parse_digest
-binary_dump.parse_digest = lambda *args: TableDigest(parse_digest(*args).rows, "0" * 64)
+from fedload.feeder import digest
+parse_digest = digest.parse_digest
+digest.parse_digest = lambda *args: digest.TableDigest(parse_digest(*args).rows, "0" * 64)
+sys.exit(main())
+"""
+# The agent, writing to both tables once it has exported its snapshot, before pg_dump starts: the concurrent writer
+# of the one-snapshot test, made deterministic (`{psql}`, `{dsn}`: the feeder's).
+WRITER = """
+import subprocess
+import sys
+from fedload.__main__ import main
+from fedload.feeder.snapshot import SnapshotSession
+export = SnapshotSession.export
+def export_then_write(session):
+    snapshot = export(session)
+    sql = "INSERT INTO t VALUES (1000, 'late', 1, NULL); INSERT INTO u VALUES (1000, 'late')"
+    subprocess.run([{psql!r}, "-X", "-q", "-d", {dsn!r}, "-c", sql], check=True)
+    return snapshot
+SnapshotSession.export = export_then_write
 sys.exit(main())
 """
 V_TYPE = "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = 't'::regclass AND attname = 'v'"
@@ -168,6 +194,7 @@ def test_the_suite_notices_a_digest_forced_equal(pair: Pair, tmp_path: Path) -> 
     assert kept(pair.sync()) == set()
 
 
+@BINARY_ONLY
 def test_a_change_on_the_superhub_side_voids_the_skip(pair: Pair) -> None:
     """A change of table u's parent on the superhub sends u again (t, whose parent did not change, stays kept), and
     so does the change back."""
@@ -181,6 +208,7 @@ def test_a_change_on_the_superhub_side_voids_the_skip(pair: Pair) -> None:
     assert kept(pair.sync(skip_unchanged=False)) == set()
 
 
+@BINARY_ONLY
 def test_a_kept_partition_must_hold_the_digests_rows(pair: Pair) -> None:
     """A partition that lost a row on the superhub is not kept as unchanged: the run fails saying so, the digest is
     forgotten, and the next round sends the table."""
@@ -193,6 +221,7 @@ def test_a_kept_partition_must_hold_the_digests_rows(pair: Pair) -> None:
     assert kept(pair.sync()) == {"public.u"}
 
 
+@BINARY_ONLY
 def test_a_failed_swap_records_no_digest(pair: Pair) -> None:
     """A run whose swap fails (a reader holds the parent past swap_max_wait_s) stores none of its digests: they are
     written in the swap's transaction. The next round sends the changed table again, then keeps it."""
@@ -214,6 +243,7 @@ def test_a_failed_swap_records_no_digest(pair: Pair) -> None:
     assert kept(pair.sync()) == {"public.t", "public.u"}
 
 
+@BINARY_ONLY
 def test_a_failed_run_records_no_digest(pair: Pair) -> None:
     """A run that fails after the load (a row the superhub's CHECK refuses) changes no stored digest, and the next
     round sends the table."""
@@ -274,4 +304,35 @@ def test_a_first_load_computes_no_digest(pair: Pair) -> None:
     computed = pair.superhub(digests).strip()
     assert "=," not in computed
     assert not computed.endswith("=")
+    assert kept(pair.sync()) == {"public.t", "public.u"}
+
+
+@PG_DUMP_MODES
+def test_a_write_after_the_digests_reaches_no_table(pair: Pair, tmp_path: Path) -> None:
+    """Rows committed between the digests and pg_dump's start reach neither the table kept (u) nor the one dumped
+    (t, changed before the run): pg_dump reads the digests' snapshot. The next round sends both, with those rows."""
+    pair.sync()
+    (tmp_path / "writer.py").write_text(
+        WRITER.format(psql=pair.cluster.install.tool("psql"), dsn=pair.settings["database"])
+    )
+    writer = write_script(tmp_path / "writer", f'exec {sys.executable} {tmp_path / "writer.py"} "$@"\n')
+    pair.feeder(CHANGES["update"])
+    try:
+        assert kept(pair.sync(but="id <> 1000", agent_command=[writer])) == {"public.u"}
+        assert kept(pair.sync()) == set()
+    finally:
+        pair.feeder("DELETE FROM t WHERE id = 1000; DELETE FROM u WHERE id = 1000")
+    pair.sync()
+    assert kept(pair.sync()) == {"public.t", "public.u"}
+
+
+@BINARY_ONLY
+def test_a_change_of_dump_mode_voids_the_skip(pair: Pair) -> None:
+    """Digests stored in one dump mode are not asked about in another (the superhub loads other input: text,
+    INSERTs or binary), either way; three rounds in a mode keep the tables again."""
+    pair.sync()
+    assert kept(pair.sync()) == {"public.t", "public.u"}
+    assert kept(pair.sync(dump_mode="copy")) == set()
+    assert kept(pair.sync()) == set()
+    pair.sync()
     assert kept(pair.sync()) == {"public.t", "public.u"}

@@ -1,0 +1,170 @@
+"""Unchanged tables in copy and inserts modes (issue #46; docs/stream-format.md, "Unchanged tables"): asked for
+digests, the agent opens a psql session on the feeder (fedload/feeder/snapshot.py), computes the tables' digests
+in its snapshot as binary mode does (fedload/feeder/digest.py), exports that snapshot, and runs pg_dump in it
+(`--snapshot`) for the tables whose digest is not the one the superhub holds; the session's transaction lasts until
+pg_dump has ended. The other tables are not dumped: the trailer lists them as unchanged, with the rows and digest
+their partition holds.
+
+So the tables kept and the tables sent come from one snapshot: a digest describes the very rows pg_dump sends (the
+agent checks pg_dump's count of a digested table against the digest's), and no write committed after the
+digests reaches the dump. Standard library only: this runs in the agent's zipapp on the feeder's own Python, 3.9
+and later.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+from fedload.feeder.agent import StderrTail, killed_when_reader_leaves, run_pg_dump
+from fedload.feeder.agent_options import AgentOptions
+from fedload.feeder.binary_plan import TableRequest, plan_table, read_requests
+from fedload.feeder.digest import table_digest, unchanged
+from fedload.feeder.errors import AgentError, AgentUsageError
+from fedload.feeder.logs import get_logger
+from fedload.feeder.snapshot import SessionEnded, SnapshotSession, psql_beside, read_tables
+from fedload.feeder.table_patterns import exact_name
+
+__all__ = ["DigestedTable", "SnapshotPlan", "read_digest_requests", "run_snapshot_dump"]
+
+# pg_dump's wait for its ACCESS SHARE locks, which the session holds already: only a lock queued in between (an
+# ALTER TABLE waiting for the session) makes it wait, and the session waits for pg_dump (as in statistics_dump.py).
+_LOCK_WAIT = "60s"
+_EXIT_TIMEOUT_S = 60.0
+log = get_logger()
+
+Table = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class DigestedTable:
+    """A table asked about, as its snapshot showed it."""
+
+    schema: str
+    name: str
+    counters: str  # its counters now
+    digest: str  # "": not computed (the counters said it changed, or the superhub held none)
+    digest_rows: int  # the digest's count (0 where none was computed)
+    kept: bool  # its digest is the superhub's: not dumped
+
+
+@dataclass(frozen=True)
+class SnapshotPlan:
+    """What the session decided before pg_dump: the snapshot it exported, the tables pg_dump dumps in it, and each
+    asked table's digest."""
+
+    snapshot: str
+    server_version: str
+    dumped: tuple[str, ...]  # the request's --table arguments of the tables the feeder has, not kept
+    digested: tuple[DigestedTable, ...]
+
+    def pg_dump_options(self, options: AgentOptions) -> AgentOptions:
+        """`options` for pg_dump's command line: the tables not kept, in the exported snapshot."""
+        arguments = (f"--snapshot={self.snapshot}", f"--lock-wait-timeout={_LOCK_WAIT}")
+        return dataclasses.replace(options, tables=self.dumped, columns=(), pg_dump_args=arguments)
+
+    def trailer(self, counts: Mapping[Table, int], tables: Iterable[Table]) -> dict[str, Any]:
+        """The trailer's `rows` and `tables` (pg_dump's `counts` and `tables`, and the kept tables), `digests` and
+        `unchanged` (protocol 5)."""
+        digested = self.digested
+        kept = [t for t in digested if t.kept]
+        rows = {**counts, **{(t.schema, t.name): t.digest_rows for t in kept}}
+        return {
+            "rows": [(schema, name, rows[schema, name]) for schema, name in sorted(rows)],
+            "tables": sorted({*tables, *((t.schema, t.name) for t in kept)}),
+            "digests": [
+                (t.schema, t.name, t.digest, rows.get((t.schema, t.name), 0), t.counters) for t in self.digested
+            ],
+            "unchanged": [(t.schema, t.name, t.digest_rows, t.digest) for t in kept],
+        }
+
+    def contradiction(self, counts: Mapping[Table, int]) -> str:
+        """Why pg_dump's row `counts` contradict a digest taken in the same snapshot ("" if none does)."""
+        for table in self.digested:
+            sent = counts.get((table.schema, table.name), 0)
+            if table.digest and not table.kept and sent != table.digest_rows:
+                where = f"table {table.schema}.{table.name}"
+                return f"{where}: pg_dump sent {sent} rows but {table.digest_rows} were digested in its snapshot"
+        return ""
+
+
+def read_digest_requests(options: AgentOptions) -> list[TableRequest]:
+    """The tables asked about (`--columns`, JSON as in binary mode, columns null: pg_dump sends them whole);
+    AgentUsageError where the request cannot be served from one psql session's snapshot."""
+    if options.pg_dump_args:
+        raise AgentUsageError(
+            "digests are taken in a psql session, which connects with --database alone: no pg_dump arguments"
+        )
+    if options.remap is not None:
+        raise AgentUsageError("digests cover the feeder's tables as they are: no --remap on the feeder")
+    requests = read_requests(options.tables, options.columns)
+    if any(r.columns is not None for r in requests):
+        raise AgentUsageError("in copy and inserts modes --columns only asks for digests: its columns must be null")
+    return requests
+
+
+def run_snapshot_dump(options: AgentOptions, out: BinaryIO) -> int:
+    """Write the stream of one dump asked for digests to `out`: 0 when complete, else AgentError saying why."""
+    requests = read_digest_requests(options)
+    psql = psql_beside(options.pg_dump)
+    try:
+        session = SnapshotSession.start(psql, options.database)
+    except OSError as exc:
+        raise AgentError(f"cannot start {psql}: {exc}") from exc
+    assert session.process.stderr is not None
+    stderr = StderrTail(session.process.stderr)
+    try:
+        plan = _planned(session, requests, options.tables, out, stderr)
+        return run_pg_dump(options, out, plan)
+    finally:
+        _end(session)
+
+
+def _planned(
+    session: SnapshotSession, requests: list[TableRequest], tables: Iterable[str], out: BinaryIO, stderr: StderrTail
+) -> SnapshotPlan:
+    """The session's plan (`_plan`); AgentError with psql's own words if the session fails."""
+    try:
+        with killed_when_reader_leaves(session.process, out):
+            return _plan(session, requests, tables)
+    except (SessionEnded, ValueError) as exc:
+        session.process.kill()
+        said = stderr.text().strip()
+        raise AgentError(f"the digests could not be taken: {exc}" + (f": {said}" if said else "")) from None
+
+
+def _plan(session: SnapshotSession, requests: list[TableRequest], tables: Iterable[str]) -> SnapshotPlan:
+    """Each present table's digest where it may pay (fedload/feeder/digest.py), the tables whose digest is the
+    superhub's kept out of pg_dump's, and the snapshot exported for pg_dump."""
+    seen = read_tables(session, requests)
+    digested = []
+    for request in seen.present:
+        table = (request.schema, request.name)
+        feeder = seen.catalog[table]
+        counters = seen.counters.get(table, "")
+        digest = table_digest(request, plan_table(request, feeder), feeder, counters, session.query)
+        kept = unchanged(digest, request) is not None
+        rows, text = (digest.rows, digest.digest) if digest is not None else (0, "")
+        digested.append(DigestedTable(request.schema, request.name, counters, text, rows, kept))
+    sent = {(t.schema, t.name) for t in digested if not t.kept}
+    dumped = tuple(t for t in tables if tuple(exact_name(t)) in sent)  # one absent is missed by the superhub
+    log.debug("agent.digests_taken", tables=len(digested), kept=len(digested) - len(sent))
+    return SnapshotPlan(session.export(), seen.server_version, dumped, tuple(digested))
+
+
+def _end(session: SnapshotSession) -> None:
+    """End the session's transaction once pg_dump is done with its snapshot (or the dump failed), and psql."""
+    if session.process.poll() is None:
+        try:
+            session.finish()
+        except SessionEnded:
+            session.process.kill()
+    try:
+        session.process.wait(timeout=_EXIT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        session.process.kill()
+        log.warning("agent.psql_not_reaped", pid=session.process.pid, waited_s=_EXIT_TIMEOUT_S)
+    session.close()
