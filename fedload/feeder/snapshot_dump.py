@@ -8,7 +8,8 @@ their partition holds.
 So the tables kept and the tables sent come from one snapshot: a digest describes the very rows pg_dump sends (the
 agent checks pg_dump's count of a digested table against the digest's), and no write committed after the
 digests reaches the dump. Standard library only: this runs in the agent's zipapp on the feeder's own Python, 3.9
-and later.
+and later. Where psql cannot be started (no psql beside the configured pg_dump), the agent dumps every table
+without digests, as an agent older than them would.
 """
 
 from __future__ import annotations
@@ -112,8 +113,9 @@ def run_snapshot_dump(options: AgentOptions, out: BinaryIO) -> int:
     psql = psql_beside(options.pg_dump)
     try:
         session = SnapshotSession.start(psql, options.database)
-    except OSError as exc:
-        raise AgentError(f"cannot start {psql}: {exc}") from exc
+    except OSError as exc:  # a pg_dump with no psql beside it (a wrapper script): the dump as before, every table
+        log.warning("agent.digests_unavailable", psql=psql, error=str(exc))
+        return run_pg_dump(options, out)
     assert session.process.stderr is not None
     stderr = StderrTail(session.process.stderr)
     try:

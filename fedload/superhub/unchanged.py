@@ -180,7 +180,7 @@ def digests_to_store(
     if skips is None or trailer is None:
         return {}
     if not trailer.digests and importer.staged:  # an agent older than digests ignores the request's: sends all
-        why = "the feeder's agent sends no digests: upgrade fedload there"
+        why = "the feeder's agent sends no digests: upgrade fedload there, or give it a psql beside its pg_dump"
         log.info("sync.unchanged_unsupported", feeder=feeder, reason=why)
     stored = {}
     for schema, name, digest, rows, counters in trailer.digests:
