@@ -217,7 +217,7 @@ class FeederConfig(_Model):
     pg_dump: str = "pg_dump"
     pg_dump_args: list[str] = []
     carry_statistics: bool = True  # with a superhub on PostgreSQL 18+: the agent sends its tables' statistics
-    skip_unchanged: bool = True  # binary mode: a table whose content digest is unchanged is not sent again
+    skip_unchanged: bool = True  # with the agent: a table whose content digest is unchanged is not sent again
     remap: Path | None = None  # applied by the superhub, whatever the feeder runs
     exclude_tables: list[TablePattern] = []  # configured tables this feeder does not send (see README)
     shard: str | None = None  # with [shards]: the shard whose superhub this feeder loads into
