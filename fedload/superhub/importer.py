@@ -105,6 +105,7 @@ class StagedTable:
     present: bool = False  # the dump announced or carried the table: present and empty is fine, absent is not
     loaded: bool = False  # its data arrived (a second time rejects the dump)
     kept: UnchangedTable | None = None  # the feeder says it is unchanged: its partition stays (no staging table)
+    created: bool = False  # its staging table exists: created at the table's first data, or at the dump's end
 
     @property
     def stage_sql(self) -> str:
@@ -153,8 +154,6 @@ class Importer:
 
     async def load(self, dump: AsyncIterator[AnyItem]) -> None:
         """Consume the dump; DumpError for anything not allowed, or for a staging table the dump does not fill."""
-        for staged in self.staged.values():
-            await self._create_stage(staged)
         items = _GivenBack(dump)
         async for item in items:
             if not isinstance(item, InsertRows | Verbatim):
@@ -176,6 +175,9 @@ class Importer:
             else:
                 raise DumpError(f"unexpected {type(item).__name__} outside a COPY block")
         self._check_complete()
+        for staged in self.staged.values():  # a table the dump announced with no data (inserts mode): empty
+            if staged.kept is None and not staged.created:
+                await self._create_stage(staged)
         self._log_inserted()
 
     def _statement(self, item: Statement) -> None:
@@ -222,7 +224,6 @@ class Importer:
         staged = self._target(item.table.sql.encode(), item)
         if staged is not None:
             staged.kept = item
-            await self._conn.execute(f"DROP TABLE {staged.stage_sql}")
             self._log.info("import.table_unchanged", table=staged.parent.qualified_name, rows=item.rows)
 
     async def finish(self) -> None:
@@ -259,6 +260,15 @@ class Importer:
         if targets := _statistics_targets(parent):
             statements.append(f"ALTER TABLE {staged.stage_sql} {targets}")
         await self._conn.execute(";\n".join(statements))
+        staged.created = True
+
+    async def _staged(self, written_table: bytes, where: AnyItem) -> StagedTable | None:
+        """`_target`, its staging table created at the table's first data: a table the feeder keeps (unchanged)
+        gets none, as it has no data."""
+        staged = self._target(written_table, where)
+        if staged is not None and not staged.created:
+            await self._create_stage(staged)
+        return staged
 
     def _target(self, written_table: bytes, where: AnyItem) -> StagedTable | None:
         """The staging table for a dump table; None to skip it; DumpError if the feeder must not send it."""
@@ -345,7 +355,7 @@ class Importer:
             ) from None
 
     async def _copy(self, start: CopyStart, items: AsyncIterator[AnyItem]) -> None:
-        staged = self._target(start.table, start)
+        staged = await self._staged(start.table, start)
         if start.columns is None:
             raise DumpError(f"{_where(start)}: a COPY without a column list cannot be mapped safely")
         if staged is None:
@@ -368,7 +378,7 @@ class Importer:
     async def _copy_binary(self, start: BinaryStart, items: AsyncIterator[AnyItem]) -> None:
         """A binary section, loaded as it came by binary COPY into the staging table with the column list fedload
         builds (the server checks every value); its columns must all go where they are, as the superhub asked."""
-        staged = self._target(start.table.sql.encode(), start)
+        staged = await self._staged(start.table.sql.encode(), start)
         if staged is None:
             await _skip_binary(items)
             return
@@ -407,7 +417,7 @@ class Importer:
         insert = item.insert
         if insert.batch_key != self._run_key:
             self._run_key = insert.batch_key
-            self._run_target = self._target(insert.table, item)
+            self._run_target = await self._staged(insert.table, item)
             if self._run_target is not None:
                 if insert.columns is None:
                     raise DumpError(f"{_where(item)}: INSERTs without column names cannot be mapped (--column-inserts)")

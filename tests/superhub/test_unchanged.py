@@ -89,8 +89,13 @@ class Pair:
 def pair(cluster: LocalCluster, request: pytest.FixtureRequest) -> Pair:
     """The module's pair of databases for a dump mode, table t filled, synced once; the feeder's tables not
     counted."""
-    mode: str = request.param
-    feeder_db, superhub_db = f"unchangedfeeder_{mode}", f"unchangedhub_{mode}"
+    return make_pair(cluster, request.param)
+
+
+def make_pair(cluster: LocalCluster, mode: str, suffix: str = "") -> Pair:
+    """A pair of databases on `cluster` for a dump mode (named with `suffix` too), table t filled, synced once; the
+    feeder's tables not counted."""
+    feeder_db, superhub_db = f"unchangedfeeder_{mode}{suffix}", f"unchangedhub_{mode}{suffix}"
     cluster.psql(f"CREATE DATABASE {feeder_db}")
     cluster.psql(f"CREATE DATABASE {superhub_db}")
     cluster.psql(FEEDER_SCHEMA + REFILL.format(seed=next(_seeds)), dbname=feeder_db)
@@ -336,3 +341,45 @@ def test_a_change_of_dump_mode_voids_the_skip(pair: Pair) -> None:
     assert kept(pair.sync()) == set()
     pair.sync()
     assert kept(pair.sync()) == {"public.t", "public.u"}
+
+
+# The superhub's staging tables, as they are created: an event trigger logs each CREATE TABLE in fedload_stage.
+STAGES_LOGGED = """
+CREATE TABLE stages_created (name text);
+CREATE FUNCTION log_stage() RETURNS event_trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO stages_created SELECT object_identity FROM pg_event_trigger_ddl_commands()
+    WHERE schema_name = 'fedload_stage';
+END $$;
+CREATE EVENT TRIGGER stage_created ON ddl_command_end WHEN TAG IN ('CREATE TABLE') EXECUTE FUNCTION log_stage();
+"""
+STAGES_UNLOGGED = "DROP EVENT TRIGGER stage_created; DROP FUNCTION log_stage(); DROP TABLE stages_created"
+
+
+@pytest.mark.parametrize("pair", ["binary", "copy"], indirect=True)
+def test_a_kept_table_gets_no_staging_table(pair: Pair) -> None:
+    """Only the tables sent get a staging table: a round that keeps both tables creates none, one that sends the
+    changed table and keeps the other creates one."""
+    pair.sync()
+    pair.sync()
+    pair.superhub(STAGES_LOGGED)
+    created = "SELECT count(*) FROM stages_created"
+    try:
+        assert kept(pair.sync()) == {"public.t", "public.u"}
+        assert pair.superhub(created).strip() == "0"
+        pair.feeder(CHANGES["insert"])
+        assert kept(pair.sync()) == {"public.u"}
+        assert pair.superhub(created).strip() == "1"
+    finally:
+        pair.superhub(STAGES_UNLOGGED)
+
+
+@pytest.mark.pg_major(17, 18)
+def test_pg_dump_of_each_major_reads_the_digests_snapshot(major_cluster: LocalCluster, pg_major: int) -> None:
+    """In copy mode pg_dump 17 and 18 (with the statistics a superhub on 18 asks for, in the same snapshot) dump
+    only the changed table, in the digests' snapshot; the unchanged one is kept."""
+    made = make_pair(major_cluster, "copy", f"_pg{pg_major}")
+    made.sync()
+    assert kept(made.sync()) == {"public.t", "public.u"}
+    made.feeder(CHANGES["insert"])
+    assert kept(made.sync()) == {"public.u"}
