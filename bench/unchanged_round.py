@@ -1,6 +1,6 @@
 """Rounds of one feeder with `skip_unchanged` on and off (#46), in any dump mode: CPU-seconds of the superhub's
 server and of the sync (this process: fedload's own Python on the superhub's side), and of the feeder's server
-(each server a cluster of its own: the postmaster's own and reaped children's times).
+(each server a cluster of its own: the postmaster and its backends, living or reaped).
 
     uv run python bench/unchanged_round.py --rows 300000 --reps 3 [--mode copy] [--rounds today,cfengine]
 
@@ -25,8 +25,9 @@ import argparse
 import asyncio
 import os
 import resource
-from pathlib import Path
 from typing import Any
+
+import common
 
 from fedload.config import parse_config
 from fedload.localpg import LocalCluster, find_installs
@@ -70,9 +71,8 @@ ROUNDS = ("today", "unchanged", "cfengine", "all changed")
 
 
 def server_cpu(cluster: LocalCluster) -> float:
-    pid = int((cluster.data / "postmaster.pid").read_text().split()[0])
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    """CPU-seconds of the cluster's postmaster and every backend, living (a kept superhub session) or reaped."""
+    return common.tree_cpu_seconds(int((cluster.data / "postmaster.pid").read_text().split()[0]))
 
 
 def own_cpu() -> float:
