@@ -297,6 +297,7 @@ class _FeederSync:
             binary=binary,
             max_statement_bytes=bound,
             statistics=self._carry,
+            digests=self._skips is not None and not binary,
         )
         try:
             yield receiver

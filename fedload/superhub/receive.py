@@ -37,9 +37,10 @@ class DumpReceiver:
         binary: bool = False,
         max_statement_bytes: int = DEFAULT_RECEIVED_STATEMENT_BYTES,
         statistics: bool = False,
+        digests: bool = False,
     ) -> None:
-        """`binary`: the feeder was asked for dump_mode "binary", `statistics` for its tables' statistics (an
-        agent too old for either is told apart)."""
+        """`binary`: the feeder was asked for dump_mode "binary", `statistics` for its tables' statistics,
+        `digests` for its tables' digests in copy or inserts mode (an agent too old for any is told apart)."""
         self._process = process
         self._feeder = feeder
         self._decoder: StreamDecoder | GzipDecoder = StreamDecoder(feeder) if framed else GzipDecoder()
@@ -47,6 +48,7 @@ class DumpReceiver:
         self._splitter: DumpSplitter | SectionSplitter = DumpSplitter(max_statement_bytes, count_copy_lines=False)
         self._binary, self._sections, self._max_statement_bytes = binary, False, max_statement_bytes
         self._statistics = statistics
+        self._digests = digests
         self.trailer: Trailer | None = None
 
     @property
@@ -135,5 +137,10 @@ class DumpReceiver:
             failure += (
                 "; a fedload agent older than carried statistics refuses --statistics: upgrade fedload on the feeder "
                 f"or set feeders.{self._feeder or 'NAME'}.carry_statistics = false"
+            )
+        if self._digests and status == 2 and self.header is None:
+            failure += (
+                "; a fedload agent older than unchanged tables in copy and inserts modes refuses --columns: upgrade "
+                f"fedload on the feeder or set feeders.{self._feeder or 'NAME'}.skip_unchanged = false"
             )
         return failure

@@ -383,3 +383,24 @@ def test_pg_dump_of_each_major_reads_the_digests_snapshot(major_cluster: LocalCl
     assert kept(made.sync()) == {"public.t", "public.u"}
     made.feeder(CHANGES["insert"])
     assert kept(made.sync()) == {"public.u"}
+
+
+# An agent older than copy mode's digests: it refuses --columns before writing any stream (argparse's exit 2).
+OLD_AGENT = """case "$*" in
+*--columns=*) echo "fedload agent dump: error: unrecognized arguments: --columns" >&2; exit 2;;
+esac
+echo "no dump here" >&2; exit 3
+"""
+
+
+@pytest.mark.parametrize("pair", ["copy"], indirect=True)
+def test_an_agent_refusing_digests_is_told_apart(pair: Pair, tmp_path: Path) -> None:
+    """A run whose agent refuses the digests' --columns fails saying to upgrade it or set skip_unchanged = false;
+    with skip_unchanged = false no --columns is sent."""
+    old = write_script(tmp_path / "old-agent", OLD_AGENT)
+    refused = asyncio.run(sync_feeder(feeder_job(pair.config(agent_command=[old]), "f")))
+    assert refused.outcome == Outcome.FAILED
+    assert "feeders.f.skip_unchanged = false" in (refused.error or "")
+    plain = asyncio.run(sync_feeder(feeder_job(pair.config(agent_command=[old], skip_unchanged=False), "f")))
+    assert "no dump here" in (plain.error or "")
+    assert "skip_unchanged" not in (plain.error or "")
