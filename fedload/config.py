@@ -218,6 +218,7 @@ class FeederConfig(_Model):
     pg_dump_args: list[str] = []
     carry_statistics: bool = True  # with a superhub on PostgreSQL 18+: the agent sends its tables' statistics
     skip_unchanged: bool = True  # with the agent: a table whose content digest is unchanged is not sent again
+    skip_unchanged_min_rows: Annotated[int, Field(ge=0)] = 20_000  # digests only after a load of this many rows
     remap: Path | None = None  # applied by the superhub, whatever the feeder runs
     exclude_tables: list[TablePattern] = []  # configured tables this feeder does not send (see README)
     shard: str | None = None  # with [shards]: the shard whose superhub this feeder loads into

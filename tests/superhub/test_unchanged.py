@@ -109,6 +109,7 @@ def make_pair(cluster: LocalCluster, mode: str, suffix: str = "") -> Pair:
         "database": cluster.conninfo(feeder_db),
         "pg_dump": cluster.install.tool("pg_dump"),
         "dump_mode": mode,
+        "skip_unchanged_min_rows": 0,  # the tables are small: digests asked for all the same (a test below: not)
     }
     made = Pair(cluster, feeder_db, superhub_db, settings_)
     made.sync()
@@ -404,3 +405,16 @@ def test_an_agent_refusing_digests_is_told_apart(pair: Pair, tmp_path: Path) -> 
     plain = asyncio.run(sync_feeder(feeder_job(pair.config(agent_command=[old], skip_unchanged=False), "f")))
     assert "no dump here" in (plain.error or "")
     assert "skip_unchanged" not in (plain.error or "")
+
+
+def test_a_feeder_below_the_floor_asks_no_digests(pair: Pair) -> None:
+    """A feeder whose last load held fewer rows than skip_unchanged_min_rows asks for no digests (nothing is kept,
+    however many rounds); at the floor it asks again, and a feeder whose last run kept a table keeps asking."""
+    pair.sync()
+    assert kept(pair.sync()) == {"public.t", "public.u"}  # kept a table: asks though below the floor
+    rows = sum(int(pair.feeder(f"SELECT count(*) FROM {t}")) for t in ("t", "u"))
+    assert kept(pair.sync(skip_unchanged_min_rows=rows + 1, skip_unchanged=False)) == set()  # a full load
+    for _ in range(3):
+        assert kept(pair.sync(skip_unchanged_min_rows=rows + 1)) == set()
+    rounds = [kept(pair.sync(skip_unchanged_min_rows=rows)) for _ in range(3)]  # counters, digests, kept
+    assert rounds[-1] == {"public.t", "public.u"}, rounds

@@ -12,7 +12,15 @@ from fedload.superhub.bookkeeping.locks import try_feeder_lock, unlock_feeder
 from fedload.superhub.bookkeeping.moved import forget_move, moved_away, note_moved
 from fedload.superhub.bookkeeping.pauses import Pause, pause_feeder, read_pause, resume_feeder, write_pause
 from fedload.superhub.bookkeeping.rejects import RejectedRow, forget_rejects, record_reject
-from fedload.superhub.bookkeeping.runs import RUNS_FOR_PEOPLE, RunRecord, count_runs, finish_run, last_sizes, start_run
+from fedload.superhub.bookkeeping.runs import (
+    RUNS_FOR_PEOPLE,
+    RunRecord,
+    count_runs,
+    finish_run,
+    last_load,
+    last_sizes,
+    start_run,
+)
 from fedload.superhub.bookkeeping.schedule import store_next_run
 from fedload.superhub.bookkeeping.tables import ensure_superhub, has_history
 
@@ -31,6 +39,7 @@ __all__ = [
     "forget_rejects",
     "has_history",
     "known_feeders",
+    "last_load",
     "last_sizes",
     "moved_away",
     "note_moved",

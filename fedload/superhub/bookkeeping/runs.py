@@ -12,7 +12,7 @@ import asyncpg
 from fedload.errors import ErrorKind
 from fedload.results import Outcome
 
-__all__ = ["RUNS_FOR_PEOPLE", "RunRecord", "count_runs", "finish_run", "last_sizes", "start_run"]
+__all__ = ["RUNS_FOR_PEOPLE", "RunRecord", "count_runs", "finish_run", "last_load", "last_sizes", "start_run"]
 
 RUNS_FOR_PEOPLE = (  # for psql (`fedload demo` shows it): feeder, outcome, rows, seconds of each run
     "SELECT feeder, outcome, (SELECT sum(value::bigint) FROM jsonb_each_text(rows)), "
@@ -91,3 +91,17 @@ WHERE outcome = $2 AND feeder = ANY($1::text[]) AND raw_bytes > 0 ORDER BY feede
 async def last_sizes(conn: asyncpg.Connection, feeders: list[str]) -> dict[str, int]:
     """The bytes each of `feeders` sent in its last successful run (none for a feeder that sent none yet)."""
     return {r["feeder"]: r["raw_bytes"] for r in await conn.fetch(_LAST_SIZES, feeders, Outcome.SUCCESS)}
+
+
+_LAST_LOAD = """
+SELECT (SELECT coalesce(sum(value::bigint), 0) FROM jsonb_each_text(rows)) AS rows,
+       coalesce(jsonb_array_length(unchanged_tables), 0) AS kept
+FROM fedload.runs WHERE feeder = $1 AND outcome = $2 ORDER BY started_at DESC LIMIT 1
+"""
+
+
+async def last_load(conn: asyncpg.Connection, feeder: str) -> tuple[int, int] | None:
+    """The rows `feeder`'s last successful run loaded and the tables it kept unchanged (whose rows are not in its
+    `rows`); None before its first."""
+    row = await conn.fetchrow(_LAST_LOAD, feeder, Outcome.SUCCESS)
+    return None if row is None else (row["rows"], row["kept"])
