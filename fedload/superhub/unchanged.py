@@ -125,12 +125,15 @@ async def plan_skips(
 
 async def _large_enough(conn: asyncpg.Connection, job: Job) -> bool:
     """Whether the feeder's data may be worth digests: its last successful load held at least
-    `skip_unchanged_min_rows` rows or kept a table unchanged (a new feeder asks: its size is not known). Below that,
-    asking costs more than it can save (a psql session per run in copy and inserts modes, and digests that read
-    whole tables: compare.py's 100 feeders of 2,000 rows took 1.2x the CPU with them)."""
+    `skip_unchanged_min_rows` rows or kept a table unchanged (a new feeder's first run asks nothing: its size is not
+    known, and a first round stores no digest anyway). Below that, asking costs more than it can save (a psql
+    session per run in copy and inserts modes, and digests that read whole tables: compare.py's 100 feeders of
+    2,000 rows took 1.2x the CPU with them)."""
     floor = job.feeder.skip_unchanged_min_rows
-    last = await last_load(conn, job.name) if floor else None
-    return last is None or last[0] >= floor or last[1] > 0
+    if not floor:
+        return True
+    last = await last_load(conn, job.name)
+    return last is not None and (last[0] >= floor or last[1] > 0)
 
 
 async def keep_unchanged(
