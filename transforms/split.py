@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Union
 
 from transforms.errors import DumpSyntaxError, TooLargeError, printable
-from transforms.inserts import CheckedInserts, Insert, InsertRunMatcher, TuplesPatterns
+from transforms.inserts import CheckedInserts, Insert, InsertRunMatcher, TuplesPatterns, read_plain_insert
 from transforms.lexical import COPY_FROM_STDIN, INSERT_HEAD, possessive, statement_end
 
 __all__ = [
@@ -259,11 +259,11 @@ class DumpSplitter:
         self._check_command_word(pos, eof)
         insert = buf[pos : pos + 6].upper() == b"INSERT"
         scanned = pos  # the statement has no `;` before, and a literal or comment never spans it
-        if insert and self._checked_inserts is not None:
-            checked = self._checked_inserts.read(buf, pos)
-            if not isinstance(checked, int):
-                return InsertRows(checked[0], *self._where(pos)), checked[1]
-            scanned = checked
+        if insert:
+            read = self._insert_in_one_pass(pos)
+            if not isinstance(read, int):
+                return read
+            scanned = read
         end = statement_end(buf, scanned)
         if end is None:
             self._incomplete_statement(pos, eof)
@@ -281,6 +281,17 @@ class DumpSplitter:
         start = CopyStart(buf[pos : line_end.end()], line, offset, copy["table"], copy["columns"])
         self._copy = start
         return start, line_end.end()
+
+    def _insert_in_one_pass(self, pos: int) -> tuple[Item, int] | int:
+        """The multi-row INSERT at `pos` and its end, where one pass reads it: with the reader's patterns
+        (`read_tuples_with`), else where its tuples are as pg_dump writes them; else how far it holds no `;`."""
+        if self._checked_inserts is not None:
+            read = self._checked_inserts.read(self._buf, pos)
+        else:
+            read = read_plain_insert(self._buf, pos)
+        if isinstance(read, int):
+            return read
+        return InsertRows(read[0], *self._where(pos)), read[1]
 
     def _insert_run(self, pos: int, end: int) -> tuple[Item, int]:
         first = self._inserts.first(self._buf, pos, end)
