@@ -23,7 +23,13 @@ def test_the_flags_go_to_pg_dump_11_and_later_only(major: int | None, skips: boo
 
 @pytest.mark.parametrize(
     ("mode", "major", "rows_per_insert"),
-    [("inserts", None, False), ("inserts", 11, False), ("inserts", 12, True), ("inserts", 18, True), ("copy", 18, False)],
+    [
+        ("inserts", None, False),
+        ("inserts", 11, False),
+        ("inserts", 12, True),
+        ("inserts", 18, True),
+        ("copy", 18, False),
+    ],
 )
 def test_inserts_mode_asks_pg_dump_12_and_later_for_merged_statements(
     mode: str, major: int | None, rows_per_insert: bool
