@@ -30,8 +30,11 @@ __all__ = [
     "Insert",
     "InsertRunMatcher",
     "TuplesPatterns",
+    "first_insert_piece",
     "format_insert",
+    "insert_piece",
     "parse_insert",
+    "plain_tuples",
     "qualified_name",
     "read_plain_insert",
     "split_tuple",
@@ -139,17 +142,55 @@ def read_plain_insert(buf: bytes, pos: int) -> tuple[Insert, int] | int:
     first = PLAIN_TUPLE.match(buf, head.end()) if head is not None else None
     if head is None or first is None:
         return pos
-    # Pattern.scanner: CPython's (and PyPy's) anchored match-after-match, as in InsertRunMatcher.extend.
-    scanner = MORE_PLAIN_TUPLE.scanner(buf, first.end())  # type: ignore[attr-defined]
-    # The last match and its number, kept by a deque of one: the loop runs in C and holds no list of matches.
-    last = deque(zip(iter(scanner.match, None), itertools.count(2)), maxlen=1)
-    tuples_end = last[0][0].end() if last else first.end()
+    more, tuples_end, _ = plain_tuples(buf, first.end())
     tail = INSERT_TAIL.match(buf, tuples_end)
-    if not last or tail is None:
+    if not more or tail is None:
         return tuples_end
     insert = _InsertParts(buf, head, first.end(), tuples_end, tail).insert(statement=buf[pos : tail.end()])
-    insert.__dict__["rows"] = last[0][1]  # where cached_property keeps its value
+    insert.__dict__["rows"] = more + 1  # where cached_property keeps its value
     return insert, tail.end()
+
+
+def plain_tuples(buf: bytes, pos: int) -> tuple[int, int, int]:
+    """For the `PLAIN_TUPLE`s at `pos`, each after a comma: how many, where the last ends, and where the one before
+    it ends (`pos` if none)."""
+    # Pattern.scanner: CPython's (and PyPy's) anchored match-after-match, as in InsertRunMatcher.extend. The last two
+    # matches and their numbers are kept by a deque of two: the loop runs in C and holds no list of matches.
+    scanner = MORE_PLAIN_TUPLE.scanner(buf, pos)  # type: ignore[attr-defined]
+    last = deque(zip(iter(scanner.match, None), itertools.count(1)), maxlen=2)
+    if not last:
+        return 0, pos, pos
+    return last[-1][1], last[-1][0].end(), last[0][0].end() if len(last) == 2 else pos
+
+
+def first_insert_piece(buf: bytes, pos: int) -> tuple[Insert, int] | None:
+    """The start of the INSERT at `pos`, which the buffer cuts off, as an Insert of its `PLAIN_TUPLE`s but the last
+    (which may continue) and where they end; None if it has fewer than two. The Insert names the statement's target,
+    never ON CONFLICT, which only the statement's end can tell."""
+    head = INSERT_HEAD.match(buf, pos)
+    first = PLAIN_TUPLE.match(buf, head.end()) if head is not None else None
+    if head is None or first is None:
+        return None
+    more, _, before_last = plain_tuples(buf, first.end())
+    if not more:
+        return None
+    columns, overriding = head["columns"], head["overriding"]
+    target = Insert(
+        table=head["table"],
+        columns=tuple(split_identifiers(columns)) if columns is not None else None,
+        overriding=b" ".join(overriding.upper().split()) + b" " if overriding else b"",
+        values=b"",
+        on_conflict_do_nothing=False,
+    )
+    return insert_piece(target, buf, head.end(), before_last, more), before_last
+
+
+def insert_piece(target: Insert, buf: bytes, pos: int, end: int, rows: int) -> Insert:
+    """The `rows` tuples of buf[pos:end] (whitespace and a comma may lead) as an INSERT into `target`'s table."""
+    values = buf[buf.index(b"(", pos, end) : end]
+    piece = dataclasses.replace(target, values=values, checked_by=None, statement=b"")
+    piece.__dict__["rows"] = rows  # where cached_property keeps its value
+    return piece
 
 
 def format_insert(first: Insert, tuples: list[bytes]) -> bytes:

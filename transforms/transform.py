@@ -71,7 +71,7 @@ class Transformer:
 
     def __init__(self, options: TransformOptions | None = None) -> None:
         self._options = options or TransformOptions()
-        self._splitter = DumpSplitter()
+        self._splitter = DumpSplitter(insert_pieces_after=self._options.max_statement_bytes)
         self._batcher = InsertBatcher(self._options.rows_per_statement, self._options.max_statement_bytes)
         self._names: dict[bytes, tuple[str, TableKey]] = {}  # a name as written: as text, and as (schema, name)
         self._plans: dict[tuple[str, tuple[bytes, ...] | None], ColumnPlan | None] = {}

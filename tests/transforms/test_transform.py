@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import tracemalloc
 
 import pytest
 from hypothesis import given, settings
@@ -12,6 +13,7 @@ import transforms.inserts
 import transforms.split
 from tests.transforms.test_interpreters import STATEMENT, TABLES, TEXT, VALUE, standard_literal
 from transforms import (
+    DEFAULT_MAX_STATEMENT_BYTES,
     DumpSplitter,
     DumpSyntaxError,
     InsertRows,
@@ -105,10 +107,67 @@ def test_a_tuple_pg_dump_never_writes_is_read_as_the_server_reads_it(tuple_text:
 
 
 def _usual_way(work: object) -> object:
-    """What `work` gives with every INSERT read the usual way (the way before the one-pass read)."""
+    """What `work` gives with every INSERT read the usual way (the way before the one-pass read and pieces)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(transforms.split, "read_plain_insert", lambda _buf, pos: pos)
+        patch.setattr(transforms.split, "first_insert_piece", lambda _buf, _pos: None)
         return work()  # type: ignore[operator]
+
+
+PIECES_REFUSED = "an INSERT handed on in pieces"
+
+
+def _statement_of(rows: int, width: int = 1000) -> bytes:
+    return b"INSERT INTO public.t (a, b) VALUES\n\t" + b",\n\t".join(
+        b"(%d, '%s')" % (i, b"x" * width) for i in range(rows)
+    )
+
+
+def test_a_long_statement_is_handed_on_in_pieces_in_bounded_memory() -> None:
+    """A 32 MiB pg_dump statement, with a 1 MiB statement cap: every row counted and in the output, while the
+    transformer holds a few MiB, not the statement (held whole, it holds several times its size)."""
+    dump = _statement_of(32 * 1024) + b";\n"
+    transformer = Transformer(TransformOptions(max_statement_bytes=1 << 20))
+    tracemalloc.start()
+    try:
+        out = [piece for start in range(0, len(dump), 1 << 20) for piece in _counts(transformer, dump, start)]
+        out += [_count(b"".join(transformer.close()))]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert transformer.stats.rows == {("public", "t"): 32 * 1024}
+    assert sum(tuples for tuples, _ in out) == 32 * 1024  # each tuple after "\n\t", in pg_dump's layout and ours
+    assert sum(statements for _, statements in out) >= 32  # each within the cap
+    assert peak < 16 << 20, f"held {peak >> 20} MiB"
+
+
+def _counts(transformer: Transformer, dump: bytes, start: int) -> list[tuple[int, int]]:
+    return [_count(b"".join(transformer.feed(dump[start : start + (1 << 20)])))]
+
+
+def _count(out: bytes) -> tuple[int, int]:
+    """Tuples and statements of the output (not kept: the memory measured is the transformer's)."""
+    return out.count(b"\n\t("), out.count(b"INSERT INTO")
+
+
+@pytest.mark.parametrize(
+    ("end", "message"),
+    [
+        (b",\n\t(1, E'x');\n", PIECES_REFUSED),
+        (b",\n\t(1, 'x') -- ;\n;\n", PIECES_REFUSED),
+        (b" ON CONFLICT DO NOTHING;\n", PIECES_REFUSED),
+        (b",\n\t(1, 'x", "the input ends inside this statement"),
+    ],
+    ids=["escape literal", "comment", "on conflict", "cut off"],
+)
+@pytest.mark.parametrize("chunk", [1000, 50_000])  # less than the statement: it arrives cut off
+def test_a_statement_in_pieces_that_ends_otherwise_than_pg_dump_s_is_an_error(
+    end: bytes, message: str, chunk: int
+) -> None:
+    """Once the first piece is on its way, the statement must go on and end as pg_dump writes it; else one
+    DumpSyntaxError, not rows of another meaning."""
+    with pytest.raises(DumpSyntaxError, match=message):
+        transform(_statement_of(300) + end, TransformOptions(max_statement_bytes=10_000), chunk)
 
 
 PLAIN_VALUE = st.one_of(
@@ -121,7 +180,7 @@ def multi_row_insert(draw: st.DrawFn) -> str:
     """A multi-row INSERT as pg_dump --rows-per-insert writes it (sometimes laid out otherwise), its values as pg_dump
     writes them but now and then one it never writes (an E'' literal, nested parentheses)."""
     value = st.one_of(PLAIN_VALUE, PLAIN_VALUE, PLAIN_VALUE, VALUE) if draw(st.booleans()) else PLAIN_VALUE
-    count = draw(st.sampled_from([1, 2, 3, 3, 3, 4]))  # 3 often: the test's rows_per_statement, mostly
+    count = draw(st.sampled_from([1, 2, 3, 3, 3, 4, 8]))  # 3 often: the test's rows_per_statement, mostly
     rows = draw(st.lists(st.lists(value, min_size=2, max_size=2).map(", ".join), min_size=count, max_size=count))
     table = draw(st.sampled_from(TABLES))
     columns = " (a, b)" if table == "public.r" or draw(st.booleans()) else ""
@@ -135,13 +194,20 @@ def multi_row_insert(draw: st.DrawFn) -> str:
     st.lists(st.one_of(STATEMENT, multi_row_insert(), multi_row_insert()), min_size=1, max_size=12),
     st.sampled_from([1, 3, 17, 1 << 20]),
     st.sampled_from([1, 2, 3, 3]),
+    st.sampled_from([DEFAULT_MAX_STATEMENT_BYTES, DEFAULT_MAX_STATEMENT_BYTES, 8, 30]),
 )
-def test_the_one_pass_read_transforms_as_the_usual_way(statements: list[str], chunk: int, rows: int) -> None:
+def test_the_one_pass_read_transforms_as_the_usual_way(
+    statements: list[str], chunk: int, rows: int, max_bytes: int
+) -> None:
     """For any dump of the interpreters' corpus: the same rows into the same targets in the same order between the
-    same other statements, the same counts, or the same error, whether INSERTs are read in one pass or not."""
+    same other statements, the same counts, or the same error, whether INSERTs are read in one pass (and in pieces,
+    with a small statement cap) or not; but for a statement in pieces that goes on otherwise than pg_dump's, which
+    is refused."""
     dump = "".join(statements).encode()
-    options = TransformOptions(rows_per_statement=rows)
-    assert _outcome(dump, options, chunk) == _usual_way(lambda: _outcome(dump, options, chunk))
+    options = TransformOptions(rows_per_statement=rows, max_statement_bytes=max_bytes)
+    outcome = _outcome(dump, options, chunk)
+    if not (isinstance(outcome, tuple) and PIECES_REFUSED in str(outcome[1])):
+        assert outcome == _usual_way(lambda: _outcome(dump, options, chunk))
 
 
 def _outcome(dump: bytes, options: TransformOptions, chunk: int) -> object:
