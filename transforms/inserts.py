@@ -17,6 +17,7 @@ from transforms.lexical import (
     INSERT_TAIL,
     MORE_PLAIN_TUPLE,
     PLAIN_TUPLE,
+    PLAIN_TUPLE_START,
     TUPLE,
     find_tuples,
     find_values,
@@ -139,14 +140,17 @@ def read_plain_insert(buf: bytes, pos: int) -> tuple[Insert, int] | int:
     tuple, or a statement the buffer cuts off is read the usual way. The Insert keeps the statement's text
     (`Insert.statement`) and its row count, and splits its tuples only if asked."""
     head = INSERT_HEAD.match(buf, pos)
-    first = PLAIN_TUPLE.match(buf, head.end()) if head is not None else None
-    if head is None or first is None:
+    if head is None:
         return pos
-    more, tuples_end, _ = plain_tuples(buf, first.end())
+    start = PLAIN_TUPLE_START.match(buf, head.end())  # where a tuple cut off by the buffer ends, too: read once
+    if start is None or not buf.startswith(b")", start.end()):
+        return start.end() if start is not None else head.end()
+    first_end = start.end() + 1
+    more, tuples_end, _ = plain_tuples(buf, first_end)
     tail = INSERT_TAIL.match(buf, tuples_end)
     if not more or tail is None:
         return tuples_end
-    insert = _InsertParts(buf, head, first.end(), tuples_end, tail).insert(statement=buf[pos : tail.end()])
+    insert = _InsertParts(buf, head, first_end, tuples_end, tail).insert(statement=buf[pos : tail.end()])
     insert.__dict__["rows"] = more + 1  # where cached_property keeps its value
     return insert, tail.end()
 

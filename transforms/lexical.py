@@ -33,6 +33,7 @@ __all__ = [
     "INSERT_TAIL",
     "MORE_PLAIN_TUPLE",
     "PLAIN_TUPLE",
+    "PLAIN_TUPLE_START",
     "STATEMENT",
     "TUPLE",
     "VALUE",
@@ -221,7 +222,9 @@ _FAST_TUPLES_OR_FAILURE = re.compile(_FAST_TUPLE + rb"|(?=\()", re.DOTALL)  # b"
 # pattern does (its specials are exactly these), and a `;` after them ends the statement.
 _PLAIN_NORMAL = rb"[^()'\"Ee;/$\-]"
 _PLAIN_SPECIALS = rb"'[^']*'|\"[^\"]*\"|[Ee](?!')|-(?!-)"
-PLAIN_TUPLE = re.compile(rb"\(" + _bounded(_PLAIN_NORMAL, _PLAIN_SPECIALS, _FAST_TOKENS) + rb"\)", re.DOTALL)
+PLAIN_TUPLE_START = re.compile(rb"\(" + _bounded(_PLAIN_NORMAL, _PLAIN_SPECIALS, _FAST_TOKENS), re.DOTALL)
+"""The longest start of a `PLAIN_TUPLE`: where it ends, the text before holds no `;` and `statement_end` may go on."""
+PLAIN_TUPLE = re.compile(PLAIN_TUPLE_START.pattern + rb"\)", re.DOTALL)
 """A tuple as pg_dump writes it, read as `STATEMENT` reads it: no `;`, `--`, `/`, `$`, E'' literal or parentheses
 outside literals, at most _FAST_TOKENS literals and minus signs. Stricter than FAST_TUPLE, which may take a `;` or a
 comment opener that `statement_end` reads otherwise."""
