@@ -48,6 +48,11 @@ class InsertBatcher:
             out.append(self._cut())
         return out
 
+    def is_whole(self, insert: Insert) -> bool:
+        """Whether `insert` is a statement this batcher would make of its tuples alone: exactly `rows_per_statement`
+        of them within the byte cap, as pg_dump's `--rows-per-insert` writes them, so it may go on as written."""
+        return insert.rows == self._rows_cap and len(insert.values) + _SEPARATOR_BYTES <= self._bytes_cap
+
     def flush(self) -> list[bytes]:
         """Emit what is collected (nothing if empty) and start afresh."""
         out = [format_insert(self._first, self._tuples)] if self._first is not None and self._tuples else []

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import re
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -13,6 +15,9 @@ from transforms.lexical import (
     FAST_TUPLE,
     INSERT_HEAD,
     INSERT_TAIL,
+    MORE_PLAIN_TUPLE,
+    PLAIN_TUPLE,
+    PLAIN_TUPLE_START,
     TUPLE,
     find_tuples,
     find_values,
@@ -26,9 +31,13 @@ __all__ = [
     "Insert",
     "InsertRunMatcher",
     "TuplesPatterns",
+    "first_insert_piece",
     "format_insert",
+    "insert_piece",
     "parse_insert",
+    "plain_tuples",
     "qualified_name",
+    "read_plain_insert",
     "split_tuple",
 ]
 
@@ -40,7 +49,8 @@ class Insert:
     `values` is the text of the tuples as the statement has it (`(1, 'a'),\n\t(2, 'b')`), already proven to be
     tuples separated by commas; `tuples` splits it only when asked, as the superhub's COPY path never needs it.
     `checked_by` is the caller's pattern (`CheckedInserts`) that matched `values` whole while the statement was read,
-    if one did."""
+    if one did. `statement` is the whole statement as written (`;` included) where `read_plain_insert` read it, which
+    may then go on unchanged; else empty."""
 
     table: bytes
     columns: tuple[bytes, ...] | None
@@ -48,15 +58,21 @@ class Insert:
     values: bytes
     on_conflict_do_nothing: bool
     checked_by: re.Pattern[bytes] | None = field(default=None, compare=False, repr=False)
+    statement: bytes = field(default=b"", compare=False, repr=False)
 
     @functools.cached_property
     def tuples(self) -> list[bytes]:
         """Each tuple's text, parentheses included."""
         return find_tuples(self.values)
 
+    @functools.cached_property
+    def rows(self) -> int:
+        """The number of tuples; known without splitting them where the statement was read in one pass."""
+        return len(self.tuples)
+
     def with_tuples(self, tuples: list[bytes], columns: tuple[bytes, ...] | None) -> Insert:
         """This INSERT with other tuples and columns."""
-        changed = dataclasses.replace(self, columns=columns, values=b",".join(tuples), checked_by=None)
+        changed = dataclasses.replace(self, columns=columns, values=b",".join(tuples), checked_by=None, statement=b"")
         changed.__dict__["tuples"] = tuples  # where cached_property keeps its value: they are split already
         return changed
 
@@ -97,7 +113,7 @@ class _InsertParts:
         """Whether the statement has one tuple."""
         return self.first_tuple_end == self.tuples_end
 
-    def insert(self, checked_by: re.Pattern[bytes] | None = None) -> Insert:
+    def insert(self, checked_by: re.Pattern[bytes] | None = None, statement: bytes = b"") -> Insert:
         """The statement as an Insert; with one tuple, its tuples are known without splitting them again."""
         columns = self.head["columns"]
         overriding = self.head["overriding"]
@@ -109,10 +125,76 @@ class _InsertParts:
             values=values,
             on_conflict_do_nothing=self.tail["tail"] is not None,
             checked_by=checked_by,
+            statement=statement,
         )
         if self.single:
             insert.__dict__["tuples"] = [values]  # where cached_property keeps its value
         return insert
+
+
+def read_plain_insert(buf: bytes, pos: int) -> tuple[Insert, int] | int:
+    """The multi-row INSERT at `pos` and its end (after the `;`), read in one pass that counts its tuples, where all
+    of them are as pg_dump writes them (`PLAIN_TUPLE`: there the statement's end is where `statement_end` finds it).
+    Else a position up to which the statement holds no `;` and from which its end can be searched (as
+    `CheckedInserts.read` answers): a single tuple, which may start a run of like statements, another kind of
+    tuple, or a statement the buffer cuts off is read the usual way. The Insert keeps the statement's text
+    (`Insert.statement`) and its row count, and splits its tuples only if asked."""
+    head = INSERT_HEAD.match(buf, pos)
+    if head is None:
+        return pos
+    start = PLAIN_TUPLE_START.match(buf, head.end())  # where a tuple cut off by the buffer ends, too: read once
+    if start is None or not buf.startswith(b")", start.end()):
+        return start.end() if start is not None else head.end()
+    first_end = start.end() + 1
+    more, tuples_end, _ = plain_tuples(buf, first_end)
+    tail = INSERT_TAIL.match(buf, tuples_end)
+    if not more or tail is None:
+        return tuples_end
+    insert = _InsertParts(buf, head, first_end, tuples_end, tail).insert(statement=buf[pos : tail.end()])
+    insert.__dict__["rows"] = more + 1  # where cached_property keeps its value
+    return insert, tail.end()
+
+
+def plain_tuples(buf: bytes, pos: int) -> tuple[int, int, int]:
+    """For the `PLAIN_TUPLE`s at `pos`, each after a comma: how many, where the last ends, and where the one before
+    it ends (`pos` if none)."""
+    # Pattern.scanner: CPython's (and PyPy's) anchored match-after-match, as in InsertRunMatcher.extend. The last two
+    # matches and their numbers are kept by a deque of two: the loop runs in C and holds no list of matches.
+    scanner = MORE_PLAIN_TUPLE.scanner(buf, pos)  # type: ignore[attr-defined]
+    last = deque(zip(iter(scanner.match, None), itertools.count(1)), maxlen=2)
+    if not last:
+        return 0, pos, pos
+    return last[-1][1], last[-1][0].end(), last[0][0].end() if len(last) == 2 else pos
+
+
+def first_insert_piece(buf: bytes, pos: int) -> tuple[Insert, int] | None:
+    """The start of the INSERT at `pos`, which the buffer cuts off, as an Insert of its `PLAIN_TUPLE`s but the last
+    (which may continue) and where they end; None if it has fewer than two. The Insert names the statement's target,
+    never ON CONFLICT, which only the statement's end can tell."""
+    head = INSERT_HEAD.match(buf, pos)
+    first = PLAIN_TUPLE.match(buf, head.end()) if head is not None else None
+    if head is None or first is None:
+        return None
+    more, _, before_last = plain_tuples(buf, first.end())
+    if not more:
+        return None
+    columns, overriding = head["columns"], head["overriding"]
+    target = Insert(
+        table=head["table"],
+        columns=tuple(split_identifiers(columns)) if columns is not None else None,
+        overriding=b" ".join(overriding.upper().split()) + b" " if overriding else b"",
+        values=b"",
+        on_conflict_do_nothing=False,
+    )
+    return insert_piece(target, buf, head.end(), before_last, more), before_last
+
+
+def insert_piece(target: Insert, buf: bytes, pos: int, end: int, rows: int) -> Insert:
+    """The `rows` tuples of buf[pos:end] (whitespace and a comma may lead) as an INSERT into `target`'s table."""
+    values = buf[buf.index(b"(", pos, end) : end]
+    piece = dataclasses.replace(target, values=values, checked_by=None, statement=b"")
+    piece.__dict__["rows"] = rows  # where cached_property keeps its value
+    return piece
 
 
 def format_insert(first: Insert, tuples: list[bytes]) -> bytes:

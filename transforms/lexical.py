@@ -31,6 +31,9 @@ __all__ = [
     "IDENTIFIER",
     "INSERT_HEAD",
     "INSERT_TAIL",
+    "MORE_PLAIN_TUPLE",
+    "PLAIN_TUPLE",
+    "PLAIN_TUPLE_START",
     "STATEMENT",
     "TUPLE",
     "VALUE",
@@ -212,6 +215,22 @@ _FAST_MORE_TUPLES = re.compile(
 )
 _MORE_TUPLE_FAST_OR_EXACT = (re.compile(rb"\s*,\s*" + _FAST_TUPLE, re.DOTALL), _MORE_TUPLE)
 _FAST_TUPLES_OR_FAILURE = re.compile(_FAST_TUPLE + rb"|(?=\()", re.DOTALL)  # b"" where a tuple is not fast
+
+
+# The tuples pg_dump writes, read where nothing but `statement_end` has seen them: outside literals no `;`, no
+# comment opener, no `$`, no E'' literal, no parentheses; so where these match, they read the text as the statement
+# pattern does (its specials are exactly these), and a `;` after them ends the statement.
+_PLAIN_NORMAL = rb"[^()'\"Ee;/$\-]"
+_PLAIN_SPECIALS = rb"'[^']*'|\"[^\"]*\"|[Ee](?!')|-(?!-)"
+PLAIN_TUPLE_START = re.compile(rb"\(" + _bounded(_PLAIN_NORMAL, _PLAIN_SPECIALS, _FAST_TOKENS), re.DOTALL)
+"""The longest start of a `PLAIN_TUPLE`: where it ends, the text before holds no `;` and `statement_end` may go on."""
+PLAIN_TUPLE = re.compile(PLAIN_TUPLE_START.pattern + rb"\)", re.DOTALL)
+"""A tuple as pg_dump writes it, read as `STATEMENT` reads it: no `;`, `--`, `/`, `$`, E'' literal or parentheses
+outside literals, at most _FAST_TOKENS literals and minus signs. Stricter than FAST_TUPLE, which may take a `;` or a
+comment opener that `statement_end` reads otherwise."""
+# pg_dump's separator first: trying it before the general one measured 20% faster.
+MORE_PLAIN_TUPLE = re.compile(rb"(?:,\n\t|[ \t\r\n]*,[ \t\r\n]*)" + PLAIN_TUPLE.pattern, re.DOTALL)
+"""A comma and a `PLAIN_TUPLE`, with whitespace (no comment) around the comma."""
 
 
 def tuples_span(buf: bytes, pos: int, endpos: int) -> tuple[int, int] | None:

@@ -12,8 +12,17 @@ from dataclasses import dataclass
 from typing import Union
 
 from transforms.errors import DumpSyntaxError, TooLargeError, printable
-from transforms.inserts import CheckedInserts, Insert, InsertRunMatcher, TuplesPatterns
-from transforms.lexical import COPY_FROM_STDIN, INSERT_HEAD, possessive, statement_end
+from transforms.inserts import (
+    CheckedInserts,
+    Insert,
+    InsertRunMatcher,
+    TuplesPatterns,
+    first_insert_piece,
+    insert_piece,
+    plain_tuples,
+    read_plain_insert,
+)
+from transforms.lexical import COPY_FROM_STDIN, INSERT_HEAD, INSERT_TAIL, possessive, statement_end
 
 __all__ = [
     "MAX_STATEMENT_BYTES_IN",
@@ -118,11 +127,26 @@ class DumpSplitter:
     input chunk, not twice that as joining bytes would.
 
     With `count_copy_lines=False` the newlines of COPY data are not counted (a pass over every byte, which only
-    error messages need): items after the first COPY data then have line 0, and errors name the byte offset."""
+    error messages need): items after the first COPY data then have line 0, and errors name the byte offset.
 
-    def __init__(self, max_item_bytes: int = MAX_STATEMENT_BYTES_IN, *, count_copy_lines: bool = True) -> None:
+    With `insert_pieces_after` (the transformer's), a multi-row INSERT whose tuples are as pg_dump writes them
+    (`PLAIN_TUPLE`) and of which more than that many bytes have arrived without its end is handed on in pieces, an
+    InsertRows of the tuples so far each: memory then holds about that many bytes, not the statement (pg_dump's
+    `--rows-per-insert` writes statements of any size). Its end must then be as pg_dump writes it too: a tuple of
+    another kind after the first piece, or ON CONFLICT DO NOTHING (which the pieces before did not say), is a
+    DumpSyntaxError."""
+
+    def __init__(
+        self,
+        max_item_bytes: int = MAX_STATEMENT_BYTES_IN,
+        *,
+        count_copy_lines: bool = True,
+        insert_pieces_after: int | None = None,
+    ) -> None:
         self._max_item_bytes = max_item_bytes
         self._count_copy_lines = count_copy_lines
+        self._pieces_after = insert_pieces_after
+        self._open_insert: Insert | None = None  # the target of an INSERT handed on in pieces, until its end
         self._buf = b""
         self._held: bytearray | None = None  # an incomplete item of _HOLD_BYTES or more, while _buf is empty
         self._waiting_for = ""  # what the incomplete item is, for TooLargeError
@@ -178,9 +202,15 @@ class DumpSplitter:
     def _ends(self, held: bytearray) -> bool:
         """Whether the item at the start of `held` ends in it: a COPY row, comment or psql command line at its
         newline, a statement at its `;`."""
+        if self._open_insert is not None or self._may_cut(held):
+            return True  # the next piece, or the end, is there (the held item doubled since it was last scanned)
         if self._copy is not None or held.startswith((b"--", b"\\")):
             return held.find(b"\n") >= 0
         return held.find(b";") >= 0 and statement_end(held, 0) is not None  # find: C speed, a regex is slower
+
+    def _may_cut(self, held: bytearray) -> bool:
+        """Whether the held item is an INSERT long enough to be handed on in pieces."""
+        return self._pieces_after is not None and len(held) > self._pieces_after and held[:6].upper() == b"INSERT"
 
     def _take_pending(self) -> None:
         """Append the input fed since the last drain to the buffer."""
@@ -197,7 +227,10 @@ class DumpSplitter:
         pos = 0
         self._wanted_bytes = 0  # a step that needs more input sets it
         while pos < len(self._buf):
-            step = self._copy_step(pos, eof) if self._copy else self._top_step(pos, eof)
+            if self._copy:
+                step = self._copy_step(pos, eof)
+            else:
+                step = self._insert_piece_step(pos, eof) if self._open_insert else self._top_step(pos, eof)
             if step is None:
                 break
             item, end = step
@@ -259,17 +292,25 @@ class DumpSplitter:
         self._check_command_word(pos, eof)
         insert = buf[pos : pos + 6].upper() == b"INSERT"
         scanned = pos  # the statement has no `;` before, and a literal or comment never spans it
-        if insert and self._checked_inserts is not None:
-            checked = self._checked_inserts.read(buf, pos)
-            if not isinstance(checked, int):
-                return InsertRows(checked[0], *self._where(pos)), checked[1]
-            scanned = checked
-        end = statement_end(buf, scanned)
-        if end is None:
+        if insert and not eof and self._surely_cut_off(pos):
             self._incomplete_statement(pos, eof)
             return None
         if insert:
-            return self._insert_run(pos, end)
+            read = self._insert_in_one_pass(pos)
+            if not isinstance(read, int):
+                return read
+            scanned = read
+        end = statement_end(buf, scanned)
+        if end is None and insert:
+            return self._first_insert_piece(pos, scanned, eof)
+        if end is None:
+            self._incomplete_statement(pos, eof)
+            return None
+        return self._insert_run(pos, end) if insert else self._other_statement(pos, end, eof)
+
+    def _other_statement(self, pos: int, end: int, eof: bool) -> tuple[Item, int] | None:
+        """The statement buf[pos:end], not an INSERT: a COPY header (once its line ends) or any other."""
+        buf = self._buf
         copy = COPY_FROM_STDIN.fullmatch(buf, pos, end)
         if copy is None:
             return Statement(buf[pos:end], *self._where(pos)), end
@@ -281,6 +322,60 @@ class DumpSplitter:
         start = CopyStart(buf[pos : line_end.end()], line, offset, copy["table"], copy["columns"])
         self._copy = start
         return start, line_end.end()
+
+    def _surely_cut_off(self, pos: int) -> bool:
+        """Whether the INSERT at `pos` is surely cut off, without reading it: no `;` follows (bytes.find, at C
+        speed), and it is too short to be handed on in pieces. Reading it in one pass and then the usual way, at
+        each arrival of more input, cost a value of megabytes twice the scans it cost before."""
+        return self._buf.find(b";", pos) < 0 and (
+            self._pieces_after is None or len(self._buf) - pos <= self._pieces_after
+        )
+
+    def _insert_in_one_pass(self, pos: int) -> tuple[Item, int] | int:
+        """The multi-row INSERT at `pos` and its end, where one pass reads it: with the reader's patterns
+        (`read_tuples_with`), else where its tuples are as pg_dump writes them; else how far it holds no `;`."""
+        if self._checked_inserts is not None:
+            read = self._checked_inserts.read(self._buf, pos)
+        else:
+            read = read_plain_insert(self._buf, pos)
+        if isinstance(read, int):
+            return read
+        return InsertRows(read[0], *self._where(pos)), read[1]
+
+    def _first_insert_piece(self, pos: int, scanned: int, eof: bool) -> tuple[Item, int] | None:
+        """The first piece of the INSERT at `pos`, which the input cuts off after `scanned`, where it is handed on
+        in pieces; else None, waiting for more input."""
+        long = self._pieces_after is not None and scanned - pos > self._pieces_after
+        piece = first_insert_piece(self._buf, pos) if long and not eof and self._checked_inserts is None else None
+        if piece is None:
+            self._incomplete_statement(pos, eof)
+            return None
+        self._open_insert = piece[0]
+        return InsertRows(piece[0], *self._where(pos)), piece[1]
+
+    def _insert_piece_step(self, pos: int, eof: bool) -> tuple[Item, int] | None:
+        """The next piece of the INSERT handed on in pieces: at `pos` the last tuple of the piece before (which may
+        have continued) and what follows."""
+        assert self._open_insert is not None
+        buf = self._buf
+        rows, end, before_last = plain_tuples(buf, pos)
+        tail = INSERT_TAIL.match(buf, end) if rows else None
+        if tail is not None and tail["tail"] is None:
+            item = InsertRows(insert_piece(self._open_insert, buf, pos, end, rows), *self._where(pos))
+            self._open_insert = None
+            return item, tail.end()
+        if tail is None and rows >= 2:
+            return InsertRows(insert_piece(self._open_insert, buf, pos, before_last, rows - 1), *self._where(pos)), (
+                before_last
+            )
+        if tail is None and statement_end(buf, end) is None:
+            self._incomplete_statement(pos, eof)
+            return None
+        raise self._error(
+            f"an INSERT handed on in pieces (more than {self._pieces_after} bytes) must go on with tuples as pg_dump "
+            "writes them and end with ';': this one holds another kind of tuple or ends with ON CONFLICT",
+            pos,
+        )
 
     def _insert_run(self, pos: int, end: int) -> tuple[Item, int]:
         first = self._inserts.first(self._buf, pos, end)
@@ -309,6 +404,7 @@ class DumpSplitter:
             raise self._error(f"unexpected text '{snippet}' where an SQL statement should start", pos)
 
     def _incomplete_statement(self, pos: int, eof: bool) -> None:
+        """Wait for the rest of the statement at `pos`, or raise DumpSyntaxError at the end of the input."""
         if eof:
             raise self._error("the input ends inside this statement (unterminated literal or missing ';')", pos)
         self._wait_for_more(pos, "a statement")
@@ -327,6 +423,8 @@ class DumpSplitter:
         where it is COPY data or an INSERT."""
         if self._copy is not None:
             table: bytes | None = self._copy.table
+        elif self._open_insert is not None:
+            table = self._open_insert.table
         else:
             head = INSERT_HEAD.match(buf, pos, pos + _WORD_WINDOW)
             table = bytes(head["table"]) if head is not None else None
@@ -370,5 +468,5 @@ class DumpSplitter:
     def _check_complete(self) -> None:
         if self._copy is not None:
             raise self._copy_error("the input ends before the COPY data's \\. end marker", len(self._buf))
-        if self._buf.strip():
+        if self._buf.strip() or self._open_insert is not None:
             raise self._error("the input ends inside this statement", 0)

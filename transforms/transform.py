@@ -71,7 +71,7 @@ class Transformer:
 
     def __init__(self, options: TransformOptions | None = None) -> None:
         self._options = options or TransformOptions()
-        self._splitter = DumpSplitter()
+        self._splitter = DumpSplitter(insert_pieces_after=self._options.max_statement_bytes)
         self._batcher = InsertBatcher(self._options.rows_per_statement, self._options.max_statement_bytes)
         self._names: dict[bytes, tuple[str, TableKey]] = {}  # a name as written: as text, and as (schema, name)
         self._plans: dict[tuple[str, tuple[bytes, ...] | None], ColumnPlan | None] = {}
@@ -102,7 +102,7 @@ class Transformer:
 
     def _handle(self, item: Item) -> list[bytes]:
         if isinstance(item, InsertRows):
-            return self._batcher.add(self._remap_insert(item))
+            return self._insert(self._remap_insert(item))
         if isinstance(item, Statement):
             return [*self._batcher.flush(), item.text]
         if isinstance(item, CopyRows):
@@ -114,6 +114,13 @@ class Transformer:
         if isinstance(item, (MetaCommand, CopyEnd)):
             return [*self._batcher.flush(), item.text]
         raise AssertionError(item)
+
+    def _insert(self, insert: Insert) -> list[bytes]:
+        """A statement read whole that is as the batcher would write it goes on as written (its tuples never split
+        nor joined again); other INSERTs are batched."""
+        if insert.statement and self._batcher.is_whole(insert):
+            return [*self._batcher.flush(), insert.statement]
+        return self._batcher.add(insert)
 
     def _verbatim(self, text: bytes) -> list[bytes]:
         if not text.strip():
@@ -146,7 +153,7 @@ class Transformer:
     def _remap_insert(self, item: InsertRows) -> Insert:
         insert = item.insert
         table, key = self._table_name(insert.table)
-        self.stats.rows[key] += len(insert.tuples)
+        self.stats.rows[key] += insert.rows
         plan = self._plan(table, insert.columns)
         if plan is None:
             return insert

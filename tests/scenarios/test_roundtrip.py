@@ -285,7 +285,8 @@ def test_every_dump_mode_round_trips_through_the_transformer(
     expected = source.digest()
     assert expected.startswith(f"{len(rows)}:")
     options = TransformOptions(rows_per_statement, max_statement_bytes)
-    for mode in (*DUMP_MODES, (f"--rows-per-insert={rows_per_insert}",)):
+    agents = ("--column-inserts", f"--rows-per-insert={rows_per_statement}")  # the agent's (pg_dump 12+): passed whole
+    for mode in (*DUMP_MODES, (f"--rows-per-insert={rows_per_insert}",), agents):
         out = transform(pg_dump(install, source, mode), options, chunk)
         note(f"{mode}: {out.decode(errors='replace')}")
         if mode:
@@ -392,7 +393,8 @@ def test_remapped_dumps_load_as_the_remapped_projection(
     source.refill(rows)
     expected = source.digest(REMAPPED_FROM_SOURCE)
     assert expected.startswith(f"{len(rows)}:")
-    for mode in ((), ("--column-inserts",), ("--column-inserts", f"--rows-per-insert={rows_per_insert}")):
+    merged = (f"--rows-per-insert={rows_per_insert}", f"--rows-per-insert={rows_per_statement}")  # the agent's: 2nd
+    for mode in ((), ("--column-inserts",), *(("--column-inserts", rows) for rows in merged)):
         out = transform(pg_dump(install, source, mode), options, chunk)
         note(f"{mode}: {out.decode(errors='replace')}")
         remap_target.execute(f"TRUNCATE {TABLE}")

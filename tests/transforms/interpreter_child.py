@@ -11,7 +11,8 @@ import pickle
 import sys
 from typing import Any, Optional
 
-Case = tuple[bytes, int, int, Optional[dict[str, Any]]]  # dump, chunk size, rows per statement, remap document
+# dump, chunk size, rows per statement, statement bytes (also where a long INSERT goes on in pieces), remap document
+Case = tuple[bytes, int, int, int, Optional[dict[str, Any]]]
 Result = tuple[Any, ...]
 
 
@@ -19,8 +20,8 @@ def transformed(case: Case) -> Result:
     """The output and counts of the transform, or the error it raised; and the values of every tuple."""
     from transforms import Transformer, TransformError, TransformOptions, parse_remap  # noqa: PLC0415
 
-    dump, chunk, rows_per_statement, remap = case
-    options = TransformOptions(rows_per_statement, remap=parse_remap(remap) if remap is not None else None)
+    dump, chunk, rows_per_statement, statement_bytes, remap = case
+    options = TransformOptions(rows_per_statement, statement_bytes, parse_remap(remap) if remap is not None else None)
     transformer = Transformer(options)
     out: list[bytes] = []
     try:

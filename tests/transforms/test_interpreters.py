@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from tests.support.interpreters import python_named
 from tests.transforms.interpreter_child import Case, transformed
+from transforms import DEFAULT_MAX_STATEMENT_BYTES
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).with_name("interpreter_child.py")
@@ -126,7 +127,8 @@ def case(draw: st.DrawFn) -> Case:
         dump = dump[: draw(st.integers(0, len(dump)))]
     chunk = draw(st.sampled_from([1, 3, 17, 1 << 20]))
     remap = REMAP if b"public.r " in dump and draw(st.booleans()) else None
-    return dump, chunk, draw(st.sampled_from([1, 2, 1000])), remap
+    statement_bytes = draw(st.sampled_from([DEFAULT_MAX_STATEMENT_BYTES, 8]))  # 8: long INSERTs go on in pieces
+    return dump, chunk, draw(st.sampled_from([1, 2, 1000])), statement_bytes, remap
 
 
 def run_child(python: Path, cases: list[Case], tmp_path: Path) -> list[object]:

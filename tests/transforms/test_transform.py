@@ -3,10 +3,27 @@
 from __future__ import annotations
 
 import re
+import tracemalloc
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from transforms import DumpSyntaxError, RemapError, Transformer, TransformOptions, parse_remap
+import transforms.inserts
+import transforms.split
+from tests.transforms.test_interpreters import STATEMENT, TABLES, TEXT, VALUE, standard_literal
+from transforms import (
+    DEFAULT_MAX_STATEMENT_BYTES,
+    DumpSplitter,
+    DumpSyntaxError,
+    InsertRows,
+    RemapError,
+    Transformer,
+    TransformError,
+    TransformOptions,
+    Verbatim,
+    parse_remap,
+)
 
 COLUMN_INSERTS = b"".join(
     b"INSERT INTO public.hosts (hostkey, name, seen) VALUES ('SHA=%d', 'host;%d''s\n', %d);\n" % (i, i, i)
@@ -46,6 +63,179 @@ def test_multi_row_input_is_rebatched() -> None:
     dump = b"INSERT INTO t VALUES\n\t(1),\n\t(2),\n\t(3);\nINSERT INTO t VALUES\n\t(4),\n\t(5),\n\t(6);\n"
     out = transform(dump, TransformOptions(rows_per_statement=4))
     assert out == b"INSERT INTO t VALUES\n\t(1),\n\t(2),\n\t(3),\n\t(4);\nINSERT INTO t VALUES\n\t(5),\n\t(6);\n"
+
+
+ROWS_PER_INSERT_3 = (
+    b"INSERT INTO public.t (a, b) VALUES\n\t(1, 'x;y''z\n'),\n\t(-2, NULL),\n\t(3, '--');\n"
+    b"INSERT INTO public.t (a, b) VALUES\n\t(4, '/* $$'),\n\t(5, e),\n\t(6, \"q\");\n"
+    b"INSERT INTO public.t (a, b) VALUES\n\t(7, '');\n"
+)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 1 << 20])
+def test_statements_pg_dump_merged_pass_unchanged_without_splitting_their_tuples(
+    monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    """pg_dump --rows-per-insert statements of exactly rows_per_statement rows go on as written and are counted,
+    at any chunking, without splitting their tuples (which the one counting pass makes needless)."""
+    transform(ROWS_PER_INSERT_3, TransformOptions(rows_per_statement=3))  # compiles what is compiled lazily
+    monkeypatch.setattr(transforms.inserts, "find_tuples", _no_split)
+    transformer = Transformer(TransformOptions(rows_per_statement=3))
+    out: list[bytes] = []
+    whole = ROWS_PER_INSERT_3[: ROWS_PER_INSERT_3.rindex(b"INSERT")]  # the last statement is short: batched
+    for start in range(0, len(whole), chunk):
+        out += transformer.feed(whole[start : start + chunk])
+    assert b"".join(out + transformer.close()) == whole
+    assert transformer.stats.rows == {("public", "t"): 6}
+
+
+def _no_split(text: bytes) -> list[bytes]:
+    raise AssertionError(f"tuples split: {text[:40]!r}")
+
+
+@pytest.mark.parametrize(
+    "tuple_text",
+    [b"(2 -- );\n)", b"(2 /* ); */)", b"(E'\\'', 2)", b"(2, $$);$$)", b"((2), 3)"],
+    ids=["line comment", "block comment", "escape literal", "dollar quote", "nested parentheses"],
+)
+def test_a_tuple_pg_dump_never_writes_is_read_as_the_server_reads_it(tuple_text: bytes) -> None:
+    """A comment, E'' literal, dollar quote or parentheses in a tuple (a `;` or `)` inside them ends nothing) leave
+    the one-pass read to the exact patterns: the statement and the next come out as the usual path makes them."""
+    dump = b"INSERT INTO t (a) VALUES\n\t(1),\n\t" + tuple_text + b";\nINSERT INTO t (a) VALUES\n\t(3),\n\t(4);\n"
+    options = TransformOptions(rows_per_statement=2)
+    assert transform(dump, options) == _usual_way(lambda: transform(dump, options))
+
+
+def _usual_way(work: object) -> object:
+    """What `work` gives with every INSERT read the usual way (the way before the one-pass read and pieces)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(transforms.split, "read_plain_insert", lambda _buf, pos: pos)
+        patch.setattr(transforms.split, "first_insert_piece", lambda _buf, _pos: None)
+        return work()  # type: ignore[operator]
+
+
+PIECES_REFUSED = "an INSERT handed on in pieces"
+
+
+def _statement_of(rows: int, width: int = 1000) -> bytes:
+    return b"INSERT INTO public.t (a, b) VALUES\n\t" + b",\n\t".join(
+        b"(%d, '%s')" % (i, b"x" * width) for i in range(rows)
+    )
+
+
+def test_a_long_statement_is_handed_on_in_pieces_in_bounded_memory() -> None:
+    """A 32 MiB pg_dump statement, with a 1 MiB statement cap: every row counted and in the output, while the
+    transformer holds a few MiB, not the statement (held whole, it holds several times its size)."""
+    dump = _statement_of(32 * 1024) + b";\n"
+    transformer = Transformer(TransformOptions(max_statement_bytes=1 << 20))
+    tracemalloc.start()
+    try:
+        out = [piece for start in range(0, len(dump), 1 << 20) for piece in _counts(transformer, dump, start)]
+        out += [_count(b"".join(transformer.close()))]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert transformer.stats.rows == {("public", "t"): 32 * 1024}
+    assert sum(tuples for tuples, _ in out) == 32 * 1024  # each tuple after "\n\t", in pg_dump's layout and ours
+    assert sum(statements for _, statements in out) >= 32  # each within the cap
+    assert peak < 16 << 20, f"held {peak >> 20} MiB"
+
+
+def _counts(transformer: Transformer, dump: bytes, start: int) -> list[tuple[int, int]]:
+    return [_count(b"".join(transformer.feed(dump[start : start + (1 << 20)])))]
+
+
+def _count(out: bytes) -> tuple[int, int]:
+    """Tuples and statements of the output (not kept: the memory measured is the transformer's)."""
+    return out.count(b"\n\t("), out.count(b"INSERT INTO")
+
+
+@pytest.mark.parametrize(
+    ("end", "message"),
+    [
+        (b",\n\t(1, E'x');\n", PIECES_REFUSED),
+        (b",\n\t(1, 'x') -- ;\n;\n", PIECES_REFUSED),
+        (b" ON CONFLICT DO NOTHING;\n", PIECES_REFUSED),
+        (b",\n\t(1, 'x", "the input ends inside this statement"),
+    ],
+    ids=["escape literal", "comment", "on conflict", "cut off"],
+)
+@pytest.mark.parametrize("chunk", [1000, 50_000])  # less than the statement: it arrives cut off
+def test_a_statement_in_pieces_that_ends_otherwise_than_pg_dump_s_is_an_error(
+    end: bytes, message: str, chunk: int
+) -> None:
+    """Once the first piece is on its way, the statement must go on and end as pg_dump writes it; else one
+    DumpSyntaxError, not rows of another meaning."""
+    with pytest.raises(DumpSyntaxError, match=message):
+        transform(_statement_of(300) + end, TransformOptions(max_statement_bytes=10_000), chunk)
+
+
+PLAIN_VALUE = st.one_of(
+    st.integers(-(10**6), 10**6).map(str), st.sampled_from(["NULL", "true", "-0.5", "1e5"]), TEXT.map(standard_literal)
+)
+
+
+@st.composite
+def multi_row_insert(draw: st.DrawFn) -> str:
+    """A multi-row INSERT as pg_dump --rows-per-insert writes it (sometimes laid out otherwise), its values as pg_dump
+    writes them but now and then one it never writes (an E'' literal, nested parentheses)."""
+    value = st.one_of(PLAIN_VALUE, PLAIN_VALUE, PLAIN_VALUE, VALUE) if draw(st.booleans()) else PLAIN_VALUE
+    count = draw(st.sampled_from([1, 2, 3, 3, 3, 4, 8]))  # 3 often: the test's rows_per_statement, mostly
+    rows = draw(st.lists(st.lists(value, min_size=2, max_size=2).map(", ".join), min_size=count, max_size=count))
+    table = draw(st.sampled_from(TABLES))
+    columns = " (a, b)" if table == "public.r" or draw(st.booleans()) else ""
+    separator = draw(st.sampled_from([",\n\t", ",\n\t", ", ", ","]))
+    tail = " ON CONFLICT DO NOTHING" if draw(st.integers(0, 5)) == 0 else ""
+    return f"INSERT INTO {table}{columns} VALUES\n\t(" + f"){separator}(".join(rows) + f"){tail};\n"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.one_of(STATEMENT, multi_row_insert(), multi_row_insert()), min_size=1, max_size=12),
+    st.sampled_from([1, 3, 17, 1 << 20]),
+    st.sampled_from([1, 2, 3, 3]),
+    st.sampled_from([DEFAULT_MAX_STATEMENT_BYTES, DEFAULT_MAX_STATEMENT_BYTES, 8, 30]),
+)
+def test_the_one_pass_read_transforms_as_the_usual_way(
+    statements: list[str], chunk: int, rows: int, max_bytes: int
+) -> None:
+    """For any dump of the interpreters' corpus: the same rows into the same targets in the same order between the
+    same other statements, the same counts, or the same error, whether INSERTs are read in one pass (and in pieces,
+    with a small statement cap) or not; but for a statement in pieces that goes on otherwise than pg_dump's, which
+    is refused."""
+    dump = "".join(statements).encode()
+    options = TransformOptions(rows_per_statement=rows, max_statement_bytes=max_bytes)
+    outcome = _outcome(dump, options, chunk)
+    if not (isinstance(outcome, tuple) and PIECES_REFUSED in str(outcome[1])):
+        assert outcome == _usual_way(lambda: _outcome(dump, options, chunk))
+
+
+def _outcome(dump: bytes, options: TransformOptions, chunk: int) -> object:
+    """The transform's error, or its rows per table and what its output holds: each tuple with its INSERT's
+    target, and every other item, in order (statement boundaries aside: a statement passed whole is not cut as
+    the batcher would cut a run of smaller ones)."""
+    transformer = Transformer(options)
+    out: list[bytes] = []
+    try:
+        for start in range(0, len(dump), chunk):
+            out += transformer.feed(dump[start : start + chunk])
+        out += transformer.close()
+    except TransformError as exc:
+        return type(exc).__name__, str(exc)
+    return sorted(transformer.stats.rows.items()), sorted(transformer.stats.tables), _contents(b"".join(out))
+
+
+def _contents(text: bytes) -> list[object]:
+    splitter = DumpSplitter()
+    contents: list[object] = []
+    for item in splitter.feed(text) + splitter.close():
+        if isinstance(item, InsertRows):
+            insert = item.insert
+            target = (insert.table, insert.columns, insert.overriding, insert.on_conflict_do_nothing)
+            contents += [(target, row) for row in insert.tuples]
+        elif not isinstance(item, Verbatim):
+            contents.append((type(item).__name__, getattr(item, "text", getattr(item, "data", b""))))
+    return contents
 
 
 def test_different_targets_and_other_statements_are_not_merged() -> None:
