@@ -42,9 +42,10 @@ class BinaryStart:
 @dataclass(frozen=True, slots=True)
 class BinaryRows:
     """A piece of the section's binary COPY data (not cut at rows): the data of its chunks in one block of the
-    stream."""
+    stream; a view of the inflated block where one chunk holds it all (the usual case: the agent sends block-sized
+    chunks), which asyncpg copies into its CopyData message, so the block is not copied once more here."""
 
-    data: bytes
+    data: bytes | memoryview
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +132,11 @@ class SectionSplitter:
         return out
 
     def _pass_on(self, pieces: list[memoryview], out: list[SectionItem]) -> None:
-        """The open section's data gathered from `pieces` (one copy), as an item; `pieces` emptied."""
+        """The open section's data gathered from `pieces` (one copy, none for binary data in one piece), as an
+        item; `pieces` emptied."""
+        if len(pieces) == 1 and self._binary and self._statistics is None:
+            out.append(BinaryRows(pieces.pop()))  # a view of the immutable block: it lives as long as the item
+            return
         if pieces:
             data = pieces[0].tobytes() if len(pieces) == 1 else b"".join(pieces)
             for piece in pieces:

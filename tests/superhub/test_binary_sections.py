@@ -51,7 +51,7 @@ def _merged(items: Sequence[object]) -> list[object]:
     out: list[object] = []
     for item in items:
         if isinstance(item, BinaryRows | CopyRows) and out and type(out[-1]) is type(item):
-            out[-1] = type(item)(out[-1].data + item.data)
+            out[-1] = type(item)(bytes(out[-1].data) + bytes(item.data))
         else:
             out.append(item)
     return out
@@ -79,6 +79,20 @@ def test_a_blocks_chunks_reach_the_importer_as_one_item() -> None:
     a few KiB: an item each cost the sync more CPU than its bytes)."""
     whole = _items([PAYLOAD])
     assert whole == _merged(whole)
+
+
+def test_a_block_of_one_chunk_is_passed_on_without_a_copy() -> None:
+    """Where one chunk holds a block's data (the agent's block-sized chunks), the item is a view of the inflated
+    block itself, not a copy of it: asyncpg copies it into its message, and a block is 1 MiB."""
+    data = bytes(range(256)) * 16
+    block = BINARY + chunk(data)
+    splitter = SectionSplitter()
+    (start, rows) = splitter.feed(block)
+    assert isinstance(start, BinaryStart)
+    assert isinstance(rows, BinaryRows)
+    assert rows.data == data
+    assert isinstance(rows.data, memoryview)
+    assert rows.data.obj is block
 
 
 @pytest.mark.parametrize(
