@@ -81,18 +81,17 @@ def test_a_blocks_chunks_reach_the_importer_as_one_item() -> None:
     assert whole == _merged(whole)
 
 
-def test_a_block_of_one_chunk_is_passed_on_without_a_copy() -> None:
-    """Where one chunk holds a block's data (the agent's block-sized chunks), the item is a view of the inflated
-    block itself, not a copy of it: asyncpg copies it into its message, and a block is 1 MiB."""
-    data = bytes(range(256)) * 16
-    block = BINARY + chunk(data)
-    splitter = SectionSplitter()
-    (start, rows) = splitter.feed(block)
-    assert isinstance(start, BinaryStart)
-    assert isinstance(rows, BinaryRows)
-    assert rows.data == data
-    assert isinstance(rows.data, memoryview)
-    assert rows.data.obj is block
+def test_a_blocks_large_chunks_are_passed_on_without_a_copy() -> None:
+    """Large chunks' data (the agent's block-sized chunks: a block holds one, or the end of one and the start of the
+    next) become items that are views of the inflated block itself, not copies of it: asyncpg copies them into its
+    messages, and a block is 1 MiB. Small chunks around them are joined, in order."""
+    first, second = bytes(range(256)) * 512, bytes(range(255, -1, -1)) * 600
+    block = BINARY + chunk(b"ab") + chunk(first) + chunk(second) + chunk(b"cd")
+    items = SectionSplitter().feed(block)
+    assert isinstance(items[0], BinaryStart)
+    rows = [item.data for item in items[1:] if isinstance(item, BinaryRows)]
+    assert rows == [b"ab", first, second, b"cd"]
+    assert [isinstance(data, memoryview) and data.obj is block for data in rows] == [False, True, True, False]
 
 
 @pytest.mark.parametrize(
