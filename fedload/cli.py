@@ -18,7 +18,7 @@ from fedload.feeder.agent_options import add_arguments as add_agent_arguments
 from fedload.feeder.main import for_the_agent
 from fedload.feeder.ssh_command import add_arguments as add_ssh_command_arguments
 from fedload.log import LOG_FORMATS, configure_logging, journal_prefix, pick_level
-from fedload.startup import collector_paused, no_pydantic_plugins
+from fedload.startup import collector_paused, dump_buffers_reused, no_pydantic_plugins
 from transforms.cli import positive_int
 
 if TYPE_CHECKING:
@@ -104,6 +104,7 @@ def _add_agent_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
 
 
 def _run_sync(args: argparse.Namespace) -> int:
+    dump_buffers_reused()  # in this process and the workers it forks (fedload.startup)
     with collector_paused():  # imports and the configuration: nothing to collect (fedload.startup)
         from fedload.commands.sync import run_sync  # noqa: PLC0415 - asyncpg only where the superhub is used
 
@@ -113,6 +114,7 @@ def _run_sync(args: argparse.Namespace) -> int:
 
 
 def _run_daemon(args: argparse.Namespace) -> int:
+    dump_buffers_reused()  # in the daemon and the workers it forks (fedload.startup)
     from fedload.service.daemon import run_daemon  # noqa: PLC0415
 
     location, config = _located_config(args)

@@ -43,6 +43,7 @@ from fedload.service._pipe import (
     for_worker,
     frame,
 )
+from fedload.startup import dump_buffers_reused
 from fedload.stream import build_validators
 from fedload.superhub.bookkeeping import RunRecord
 from fedload.superhub.kept_sessions import close_kept, keep_sessions
@@ -211,6 +212,7 @@ def main(argv: list[str]) -> int:
     """`python -m fedload.service.worker FD LEVEL FORMAT [MODULE ...]`."""
     _leave_interrupts_to_the_parent()
     fd, level, log_format, preload = int(argv[0]), argv[1], argv[2], argv[3:]
+    dump_buffers_reused()  # a forked worker has its parent's setting (fedload.startup)
     configure_logging(level=level, log_format=log_format)
     for module in preload:
         importlib.import_module(module)

@@ -25,6 +25,9 @@ from transforms import CopyEnd, CopyRows, CopyStart, MetaCommand, Statement, Too
 __all__ = ["BinaryEnd", "BinaryRows", "BinaryStart", "SectionItem", "SectionSplitter", "UnchangedTable"]
 
 _MAX_HEAD_BYTES = 1 << 20
+# A piece of binary data at least this long goes on as a view of its block; shorter ones (psql's writes, a few KiB)
+# are joined with their neighbours: an item each would cost more than its bytes.
+_VIEW_BYTES = 1 << 16
 log = get_logger()
 
 
@@ -41,10 +44,12 @@ class BinaryStart:
 
 @dataclass(frozen=True, slots=True)
 class BinaryRows:
-    """A piece of the section's binary COPY data (not cut at rows): the data of its chunks in one block of the
-    stream."""
+    """A piece of the section's binary COPY data (not cut at rows), from one block of the stream: a chunk's data of
+    at least `_VIEW_BYTES` as a view of the inflated block (the usual case: the agent sends block-sized chunks, so a
+    block holds one or two), which asyncpg copies into its CopyData message, so it is not copied once more here;
+    shorter chunks' data joined."""
 
-    data: bytes
+    data: bytes | memoryview
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,13 +136,25 @@ class SectionSplitter:
         return out
 
     def _pass_on(self, pieces: list[memoryview], out: list[SectionItem]) -> None:
-        """The open section's data gathered from `pieces` (one copy), as an item; `pieces` emptied."""
-        if pieces:
-            data = pieces[0].tobytes() if len(pieces) == 1 else b"".join(pieces)
-            for piece in pieces:
-                piece.release()
-            pieces.clear()
-            self._data(data, out)
+        """The open section's data from `pieces` as items; `pieces` emptied. Binary data: each piece of at least
+        `_VIEW_BYTES` as a view of the immutable block (alive as long as its item: asyncpg copies it into its
+        CopyData message, so the block is not copied here), runs of shorter ones joined; a text or statistics
+        section's data joined into one (one copy)."""
+        if not (self._binary and self._statistics is None):
+            if pieces:
+                self._data(_joined(pieces), out)
+            return
+        short: list[memoryview] = []
+        for piece in pieces:
+            if len(piece) < _VIEW_BYTES:
+                short.append(piece)
+                continue
+            if short:
+                out.append(BinaryRows(_joined(short)))
+            out.append(BinaryRows(piece))
+        if short:
+            out.append(BinaryRows(_joined(short)))
+        pieces.clear()
 
     def close(self) -> list[SectionItem]:
         """Nothing more (DumpSplitter's `close` may have items); DumpError if the dump text ends inside a section."""
@@ -203,6 +220,15 @@ class SectionSplitter:
         log.info("import.text_fallback", feeder=self._feeder, table=str(table), reason=head["reason"])
         written = ", ".join(map(ident, columns)).encode()
         return CopyStart(b"", self._sections, 0, table.sql.encode(), written)
+
+
+def _joined(pieces: list[memoryview]) -> bytes:
+    """The pieces' bytes in one (one copy); the pieces released and `pieces` emptied."""
+    data = pieces[0].tobytes() if len(pieces) == 1 else b"".join(pieces)
+    for piece in pieces:
+        piece.release()
+    pieces.clear()
+    return data
 
 
 def _head(body: bytes) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import functools
 import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from typing import cast
 
 import asyncpg
 
@@ -396,7 +397,8 @@ class Importer:
                 staged.stage_name,
                 schema_name=STAGE_SCHEMA,
                 columns=staged.columns,
-                source=_binary_data(items, start),
+                # asyncpg takes any buffer per item (its CopyData message copies it); its stubs say bytes
+                source=cast("AsyncIterator[bytes]", _binary_data(items, start)),
                 format="binary",
                 freeze=True,
             )
@@ -646,7 +648,7 @@ async def _skip_copy(items: AsyncIterator[AnyItem]) -> None:
             return
 
 
-async def _binary_data(items: AsyncIterator[AnyItem], start: BinaryStart) -> AsyncIterator[bytes]:
+async def _binary_data(items: AsyncIterator[AnyItem], start: BinaryStart) -> AsyncIterator[bytes | memoryview]:
     """A binary section's data as it came, up to its end."""
     async for item in items:
         if isinstance(item, BinaryEnd):

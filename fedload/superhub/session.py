@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass, field
 
@@ -44,6 +45,11 @@ log = get_logger()
 # role set to off would read backslashes differently, so the session always sets it (startup options win).
 _SESSION_SETTINGS = {"standard_conforming_strings": "on"}
 _CLOSE_TIMEOUT_S = 10.0
+# A local superhub's socket (AF_UNIX) takes a block of COPY data (1 MiB, as one CopyData message) in one send: with
+# the default buffer (~200 KiB) asyncio sent a fifth, copied the rest into its transport's buffer and sent that in
+# four more turns of the event loop. The kernel caps it at net.core.wmem_max. A TCP socket keeps the kernel's
+# autotuning, which a fixed size would turn off.
+_LOCAL_SEND_BUFFER_BYTES = 4 << 20
 # The driver's client-side failures: misuse or a lost connection (InterfaceError), or a connection left in a state
 # the driver cannot go on from (InternalClientError: "another operation is in progress", a protocol error).
 _CLIENT_ERRORS = (asyncpg.InterfaceError, asyncpg.InternalClientError, ConnectionError)
@@ -69,11 +75,23 @@ async def connect_superhub(superhub: SuperhubTarget, purpose: str = "") -> async
     settings = {**_SESSION_SETTINGS, "application_name": application_name(purpose)}
     try:
         async with asyncio.timeout(superhub.connect_timeout_s):
-            return await asyncpg.connect(
+            conn = await asyncpg.connect(
                 superhub.dsn, command_timeout=superhub.statement_timeout_s, server_settings=settings
             )
     except (OSError, *_DRIVER_ERRORS) as exc:
         raise SuperhubError(f"cannot connect to the superhub: {exc or type(exc).__name__}") from exc
+    _larger_local_send_buffer(conn)
+    return conn
+
+
+def _larger_local_send_buffer(conn: asyncpg.Connection) -> None:
+    """A Unix socket's send buffer raised to `_LOCAL_SEND_BUFFER_BYTES` (or the kernel's cap); a TCP socket, or a
+    driver that does not show its transport, as it is."""
+    transport = getattr(conn, "_transport", None)  # asyncpg keeps its asyncio transport there
+    sock = transport.get_extra_info("socket") if isinstance(transport, asyncio.BaseTransport) else None
+    if sock is not None and sock.family == socket.AF_UNIX:
+        with contextlib.suppress(OSError):  # a socket that refuses keeps its buffer: only slower
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _LOCAL_SEND_BUFFER_BYTES)
 
 
 def application_name(purpose: str) -> str:

@@ -51,7 +51,7 @@ def _merged(items: Sequence[object]) -> list[object]:
     out: list[object] = []
     for item in items:
         if isinstance(item, BinaryRows | CopyRows) and out and type(out[-1]) is type(item):
-            out[-1] = type(item)(out[-1].data + item.data)
+            out[-1] = type(item)(bytes(out[-1].data) + bytes(item.data))
         else:
             out.append(item)
     return out
@@ -79,6 +79,19 @@ def test_a_blocks_chunks_reach_the_importer_as_one_item() -> None:
     a few KiB: an item each cost the sync more CPU than its bytes)."""
     whole = _items([PAYLOAD])
     assert whole == _merged(whole)
+
+
+def test_a_blocks_large_chunks_are_passed_on_without_a_copy() -> None:
+    """Large chunks' data (the agent's block-sized chunks: a block holds one, or the end of one and the start of the
+    next) become items that are views of the inflated block itself, not copies of it: asyncpg copies them into its
+    messages, and a block is 1 MiB. Small chunks around them are joined, in order."""
+    first, second = bytes(range(256)) * 512, bytes(range(255, -1, -1)) * 600
+    block = BINARY + chunk(b"ab") + chunk(first) + chunk(second) + chunk(b"cd")
+    items = SectionSplitter().feed(block)
+    assert isinstance(items[0], BinaryStart)
+    rows = [item.data for item in items[1:] if isinstance(item, BinaryRows)]
+    assert rows == [b"ab", first, second, b"cd"]
+    assert [isinstance(data, memoryview) and data.obj is block for data in rows] == [False, True, True, False]
 
 
 @pytest.mark.parametrize(
