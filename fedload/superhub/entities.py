@@ -56,6 +56,7 @@ __all__ = [
     "forget_displaced",
     "settle_entities",
     "stage_entities",
+    "staged_keys",
 ]
 
 log = get_logger()
@@ -126,6 +127,17 @@ async def stage_entities(conn: asyncpg.Connection, rule: EntityRule, tables: Seq
     row = await conn.fetchrow(query)
     assert row is not None  # an aggregate: one row
     return StagedEntities(newest_type, list(row[0]), list(row[1]))
+
+
+async def staged_keys(conn: asyncpg.Connection, rule: EntityRule, tables: Sequence[EntityTable]) -> list[str]:
+    """The distinct keys of the staging tables with the key column (none for a removal): the feeder's entities in
+    its new data, for the coordinator (`fedload.superhub.coordinated_entities`); no registry on the shard."""
+    key = ident(rule.key_column)
+    staged = [t.stage_sql for t in _applied(rule, tables) if t.stage_sql is not None]
+    if not staged:
+        return []
+    keys = " UNION ".join(f"SELECT {key}::text FROM {stage} WHERE {key} IS NOT NULL" for stage in staged)  # noqa: S608
+    return list(await conn.fetchval(f"SELECT coalesce(array_agg(entity), '{{}}') FROM ({keys}) AS k (entity)"))  # noqa: S608
 
 
 async def settle_entities(
