@@ -180,7 +180,6 @@ async def test_readers_of_the_coordinator_see_each_host_once_while_feeders_on_tw
                 assert shown_by(federation, "SHA=210") == ("2|2" if round_ % 2 == 0 else "1|1")
     assert all(seen.get(name) for name in ("statement", "repeatable read", "read committed")), seen.keys()
     wrong = {name: answers.count(False) for name, answers in seen.items() if not all(answers)}
-    print("READINGS", {n: (len(a), a.count(False)) for n, a in seen.items()})
     assert not wrong, f"readings that saw a host twice or nowhere: {wrong} of {({n: len(a) for n, a in seen.items()})}"
     assert coord_int(federation, SHOWN_TWICE) == 0
     assert coord_int(federation, "SELECT count(*) FROM fedload.entity_pending") == 0
