@@ -120,7 +120,7 @@ class DaemonMetricsService:
         for shard, feeders in config.by_shard(mine).items():  # one group, shard None, without shards
             try:
                 target = superhub_target(config, shard)
-                entities = config.superhub.entity_key is not None
+                entities = config.superhub.entity_key is not None and not config.shards  # shards: the coordinator's
                 self.metrics.apply_history(await self._read_states(target, feeders, entities=entities))
             except (FedloadError, OSError, TimeoutError) as exc:
                 errors.append(f"shard {shard}: {exc}" if shard else str(exc) or type(exc).__name__)

@@ -13,6 +13,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from fedload.commands.status import read_status
 from fedload.config import Config, SuperhubConfig, SwapMethod, parse_config
 from fedload.errors import ConfigError
 from fedload.results import Outcome
@@ -74,6 +75,8 @@ async def test_hosts_shown_once_across_shards_and_back_when_the_newest_feeder_is
     assert coord_sql(federation, displaced) == "hub1:200,hub2:100"
     assert shard_int(federation, "s2", "SELECT count(*) FROM hosts") == 200  # the shards keep every copy
     assert coord_sql(federation, "SELECT count(*) FROM fedload_all.\"public.hosts\"") == "600"
+    displaced_of = {s.feeder: s.displaced_entities for s in await read_status(config)}
+    assert displaced_of == {"hub1": 200, "hub2": 101, "hub3": 1}  # from the coordinator's registry
 
     entities = coordinated_entities(config)
     await drop_feeder(
