@@ -40,7 +40,8 @@ def entity_shards(fed: Federation, **superhub: Any) -> Config:
     """hub1, hub3 on s1 and hub2 on s2 with a coordinator, the entity rule on `hosts.seen`; runs in this process."""
     config = with_coordinator(fed, LAYOUT)
     settings = {"worker_processes": 0, "entity_key": "hostkey", "entity_newest": "public.hosts.seen"} | superhub
-    return config.model_copy(update={"superhub": SuperhubConfig.model_validate(config.superhub.model_dump() | settings)})
+    checked = SuperhubConfig.model_validate(config.superhub.model_dump() | settings)
+    return config.model_copy(update={"superhub": checked})
 
 
 def again(config: Config, **superhub: Any) -> Config:
@@ -74,7 +75,7 @@ async def test_hosts_shown_once_across_shards_and_back_when_the_newest_feeder_is
         SELECT fedload_feeder, count(*) AS n FROM fedload_displaced."public.hosts" GROUP BY 1) AS d"""
     assert coord_sql(federation, displaced) == "hub1:200,hub2:100"
     assert shard_int(federation, "s2", "SELECT count(*) FROM hosts") == 200  # the shards keep every copy
-    assert coord_sql(federation, "SELECT count(*) FROM fedload_all.\"public.hosts\"") == "600"
+    assert coord_sql(federation, 'SELECT count(*) FROM fedload_all."public.hosts"') == "600"
     displaced_of = {s.feeder: s.displaced_entities for s in await read_status(config)}
     assert displaced_of == {"hub1": 200, "hub2": 101, "hub3": 1}  # from the coordinator's registry
 
@@ -149,9 +150,10 @@ def gain_or_drop(fed: Federation, round_: int) -> None:
     and hub1's stale copies are the only ones again. Both feeders' shared hosts get a random `seen` every round."""
     if round_ % 2 == 0:
         sql = (
-            f"INSERT INTO hosts (hostkey, name, seen) SELECT 'SHA=' || n, 'moved', now() + interval '2 hours' "
+            "INSERT INTO hosts (hostkey, name, seen) SELECT 'SHA=' || n, 'moved', now() + interval '2 hours' "
             "FROM generate_series(201, 220) AS n;"
-            "INSERT INTO contexts SELECT 'SHA=' || n, 'new' || g FROM generate_series(201, 220) n, generate_series(1, 5) g"
+            "INSERT INTO contexts SELECT 'SHA=' || n, 'new' || g "
+            "FROM generate_series(201, 220) AS n, generate_series(1, 5) AS g"
         )
     else:
         sql = f"DELETE FROM contexts WHERE {MOVED}; DELETE FROM hosts WHERE {MOVED}"
@@ -183,7 +185,8 @@ async def test_readers_of_the_coordinator_see_each_host_once_while_feeders_on_tw
                 assert shown_by(federation, "SHA=210") == ("2|2" if round_ % 2 == 0 else "1|1")
     assert all(seen.get(name) for name in ("statement", "repeatable read", "read committed")), seen.keys()
     wrong = {name: answers.count(False) for name, answers in seen.items() if not all(answers)}
-    assert not wrong, f"readings that saw a host twice or nowhere: {wrong} of {({n: len(a) for n, a in seen.items()})}"
+    counts = {name: len(answers) for name, answers in seen.items()}
+    assert not wrong, f"readings that saw a host twice or nowhere: {wrong} of {counts}"
     assert coord_int(federation, SHOWN_TWICE) == 0
     assert coord_int(federation, "SELECT count(*) FROM fedload.entity_pending") == 0
 
@@ -198,4 +201,4 @@ def test_entity_rule_with_shards_needs_a_coordinator() -> None:
     with pytest.raises(ConfigError) as raised:
         parse_config(document)
     [line] = raised.value.problems
-    assert line.startswith("config: superhub.entity_key: with [shards], one entity, one feeder is kept on the coordinator")
+    assert line.startswith("config: superhub.entity_key: with [shards], one entity, one feeder is kept on the coord")
