@@ -15,8 +15,9 @@ import pytest
 
 from fedload.commands.status import read_status
 from fedload.config import Config, SuperhubConfig, SwapMethod, parse_config
-from fedload.errors import ConfigError
+from fedload.errors import ConfigError, SwapLockError
 from fedload.results import Outcome
+from fedload.superhub import swap
 from fedload.superhub.job import coordinated_entities, parents_spec, superhub_target, swap_policy
 from fedload.superhub.removal import drop_feeder
 from tests.support.federation import Federation, sync
@@ -193,6 +194,36 @@ async def test_readers_of_the_coordinator_see_each_host_once_while_feeders_on_tw
     assert not wrong, f"readings that saw a host twice or nowhere: {wrong} of {counts}"
     assert coord_int(federation, SHOWN_TWICE) == 0
     assert coord_int(federation, "SELECT count(*) FROM fedload.entity_pending") == 0
+
+
+async def test_a_swap_failing_after_its_prepare_leaves_its_feeder_pending_and_the_next_change_heals_it(
+    federation: Federation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """hub2 gains 20 hosts, newer, but its swap fails after the coordinator's prepare: the coordinator still shows
+    each host once (hub1's copies), hub2 is pending; the next changes (hub1's sync, the build beside it) settle it
+    from what hub2 still has; hub2's next sync shows the gained hosts."""
+    config = entity_shards(federation)
+    await synced(config)
+    gain_or_drop(federation, 0)
+
+    async def failed(*_: object) -> bool:
+        raise SwapLockError("the swap's locks never came (a test)")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(swap, "_polite", failed)
+        [run] = await sync(config, "hub2")
+    assert run.outcome is Outcome.FAILED
+    assert coord_sql(federation, "SELECT string_agg(feeder, ',') FROM fedload.entity_pending") == "hub2"
+    assert coord_sql(federation, CONSISTENT) == "t"
+    assert shown_by(federation, "SHA=210") == "1|1"
+
+    await synced(config, "hub1")
+    assert coord_int(federation, "SELECT count(*) FROM fedload.entity_pending") == 0
+    assert (
+        coord_int(federation, "SELECT count(*) FROM fedload.entity_copies WHERE feeder = 'hub2'") == 201
+    )  # SHA=0..200
+    await synced(config, "hub2")
+    assert (shown_by(federation, "SHA=210"), coord_sql(federation, CONSISTENT)) == ("2|2", "t")
 
 
 def test_entity_rule_with_shards_needs_a_coordinator() -> None:
