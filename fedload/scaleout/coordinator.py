@@ -35,7 +35,7 @@ from fedload.errors import ConfigError, FedloadError, SuperhubError
 from fedload.fdw_dsn import SERVER_OPTIONS, dsn_problems, fdw_options
 from fedload.log import get_logger
 from fedload.names import TableName
-from fedload.scaleout.entity_views import entity_rule, entity_views, local_parent, placed_parent
+from fedload.scaleout.entity_views import entity_rule, entity_views, local_parent, placed_parent, switch_prepared
 from fedload.scaleout.placement import Placement, place
 from fedload.scaleout.shard_side import (
     EXPORT_SCHEMA,
@@ -263,7 +263,7 @@ async def _build(
     await _drop_removed_servers(conn, config.shards)
     await _partitionwise(conn)
     if rule is not None:
-        await entity_views(conn, rule, list(parents.values()), config, changed=bool(report.attached or report.detached))
+        await entity_views(conn, rule, list(parents.values()), config)
     return unread | {shard for shard, state in shards.items() if state.views}, list(parents.values())
 
 
@@ -417,6 +417,8 @@ async def _partitions(
     reader sees a feeder missing or twice. The shards whose filter views a detached partition read."""
     changes: list[_Change] = []
     unread: set[str] = set()
+    read_before: dict[str, str] = {}  # feeder key (normal) -> the shard it is read from before the build
+    text = False
     for parent in parents:
         local = local_parent(parent, entity_rule(config))
         existing = {
@@ -424,6 +426,8 @@ async def _partitions(
             for name, server, bound, options in await conn.fetch(_EXISTING, local, FDW_SCHEMA)
         }
         text = text_key(parent, config.superhub.feeder_key)
+        for server, (_, bound, _) in existing.items():
+            read_before |= dict.fromkeys(bound_keys(bound, text=text) or (), server.removeprefix("fedload_"))
         for shard, reads in wanted.placement.reads.items():
             old = existing.pop(server_name(shard), None)
             keys = [config.feeders[n].key for n in reads.feeders]
@@ -444,10 +448,22 @@ async def _partitions(
             _Change(parent, local, server.removeprefix("fedload_"), name, None) for server, (name, _, _) in gone
         ]
     if changes:
+        if (rule := entity_rule(config)) is not None:
+            switched = _switched(config, wanted.placement, read_before, text=text)
+            await switch_prepared(conn, config, rule, parents, switched)
         changed = sorted({c.parent.table: c for c in changes}.values(), key=lambda c: str(c.parent.table))
         await _locked(conn, [(c.parent, c.local) for c in changed], SwapPolicy.from_config(config.superhub))
     await _apply(conn, changes, report)
     return unread
+
+
+def _switched(config: Config, placement: Placement, before: Mapping[str, str], *, text: bool) -> dict[str, str | None]:
+    """The feeders (keys as text) read from another shard after the build than before (None: from none);
+    `before`: the shard each key (`normal_key`) was read from."""
+    key = {name: normal_key(f.key, text=text) for name, f in config.feeders.items()}
+    after = {key[name]: shard for shard, reads in placement.reads.items() for name in reads.feeders}
+    written = {key[name]: str(f.key) for name, f in config.feeders.items()}
+    return {written.get(k, k): after.get(k) for k in set(before) | set(after) if before.get(k) != after.get(k)}
 
 
 def _relation(options: Sequence[str] | None) -> tuple[str, str]:

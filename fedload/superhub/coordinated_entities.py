@@ -60,7 +60,7 @@ __all__ = [
     "entity_lock",
     "entity_parents",
     "heal_pending",
-    "mark_pending",
+    "prepare_feeders",
     "registry_sql",
     "settle_feeder",
     "views_sql",
@@ -160,16 +160,17 @@ _OLDER = """
 SELECT coalesce(array_agg(l.virtualxid), '{}')
 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE l.locktype = 'virtualxid' AND l.granted AND l.mode = 'ExclusiveLock' AND l.pid <> pg_backend_pid()
+  AND l.pid IS DISTINCT FROM $1::int
   AND a.datid = (SELECT oid FROM pg_database WHERE datname = current_database())
 """
 _STILL = "SELECT count(*) FROM pg_locks WHERE locktype = 'virtualxid' AND granted AND virtualxid = ANY($1::text[])"
 
 
-async def wait_for_older(conn: asyncpg.Connection, wait_s: float, why: str) -> None:
+async def wait_for_older(conn: asyncpg.Connection, wait_s: float, why: str, *, but: int | None = None) -> None:
     """Wait until every transaction of the coordinator's database that was running at the call has ended (W1,
-    W2); SuperhubError after `wait_s`, naming `why`."""
+    W2), but backend `but`'s (a build waiting for its own switch); SuperhubError after `wait_s`, naming `why`."""
     started = time.monotonic()
-    older = await conn.fetchval(_OLDER)
+    older = await conn.fetchval(_OLDER, but)
     while older and await conn.fetchval(_STILL, older):
         if time.monotonic() - started > wait_s:
             raise SuperhubError(
@@ -294,15 +295,12 @@ async def settle_feeder(
     )
 
 
-async def mark_pending(conn: asyncpg.Connection, feeders: dict[str, str]) -> None:
-    """Note the feeders (name: key as text) pending: what the coordinator reads of them changes in the caller's
-    transaction (a coordinator build switching their shard), to be settled once it has committed."""
-    await conn.execute(
-        "INSERT INTO fedload.entity_pending (feeder, feeder_key) SELECT * FROM unnest($1::text[], $2::text[]) "
-        "ON CONFLICT (feeder) DO UPDATE SET feeder_key = excluded.feeder_key, since = now()",
-        list(feeders),
-        list(feeders.values()),
-    )
+async def prepare_feeders(conn: asyncpg.Connection, changes: Sequence[tuple[str, str, list[str]]]) -> None:
+    """P for each (feeder, key as text, its entities in its new data), in one transaction: a coordinator build
+    about to switch the shard or relation they are read from (their new data: what it will read)."""
+    async with conn.transaction():
+        for feeder, key, entities in changes:
+            await conn.execute(_PREPARE, feeder, key, entities)
 
 
 async def heal_pending(

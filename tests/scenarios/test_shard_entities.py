@@ -13,6 +13,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from fedload.commands.move import move_feeder
 from fedload.commands.status import read_status
 from fedload.config import Config, SuperhubConfig, SwapMethod, parse_config
 from fedload.errors import ConfigError, SwapLockError
@@ -21,7 +22,7 @@ from fedload.superhub import swap
 from fedload.superhub.job import coordinated_entities, parents_spec, superhub_target, swap_policy
 from fedload.superhub.removal import drop_feeder
 from tests.support.federation import Federation, sync
-from tests.support.shards import coord_int, coord_sql, shard_int, with_coordinator
+from tests.support.shards import config_file, coord_int, coord_sql, shard_int, with_coordinator
 
 LAYOUT = {"s1": ["hub1", "hub3"], "s2": ["hub2"]}
 SHOWN_TWICE = """
@@ -224,6 +225,24 @@ async def test_a_swap_failing_after_its_prepare_leaves_its_feeder_pending_and_th
     )  # SHA=0..200
     await synced(config, "hub2")
     assert (shown_by(federation, "SHA=210"), coord_sql(federation, CONSISTENT)) == ("2|2", "t")
+
+
+async def test_a_feeder_moved_to_another_shard_with_new_hosts_is_seen_once_throughout(federation: Federation) -> None:
+    """hub2 gains 20 of hub1's hosts (newer) and is then moved from s2 to s1 (`feeder move`, which loads it there
+    and switches the coordinator): readers of the coordinator see every host once throughout, and hub2 shows the
+    gained hosts afterwards."""
+    config = entity_shards(federation)
+    await synced(config)
+    gain_or_drop(federation, 0)
+    path = config_file(federation, config)
+    seen: dict[str, list[bool]] = {}
+    async with readers(federation.cluster.dsn(f"{federation.superhub}_coord"), seen, READERS):
+        assert await asyncio.to_thread(move_feeder, config, path, "hub2", "s1") == 0
+    wrong = {name: answers.count(False) for name, answers in seen.items() if not all(answers)}
+    counts = {name: len(answers) for name, answers in seen.items()}
+    assert not wrong, f"readings that saw a host twice or nowhere: {wrong} of {counts}"
+    assert (shown_by(federation, "SHA=210"), coord_sql(federation, CONSISTENT)) == ("2|2", "t")
+    assert coord_int(federation, "SELECT count(*) FROM fedload.entity_pending") == 0
 
 
 def test_entity_rule_with_shards_needs_a_coordinator() -> None:
