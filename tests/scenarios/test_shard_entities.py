@@ -18,6 +18,8 @@ from fedload.commands.status import read_status
 from fedload.config import Config, SuperhubConfig, SwapMethod, parse_config
 from fedload.errors import ConfigError, SwapLockError
 from fedload.results import Outcome
+from fedload.service.daemon_metrics import coordinator_displaced
+from fedload.service.metrics import DaemonMetrics
 from fedload.superhub import swap
 from fedload.superhub.job import coordinated_entities, parents_spec, superhub_target, swap_policy
 from fedload.superhub.removal import drop_feeder
@@ -80,6 +82,10 @@ async def test_hosts_shown_once_across_shards_and_back_when_the_newest_feeder_is
     assert coord_sql(federation, 'SELECT count(*) FROM fedload_all."public.hosts"') == "600"
     displaced_of = {s.feeder: s.displaced_entities for s in await read_status(config)}
     assert displaced_of == {"hub1": 200, "hub2": 101, "hub3": 1}  # from the coordinator's registry
+    metrics = DaemonMetrics()
+    metrics.set_displaced(await coordinator_displaced(config) or {})
+    gauge = "fedload_feeder_displaced_entities"
+    assert {f: metrics.registry.get_sample_value(gauge, {"feeder": f}) for f in displaced_of} == displaced_of
 
     entities = coordinated_entities(config)
     await drop_feeder(
