@@ -14,6 +14,9 @@ fedload builds it (idempotent) beside the runs of `sync` and `daemon` when `[coo
   parent itself, or a filter view on the shard while it holds feeders not read from it (`shard_side`); a shard
   whose bound or relation changed gets a new foreign partition, and every old one is detached and every new one
   attached in one transaction, so a reader sees each feeder exactly once;
+- with `superhub.entity_key` (`entity_views`): the parents with the key column under `fedload_all`, views hiding
+  the copies not at home in their place, the registry; the build holds the entity lock, and a switch of the
+  shard a feeder is read from is a change of its data (docs/entities.md, "Across shards");
 - `ALTER DATABASE ... SET enable_partitionwise_aggregate = on` (if not set yet, and the role owns the database):
   aggregates grouped by the key run on the shards.
 
