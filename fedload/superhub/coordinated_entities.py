@@ -47,7 +47,7 @@ from fedload.errors import SuperhubError
 from fedload.log import get_logger
 from fedload.names import TableName
 from fedload.superhub.bookkeeping.locks import LOCK_CLASS
-from fedload.superhub.entities import DISPLACED_SCHEMA, EntityRule, EntityTable, staged_keys
+from fedload.superhub.entities import DISPLACED_SCHEMA, EntityRule, EntityTable, copies_written_sql, staged_keys
 from fedload.superhub.schema import ParentTable, ident, qualified
 from fedload.superhub.session import SuperhubTarget, superhub_session
 
@@ -243,6 +243,7 @@ def _literal(text: str) -> str:
 # R: $1 the feeder, $2 its key as text; `read` its entities now. F's copies replaced by those it has, each touched
 # entity's home decided (newest first, NULLs last, then the name in byte order), every other copy hidden (since
 # when it first was), F no longer pending. Returns how many entities it touched and how many of F's are hidden.
+_COPIES = copies_written_sql("read", "winner", "feeder")
 _SETTLE = """
 WITH read AS ({read}), touched AS (
   SELECT entity FROM read UNION SELECT entity FROM fedload.entity_copies WHERE feeder = $1::text
@@ -255,21 +256,7 @@ WITH read AS ({read}), touched AS (
     WHERE c.feeder <> $1::text
     UNION ALL SELECT entity, $1::text, newest FROM read) AS k
   ORDER BY k.entity, k.newest DESC NULLS LAST, k.feeder COLLATE "C"
-), copied AS (
-  INSERT INTO fedload.entity_copies AS c (feeder, entity, feeder_key, newest, displaced_since)
-  SELECT $1::text, r.entity, $2::text, r.newest, CASE WHEN w.feeder = $1::text THEN NULL ELSE now() END
-  FROM read r JOIN winner w USING (entity)
-  ON CONFLICT (feeder, entity) DO UPDATE SET newest = excluded.newest, feeder_key = excluded.feeder_key,
-    displaced_since = CASE WHEN excluded.displaced_since IS NOT NULL
-                           THEN coalesce(c.displaced_since, excluded.displaced_since) END
-  WHERE (c.newest, c.feeder_key, c.displaced_since IS NULL)
-        IS DISTINCT FROM (excluded.newest, excluded.feeder_key, excluded.displaced_since IS NULL)
-), others AS (
-  UPDATE fedload.entity_copies c
-  SET displaced_since = CASE WHEN c.feeder = w.feeder THEN NULL ELSE coalesce(c.displaced_since, now()) END
-  FROM winner w
-  WHERE c.entity = w.entity AND c.feeder <> $1::text AND (c.feeder = w.feeder) = (c.displaced_since IS NOT NULL)
-), settled AS (
+), {copies}), settled AS (
   DELETE FROM fedload.entity_pending WHERE feeder = $1::text
 )
 SELECT (SELECT count(*) FROM touched),
@@ -284,7 +271,7 @@ async def settle_feeder(
     (its own transaction, or the caller's)."""
     started = time.monotonic()
     read = _read_sql(rule, entity_parents(rule, parents), key)
-    row = await conn.fetchrow(_SETTLE.format(read=read), feeder, key)
+    row = await conn.fetchrow(_SETTLE.format(read=read, copies=_COPIES), feeder, key)
     assert row is not None  # scalar subqueries: one row
     log.debug(
         "entities.settled",

@@ -51,6 +51,7 @@ __all__ = [
     "EntityTable",
     "StagedEntities",
     "check_entity_rule",
+    "copies_written_sql",
     "displaced_counts",
     "displaced_table",
     "forget_displaced",
@@ -371,21 +372,7 @@ WITH mine AS (
 ), forgotten AS (
   DELETE FROM fedload.entity_copies c WHERE c.feeder = $1::text
     AND NOT EXISTS (SELECT FROM mine m WHERE m.entity = c.entity)
-), copied AS (
-  INSERT INTO fedload.entity_copies AS c (feeder, entity, feeder_key, newest, displaced_since)
-  SELECT $1::text, m.entity, $2::text, m.newest, CASE WHEN d.new_home = $1::text THEN NULL ELSE now() END
-  FROM mine m JOIN decided d USING (entity)
-  ON CONFLICT (feeder, entity) DO UPDATE SET newest = excluded.newest, feeder_key = excluded.feeder_key,
-    displaced_since = CASE WHEN excluded.displaced_since IS NOT NULL
-                           THEN coalesce(c.displaced_since, excluded.displaced_since) END
-  WHERE (c.newest, c.feeder_key, c.displaced_since IS NULL)
-        IS DISTINCT FROM (excluded.newest, excluded.feeder_key, excluded.displaced_since IS NULL)
-), others AS (
-  UPDATE fedload.entity_copies c
-  SET displaced_since = CASE WHEN c.feeder = d.new_home THEN NULL ELSE coalesce(c.displaced_since, now()) END
-  FROM decided d
-  WHERE c.entity = d.entity AND c.feeder <> $1::text AND (c.feeder = d.new_home) = (c.displaced_since IS NOT NULL)
-), homeless AS (
+), {copies_written_sql("mine", "decided", "new_home")}), homeless AS (
   DELETE FROM fedload.entity_homes h USING decided d WHERE h.entity = d.entity AND d.new_home IS NULL
 ), homed AS (
   UPDATE fedload.entity_homes h SET feeder = d.new_home, feeder_key = d.new_key, newest = d.newest
@@ -402,6 +389,28 @@ SELECT count(*),
   coalesce(array_agg(new_home) FILTER (WHERE new_home <> $1::text AND old_home IS DISTINCT FROM new_home), '{{}}')
 FROM decided
 """  # noqa: S608 - a type name from the catalog
+
+
+def copies_written_sql(rows: str, decided: str, home: str) -> str:
+    """Two CTEs of a decision statement (the single superhub's and the coordinator's): `copied` writes feeder $1's
+    (key $2) copies from `rows` (entity, newest) joined to `decided` (entity, and the home feeder in column `home`),
+    each displaced since when it first was, rewritten only where it changed; `others` stamps the other feeders'
+    copies of those entities displaced since now, or home again. The caller closes the last CTE."""
+    return f"""copied AS (
+  INSERT INTO fedload.entity_copies AS c (feeder, entity, feeder_key, newest, displaced_since)
+  SELECT $1::text, m.entity, $2::text, m.newest, CASE WHEN d.{home} = $1::text THEN NULL ELSE now() END
+  FROM {rows} m JOIN {decided} d USING (entity)
+  ON CONFLICT (feeder, entity) DO UPDATE SET newest = excluded.newest, feeder_key = excluded.feeder_key,
+    displaced_since = CASE WHEN excluded.displaced_since IS NOT NULL
+                           THEN coalesce(c.displaced_since, excluded.displaced_since) END
+  WHERE (c.newest, c.feeder_key, c.displaced_since IS NULL)
+        IS DISTINCT FROM (excluded.newest, excluded.feeder_key, excluded.displaced_since IS NULL)
+), others AS (
+  UPDATE fedload.entity_copies c
+  SET displaced_since = CASE WHEN c.feeder = d.{home} THEN NULL ELSE coalesce(c.displaced_since, now()) END
+  FROM {decided} d
+  WHERE c.entity = d.entity AND c.feeder <> $1::text AND (c.feeder = d.{home}) = (c.displaced_since IS NOT NULL)
+"""  # noqa: S608 - our own names; the caller closes the last CTE
 
 
 @dataclass(frozen=True, slots=True)

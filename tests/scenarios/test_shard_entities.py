@@ -23,21 +23,11 @@ from fedload.service.metrics import DaemonMetrics
 from fedload.superhub import swap
 from fedload.superhub.job import coordinated_entities, parents_spec, superhub_target, swap_policy
 from fedload.superhub.removal import drop_feeder
+from tests.superhub.test_entities import CONSISTENT, SHOWN_TWICE  # the same checks as on one superhub
 from tests.support.federation import Federation, sync
 from tests.support.shards import config_file, coord_int, coord_sql, shard_int, with_coordinator
 
 LAYOUT = {"s1": ["hub1", "hub3"], "s2": ["hub2"]}
-SHOWN_TWICE = """
-SELECT count(*) FROM (
-    SELECT hostkey FROM (SELECT hostkey, hub_id FROM hosts UNION SELECT hostkey, hub_id FROM contexts) AS u
-    GROUP BY hostkey HAVING count(DISTINCT hub_id) > 1) AS twice
-"""
-# One statement: every host once in hosts (SHA=1..300), every entity (SHA=0..300) shown, each under one feeder.
-CONSISTENT = f"""
-SELECT (SELECT count(*) FROM hosts) = 300 AND (SELECT count(DISTINCT hostkey) FROM hosts) = 300
-   AND (SELECT count(DISTINCT hostkey) FROM (SELECT hostkey FROM hosts UNION SELECT hostkey FROM contexts) u) = 301
-   AND ({SHOWN_TWICE}) = 0
-"""
 
 
 def entity_shards(fed: Federation, **superhub: Any) -> Config:
