@@ -371,6 +371,10 @@ def _shard_problems(config: Config) -> list[tuple[tuple[str, ...], str]]:
     found = []
     if config.superhub.dsn:
         found.append((("superhub", "dsn"), "with [shards], each shard's dsn says where its feeders load: remove it"))
+    if config.superhub.entity_key is not None and config.coordinator is None:
+        found.append(
+            (("superhub", "entity_key"), "with [shards], one entity, one feeder is kept on the coordinator: add one")
+        )
     for name, feeder in config.feeders.items():
         if feeder.shard is None:
             found.append(

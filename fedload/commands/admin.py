@@ -19,10 +19,9 @@ from fedload.errors import SuperhubError, UsageError
 from fedload.log import get_logger
 from fedload.names import TableName, TablePattern
 from fedload.superhub.bookkeeping import count_runs, ensure_superhub, known_feeders
-from fedload.superhub.job import parents_spec, superhub_target
+from fedload.superhub.job import coordinated_entities, parents_spec, superhub_target, swap_policy
 from fedload.superhub.removal import FeederBusyError, drop_feeder, partition_rows
 from fedload.superhub.session import superhub_session
-from fedload.superhub.swap import SwapPolicy
 
 __all__ = ["RemovalPlan", "remove_feeder"]
 
@@ -136,7 +135,9 @@ async def _dropped(
     when it gives up, SuperhubError in one line: nothing removed, where the feeder is, what to run to finish."""
     superhub, parents, key = superhub_target(config, shard), parents_spec(config), _key(config, name)
     try:
-        return await drop_feeder(superhub, parents, name, key, only, policy=SwapPolicy.from_config(config.superhub))
+        return await drop_feeder(
+            superhub, parents, name, key, only, policy=swap_policy(config), coordinated=coordinated_entities(config)
+        )
     except (FeederBusyError, SuperhubError) as exc:
         where = "the superhub" if shard is None else f"shard {shard}"
         raise SuperhubError(

@@ -39,11 +39,10 @@ from fedload.results import FeederRun, Outcome
 from fedload.scaleout.coordinator import CoordinatorReport, build_coordinator, moving_feeders
 from fedload.scaleout.shard_side import read_shard
 from fedload.superhub.bookkeeping import Pause, ensure_superhub, forget_move, read_pause, write_pause
-from fedload.superhub.job import feeder_job, parents_spec, superhub_target
+from fedload.superhub.job import feeder_job, parents_spec, superhub_target, swap_policy
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.removal import BUSY_WAIT_S, FeederBusyError, drop_feeder
 from fedload.superhub.session import superhub_session
-from fedload.superhub.swap import SwapPolicy
 
 __all__ = ["MoveError", "move_feeder"]
 
@@ -247,7 +246,7 @@ async def _remove_from(move: _Move, shard: str) -> None:
             move.name,
             move.before.feeders[move.name].key,
             moved_to=move.to,
-            policy=SwapPolicy.from_config(move.before.superhub),
+            policy=swap_policy(move.before),  # the coordinator reads it from the new shard already: no entity change
             busy_wait_s=_BUSY_WAIT_S,
         )
     except FeederBusyError:

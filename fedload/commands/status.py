@@ -19,7 +19,7 @@ from fedload.errors import ErrorKind, FedloadError
 from fedload.log import get_logger
 from fedload.superhub.bookkeeping import FeederStatus, ensure_superhub, read_feeder_statuses
 from fedload.superhub.entities import displaced_counts
-from fedload.superhub.job import superhub_target
+from fedload.superhub.job import coordinator_target, superhub_target
 from fedload.superhub.session import SuperhubTarget, superhub_session
 
 __all__ = ["read_status", "run_status"]
@@ -37,11 +37,24 @@ async def read_status(config: Config) -> list[FeederStatus]:
     for shard in config.shards:
         names = config.by_shard().get(shard, [])
         try:
-            statuses += await _read_status(superhub_target(config, shard), names, shard, stale_after_s, entities)
+            statuses += await _read_status(superhub_target(config, shard), names, shard, stale_after_s, entities=False)
         except FedloadError as exc:  # the other shards' feeders are still shown; this one's say why they are not
             log.warning("status.shard_unreachable", shard=shard, error=str(exc))
             statuses += [_unreachable(name, shard, exc) for name in names]
-    return _one_per_feeder(statuses)
+    statuses = _one_per_feeder(statuses)
+    return await _coordinator_counts(config, statuses) if entities else statuses
+
+
+async def _coordinator_counts(config: Config, statuses: list[FeederStatus]) -> list[FeederStatus]:
+    """With shards the coordinator keeps the entity registry: each feeder's displaced entities read there (None,
+    with a warning, when it cannot be read)."""
+    try:
+        async with superhub_session(coordinator_target(config), "status") as conn:
+            counts: dict[str, int] | None = await displaced_counts(conn)
+    except FedloadError as exc:
+        log.warning("status.coordinator_unreachable", error=str(exc))
+        counts = None
+    return [replace(s, displaced_entities=None if counts is None else counts.get(s.feeder, 0)) for s in statuses]
 
 
 def _one_per_feeder(statuses: list[FeederStatus]) -> list[FeederStatus]:

@@ -14,6 +14,9 @@ fedload builds it (idempotent) beside the runs of `sync` and `daemon` when `[coo
   parent itself, or a filter view on the shard while it holds feeders not read from it (`shard_side`); a shard
   whose bound or relation changed gets a new foreign partition, and every old one is detached and every new one
   attached in one transaction, so a reader sees each feeder exactly once;
+- with `superhub.entity_key` (`entity_views`): the parents with the key column under `fedload_all`, views hiding
+  the copies not at home in their place, the registry; the build holds the entity lock, and a switch of the
+  shard a feeder is read from is a change of its data (docs/entities.md, "Across shards");
 - `ALTER DATABASE ... SET enable_partitionwise_aggregate = on` (if not set yet, and the role owns the database):
   aggregates grouped by the key run on the shards.
 
@@ -35,6 +38,7 @@ from fedload.errors import ConfigError, FedloadError, SuperhubError
 from fedload.fdw_dsn import SERVER_OPTIONS, dsn_problems, fdw_options
 from fedload.log import get_logger
 from fedload.names import TableName
+from fedload.scaleout.entity_views import entity_rule, entity_views, local_parent, placed_parent, switch_prepared
 from fedload.scaleout.placement import Placement, place
 from fedload.scaleout.shard_side import (
     EXPORT_SCHEMA,
@@ -48,7 +52,9 @@ from fedload.scaleout.shard_side import (
     read_shard,
     text_key,
 )
-from fedload.superhub.job import coordinator_target, superhub_targets
+from fedload.superhub.coordinated_entities import ALL_ROWS_SCHEMA, CoordinatedEntities, entity_lock, heal_pending
+from fedload.superhub.entities import EntityRule
+from fedload.superhub.job import coordinated_entities, coordinator_target, superhub_targets
 from fedload.superhub.schema import Column, ParentTable, ident, qualified
 from fedload.superhub.session import SuperhubTarget, superhub_session
 from fedload.superhub.swap import LocksNotTaken, SwapPolicy, local_lock_timeout, tried_politely
@@ -180,7 +186,11 @@ async def build_coordinator(
     if coordinator is None:
         raise ConfigError("there is no [coordinator] section")
     report = CoordinatorReport()
-    async with superhub_session(coordinator_target(config), "coordinator") as conn:
+    entities = coordinated_entities(config)
+    async with (
+        superhub_session(coordinator_target(config), "coordinator") as conn,
+        _entity_lock(conn, entities),
+    ):
         transaction = conn.transaction()
         await transaction.start()
         try:
@@ -189,7 +199,7 @@ async def build_coordinator(
                 log.info("coordinator.build_deferred", reason="a feeder move holds the coordinator")
                 report.deferred = True
             else:
-                unread = await _build(conn, config, coordinator, report, moving=moving)
+                unread, parents = await _build(conn, config, coordinator, report, moving=moving)
                 report.superseded = current is not None and not current()
         except BaseException:
             await asyncio.shield(_rolled_back(transaction))
@@ -200,10 +210,23 @@ async def build_coordinator(
                 log.info("coordinator.build_superseded", reason="a newer configuration was loaded meanwhile")
             return CoordinatorReport(deferred=report.deferred, superseded=report.superseded)
         await transaction.commit()
+        if entities is not None:
+            await heal_pending(conn, entities.rule, parents, entities.max_wait_s)
         await _drop_unread_views(conn, superhub_targets(config), unread)
     if report.created or report.attached or report.detached:
         log.info("coordinator.built", created=report.created, attached=report.attached, detached=report.detached)
     return report
+
+
+@contextlib.asynccontextmanager
+async def _entity_lock(conn: asyncpg.Connection, entities: CoordinatedEntities | None) -> AsyncIterator[None]:
+    """With the entity rule kept here: the entity lock for the build (which may change what the coordinator reads
+    of the feeders, and settles them), waited for as the builders' lock is; nothing without the rule."""
+    if entities is None:
+        yield
+        return
+    async with entity_lock(conn, _BUILDERS_WAIT_S):
+        yield
 
 
 async def _rolled_back(transaction: asyncpg.transaction.Transaction) -> None:
@@ -219,10 +242,10 @@ async def _build(
     report: CoordinatorReport,
     *,
     moving: bool = False,
-) -> set[str]:
+) -> tuple[set[str], list[ParentTable]]:
     """The build's steps, in the caller's transaction under the builders' lock; the shards with filter views,
-    some perhaps no longer read (to be dropped once this transaction has committed). `_builders_lock` has set
-    the transaction's lock_timeout."""
+    some perhaps no longer read (to be dropped once this transaction has committed), and the parents.
+    `_builders_lock` has set the transaction's lock_timeout."""
     parents, shards = await _read_shards(config)
     held = {shard: state.held for shard, state in shards.items()}
     placement = place(config, held, {shard: state.unknown for shard, state in shards.items()})
@@ -236,12 +259,15 @@ async def _build(
     for shard, settings in config.shards.items():
         await _server(conn, shard, settings.dsn, coordinator)
     await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {ident(FDW_SCHEMA)}")
+    rule = entity_rule(config)
     for parent in parents.values():
-        await _parent(conn, parent, config.superhub.feeder_key, report)
+        await _parent(conn, parent, config.superhub.feeder_key, report, rule)
     unread = await _partitions(conn, list(parents.values()), config, _Wanted(placement, views), report)
     await _drop_removed_servers(conn, config.shards)
     await _partitionwise(conn)
-    return unread | {shard for shard, state in shards.items() if state.views}
+    if rule is not None:
+        await entity_views(conn, rule, list(parents.values()), config)
+    return unread | {shard for shard, state in shards.items() if state.views}, list(parents.values())
 
 
 async def _read_shards(config: Config) -> tuple[dict[TableName, ParentTable], dict[str, ShardState]]:
@@ -347,13 +373,19 @@ def _parsed(options: Sequence[str] | None) -> dict[str, str]:
     return dict(option.split("=", 1) for option in options or ())
 
 
-async def _parent(conn: asyncpg.Connection, parent: ParentTable, feeder_key: str, report: CoordinatorReport) -> None:
-    """The coordinator's partitioned parent of `parent` (by `feeder_key`), with its columns, if missing."""
-    if await conn.fetchval("SELECT to_regclass($1)", parent.sql_name) is not None:
+async def _parent(
+    conn: asyncpg.Connection, parent: ParentTable, feeder_key: str, report: CoordinatorReport, rule: EntityRule | None
+) -> None:
+    """The coordinator's partitioned parent of `parent` (by `feeder_key`), with its columns, if missing; with the
+    entity rule, under `fedload_all` where `parent` has the key column (`fedload.scaleout.entity_views` moves it
+    there or back when the rule is turned on or off)."""
+    if await placed_parent(conn, parent, rule):
         return
+    local = local_parent(parent, rule)
     await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {ident(parent.table.schema)}")
+    await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {ident(ALL_ROWS_SCHEMA)}")
     key = ident(feeder_key)
-    await conn.execute(f"CREATE TABLE {parent.sql_name} ({_column_list(parent)}) PARTITION BY LIST ({key})")
+    await conn.execute(f"CREATE TABLE {local} ({_column_list(parent)}) PARTITION BY LIST ({key})")
     report.created.append(str(parent.table))
 
 
@@ -374,6 +406,7 @@ class _Wanted:
 @dataclass(frozen=True, slots=True)
 class _Change:
     parent: ParentTable
+    local: str  # the coordinator's partitioned parent (SQL name)
     shard: str
     old: str | None  # the partition to detach and drop, if any
     bound: str | None  # the new bound to attach under the stable name, None when nothing is read from the shard
@@ -387,12 +420,17 @@ async def _partitions(
     reader sees a feeder missing or twice. The shards whose filter views a detached partition read."""
     changes: list[_Change] = []
     unread: set[str] = set()
+    read_before: dict[str, str] = {}  # feeder key (normal) -> the shard it is read from before the build
+    text = False
     for parent in parents:
+        local = local_parent(parent, entity_rule(config))
         existing = {
             server: (name, bound, _relation(options))
-            for name, server, bound, options in await conn.fetch(_EXISTING, parent.sql_name, FDW_SCHEMA)
+            for name, server, bound, options in await conn.fetch(_EXISTING, local, FDW_SCHEMA)
         }
         text = text_key(parent, config.superhub.feeder_key)
+        for server, (_, bound, _) in existing.items():
+            read_before |= dict.fromkeys(bound_keys(bound, text=text) or (), server.removeprefix("fedload_"))
         for shard, reads in wanted.placement.reads.items():
             old = existing.pop(server_name(shard), None)
             keys = [config.feeders[n].key for n in reads.feeders]
@@ -405,16 +443,30 @@ async def _partitions(
                 continue
             if relation is not None:
                 await _create_foreign(conn, parent, shard, relation)
-            changes.append(_Change(parent, shard, None if old is None else old[0], bound))
+            changes.append(_Change(parent, local, shard, None if old is None else old[0], bound))
             if old is not None and old[2][0] == EXPORT_SCHEMA:
                 unread.add(shard)
         gone = existing.items()  # servers of shards no longer configured
-        changes += [_Change(parent, server.removeprefix("fedload_"), name, None) for server, (name, _, _) in gone]
+        changes += [
+            _Change(parent, local, server.removeprefix("fedload_"), name, None) for server, (name, _, _) in gone
+        ]
     if changes:
-        changed = sorted({c.parent.table: c.parent for c in changes}.values(), key=lambda p: str(p.table))
-        await _locked(conn, changed, SwapPolicy.from_config(config.superhub))
+        if (rule := entity_rule(config)) is not None:
+            switched = _switched(config, wanted.placement, read_before, text=text)
+            await switch_prepared(conn, config, rule, parents, switched)
+        changed = sorted({c.parent.table: c for c in changes}.values(), key=lambda c: str(c.parent.table))
+        await _locked(conn, [(c.parent, c.local) for c in changed], SwapPolicy.from_config(config.superhub))
     await _apply(conn, changes, report)
     return unread
+
+
+def _switched(config: Config, placement: Placement, before: Mapping[str, str], *, text: bool) -> dict[str, str | None]:
+    """The feeders (keys as text) read from another shard after the build than before (None: from none);
+    `before`: the shard each key (`normal_key`) was read from."""
+    key = {name: normal_key(f.key, text=text) for name, f in config.feeders.items()}
+    after = {key[name]: shard for shard, reads in placement.reads.items() for name in reads.feeders}
+    written = {key[name]: str(f.key) for name, f in config.feeders.items()}
+    return {written.get(k, k): after.get(k) for k in set(before) | set(after) if before.get(k) != after.get(k)}
 
 
 def _relation(options: Sequence[str] | None) -> tuple[str, str]:
@@ -427,13 +479,13 @@ async def _apply(conn: asyncpg.Connection, changes: Sequence[_Change], report: C
     for change in changes:
         if change.old is not None:
             detached = qualified(FDW_SCHEMA, change.old)
-            await conn.execute(f"ALTER TABLE {change.parent.sql_name} DETACH PARTITION {detached}")
+            await conn.execute(f"ALTER TABLE {change.local} DETACH PARTITION {detached}")
             await conn.execute(f"DROP FOREIGN TABLE {detached}")
             report.detached.append(f"{change.parent.table}@{change.shard}")
     for change in changes:
         if change.bound is not None:
             new = qualified(FDW_SCHEMA, foreign_partition_name(change.parent.table, change.shard, new=True))
-            await conn.execute(f"ALTER TABLE {change.parent.sql_name} ATTACH PARTITION {new} {change.bound}")
+            await conn.execute(f"ALTER TABLE {change.local} ATTACH PARTITION {new} {change.bound}")
             stable = foreign_partition_name(change.parent.table, change.shard)
             await conn.execute(f"ALTER FOREIGN TABLE {new} RENAME TO {ident(stable)}")
             report.attached.append(f"{change.parent.table}@{change.shard}")
@@ -499,7 +551,7 @@ async def _drop_unread_views(
         log.warning("coordinator.views_not_dropped", shards=shards, error=str(exc))
 
 
-async def _locked(conn: asyncpg.Connection, parents: Sequence[ParentTable], swap: SwapPolicy) -> None:
+async def _locked(conn: asyncpg.Connection, parents: Sequence[tuple[ParentTable, str]], swap: SwapPolicy) -> None:
     """ACCESS EXCLUSIVE on the parents whose partitions change (DETACH takes it), by short polite tries as a swap
     does (`swap_lock_timeout_s`, for up to `swap_max_wait_s`): a try never makes reports queue behind it for long.
     SuperhubError when the locks did not come."""
@@ -507,14 +559,14 @@ async def _locked(conn: asyncpg.Connection, parents: Sequence[ParentTable], swap
     async def attempt(_: int) -> None:
         async with conn.transaction():
             await local_lock_timeout(conn, swap.lock_timeout_s)
-            await conn.execute(f"LOCK TABLE {', '.join(p.sql_name for p in parents)} IN ACCESS EXCLUSIVE MODE")
+            await conn.execute(f"LOCK TABLE {', '.join(local for _, local in parents)} IN ACCESS EXCLUSIVE MODE")
             await conn.execute(_LOCK_TIMEOUT)
 
     try:
         await tried_politely(attempt, deadline=time.monotonic() + swap.max_wait_s)
     except LocksNotTaken:
         raise SuperhubError(
-            f"the coordinator's reports held {', '.join(str(p.table) for p in parents)} for swap_max_wait_s = "
+            f"the coordinator's reports held {', '.join(str(p.table) for p, _ in parents)} for swap_max_wait_s = "
             f"{swap.max_wait_s:g}: the feeder lists of the shards were not changed"
         ) from None
 

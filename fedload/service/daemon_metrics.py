@@ -29,8 +29,8 @@ from fedload.service.workers import WorkerPool
 from fedload.superhub.bookkeeping import FeederState, read_feeder_states
 from fedload.superhub.bookkeeping.connection import ShardHistories
 from fedload.superhub.entities import displaced_counts
-from fedload.superhub.job import superhub_target
-from fedload.superhub.session import SuperhubTarget
+from fedload.superhub.job import coordinator_target, superhub_target
+from fedload.superhub.session import SuperhubTarget, superhub_session
 
 __all__ = ["DaemonMetricsService", "read_states_of"]
 
@@ -120,7 +120,7 @@ class DaemonMetricsService:
         for shard, feeders in config.by_shard(mine).items():  # one group, shard None, without shards
             try:
                 target = superhub_target(config, shard)
-                entities = config.superhub.entity_key is not None
+                entities = config.superhub.entity_key is not None and not config.shards  # shards: the coordinator's
                 self.metrics.apply_history(await self._read_states(target, feeders, entities=entities))
             except (FedloadError, OSError, TimeoutError) as exc:
                 errors.append(f"shard {shard}: {exc}" if shard else str(exc) or type(exc).__name__)
@@ -128,6 +128,9 @@ class DaemonMetricsService:
             else:
                 self._shard(shard, up=True)
         self._superhub(up=not errors, error="; ".join(errors) or None)
+        if config.shards and config.coordinator is not None and config.superhub.entity_key is not None:
+            counts = await coordinator_displaced(config)
+            self.metrics.set_displaced({name: None if counts is None else counts.get(name, 0) for name in mine})
 
     def _mine(self, config: Config) -> dict[str, FeederConfig]:
         """The feeders this daemon exports: all, or its shard's."""
@@ -149,6 +152,18 @@ class DaemonMetricsService:
         if up != self._up:
             (log.info if up else log.warning)("daemon.metrics_superhub", up=up, error=error)
         self._up = up
+
+
+async def coordinator_displaced(config: Config) -> dict[str, int] | None:
+    """With shards the coordinator keeps the entity registry: each feeder's displaced entities read there; None
+    (logged) while it cannot be read."""
+    target = coordinator_target(config)
+    try:
+        async with asyncio.timeout(target.connect_timeout_s + _CHECK_S), superhub_session(target, "metrics") as conn:
+            return await displaced_counts(conn)
+    except (FedloadError, OSError, TimeoutError) as exc:
+        log.info("daemon.metrics_coordinator", error=str(exc) or type(exc).__name__)
+        return None
 
 
 async def read_states_of(feeders: list[str], conn: asyncpg.Connection, *, entities: bool) -> list[FeederState]:

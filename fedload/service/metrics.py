@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
@@ -167,6 +167,11 @@ class DaemonMetrics:
             self.paused.labels(state.feeder).set(0 if state.paused_since_s is None else 1)
             _set(self.paused_since, state.feeder, state.paused_since_s)
             _set(self.displaced, state.feeder, state.displaced_entities)
+
+    def set_displaced(self, counts: Mapping[str, int | None]) -> None:
+        """Set the feeders' displaced entities (with shards, read from the coordinator); None: no series."""
+        for feeder, count in counts.items():
+            _set(self.displaced, feeder, count)
 
 
 def _set(gauge: Gauge, feeder: str, value: float | None) -> None:

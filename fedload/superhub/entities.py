@@ -51,11 +51,13 @@ __all__ = [
     "EntityTable",
     "StagedEntities",
     "check_entity_rule",
+    "copies_written_sql",
     "displaced_counts",
     "displaced_table",
     "forget_displaced",
     "settle_entities",
     "stage_entities",
+    "staged_keys",
 ]
 
 log = get_logger()
@@ -126,6 +128,17 @@ async def stage_entities(conn: asyncpg.Connection, rule: EntityRule, tables: Seq
     row = await conn.fetchrow(query)
     assert row is not None  # an aggregate: one row
     return StagedEntities(newest_type, list(row[0]), list(row[1]))
+
+
+async def staged_keys(conn: asyncpg.Connection, rule: EntityRule, tables: Sequence[EntityTable]) -> list[str]:
+    """The distinct keys of the staging tables with the key column (none for a removal): the feeder's entities in
+    its new data, for the coordinator (`fedload.superhub.coordinated_entities`); no registry on the shard."""
+    key = ident(rule.key_column)
+    staged = [t.stage_sql for t in _applied(rule, tables) if t.stage_sql is not None]
+    if not staged:
+        return []
+    keys = " UNION ".join(f"SELECT {key}::text FROM {stage} WHERE {key} IS NOT NULL" for stage in staged)  # noqa: S608
+    return list(await conn.fetchval(f"SELECT coalesce(array_agg(entity), '{{}}') FROM ({keys}) AS k (entity)"))  # noqa: S608
 
 
 async def settle_entities(
@@ -359,21 +372,7 @@ WITH mine AS (
 ), forgotten AS (
   DELETE FROM fedload.entity_copies c WHERE c.feeder = $1::text
     AND NOT EXISTS (SELECT FROM mine m WHERE m.entity = c.entity)
-), copied AS (
-  INSERT INTO fedload.entity_copies AS c (feeder, entity, feeder_key, newest, displaced_since)
-  SELECT $1::text, m.entity, $2::text, m.newest, CASE WHEN d.new_home = $1::text THEN NULL ELSE now() END
-  FROM mine m JOIN decided d USING (entity)
-  ON CONFLICT (feeder, entity) DO UPDATE SET newest = excluded.newest, feeder_key = excluded.feeder_key,
-    displaced_since = CASE WHEN excluded.displaced_since IS NOT NULL
-                           THEN coalesce(c.displaced_since, excluded.displaced_since) END
-  WHERE (c.newest, c.feeder_key, c.displaced_since IS NULL)
-        IS DISTINCT FROM (excluded.newest, excluded.feeder_key, excluded.displaced_since IS NULL)
-), others AS (
-  UPDATE fedload.entity_copies c
-  SET displaced_since = CASE WHEN c.feeder = d.new_home THEN NULL ELSE coalesce(c.displaced_since, now()) END
-  FROM decided d
-  WHERE c.entity = d.entity AND c.feeder <> $1::text AND (c.feeder = d.new_home) = (c.displaced_since IS NOT NULL)
-), homeless AS (
+), {copies_written_sql("mine", "decided", "new_home")}), homeless AS (
   DELETE FROM fedload.entity_homes h USING decided d WHERE h.entity = d.entity AND d.new_home IS NULL
 ), homed AS (
   UPDATE fedload.entity_homes h SET feeder = d.new_home, feeder_key = d.new_key, newest = d.newest
@@ -390,6 +389,28 @@ SELECT count(*),
   coalesce(array_agg(new_home) FILTER (WHERE new_home <> $1::text AND old_home IS DISTINCT FROM new_home), '{{}}')
 FROM decided
 """  # noqa: S608 - a type name from the catalog
+
+
+def copies_written_sql(rows: str, decided: str, home: str) -> str:
+    """Two CTEs of a decision statement (the single superhub's and the coordinator's): `copied` writes feeder $1's
+    (key $2) copies from `rows` (entity, newest) joined to `decided` (entity, and the home feeder in column `home`),
+    each displaced since when it first was, rewritten only where it changed; `others` stamps the other feeders'
+    copies of those entities displaced since now, or home again. The caller closes the last CTE."""
+    return f"""copied AS (
+  INSERT INTO fedload.entity_copies AS c (feeder, entity, feeder_key, newest, displaced_since)
+  SELECT $1::text, m.entity, $2::text, m.newest, CASE WHEN d.{home} = $1::text THEN NULL ELSE now() END
+  FROM {rows} m JOIN {decided} d USING (entity)
+  ON CONFLICT (feeder, entity) DO UPDATE SET newest = excluded.newest, feeder_key = excluded.feeder_key,
+    displaced_since = CASE WHEN excluded.displaced_since IS NOT NULL
+                           THEN coalesce(c.displaced_since, excluded.displaced_since) END
+  WHERE (c.newest, c.feeder_key, c.displaced_since IS NULL)
+        IS DISTINCT FROM (excluded.newest, excluded.feeder_key, excluded.displaced_since IS NULL)
+), others AS (
+  UPDATE fedload.entity_copies c
+  SET displaced_since = CASE WHEN c.feeder = d.{home} THEN NULL ELSE coalesce(c.displaced_since, now()) END
+  FROM {decided} d
+  WHERE c.entity = d.entity AND c.feeder <> $1::text AND (c.feeder = d.{home}) = (c.displaced_since IS NOT NULL)
+"""  # noqa: S608 - our own names; the caller closes the last CTE
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,10 +12,12 @@ These resolvers are the only functions here that read the whole configuration: e
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fedload.config import Analyze, Config, FeederConfig, TransformConfig
 from fedload.errors import ConfigError
+from fedload.superhub.coordinated_entities import CoordinatedEntities
+from fedload.superhub.entities import EntityRule
 from fedload.superhub.importer import ImportPolicy
 from fedload.superhub.schema import ParentsSpec
 from fedload.superhub.session import SuperhubTarget
@@ -23,12 +25,14 @@ from fedload.superhub.swap import SwapPolicy
 
 __all__ = [
     "Job",
+    "coordinated_entities",
     "coordinator_target",
     "feeder_job",
     "feeder_jobs",
     "parents_spec",
     "superhub_target",
     "superhub_targets",
+    "swap_policy",
 ]
 
 
@@ -46,6 +50,7 @@ class Job:
     transform: TransformConfig
     analyze: Analyze
     run_timeout_s: float
+    entities: CoordinatedEntities | None = None  # the entity rule kept on the coordinator (with [shards])
 
 
 def superhub_targets(config: Config) -> dict[str | None, SuperhubTarget]:
@@ -70,6 +75,23 @@ def coordinator_target(config: Config) -> SuperhubTarget:
     return SuperhubTarget(config.coordinator.dsn, superhub.connect_timeout_s, superhub.statement_timeout_s)
 
 
+def coordinated_entities(config: Config) -> CoordinatedEntities | None:
+    """With [shards], [coordinator] and `superhub.entity_key`: the rule, kept on the coordinator
+    (fedload.superhub.coordinated_entities); None otherwise (without shards the superhub keeps it itself)."""
+    superhub = config.superhub
+    rule = EntityRule.from_config(superhub.entity_key, superhub.entity_newest, superhub.feeder_key)
+    if rule is None or not config.shards or config.coordinator is None:
+        return None
+    return CoordinatedEntities(rule, coordinator_target(config), superhub.swap_max_wait_s)
+
+
+def swap_policy(config: Config) -> SwapPolicy:
+    """The swap's policy (`SwapPolicy.from_config`); with shards the shards move no rows of the entity rule (the
+    coordinator hides the copies, `coordinated_entities`)."""
+    policy = SwapPolicy.from_config(config.superhub)
+    return replace(policy, entities=None) if config.shards else policy
+
+
 def parents_spec(config: Config) -> ParentsSpec:
     """The parents as configured; their key is an integer column where every feeder's key is an integer."""
     superhub = config.superhub
@@ -83,7 +105,7 @@ def feeder_jobs(config: Config, names: Iterable[str] | None = None) -> dict[str,
     imports = ImportPolicy(
         superhub.feeder_key, parents.tables, superhub.extra_columns, superhub.bad_rows, superhub.max_statement_bytes
     )
-    swap = SwapPolicy.from_config(superhub)
+    swap, entities = swap_policy(config), coordinated_entities(config)
     return {
         name: Job(
             name=name,
@@ -95,6 +117,7 @@ def feeder_jobs(config: Config, names: Iterable[str] | None = None) -> dict[str,
             transform=config.transform,
             analyze=superhub.analyze,
             run_timeout_s=superhub.run_timeout_s,
+            entities=entities,
         )
         for name in (config.feeders if names is None else names)
     }

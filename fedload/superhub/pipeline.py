@@ -30,6 +30,7 @@ from fedload.superhub.binary_receive import SectionItem
 from fedload.superhub.binary_request import binary_columns, digest_requests
 from fedload.superhub.bookkeeping import RunRecord, ensure_superhub, forget_rejects, has_history, moved_away
 from fedload.superhub.bookkeeping.connection import Bookkeeping, RunHistory
+from fedload.superhub.coordinated_entities import CoordinatedChange, coordinated_change
 from fedload.superhub.importer import Importer
 from fedload.superhub.job import Job
 from fedload.superhub.kept_sessions import reused_session
@@ -168,7 +169,8 @@ class _FeederSync:
     ) -> Importer:
         """Load the dump, keep the unchanged tables' partitions, swap the others and store the digests, in one
         transaction."""
-        async with self._dump(parents) as receiver, conn.transaction():
+        entities = coordinated_change(self.job.entities, self.name, self.feeder.key, list(parents.values()))
+        async with self._dump(parents) as receiver, entities as change, conn.transaction():
             importer = await self._load(conn, receiver, parents, remap)
             unchanged = await keep_unchanged(conn, importer, self._skips, feeder=self.name, key=self.feeder.key)
             self._kept = frozenset(s.parent.table for s in importer.staged.values() if s.kept is not None)
@@ -176,7 +178,7 @@ class _FeederSync:
             if self._skips is not None:  # before the swap, which may fail: in its transaction all the same
                 digests = digests_to_store(importer, receiver.trailer, self._skips, self.name)
                 await store_digests(conn, self.name, self.run_id, digests)
-            await self._swap(conn, importer)
+            await self._swap(conn, importer, change)
         return importer
 
     async def _start_dump_early(self, conn: asyncpg.Connection) -> None:
@@ -274,9 +276,10 @@ class _FeederSync:
 
     async def _plan_skips(self, conn: asyncpg.Connection, parents: dict[TableName, ParentTable]) -> Skips | None:
         """The digests this run asks the agent about (skip_unchanged): None where it asks none. Not with
-        `superhub.entity_key`: a kept partition then holds the feeder's rows less those shown by another feeder, not
-        the digest's, and its swap would decide the feeder's entities without their newest values."""
-        if self.job.swap.entities is not None:
+        `superhub.entity_key` (on one superhub or across shards): a kept partition then holds the feeder's rows less
+        those shown by another feeder, not the digest's, and its swap would decide the feeder's entities without
+        their newest values."""
+        if self.job.swap.entities is not None or self.job.entities is not None:
             return None
         return await plan_skips(conn, self.job, parents, self._remap)
 
@@ -355,9 +358,9 @@ class _FeederSync:
             self._report(self.state)
             yield item
 
-    async def _swap(self, conn: asyncpg.Connection, importer: Importer) -> None:
+    async def _swap(self, conn: asyncpg.Connection, importer: Importer, change: CoordinatedChange | None) -> None:
         """Replace the feeder's partitions by the staging tables, in the load's transaction, and forget the rows
-        rejected from the data swapped out."""
+        rejected from the data swapped out; `change`: the coordinator's entity step, prepared before the locks."""
         self.phase(Phase.SWAP)
         stats = SwapStats()
         try:
@@ -369,6 +372,7 @@ class _FeederSync:
                 policy=self.job.swap,
                 stats=stats,
                 connect=lambda: connect_superhub(self.job.superhub, f"{self.name} swap watcher"),
+                before_locks=None if change is None else change.prepare,
             )
         finally:
             _note_swap(self.record, stats)

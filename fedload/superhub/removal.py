@@ -25,6 +25,7 @@ from fedload.errors import FeederError, SuperhubError, UsageError
 from fedload.log import get_logger
 from fedload.names import TableName, TablePattern
 from fedload.superhub.bookkeeping import forget_feeder, note_moved
+from fedload.superhub.coordinated_entities import CoordinatedEntities, coordinated_change
 from fedload.superhub.entities import EntityRule, EntityTable, forget_displaced, settle_entities
 from fedload.superhub.schema import ParentsSpec, ParentTable, read_parents
 from fedload.superhub.session import SuperhubTarget, feeder_lock, superhub_session
@@ -87,6 +88,7 @@ async def drop_feeder(
     moved_to: str | None = None,
     policy: SwapPolicy | None = None,
     busy_wait_s: float | None = None,
+    coordinated: CoordinatedEntities | None = None,
 ) -> tuple[dict[TableName, int], int]:
     """On `superhub`, under the feeder's run lock, drop the partitions of feeder `name` (its `key`, None for one no
     longer configured; of the `only` tables) and, for the whole feeder, forget its history; `moved_to`: note there
@@ -94,12 +96,22 @@ async def drop_feeder(
     feeder as it was, never its partitions gone and its history kept. The partitions dropped with their rows, and
     the runs forgotten. Waits up to `busy_wait_s` (BUSY_WAIT_S) for a run of the feeder to end (FeederBusyError
     after), and for the parents' locks by the swap's short tries (`policy`: `lock_timeout_s` each, up to
-    `max_wait_s`; RemovalLockError after)."""
+    `max_wait_s`; RemovalLockError after). `coordinated`: the entity rule kept on the coordinator (with shards):
+    the removal is a change of the feeder's data there (fedload.superhub.coordinated_entities)."""
     policy = policy or SwapPolicy()
     async with superhub_session(superhub) as conn:
         tables = await _removable_tables(conn, parents, only)
         entities = await _entity_parents(conn, parents, policy.entities, tables)
-        async with _run_lock(conn, name, BUSY_WAIT_S if busy_wait_s is None else busy_wait_s):
+        everything = (
+            [] if coordinated is None else list((await read_parents(conn, parents.tables, parents.feeder_key)).values())
+        )
+        async with (
+            _run_lock(conn, name, BUSY_WAIT_S if busy_wait_s is None else busy_wait_s),
+            coordinated_change(coordinated, name, key, everything) as change,
+        ):
+            if change is not None:  # the entities it keeps: those of its partitions not removed
+                kept = [EntityTable(p, await feeder_partition(conn, p.table, name, key)) for p in everything]
+                await change.prepare(conn, [t for t in kept if t.parent.table not in tables and t.stage_sql])
             return await _polite(conn, _Removal(name, key, tables, not only, moved_to, entities), policy)
 
 

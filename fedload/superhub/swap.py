@@ -171,6 +171,7 @@ class SwapStats:
 
 
 Connect = Callable[[], Awaitable[asyncpg.Connection]]
+BeforeLocks = Callable[[asyncpg.Connection, list[EntityTable]], Awaitable[None]]
 
 
 async def swap_in(
@@ -182,8 +183,11 @@ async def swap_in(
     policy: SwapPolicy | None = None,
     stats: SwapStats | None = None,
     connect: Connect | None = None,
+    before_locks: BeforeLocks | None = None,
 ) -> SwapStats:
     """Replace the feeder's data by the staging tables (caller commits); SwapLockError if locks never come.
+    `before_locks`: called once with the staged tables, before the first try takes a lock (the coordinator's
+    entity step, fedload.superhub.coordinated_entities).
 
     Polite tries first: all "partition" parents are locked in one statement and one order, under `lock_timeout_s`
     (below the server's deadlock_timeout, 1 s by default, so the swap and not a reader gives up), in a savepoint
@@ -194,6 +198,8 @@ async def swap_in(
     policy = policy or SwapPolicy()
     stats = stats if stats is not None else SwapStats()
     plan = _SwapPlan(sorted(staged, key=lambda s: s.parent.qualified_name), feeder, key, policy, time.monotonic())
+    if before_locks is not None:
+        await before_locks(conn, [EntityTable(t.parent, t.stage_sql) for t in plan.tables])
     if await _polite(conn, plan, stats):
         return stats
     if policy.on_timeout is SwapOnTimeout.CANCEL and connect is not None:

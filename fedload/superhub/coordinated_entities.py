@@ -1,0 +1,371 @@
+"""One entity, one feeder across shards (docs/entities.md, "Across shards"): with `[shards]`, `[coordinator]` and
+`superhub.entity_key`, the decisions live in one registry on the coordinator, and the coordinator hides the copies
+that are not at home, so a reader of the coordinator sees each entity under one feeder. The shards move no rows.
+
+On the coordinator (created by its build, `fedload.scaleout.coordinator`):
+
+- `fedload.entity_copies` (feeder, entity, feeder key, newest value, `displaced_since`): every feeder's copy of
+  every entity as the coordinator reads it; a copy with `displaced_since` is hidden;
+- `fedload.entity_pending` (feeder): a change of the feeder's data prepared but not settled yet;
+- per parent with the key column, the partitioned parent under `fedload_all."<schema>.<table>"` (its foreign
+  partitions as before), `<schema>.<table>` a view of its rows whose copy is not hidden, and
+  `fedload_displaced."<schema>.<table>"` a view of the hidden ones, with their feeder and since when.
+
+A change of a feeder F's data on its shard (a swap, a removal) runs under the coordinator's entity lock (an advisory
+lock of one coordinator session, tried, not waited for) in this order:
+
+P. in one coordinator transaction, the hidden set is made right for F's old data and its new data alike: F's
+   copies of entities it gains are hidden where another feeder has the entity, and an entity F shows but will no
+   longer have is shown by its best other copy; F is noted pending;
+W1. the coordinator's transactions that started before P committed are waited for;
+C. the shard's transaction commits (the caller's);
+W2. the coordinator's transactions that started before C are waited for;
+R. F is settled from what the coordinator now reads of it (its foreign partitions): its copies replaced, each
+   touched entity's home decided (newest value first, NULLs last, then the feeder name in byte order), every other
+   copy hidden; F is no longer pending.
+
+A coordinator query takes its local snapshot before its shards' (postgres_fdw opens a remote REPEATABLE READ
+transaction at the first scan of a shard, and keeps it for the local transaction). So a query whose local snapshot
+predates P ended before C (W1): it saw the old hidden set with the old data; one taken between P and R sees P's
+set, right with either data; one taken after R reads the shard after C. A transaction whose statements take new
+local snapshots while its remote one stays (read committed, several statements) and that read the old data has
+ended before R (W2). A crash or failure after P leaves F pending, P's set holding for either data, until the next
+change under the lock settles it (after waiting as W2). Nothing here runs without the configuration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+import asyncpg
+
+from fedload.errors import SuperhubError
+from fedload.log import get_logger
+from fedload.names import TableName
+from fedload.superhub.bookkeeping.locks import LOCK_CLASS
+from fedload.superhub.entities import DISPLACED_SCHEMA, EntityRule, EntityTable, copies_written_sql, staged_keys
+from fedload.superhub.schema import ParentTable, ident, qualified
+from fedload.superhub.session import SuperhubTarget, superhub_session
+
+__all__ = [
+    "ALL_ROWS_SCHEMA",
+    "CoordinatedChange",
+    "CoordinatedEntities",
+    "all_rows_parent",
+    "coordinated_change",
+    "entity_lock",
+    "entity_parents",
+    "heal_pending",
+    "prepare_feeders",
+    "registry_sql",
+    "settle_feeder",
+    "views_sql",
+    "wait_for_older",
+]
+
+log = get_logger()
+ALL_ROWS_SCHEMA = "fedload_all"  # the coordinator's partitioned parents of the tables with the key column
+_ENTITY_LOCK = f"{LOCK_CLASS}, 3"  # "fedl" class, object 3 (1: the builders, 2: a feeder move)
+_POLL_S = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatedEntities:
+    """The entity rule kept on the coordinator: the rule, the coordinator, and how long a change waits for the
+    entity lock and for the coordinator's older transactions (`swap_max_wait_s`)."""
+
+    rule: EntityRule
+    coordinator: SuperhubTarget
+    max_wait_s: float
+
+
+def all_rows_parent(table: TableName) -> str:
+    """The coordinator's partitioned parent of `table` (SQL name) when the rule applies to it: every feeder's
+    rows, hidden copies too."""
+    return qualified(ALL_ROWS_SCHEMA, f"{table.schema}.{table.name}")
+
+
+def entity_parents(rule: EntityRule, parents: Sequence[ParentTable]) -> list[ParentTable]:
+    """The parents with the key column, in name order."""
+    return sorted((p for p in parents if p.column(rule.key_column)), key=lambda p: p.table)
+
+
+def _filter(rule: EntityRule, hidden: bool) -> str:
+    """The join condition of a row `t` with its hidden copy `c`."""
+    key, feeder_key = ident(rule.key_column), ident(rule.feeder_key)
+    return (
+        f"c.displaced_since IS NOT NULL AND c.entity = t.{key}::text AND c.feeder_key = t.{feeder_key}::text"
+        if hidden
+        else ""
+    )
+
+
+def views_sql(rule: EntityRule, parent: ParentTable) -> list[str]:
+    """The reader's view of `parent` (rows whose copy is not hidden) and its displaced view (the hidden ones, with
+    their feeder and since when), both over the all-rows parent."""
+    rows, match = all_rows_parent(parent.table), _filter(rule, hidden=True)
+    displaced = qualified(DISPLACED_SCHEMA, f"{parent.table.schema}.{parent.table.name}")
+    return [
+        f"CREATE VIEW {parent.sql_name} AS SELECT t.* FROM {rows} t "  # noqa: S608 - our names
+        f"WHERE NOT EXISTS (SELECT FROM fedload.entity_copies c WHERE {match})",
+        f"CREATE SCHEMA IF NOT EXISTS {ident(DISPLACED_SCHEMA)}",
+        f"CREATE VIEW {displaced} AS SELECT c.feeder AS fedload_feeder, c.displaced_since AS fedload_since, t.* "  # noqa: S608
+        f"FROM {rows} t JOIN fedload.entity_copies c ON {match}",
+    ]
+
+
+def registry_sql(newest_type: str) -> list[str]:
+    """The coordinator's registry: every copy (hidden ones with `displaced_since`), and the pending changes."""
+    return [
+        "CREATE SCHEMA IF NOT EXISTS fedload",
+        f"CREATE TABLE IF NOT EXISTS fedload.entity_copies (feeder text NOT NULL, entity text NOT NULL, "
+        f"feeder_key text NOT NULL, newest {newest_type}, displaced_since timestamptz, PRIMARY KEY (feeder, entity))",
+        "CREATE INDEX IF NOT EXISTS entity_copies_entity ON fedload.entity_copies (entity)",
+        "CREATE INDEX IF NOT EXISTS entity_copies_hidden ON fedload.entity_copies (entity, feeder_key) "
+        "WHERE displaced_since IS NOT NULL",
+        "CREATE TABLE IF NOT EXISTS fedload.entity_pending (feeder text PRIMARY KEY, feeder_key text NOT NULL, "
+        "since timestamptz NOT NULL DEFAULT now())",
+    ]
+
+
+@contextlib.asynccontextmanager
+async def entity_lock(conn: asyncpg.Connection, wait_s: float) -> AsyncIterator[None]:
+    """The coordinator's entity lock (a session's advisory lock) for the block, tried every 20 ms for up to
+    `wait_s`: a waiter holds no transaction open meanwhile, so no change ever waits (W1, W2) for a waiter.
+    SuperhubError when it did not come."""
+    deadline = time.monotonic() + wait_s
+    while not await conn.fetchval(f"SELECT pg_try_advisory_lock({_ENTITY_LOCK})"):
+        if time.monotonic() > deadline:
+            raise SuperhubError(f"another change of the entities held the coordinator's entity lock for {wait_s:g} s")
+        await asyncio.sleep(_POLL_S)
+    try:
+        yield
+    finally:
+        await asyncio.shield(_unlocked(conn))
+
+
+async def _unlocked(conn: asyncpg.Connection) -> None:
+    """Release the entity lock; a connection gone meanwhile has released it."""
+    with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+        await conn.execute(f"SELECT pg_advisory_unlock({_ENTITY_LOCK})")
+
+
+# The transactions of the coordinator's database other than this session's: their virtual transaction ids (every
+# transaction holds a lock on its own, visible in pg_locks to every role, unlike pg_stat_activity's xact_start).
+_OLDER = """
+SELECT coalesce(array_agg(l.virtualxid), '{}')
+FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'virtualxid' AND l.granted AND l.mode = 'ExclusiveLock' AND l.pid <> pg_backend_pid()
+  AND l.pid IS DISTINCT FROM $1::int
+  AND a.datid = (SELECT oid FROM pg_database WHERE datname = current_database())
+"""
+_STILL = "SELECT count(*) FROM pg_locks WHERE locktype = 'virtualxid' AND granted AND virtualxid = ANY($1::text[])"
+
+
+async def wait_for_older(conn: asyncpg.Connection, wait_s: float, why: str, *, but: int | None = None) -> None:
+    """Wait until every transaction of the coordinator's database that was running at the call has ended (W1,
+    W2), but backend `but`'s (a build waiting for its own switch); SuperhubError after `wait_s`, naming `why`."""
+    started = time.monotonic()
+    older = await conn.fetchval(_OLDER, but)
+    while older and await conn.fetchval(_STILL, older):
+        if time.monotonic() - started > wait_s:
+            raise SuperhubError(
+                f"coordinator transactions that started before {why} ran past swap_max_wait_s = {wait_s:g} s"
+            )
+        await asyncio.sleep(_POLL_S)
+    log.debug("entities.waited", why=why, transactions=len(older), ms=round((time.monotonic() - started) * 1000, 1))
+
+
+# P: $1 the feeder, $2 its key as text, $3 its entities in its new data. F's copies of entities it gains are
+# hidden where another feeder has one (none shown in its old data, so none twice in its new); an entity F shows
+# but will no longer have is shown by its best other copy, F's hidden (one shown with either data); F is pending.
+_PREPARE = """
+WITH new AS (
+  SELECT DISTINCT unnest($3::text[]) AS entity
+), mine AS (
+  SELECT entity, displaced_since FROM fedload.entity_copies WHERE feeder = $1::text
+), gained AS (
+  INSERT INTO fedload.entity_copies (feeder, entity, feeder_key, newest, displaced_since)
+  SELECT $1::text, n.entity, $2::text, NULL,
+         CASE WHEN EXISTS (SELECT FROM fedload.entity_copies o WHERE o.entity = n.entity) THEN now() END
+  FROM new n WHERE NOT EXISTS (SELECT FROM mine m WHERE m.entity = n.entity)
+), heir AS (
+  SELECT DISTINCT ON (c.entity) c.entity, c.feeder
+  FROM fedload.entity_copies c JOIN mine m USING (entity)
+  WHERE m.displaced_since IS NULL AND c.feeder <> $1::text AND NOT EXISTS (SELECT FROM new n WHERE n.entity = m.entity)
+  ORDER BY c.entity, c.newest DESC NULLS LAST, c.feeder COLLATE "C"
+), swapped AS (
+  UPDATE fedload.entity_copies c SET displaced_since = CASE WHEN c.feeder = $1::text THEN now() END
+  FROM heir h WHERE c.entity = h.entity AND c.feeder IN ($1::text, h.feeder)
+)
+INSERT INTO fedload.entity_pending (feeder, feeder_key) VALUES ($1::text, $2::text)
+ON CONFLICT (feeder) DO UPDATE SET feeder_key = excluded.feeder_key, since = now()
+"""
+
+
+def _read_sql(rule: EntityRule, parents: Sequence[ParentTable], key: str) -> str:
+    """F's entities and newest values as the coordinator reads them (its all-rows parents, pruned to F's key)."""
+    column = ident(rule.key_column)
+    where = []
+    for parent in parents:
+        feeder_key = parent.column(rule.feeder_key)
+        cast = f"CAST({_literal(key)} AS {feeder_key.type_sql})" if feeder_key is not None else _literal(key)
+        where.append(f"{ident(rule.feeder_key)} = {cast} AND {column} IS NOT NULL")
+    keys = " UNION ".join(
+        f"SELECT {column}::text FROM {all_rows_parent(p.table)} WHERE {w}"  # noqa: S608 - our names
+        for p, w in zip(parents, where, strict=True)
+    )
+    newest = next(
+        (
+            f"SELECT {column}::text, max({ident(rule.newest_column)}) FROM {all_rows_parent(p.table)} "  # noqa: S608
+            f"WHERE {w} GROUP BY 1"
+            for p, w in zip(parents, where, strict=True)
+            if p.table == rule.newest_table
+        ),
+        None,
+    )
+    if newest is None:  # the feeder excludes the newest table: no values, ranked below every value
+        newest = "SELECT NULL::text, c.newest FROM fedload.entity_copies c WHERE false"
+    return (
+        f"SELECT k.entity, n.newest FROM ({keys}) AS k (entity) "  # noqa: S608 - our names
+        f"LEFT JOIN ({newest}) AS n (entity, newest) USING (entity)"
+    )
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+# R: $1 the feeder, $2 its key as text; `read` its entities now. F's copies replaced by those it has, each touched
+# entity's home decided (newest first, NULLs last, then the name in byte order), every other copy hidden (since
+# when it first was), F no longer pending. Returns how many entities it touched and how many of F's are hidden.
+_COPIES = copies_written_sql("read", "winner", "feeder")
+_SETTLE = """
+WITH read AS ({read}), touched AS (
+  SELECT entity FROM read UNION SELECT entity FROM fedload.entity_copies WHERE feeder = $1::text
+), forgotten AS (
+  DELETE FROM fedload.entity_copies c
+  WHERE c.feeder = $1::text AND NOT EXISTS (SELECT FROM read r WHERE r.entity = c.entity)
+), winner AS (
+  SELECT DISTINCT ON (k.entity) k.entity, k.feeder FROM (
+    SELECT c.entity, c.feeder, c.newest FROM fedload.entity_copies c JOIN touched USING (entity)
+    WHERE c.feeder <> $1::text
+    UNION ALL SELECT entity, $1::text, newest FROM read) AS k
+  ORDER BY k.entity, k.newest DESC NULLS LAST, k.feeder COLLATE "C"
+), {copies}), settled AS (
+  DELETE FROM fedload.entity_pending WHERE feeder = $1::text
+)
+SELECT (SELECT count(*) FROM touched),
+       (SELECT count(*) FROM read r JOIN winner w USING (entity) WHERE w.feeder <> $1::text)
+"""
+
+
+async def settle_feeder(
+    conn: asyncpg.Connection, rule: EntityRule, parents: Sequence[ParentTable], feeder: str, key: str
+) -> None:
+    """R: settle feeder `feeder` (its key as text) from what the coordinator reads of it now, in one statement
+    (its own transaction, or the caller's)."""
+    started = time.monotonic()
+    read = _read_sql(rule, entity_parents(rule, parents), key)
+    row = await conn.fetchrow(_SETTLE.format(read=read, copies=_COPIES), feeder, key)
+    assert row is not None  # scalar subqueries: one row
+    log.debug(
+        "entities.settled",
+        feeder=feeder,
+        entities=row[0],
+        hidden=row[1],
+        ms=round((time.monotonic() - started) * 1000, 1),
+    )
+
+
+async def prepare_feeders(conn: asyncpg.Connection, changes: Sequence[tuple[str, str, list[str]]]) -> None:
+    """P for each (feeder, key as text, its entities in its new data), in one transaction: a coordinator build
+    about to switch the shard or relation they are read from (their new data: what it will read)."""
+    async with conn.transaction():
+        for feeder, key, entities in changes:
+            await conn.execute(_PREPARE, feeder, key, entities)
+
+
+async def heal_pending(
+    conn: asyncpg.Connection, rule: EntityRule, parents: Sequence[ParentTable], wait_s: float
+) -> list[str]:
+    """Under the entity lock: settle every pending feeder (a change that failed or crashed after P, a build that
+    switched shards), after waiting for the transactions that may have read their old data (as W2). The feeders
+    settled."""
+    pending = await conn.fetch('SELECT feeder, feeder_key FROM fedload.entity_pending ORDER BY feeder COLLATE "C"')
+    if not pending:
+        return []
+    await wait_for_older(conn, wait_s, "a pending change")
+    for feeder, key in pending:
+        await settle_feeder(conn, rule, parents, feeder, key)
+    log.info("entities.healed", feeders=[row[0] for row in pending])
+    return [row[0] for row in pending]
+
+
+@dataclass(slots=True)
+class CoordinatedChange:
+    """One change of a feeder's data on its shard, kept right on the coordinator (see the module): `prepare` (the
+    entity lock, P, W1) before the shard's transaction takes its locks; the context's exit, after that transaction
+    committed, W2 and R, then the lock's release."""
+
+    setup: CoordinatedEntities
+    feeder: str
+    key: str
+    parents: Sequence[ParentTable]
+    _stack: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
+    _conn: asyncpg.Connection | None = None
+
+    async def prepare(self, shard: asyncpg.Connection, tables: Sequence[EntityTable]) -> None:
+        """P and W1 for the feeder's staged tables (read on `shard`, in its transaction; none: a removal). Skipped
+        while the coordinator has no registry yet (its first build settles every feeder)."""
+        entities = await staged_keys(shard, self.setup.rule, tables)
+        conn = self._conn = await self._stack.enter_async_context(
+            superhub_session(self.setup.coordinator, f"{self.feeder} entities")
+        )
+        await self._stack.enter_async_context(entity_lock(conn, self.setup.max_wait_s))
+        if not await conn.fetchval("SELECT to_regclass('fedload.entity_pending') IS NOT NULL"):
+            self._conn = None
+            log.info(
+                "entities.no_registry", feeder=self.feeder, reason="the coordinator is not built with the rule yet"
+            )
+            return
+        await heal_pending(conn, self.setup.rule, self.parents, self.setup.max_wait_s)
+        await conn.execute(_PREPARE, self.feeder, self.key, entities)
+        await wait_for_older(conn, self.setup.max_wait_s, f"feeder {self.feeder}'s change was prepared")
+
+    async def settle(self) -> None:
+        """W2 and R, after the shard's transaction committed."""
+        if self._conn is not None:
+            await wait_for_older(self._conn, self.setup.max_wait_s, f"feeder {self.feeder}'s data committed")
+            await settle_feeder(self._conn, self.setup.rule, self.parents, self.feeder, self.key)
+
+    async def close(self) -> None:
+        """Release the entity lock and the coordinator session."""
+        await self._stack.aclose()
+
+
+@contextlib.asynccontextmanager
+async def coordinated_change(
+    setup: CoordinatedEntities | None, feeder: str, key: int | str | None, parents: Sequence[ParentTable]
+) -> AsyncIterator[CoordinatedChange | None]:
+    """The block's change of feeder `feeder`'s data (its shard's transaction, committed inside the block), kept
+    right on the coordinator: the block calls `prepare` before that transaction's locks; after a block that ends
+    well, W2 and R. A block that fails leaves the feeder pending (P's hidden set holds for its old data and its new
+    alike) for the next change to settle. None without the coordinated rule."""
+    if setup is None:
+        yield None
+        return
+    change = CoordinatedChange(setup, feeder, "" if key is None else str(key), parents)
+    try:
+        yield change
+        await change.settle()
+    except BaseException:
+        if change._conn is not None:
+            log.warning("entities.left_pending", feeder=feeder, reason="the change failed after it was prepared")
+        raise
+    finally:
+        await asyncio.shield(change.close())
