@@ -252,7 +252,7 @@ def test_entity_settings_problems_are_one_line(settings: dict[str, str], problem
 async def test_no_table_is_kept_unchanged_under_the_rule(federation: Federation) -> None:
     """With the rule, binary mode sends every table at every run (a kept partition would hold the feeder's rows less
     the displaced ones, which no digest of the feeder's table describes); the same runs without it keep them."""
-    binary = {"dump_mode": DumpMode.BINARY, "skip_unchanged": True}
+    binary = {"dump_mode": DumpMode.BINARY, "skip_unchanged": True, "skip_unchanged_min_rows": 0}
     with_rule = entity_config(federation)
     without = with_rule.model_copy(update={"superhub": with_rule.superhub.model_copy(update={"entity_key": None})})
     kept: dict[str, list[tuple[str, ...]]] = {}
