@@ -45,7 +45,12 @@ class _Connection:
 
 async def test_a_tcp_socket_keeps_its_buffer() -> None:
     """A TCP connection (a remote superhub) is left as it is: a fixed size would turn off the kernel's autotuning."""
-    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    accepted: list[asyncio.StreamWriter] = []  # the server's side of the connection, closed at the end
+
+    async def accept(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
         _, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -56,5 +61,8 @@ async def test_a_tcp_socket_keeps_its_buffer() -> None:
         writer.close()
         await writer.wait_closed()
     finally:
+        for theirs in accepted:
+            theirs.close()
+            await theirs.wait_closed()
         server.close()
         await server.wait_closed()
