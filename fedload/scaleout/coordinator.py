@@ -55,7 +55,7 @@ from fedload.scaleout.shard_side import (
 from fedload.superhub.coordinated_entities import ALL_ROWS_SCHEMA, CoordinatedEntities, entity_lock, heal_pending
 from fedload.superhub.entities import EntityRule
 from fedload.superhub.job import coordinated_entities, coordinator_target, superhub_targets
-from fedload.superhub.schema import Column, ParentTable, ident, qualified
+from fedload.superhub.schema import Column, ParentTable, ident, qualified, text_literal
 from fedload.superhub.session import SuperhubTarget, superhub_session
 from fedload.superhub.swap import LocksNotTaken, SwapPolicy, local_lock_timeout, tried_politely
 
@@ -145,20 +145,16 @@ def user_mapping_options(dsn: str, coordinator: CoordinatorConfig) -> dict[str, 
     return {"user": user} if user else {}
 
 
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def _options_change(current: Mapping[str, str], wanted: Mapping[str, str], managed: Sequence[str]) -> str:
     """`OPTIONS (ADD/SET/DROP ...)` turning `current` into `wanted` for the `managed` keys; "" if equal."""
-    steps = [f"SET {k} {_literal(v)}" for k, v in wanted.items() if k in current and current[k] != v]
-    steps += [f"ADD {k} {_literal(v)}" for k, v in wanted.items() if k not in current]
+    steps = [f"SET {k} {text_literal(v)}" for k, v in wanted.items() if k in current and current[k] != v]
+    steps += [f"ADD {k} {text_literal(v)}" for k, v in wanted.items() if k not in current]
     steps += [f"DROP {k}" for k in current if k in managed and k not in wanted]
     return f"OPTIONS ({', '.join(steps)})" if steps else ""
 
 
 def _options(options: Mapping[str, str]) -> str:
-    return f"OPTIONS ({', '.join(f'{k} {_literal(v)}' for k, v in options.items())})"
+    return f"OPTIONS ({', '.join(f'{k} {text_literal(v)}' for k, v in options.items())})"
 
 
 @contextlib.asynccontextmanager

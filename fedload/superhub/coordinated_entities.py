@@ -48,7 +48,7 @@ from fedload.log import get_logger
 from fedload.names import TableName
 from fedload.superhub.bookkeeping.locks import LOCK_CLASS
 from fedload.superhub.entities import DISPLACED_SCHEMA, EntityRule, EntityTable, copies_written_sql, staged_keys
-from fedload.superhub.schema import ParentTable, ident, qualified
+from fedload.superhub.schema import ParentTable, ident, qualified, text_literal
 from fedload.superhub.session import SuperhubTarget, superhub_session
 
 __all__ = [
@@ -94,20 +94,16 @@ def entity_parents(rule: EntityRule, parents: Sequence[ParentTable]) -> list[Par
     return sorted((p for p in parents if p.column(rule.key_column)), key=lambda p: p.table)
 
 
-def _filter(rule: EntityRule, hidden: bool) -> str:
+def _hidden_copy(rule: EntityRule) -> str:
     """The join condition of a row `t` with its hidden copy `c`."""
     key, feeder_key = ident(rule.key_column), ident(rule.feeder_key)
-    return (
-        f"c.displaced_since IS NOT NULL AND c.entity = t.{key}::text AND c.feeder_key = t.{feeder_key}::text"
-        if hidden
-        else ""
-    )
+    return f"c.displaced_since IS NOT NULL AND c.entity = t.{key}::text AND c.feeder_key = t.{feeder_key}::text"
 
 
 def views_sql(rule: EntityRule, parent: ParentTable) -> list[str]:
     """The reader's view of `parent` (rows whose copy is not hidden) and its displaced view (the hidden ones, with
     their feeder and since when), both over the all-rows parent."""
-    rows, match = all_rows_parent(parent.table), _filter(rule, hidden=True)
+    rows, match = all_rows_parent(parent.table), _hidden_copy(rule)
     displaced = qualified(DISPLACED_SCHEMA, f"{parent.table.schema}.{parent.table.name}")
     return [
         f"CREATE VIEW {parent.sql_name} AS SELECT t.* FROM {rows} t "  # noqa: S608 - our names
@@ -213,7 +209,7 @@ def _read_sql(rule: EntityRule, parents: Sequence[ParentTable], key: str) -> str
     where = []
     for parent in parents:
         feeder_key = parent.column(rule.feeder_key)
-        cast = f"CAST({_literal(key)} AS {feeder_key.type_sql})" if feeder_key is not None else _literal(key)
+        cast = f"CAST({text_literal(key)} AS {feeder_key.type_sql})" if feeder_key is not None else text_literal(key)
         where.append(f"{ident(rule.feeder_key)} = {cast} AND {column} IS NOT NULL")
     keys = " UNION ".join(
         f"SELECT {column}::text FROM {all_rows_parent(p.table)} WHERE {w}"  # noqa: S608 - our names
@@ -234,10 +230,6 @@ def _read_sql(rule: EntityRule, parents: Sequence[ParentTable], key: str) -> str
         f"SELECT k.entity, n.newest FROM ({keys}) AS k (entity) "  # noqa: S608 - our names
         f"LEFT JOIN ({newest}) AS n (entity, newest) USING (entity)"
     )
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 # R: $1 the feeder, $2 its key as text; `read` its entities now. F's copies replaced by those it has, each touched

@@ -43,7 +43,7 @@ from fedload.errors import ConfigError, SuperhubError
 from fedload.log import get_logger
 from fedload.names import TableName
 from fedload.superhub.bookkeeping.locks import LOCK_CLASS
-from fedload.superhub.schema import Column, ParentTable, ident, qualified
+from fedload.superhub.schema import Column, ParentTable, ident, qualified, text_literal
 
 __all__ = [
     "DISPLACED_SCHEMA",
@@ -181,11 +181,6 @@ async def settle_entities(
 def _applied(rule: EntityRule, tables: Sequence[EntityTable]) -> list[EntityTable]:
     """The tables with the key column, in name order."""
     return [t for t in sorted(tables, key=lambda t: t.parent.table) if t.parent.column(rule.key_column)]
-
-
-def _literal(text: str) -> str:
-    """`text` as an SQL string literal (the superhub session has standard_conforming_strings on)."""
-    return "'" + text.replace("'", "''") + "'"
 
 
 async def forget_displaced(
@@ -455,7 +450,7 @@ def _moves(rule: EntityRule, table: EntityTable, feeder: str, decision: _Decisio
         )
     if decision.taken:
         feeder_type = (parent.column(rule.feeder_key) or column).type_sql
-        old = ", ".join(f"CAST({_literal(k)} AS {feeder_type})" for k in sorted(set(decision.taken_keys)))
+        old = ", ".join(f"CAST({text_literal(k)} AS {feeder_type})" for k in sorted(set(decision.taken_keys)))
         moves.append(
             (
                 f"WITH g AS (DELETE FROM {parent.sql_name} p "  # noqa: S608

@@ -26,6 +26,7 @@ __all__ = [
     "key_literal",
     "qualified",
     "read_parents",
+    "text_literal",
     "unmatched_patterns",
 ]
 
@@ -43,9 +44,14 @@ def qualified(schema: str, name: str) -> str:
     return f"{ident(schema)}.{ident(name)}"
 
 
+def text_literal(text: str) -> str:
+    """`text` as an SQL string literal (fedload's sessions have standard_conforming_strings on)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
 def key_literal(key: int | str) -> str:
     """A feeder key as an SQL literal."""
-    return str(int(key)) if isinstance(key, int) else "'" + key.replace("'", "''") + "'"
+    return str(int(key)) if isinstance(key, int) else text_literal(key)
 
 
 @dataclass(frozen=True, slots=True)
