@@ -14,11 +14,10 @@ from fedload.errors import ConfigError, FedloadError, UsageError
 from fedload.log import get_logger
 from fedload.results import FeederRun, Outcome
 from fedload.service.sync import sync_feeders
-from fedload.service.workers import ForkedWorker, fork_workers, reap_forked
+from fedload.service.workers import ForkedWorker, fork_workers, reap_forked, worker_modules
 from fedload.superhub.bookkeeping import has_history, last_sizes
 from fedload.superhub.job import superhub_target
 from fedload.superhub.session import superhub_session
-from fedload.transport.command import transport_modules
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -57,7 +56,7 @@ def run_sync(config: Config, names: Sequence[str], *, as_json: bool = False, dry
     selected, skip_paused = _selected(config, names), not names
     superhub = config.superhub
     workers = min(len(selected), superhub.max_parallel_feeders, superhub.workers)
-    preload = transport_modules(config.feeders.values())
+    preload = worker_modules(config.feeders.values())
     forked = fork_workers(workers, preload)  # before the event loop: see fork_workers
     try:
         if as_json:

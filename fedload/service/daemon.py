@@ -37,13 +37,12 @@ from fedload.service.coordinator_keeper import CoordinatorKeeper
 from fedload.service.daemon_metrics import DaemonMetricsService
 from fedload.service.pauses import PAUSED_RECHECK_S, PauseWatch
 from fedload.service.schedule import FeederSchedule, after_failure, after_success, first_run
-from fedload.service.workers import worker_pool
+from fedload.service.workers import worker_modules, worker_pool
 from fedload.superhub.bookkeeping import store_next_run
 from fedload.superhub.bookkeeping.connection import ShardHistories
 from fedload.superhub.job import feeder_jobs, parents_spec, superhub_target
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.session import SuperhubTarget, prepare_superhub
-from fedload.transport.command import transport_modules
 
 __all__ = ["Daemon", "run_daemon"]
 
@@ -93,7 +92,7 @@ class Daemon:
         self._history = ShardHistories()  # one bookkeeping connection (per shard): run history and schedule
         self._store = ScheduleStore(self._history)
         # Started once: a reload that changes superhub.worker_processes takes effect at the next start.
-        self._pool = worker_pool(config.superhub.workers, transport_modules(config.feeders.values()))
+        self._pool = worker_pool(config.superhub.workers, worker_modules(config.feeders.values()))
         # Started once too: a reload that changes daemon.metrics_listen takes effect at the next start.
         self._metrics = DaemonMetricsService(
             config.daemon.metrics_listen, self._history, self._pool, lambda: self.config, shard=shard

@@ -12,12 +12,11 @@ from fedload.log import get_logger
 from fedload.results import FeederRun, Outcome, Progress, ProgressCallback
 from fedload.service.coordinator_keeper import CoordinatorKeeper
 from fedload.service.pauses import pause_of, paused_run
-from fedload.service.workers import ForkedWorker, worker_pool
+from fedload.service.workers import ForkedWorker, worker_modules, worker_pool
 from fedload.superhub.bookkeeping.connection import ShardHistories
 from fedload.superhub.job import feeder_jobs, parents_spec, superhub_target
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.session import prepare_superhub
-from fedload.transport.command import transport_modules
 
 __all__ = ["prepare_superhub", "sync_feeders"]
 
@@ -44,7 +43,7 @@ async def sync_feeders(
     """
     slots = asyncio.Semaphore(config.superhub.max_parallel_feeders)
     history = ShardHistories()  # one connection (per shard) records every feeder's runs
-    pool = worker_pool(config.superhub.workers, transport_modules(config.feeders.values()), forked)
+    pool = worker_pool(config.superhub.workers, worker_modules(config.feeders.values()), forked)
     jobs = feeder_jobs(config, names)  # with shards, each feeder's shard is its superhub
     built = config if not dry_run else config.model_copy(update={"coordinator": None})  # a dry run changes nothing
     coordinator = CoordinatorKeeper(built, feeders=lambda _: names)

@@ -6,8 +6,8 @@
 
 A worker (`python -m fedload.service.worker`, fedload/service/worker.py) is started once, when a run first needs it
 or ahead of the first runs (`start_ahead`), and then runs one feeder at a time for the life of the pool, so a run
-pays no interpreter start or import (`preload`: the modules runs import lazily, such as the SSH transport's
-asyncssh).
+pays no interpreter start or import (`preload`, `worker_modules`: the modules runs import lazily, such as the
+SSH transport's asyncssh and the carried statistics' pglast).
 `fedload sync` forks its first workers instead (`fork_workers`, before its event loop starts), from a process that
 has imported what they need: a fork costs milliseconds where an interpreter start and its imports cost ~0.3 s of
 CPU per worker, on the cores the load needs.
@@ -33,9 +33,9 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from fedload.errors import ErrorKind, FedloadError, WorkerError, internal_error
 from fedload.log import configured, get_logger, import_if_logging
@@ -63,8 +63,13 @@ from fedload.superhub.bookkeeping import RunRecord
 from fedload.superhub.bookkeeping.connection import RunHistory
 from fedload.superhub.job import Job
 from fedload.superhub.session import best_effort
+from fedload.superhub.statistics import statistics_modules
+from fedload.transport.command import transport_modules
 
-__all__ = ["ForkedWorker", "WorkerPool", "fork_workers", "reap_forked", "worker_pool"]
+if TYPE_CHECKING:
+    from fedload.config import FeederConfig
+
+__all__ = ["ForkedWorker", "WorkerPool", "fork_workers", "reap_forked", "worker_modules", "worker_pool"]
 
 log = get_logger()
 
@@ -146,6 +151,14 @@ class _ForkedProcess:
         except ChildProcessError:
             self.returncode = 255
         os.close(self._pidfd)
+
+
+def worker_modules(feeders: Iterable[FeederConfig]) -> tuple[str, ...]:
+    """What the runs of `feeders` would import lazily in a worker (their transports, the statistics' parser): a
+    worker's `preload`, imported once before `fork_workers` forks, or by a started worker before it says it is
+    ready."""
+    feeders = list(feeders)
+    return (*transport_modules(feeders), *statistics_modules(feeders))
 
 
 ForkedWorker = tuple[_ForkedProcess, socket.socket]  # a forked worker and the parent's end of its socket pair

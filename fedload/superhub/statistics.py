@@ -43,6 +43,7 @@ from fedload.superhub.schema import PARTS_SCHEMA, STAGE_SCHEMA, ident
 if TYPE_CHECKING:
     from pglast import ast
 
+    from fedload.config import FeederConfig
     from fedload.superhub.importer import StagedTable
     from transforms import Statement
 
@@ -52,6 +53,7 @@ __all__ = [
     "StatisticsCollector",
     "carry_statistics",
     "parse_statistics_call",
+    "statistics_modules",
     "wants_statistics",
 ]
 
@@ -134,6 +136,15 @@ def wants_statistics(superhub_major: int, *, carry: bool, agent: bool) -> bool:
     """Whether to ask the feeder's agent for statistics: the superhub can restore them, the setting allows it,
     and the agent (which knows its pg_dump's version) runs there."""
     return carry and agent and superhub_major >= STATISTICS_SINCE_MAJOR
+
+
+def statistics_modules(feeders: Iterable[FeederConfig]) -> tuple[str, ...]:
+    """The parser a worker's runs import to read the statistics `feeders` may send (pglast, ~25-60 ms), for a worker
+    process to import before its first run: where any feeder may carry them. Whether the superhub is PostgreSQL 18
+    is known only once connected; importing pglast once, in the process that forks the workers, costs less than
+    once in each worker after the fork, on the cores the load needs."""
+    carried = any(wants_statistics(STATISTICS_SINCE_MAJOR, carry=f.carry_statistics, agent=f.agent) for f in feeders)
+    return ("pglast",) if carried else ()
 
 
 def parse_statistics_call(text: str) -> StatisticsCall:

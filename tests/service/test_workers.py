@@ -26,7 +26,7 @@ from fedload.service import workers
 from fedload.service._pipe import Cancel, Cancelled, Crashed, Done, Run, frame
 from fedload.service.sync import sync_feeders
 from fedload.service.worker import PROCESS_NAME
-from fedload.service.workers import WorkerPool, _Worker
+from fedload.service.workers import WorkerPool, _Worker, worker_modules
 from fedload.superhub import kept_sessions
 from fedload.superhub.bookkeeping.connection import Bookkeeping
 from fedload.superhub.job import feeder_job, superhub_target
@@ -275,6 +275,20 @@ def test_workers_preload_the_ssh_transport_and_the_warm_agents_only_where_a_feed
     assert transport_modules(mixed.values()) == ("fedload.transport.ssh", "fedload.transport.zygote")
     own_agents = {name: f.model_copy(update={"agent_command": ["/opt/agent"]}) for name, f in local.feeders.items()}
     assert transport_modules(own_agents.values()) == ()
+
+
+def test_workers_preload_the_statistics_parser_only_where_a_feeder_may_carry_statistics(
+    federation: Federation,
+) -> None:
+    """pglast (which reads the statistics a run carries) beside the transports, where a feeder's agent may send
+    them: whether the superhub is on PostgreSQL 18 is not known before the workers fork."""
+    local = federation.config()
+    assert worker_modules(local.feeders.values()) == ("fedload.transport.zygote", "pglast")
+    kept = {name: f.model_copy(update={"carry_statistics": False}) for name, f in local.feeders.items()}
+    assert worker_modules(kept.values()) == ("fedload.transport.zygote",)
+    no_agent = {name: f.model_copy(update={"agent": False}) for name, f in local.feeders.items()}
+    assert worker_modules(no_agent.values()) == ()
+    assert worker_modules({**kept, "hub1": local.feeders["hub1"]}.values()) == ("fedload.transport.zygote", "pglast")
 
 
 def test_worker_processes_default_and_validation(federation: Federation) -> None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -311,3 +314,51 @@ async def test_statistics_older_than_the_data_are_not_carried(pg18: LocalCluster
     assert [r.outcome for r in runs] == [Outcome.SUCCESS] * 2, [r.error for r in runs]
     assert analyzed(pg18, db, partition_of(pg18, db, "__contexts", 2)) == 1
     assert analyzed(pg18, db) == 1
+
+
+# `fedload sync`, recording each module a forked worker (named fedload-worker once forked) imports: after the fork.
+_WORKER_IMPORTS = """
+import os, sys
+
+def _after_the_fork(event, args):
+    if event == "import":
+        with open("/proc/self/comm") as comm:
+            if comm.read().strip() == "fedload-worker":
+                with open(os.environ["WORKER_IMPORTS"], "a") as out:
+                    out.write(f"{os.getpid()} {args[0]}\\n")
+
+sys.addaudithook(_after_the_fork)
+sys.argv[0] = "fedload"
+from fedload.__main__ import run
+run()
+"""
+
+
+def _sync_toml(config: Config, mode: str) -> str:
+    """`config` (from `federation`) as a fedload.toml with two worker processes, its feeders in `mode`."""
+    superhub = config.superhub
+    lines = ["[superhub]", f"dsn = {json.dumps(superhub.dsn)}", 'tables = ["public.__*"]']
+    lines += [f"schema_file = {json.dumps(str(superhub.schema_file))}", "worker_processes = 2"]
+    for name, feeder in config.feeders.items():
+        lines += [f"[feeders.{name}]", f"key = {feeder.key}", 'transport = "local"', f'dump_mode = "{mode}"']
+        lines += [f"database = {json.dumps(feeder.database)}", f"pg_dump = {json.dumps(feeder.pg_dump)}"]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.pg_major(18)
+@pytest.mark.parametrize("mode", ["copy", "binary"])
+def test_forked_workers_carry_statistics_without_importing_anything(
+    pg18: LocalCluster, tmp_path: Path, mode: str
+) -> None:
+    """`fedload sync` imports what its runs need (pglast for the statistics they carry) before it forks its
+    workers: the workers carry the feeders' statistics and import no module of their own after the fork."""
+    config, db = federation(pg18, pg18, tmp_path)
+    path, imports = tmp_path / "fedload.toml", tmp_path / "worker-imports"
+    path.write_text(_sync_toml(config, mode))
+    argv = [sys.executable, "-c", _WORKER_IMPORTS, "sync", "--json", "--config", str(path)]
+    env = {**os.environ, "WORKER_IMPORTS": str(imports)}
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [run["outcome"] for run in json.loads(done.stdout)] == ["success"] * 2
+    assert analyzed(pg18, db) == 0  # the runs did carry statistics
+    assert not imports.exists(), imports.read_text()[:2000]
