@@ -5,7 +5,9 @@ Each step that needs undoing is an `async with` whose exit is shielded from canc
 The dump starts before the lock and the record: the agent's start (a process, pg_dump's connection; over SSH a
 session too) is most of a small feeder's run, and the superhub's steps before the load overlap it. Whatever
 ends the run before the load (busy, moved away, a failure) stops that dump; an error of the parents' read is
-raised where the run records it, as before.
+raised where the run records it, as before. The transport connects from the run's start (`connect_ahead`: the
+SSH handshake overlaps the superhub's session and the parents' read); a run that ends before its dump closes
+that connection unused.
 
 A dry run does all of it but the lock, the swap and the record, inside a transaction that it rolls back.
 """
@@ -134,14 +136,19 @@ class _FeederSync:
         return self._result()
 
     async def _sync(self, history: RunHistory) -> None:
-        """The run's phases in order."""
-        async with reused_session(self.job.superhub, self.name) as conn:
-            await ensure_superhub(conn)
-            try:
-                await self._start_dump_early(conn)
-                await self._locked_run(conn, history)
-            finally:
-                await asyncio.shield(self._stop_unused_dump())
+        """The run's phases in order; the transport connects to the feeder meanwhile, from the start (its SSH
+        handshake beside the superhub's session and the parents' read, before the dump starts on it)."""
+        self._transport.connect_ahead()
+        try:
+            async with reused_session(self.job.superhub, self.name) as conn:
+                await ensure_superhub(conn)
+                try:
+                    await self._start_dump_early(conn)
+                    await self._locked_run(conn, history)
+                finally:
+                    await asyncio.shield(self._stop_unused_dump())
+        finally:
+            await asyncio.shield(self._transport.close())
 
     async def _locked_run(self, conn: asyncpg.Connection, history: RunHistory) -> None:
         """The run's phases under the feeder's lock, recorded."""

@@ -37,3 +37,12 @@ class Transport(Protocol):
     async def open(self, argv: list[str]) -> FeederProcess:
         """Start `argv` on the feeder; raise a FeederError subclass saying why it could not start."""
         ...
+
+    def connect_ahead(self) -> None:
+        """Start reaching the feeder now, in the background, for the next `open` to use (an SSH connection's
+        handshake); nothing where there is nothing to reach (a local command). A failure is `open`'s to raise."""
+        ...
+
+    async def close(self) -> None:
+        """Release what `connect_ahead` started and no `open` took; idempotent, bounded, never raises."""
+        ...

@@ -109,6 +109,12 @@ class LocalTransport:
                 return LocalProcess(agent, self._read_timeout_s)
         return await self._start(argv)
 
+    def connect_ahead(self) -> None:
+        """Nothing to reach ahead: the command starts at `open`."""
+
+    async def close(self) -> None:
+        """Nothing started ahead to release."""
+
     async def _start(self, argv: list[str]) -> LocalProcess:
         try:
             process = await asyncio.create_subprocess_exec(

@@ -4,6 +4,7 @@ backpressure, faults."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import hashlib
 import os
@@ -11,10 +12,12 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from fedload.config import SshConfig
 from fedload.errors import (
     FeederAuthError,
     FeederConnectionLostError,
@@ -236,3 +239,93 @@ async def test_sync_over_ssh_from_feeders_of_several_majors(
     for table, cols in (("hosts", HOST_COLS), ("contexts", CONTEXT_COLS)):
         expected = feeder.psql(DIGEST.format(cols=cols, table=table), dbname=feeder_db).strip()
         assert federation.digest(federation.superhub, table, cols, "WHERE hub_id = 1") == expected
+
+
+@contextlib.asynccontextmanager
+async def one_connection_relay(port: int) -> AsyncIterator[tuple[int, asyncio.Event, asyncio.Event]]:
+    """A TCP relay to 127.0.0.1:`port` that accepts one connection and then no other (its listener closed): its
+    port, and events set once it has accepted that connection and once the connection has ended."""
+    accepted, ended = asyncio.Event(), asyncio.Event()
+    relays: list[asyncio.Task[None]] = []
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(1 << 16):
+                writer.write(data)
+                await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        server.close()
+        relays.append(asyncio.current_task())  # type: ignore[arg-type]
+        accepted.set()
+        upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", port)
+        await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
+        ended.set()
+
+    server = await asyncio.start_server(relay, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1], accepted, ended
+    finally:
+        server.close()
+        for task in relays:
+            task.cancel()
+        await asyncio.gather(*relays, return_exceptions=True)
+
+
+def through_relay(server: SshServer, port: int, tmp_path: Path) -> SshConfig:
+    """`server`'s client settings, reaching it through a relay on `port` (its host key known there)."""
+    known_hosts = tmp_path / "relay_known_hosts"
+    known_hosts.write_text(f"[127.0.0.1]:{port} {server.host_public}\n")
+    return server.ssh_config(port=port, known_hosts=known_hosts)
+
+
+async def test_open_takes_the_connection_made_ahead(sshd: SshServer, tmp_path: Path) -> None:
+    """`connect_ahead` connects at once, in the background; `open` then starts its command on that connection,
+    with no handshake of its own (the relay between them accepts one connection only)."""
+    async with one_connection_relay(sshd.port) as (port, accepted, _), asyncio.timeout(30):
+        transport = SshTransport(through_relay(sshd, port, tmp_path))
+        transport.connect_ahead()
+        await accepted.wait()
+        process = await transport.open(["echo", "ahead"])
+        assert await read_all(process) == b"ahead\n"
+        assert await process.wait() == 0
+        await process.cancel()
+        await transport.close()
+
+
+@pytest.mark.parametrize("wait_s", [0.0, 1.0], ids=["handshaking", "connected"])
+async def test_a_connection_made_ahead_that_no_open_took_is_closed(
+    sshd: SshServer, tmp_path: Path, wait_s: float
+) -> None:
+    """A run that ends before its dump closes the connection `connect_ahead` made, or stops its handshake: the
+    relay sees it end."""
+    async with one_connection_relay(sshd.port) as (port, accepted, ended), asyncio.timeout(30):
+        transport = SshTransport(through_relay(sshd, port, tmp_path))
+        transport.connect_ahead()
+        await accepted.wait()
+        await asyncio.sleep(wait_s)
+        await transport.close()
+        await asyncio.wait_for(ended.wait(), 10)
+        await transport.close()  # again: nothing left to close
+
+
+async def test_a_failed_connection_ahead_is_raised_by_open(sshd: SshServer) -> None:
+    """A connection made ahead that fails is the failure `open` raises, as if `open` had connected; a transport
+    closed after that has nothing to close."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        transport = SshTransport(sshd.ssh_config(port=closed.getsockname()[1]))
+        transport.connect_ahead()
+        async with asyncio.timeout(30):
+            with pytest.raises(FeederUnreachableError, match="refused the connection"):
+                await transport.open(["true"])
+            await transport.close()
+        transport.connect_ahead()
+        await asyncio.sleep(0.5)  # failed by now, and never opened: close() must take its failure quietly
+        await transport.close()
