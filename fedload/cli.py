@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-import transforms.cli
 from fedload import __version__
 from fedload.commands.helptext import COMMANDS, PROGRAM, PROGRAM_EPILOG
 from fedload.errors import ConfigError, FedloadError, UsageError, one_line
-from fedload.feeder.agent_options import add_arguments as add_agent_arguments
-from fedload.feeder.main import for_the_agent
-from fedload.feeder.ssh_command import add_arguments as add_ssh_command_arguments
 from fedload.log import LOG_FORMATS, configure_logging, journal_prefix, pick_level
 from fedload.startup import collector_paused, dump_buffers_reused, no_pydantic_plugins
-from transforms.cli import positive_int
 
 if TYPE_CHECKING:
     from fedload.config import Config, ConfigLocation
@@ -56,7 +52,17 @@ def _logging(args: argparse.Namespace, configured: str) -> None:
 
 
 def _run_transform(args: argparse.Namespace) -> int:
+    import transforms.cli  # noqa: PLC0415 - see _add_transform_parser
+
     return transforms.cli.run(args)
+
+
+def _add_transform_parser(commands: _Commands) -> None:
+    import transforms.cli  # noqa: PLC0415 - the transform's options only where it is named (_Commands)
+
+    transform = _command(commands, "transform", _without_config())
+    transforms.cli.add_arguments(transform)
+    transform.set_defaults(run=_run_transform)
 
 
 def _run_agent(words: list[str]) -> int:
@@ -87,16 +93,18 @@ def _run_agent_pack(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _add_agent_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
+def _add_agent_parser(commands: _Commands) -> None:
+    from fedload.feeder import agent_options, ssh_command  # noqa: PLC0415 - the agent's options only where named
+
     agent = _command(commands, "agent")
     agent_commands = agent.add_subparsers(title="agent commands", metavar="COMMAND", required=True)
-    dump = _command(agent_commands, "agent dump", _WITHOUT_CONFIG)
-    add_agent_arguments(dump)
+    dump = _command(agent_commands, "agent dump", _without_config())
+    agent_options.add_arguments(dump)
     dump.set_defaults(run=_run_agent_dump)
-    forced = _command(agent_commands, "agent ssh-command", _WITHOUT_CONFIG)
-    add_ssh_command_arguments(forced)
+    forced = _command(agent_commands, "agent ssh-command", _without_config())
+    ssh_command.add_arguments(forced)
     forced.set_defaults(run=_run_agent_ssh_command)
-    pack = _command(agent_commands, "agent pack", _WITHOUT_CONFIG)
+    pack = _command(agent_commands, "agent pack", _without_config())
     pack.add_argument(
         "-o", "--output", type=Path, default=Path("fedload-agent.pyz"), help="where (default: fedload-agent.pyz)"
     )
@@ -172,17 +180,17 @@ def _run_feeder_resume(args: argparse.Namespace) -> int:
 
 
 def _add_pause_parsers(feeder_commands: argparse._SubParsersAction[_Parser]) -> None:
-    pause = _command(feeder_commands, "feeder pause", _WITH_CONFIG)
+    pause = _command(feeder_commands, "feeder pause", _with_config())
     pause.add_argument("name", metavar="NAME", help="the feeder's name")
     pause.add_argument("--reason", metavar="TEXT", help="why, shown by status (again on a paused feeder: replaces it)")
     pause.set_defaults(run=_run_feeder_pause)
-    resume = _command(feeder_commands, "feeder resume", _WITH_CONFIG)
+    resume = _command(feeder_commands, "feeder resume", _with_config())
     resume.add_argument("name", metavar="NAME", help="the feeder's name")
     resume.set_defaults(run=_run_feeder_resume)
 
 
-def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None:
-    sync = _command(commands, "sync", _WITH_CONFIG)
+def _add_sync_parser(commands: _Commands) -> None:
+    sync = _command(commands, "sync", _with_config())
     sync.add_argument(
         "feeders", nargs="*", metavar="FEEDER", help="feeder names, run even if paused (default: all but the paused)"
     )
@@ -194,17 +202,23 @@ def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None
     )
     sync.set_defaults(run=_run_sync)
 
-    daemon = _command(commands, "daemon", _WITH_CONFIG)
+
+def _add_daemon_parser(commands: _Commands) -> None:
+    daemon = _command(commands, "daemon", _with_config())
     daemon.add_argument("--shard", metavar="NAME", help="run only the feeders of this shard (default: every feeder)")
     daemon.set_defaults(run=_run_daemon)
 
-    status = _command(commands, "status", _WITH_CONFIG)
+
+def _add_status_parser(commands: _Commands) -> None:
+    status = _command(commands, "status", _with_config())
     status.add_argument("--json", action="store_true", help="print JSON for machines")
     status.set_defaults(run=_run_status)
 
+
+def _add_feeder_parser(commands: _Commands) -> None:
     feeder = _command(commands, "feeder")
     feeder_commands = feeder.add_subparsers(title="feeder commands", metavar="COMMAND", required=True)
-    remove = _command(feeder_commands, "feeder remove", _WITH_CONFIG)
+    remove = _command(feeder_commands, "feeder remove", _with_config())
     remove.add_argument("name", metavar="NAME", help="the feeder's name")
     remove.add_argument(
         "--table",
@@ -221,7 +235,7 @@ def _add_superhub_parsers(commands: argparse._SubParsersAction[_Parser]) -> None
         "--shard", metavar="NAME", help="with [shards]: remove it from this shard (default: the feeder's own)"
     )
     remove.set_defaults(run=_run_feeder_remove)
-    move = _command(feeder_commands, "feeder move", _WITH_CONFIG)
+    move = _command(feeder_commands, "feeder move", _with_config())
     move.add_argument("name", metavar="NAME", help="the feeder's name")
     move.add_argument("--to", required=True, metavar="SHARD", help="the shard to move it to")
     move.set_defaults(run=_run_feeder_move)
@@ -277,8 +291,51 @@ def _global_options(*, config: bool, top: bool = False) -> _Parser:
     return options
 
 
-_WITH_CONFIG = _global_options(config=True)
-_WITHOUT_CONFIG = _global_options(config=False)
+@functools.cache
+def _with_config() -> _Parser:
+    return _global_options(config=True)
+
+
+@functools.cache
+def _without_config() -> _Parser:
+    return _global_options(config=False)
+
+
+class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """fedload's commands, each listed with its summary (`fedload --help`) but its parser built only when the
+    command line names it: `fedload sync` builds neither the agent's nor the transform's options, nor imports what
+    defines them (argparse spends ~1 ms on each parser it builds)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._builders: dict[str, Callable[[_Commands], None]] = {}
+        self._building: str | None = None
+        self.choices: dict[str, None] = {}  # every command's name (argparse checks it); the parsers: those built
+
+    def add_command(self, name: str, build: Callable[[_Commands], None]) -> None:
+        """Command `name`, listed with its summary; `build(self)` adds its parser once the command line names it."""
+        self._choices_actions.append(self._ChoicesPseudoAction(name, (), COMMANDS[name].summary))
+        self._builders[name] = build
+        self.choices[name] = None
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        if name == self._building:
+            del kwargs["help"]  # listed already (add_command)
+        return super().add_parser(name, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        assert isinstance(values, list)
+        if (build := self._builders.pop(values[0], None)) is not None:
+            self._building = values[0]
+            build(self)
+            self._building = None
+        super().__call__(parser, namespace, values, option_string)
 
 
 def _command(commands: argparse._SubParsersAction[_Parser], name: str, *parents: _Parser) -> _Parser:
@@ -295,7 +352,7 @@ def _command(commands: argparse._SubParsersAction[_Parser], name: str, *parents:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand."""
+    """The argument parser with every subcommand (each built once the command line names it: `_Commands`)."""
     parser = _Parser(
         prog="fedload",
         description=textwrap.fill(PROGRAM),
@@ -304,16 +361,19 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[_global_options(config=True, top=True)],
     )
     parser.add_argument("--version", action="version", version=f"fedload {__version__}")
-    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True, parser_class=_Parser)
+    commands = parser.add_subparsers(
+        title="commands", metavar="COMMAND", required=True, parser_class=_Parser, action=_Commands
+    )
+    assert isinstance(commands, _Commands)
+    for name, build in _COMMAND_PARSERS.items():
+        commands.add_command(name, build)
+    return parser
 
-    transform = _command(commands, "transform", _WITHOUT_CONFIG)
-    transforms.cli.add_arguments(transform)
-    transform.set_defaults(run=_run_transform)
 
-    _add_agent_parser(commands)
-    _add_superhub_parsers(commands)
+def _add_demo_parser(commands: _Commands) -> None:
+    from transforms.cli import positive_int  # noqa: PLC0415 - with the demo's parser only (_Commands)
 
-    demo = _command(commands, "demo", _WITHOUT_CONFIG)
+    demo = _command(commands, "demo", _without_config())
     keep_or_stop = demo.add_mutually_exclusive_group()
     keep_or_stop.add_argument(
         "--keep", action="store_true", help="leave the clusters running, with a fedload.toml for them"
@@ -329,18 +389,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(run=_run_demo)
 
-    check = _command(commands, "check-config", _WITH_CONFIG)
+
+def _add_check_config_parser(commands: _Commands) -> None:
+    check = _command(commands, "check-config", _with_config())
     check.add_argument(
         "--connect",
         action="store_true",
         help="also connect: to the superhub (version, tables) and each feeder (SSH, agent and pg_dump versions)",
     )
     check.set_defaults(run=_run_check_config)
-    return parser
+
+
+# Every command, in the order `fedload --help` lists them, with what builds its parser.
+_COMMAND_PARSERS: dict[str, Callable[[_Commands], None]] = {
+    "transform": _add_transform_parser,
+    "agent": _add_agent_parser,
+    "sync": _add_sync_parser,
+    "daemon": _add_daemon_parser,
+    "status": _add_status_parser,
+    "feeder": _add_feeder_parser,
+    "demo": _add_demo_parser,
+    "check-config": _add_check_config_parser,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `fedload` command: exit 0 success, 1 the job failed, 2 usage or configuration error."""
+    from fedload.feeder.main import for_the_agent  # noqa: PLC0415 - imported already by `python -m fedload`
+
     words = sys.argv[1:] if argv is None else argv
     if for_the_agent(words):
         return _run_agent(words)

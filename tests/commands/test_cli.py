@@ -334,13 +334,26 @@ def test_transform_of_binary_input_shows_an_escaped_snippet() -> None:
     assert r"unexpected text '\x7fELF\x02\x01\xff\xfe\x1b[2J\x9b\x00 rest'" in line
 
 
-def _imported(*args: str) -> set[str]:
-    """Top-level packages `python -m fedload ARGS` imports (from -X importtime)."""
+def _imported_modules(*args: str) -> set[str]:
+    """Modules `python -m fedload ARGS` imports (from -X importtime)."""
     result = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "fedload", *args], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    return {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in result.stderr.splitlines() if "|" in line}
+    return {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+
+
+def _imported(*args: str) -> set[str]:
+    """Top-level packages `python -m fedload ARGS` imports (from -X importtime)."""
+    return {module.split(".")[0] for module in _imported_modules(*args)}
+
+
+def test_a_command_builds_and_imports_only_its_own_options() -> None:
+    """The superhub's commands do not build the agent's options, nor import its forced command's module for them;
+    the agent's commands (through the command line: `agent pack`) still do."""
+    assert "fedload.feeder.ssh_command" not in _imported_modules("sync", "--help")
+    assert "fedload.feeder.ssh_command" not in _imported_modules("status", "--help")
+    assert "fedload.feeder.ssh_command" in _imported_modules("agent", "pack", "--help")
 
 
 def test_quick_commands_import_only_what_they_use(tmp_path: Path) -> None:
