@@ -356,6 +356,13 @@ def test_a_command_builds_and_imports_only_its_own_options() -> None:
     assert "fedload.feeder.ssh_command" in _imported_modules("agent", "pack", "--help")
 
 
+def test_sync_and_the_daemon_import_the_scale_out_code_only_for_a_coordinator() -> None:
+    """The coordinator's build (fedload.scaleout) is imported at the first build, not with `sync` or the daemon."""
+    code = "import json, sys, fedload.commands.sync, fedload.service.daemon; print(json.dumps(list(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert not [module for module in json.loads(done.stdout) if module.startswith("fedload.scaleout")]
+
+
 def test_quick_commands_import_only_what_they_use(tmp_path: Path) -> None:
     """--help loads no heavy library; check-config only pydantic, for the configuration (no driver, no SQL parser)."""
     heavy = {"pglast", "asyncssh", "asyncpg", "pydantic", "structlog", "rich", "zstandard"}
