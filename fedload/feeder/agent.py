@@ -28,7 +28,15 @@ from transforms import Transformer, TransformError, TransformOptions, load_remap
 if TYPE_CHECKING:
     from fedload.feeder.snapshot_dump import SnapshotPlan
 
-__all__ = ["STATISTICS_SINCE_MAJOR", "UNWRITTEN_OPTIONS", "AgentOptions", "pg_dump_argv", "run_agent", "run_pg_dump"]
+__all__ = [
+    "STATISTICS_SINCE_MAJOR",
+    "UNWRITTEN_OPTIONS",
+    "AgentOptions",
+    "VersionProbe",
+    "pg_dump_argv",
+    "run_agent",
+    "run_pg_dump",
+]
 
 _READ_BYTES = 1 << 20
 _VERSION_TIMEOUT_S = 30.0
@@ -105,9 +113,60 @@ def remember_pg_dump_version(pg_dump: str) -> None:
 def _pg_dump_version(pg_dump: str) -> str:
     """The kept version where a forking parent asked this binary already; else pg_dump is asked now (an exec'd
     agent, which has nothing kept, does not even look at the file)."""
+    return _known_version(pg_dump) or _ask_version(pg_dump)
+
+
+def _known_version(pg_dump: str) -> str | None:
     identity = _binary_identity(pg_dump) if _known_versions else None
-    known = _known_versions.get(identity) if identity is not None else None
-    return known or _ask_version(pg_dump)
+    return _known_versions.get(identity) if identity is not None else None
+
+
+class VersionProbe:
+    """`pg_dump --version` started now and read by `version()`, so that it runs while the agent starts something
+    else (binary mode: psql and its connection); the kept version where there is one (`_pg_dump_version`), then
+    nothing runs. AgentError, as `_pg_dump_version`, if pg_dump cannot run or fails."""
+
+    def __init__(self, pg_dump: str) -> None:
+        self._pg_dump = pg_dump
+        self._known = _known_version(pg_dump)
+        self._process: subprocess.Popen[str] | None = None
+        if self._known is None:
+            try:
+                self._process = subprocess.Popen(
+                    [pg_dump, "--version"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                )
+            except OSError as exc:
+                raise AgentError(f"cannot run {pg_dump} --version on the feeder: {exc}") from exc
+
+    def version(self) -> str:
+        """pg_dump's version ("15.20"), once it has answered."""
+        if self._process is None:
+            assert self._known is not None
+            return self._known
+        process, self._process = self._process, None
+        try:
+            stdout, _ = process.communicate(timeout=_VERSION_TIMEOUT_S)
+        except subprocess.TimeoutExpired as exc:
+            _stop(process)
+            raise AgentError(f"cannot run {self._pg_dump} --version on the feeder: {exc}") from exc
+        if process.returncode != 0:
+            raise AgentError(
+                f"cannot run {self._pg_dump} --version on the feeder: it exited with status {process.returncode}"
+            )
+        self._known = _parsed_version(stdout)
+        return self._known
+
+    def abandon(self) -> None:
+        """Stop pg_dump if it still runs (the agent fails before it needs the version)."""
+        if self._process is not None:
+            _stop(self._process)
+            self._process = None
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    process.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):  # killed, yet not gone: the agent goes on all the same
+        process.communicate(timeout=_EXIT_TIMEOUT_S)
 
 
 def _binary_identity(pg_dump: str) -> tuple[str, int, int, int, int] | None:
@@ -143,8 +202,13 @@ def _ask_version(pg_dump: str) -> str:
         )
     except (OSError, subprocess.SubprocessError) as exc:
         raise AgentError(f"cannot run {pg_dump} --version on the feeder: {exc}") from exc
-    found = _PG_DUMP_VERSION.search(result.stdout)
-    return found[1] if found else result.stdout.strip().rsplit(" ", 1)[-1]
+    return _parsed_version(result.stdout)
+
+
+def _parsed_version(stdout: str) -> str:
+    """ "15.20" from "pg_dump (PostgreSQL) 15.20 (Debian 15.20-0+deb12u1)"; the last word of anything else."""
+    found = _PG_DUMP_VERSION.search(stdout)
+    return found[1] if found else stdout.strip().rsplit(" ", 1)[-1]
 
 
 class _StderrTail:
@@ -331,6 +395,5 @@ def _write(out: BinaryIO, frames: bytes) -> None:
 # What the binary mode's dump (fedload/feeder/binary_dump.py) shares with pg_dump's.
 StderrTail = _StderrTail
 ask_version = _ask_version
-pg_dump_version = _pg_dump_version
 killed_when_reader_leaves = _killed_when_reader_leaves
 write_frames = _write

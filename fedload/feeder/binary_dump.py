@@ -12,7 +12,7 @@ import subprocess
 from typing import BinaryIO
 
 from fedload import __version__
-from fedload.feeder.agent import StderrTail, ask_version, killed_when_reader_leaves, pg_dump_version, write_frames
+from fedload.feeder.agent import StderrTail, VersionProbe, ask_version, killed_when_reader_leaves, write_frames
 from fedload.feeder.agent_options import AgentOptions
 from fedload.feeder.binary_plan import FeederColumn, TableRequest, copy_command, plan_table, quote_ident
 from fedload.feeder.binary_plan import read_requests as _read_requests
@@ -45,18 +45,21 @@ def run_binary_dump(options: AgentOptions, out: BinaryIO) -> int:
     requests = read_requests(options)
     compressor = choose_compressor(options.compression, options.zstd)
     psql = psql_beside(options.pg_dump)
-    version = ask_version(psql)
-    tables = list(options.tables)
-    protocol = DIGEST_PROTOCOL if any(r.wants_digest for r in requests) else PROTOCOL_VERSION
-    header = Header(compressor.compression, "binary", __version__, version, tables, protocol=protocol)
-    encoder = StreamEncoder(header, compressor.compress)
-    statistics = _statistics(options)
+    probe = VersionProbe(options.pg_dump) if options.statistics else None  # runs while psql starts and connects
     try:
         session = SnapshotSession.start(psql, options.database)
     except OSError as exc:
+        if probe is not None:
+            probe.abandon()
         raise AgentError(f"cannot start {psql}: {exc}") from exc
+    statistics = None
     try:
-        failure = _stream(session, requests, encoder, out, statistics)
+        with killed_when_reader_leaves(session.process, out):  # psql may wait for its server
+            version = _psql_version(session, psql)
+        statistics = _statistics(options, probe)
+        protocol = DIGEST_PROTOCOL if any(r.wants_digest for r in requests) else PROTOCOL_VERSION
+        header = Header(compressor.compression, "binary", __version__, version, list(options.tables), protocol=protocol)
+        failure = _stream(session, requests, StreamEncoder(header, compressor.compress), out, statistics)
     finally:
         _reap(session.process)
         if statistics is not None:
@@ -67,12 +70,21 @@ def run_binary_dump(options: AgentOptions, out: BinaryIO) -> int:
     return 0
 
 
-def _statistics(options: AgentOptions) -> CarriedStatistics | None:
-    """The tables' statistics too, where asked (`--statistics`) and pg_dump is 18 or later (fedload/feeder/
-    statistics_dump.py)."""
-    if not options.statistics:
+def _psql_version(session: SnapshotSession, psql: str) -> str:
+    """psql's version from the session itself (no `psql --version` to run); where the session ended before saying
+    it (psql could not connect: the stream's trailer then says why), from `psql --version`."""
+    try:
+        return session.client_version()
+    except (SessionEnded, ValueError):
+        return ask_version(psql)
+
+
+def _statistics(options: AgentOptions, probe: VersionProbe | None) -> CarriedStatistics | None:
+    """The tables' statistics too, where asked (`--statistics`, `probe` asking pg_dump's version) and pg_dump is 18
+    or later (fedload/feeder/statistics_dump.py)."""
+    if probe is None:
         return None
-    return asked_statistics(options.pg_dump, options.database, pg_dump_version(options.pg_dump))
+    return asked_statistics(options.pg_dump, options.database, probe.version())
 
 
 def _stream(

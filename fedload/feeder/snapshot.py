@@ -32,11 +32,16 @@ _READ_BYTES = 1 << 20
 _F_SETPIPE_SZ, _PIPE_BYTES = 1031, 1 << 20  # fcntl.F_SETPIPE_SZ is in Python 3.10 and later only
 # psql writes its COPY data 4 KiB at a time (stdio's buffer on a pipe), and the agent, woken by each write, read
 # ~10 KB per wake-up: 6,000 polls and reads (and as many switches between the two on one core) per 60 MB. Given a
-# wide pipe, the agent lets psql write for this long before it reads what came (~100 KB at psql's pace), unless
-# its last read found the pipe well filled already (then it is behind: it reads at once).
+# wide pipe, the agent lets psql write for this long before it reads what came (~100 KB at psql's pace), once a
+# table has sent this much (a small table is read as it comes: no wait at its end), unless its last read found the
+# pipe well filled already (then it is behind: it reads at once).
 _GATHER_S = 0.001
+_GATHER_AFTER_BYTES = 1 << 20
 _GATHERED_BYTES = 1 << 16
 _COPIED = re.compile(rb"COPY (\d+)")
+# psql's VERSION variable, "PostgreSQL 15.20 (Debian 15.20-0+deb12u1) on x86_64-pc-linux-gnu, compiled by ...": the
+# version `psql --version` states ("psql (PostgreSQL) 15.20 (Debian 15.20-0+deb12u1)"), in every psql.
+_CLIENT_VERSION = re.compile(r"PostgreSQL (\S+)")
 _SNAPSHOT_ID = re.compile(r"[0-9A-F]+-[0-9A-F]+-[0-9]+")  # pg_export_snapshot()'s "00000003-0000001B-1"
 # pg_dump's settings for a dump: text output any server reads back exactly, no timeout, no row silently hidden.
 _SETUP = """SET DateStyle = 'ISO';
@@ -120,7 +125,7 @@ class SnapshotSession:
         poller = select.poll()
         poller.register(self._stdout, select.POLLIN)
         poller.register(self._control, select.POLLIN)
-        relayed: int | None = _GATHERED_BYTES  # the first data of a table is read at once
+        pace = _Pace(self._gather)
         while True:
             line, _, rest = self._pending.partition(b"\n")
             if _:
@@ -131,10 +136,11 @@ class SnapshotSession:
                 return int(copied[1])
             for fd, _events in poller.poll():  # bounded by the COPY; a reader gone kills psql (agent.py)
                 if fd == self._stdout:
-                    if self._gather and relayed is not None and relayed < _GATHERED_BYTES:
-                        time.sleep(_GATHER_S)
+                    pace.wait()
                     if (relayed := self._relay(sink)) is None:
                         poller.unregister(self._stdout)  # closed: psql is ending, its control pipe says how
+                    else:
+                        pace.count(relayed)
                 elif not self._read_control():
                     self._drain(sink)
                     raise SessionEnded("psql ended during a COPY")
@@ -146,6 +152,14 @@ class SnapshotSession:
         if _SNAPSHOT_ID.fullmatch(answer) is None:
             raise ValueError(f"psql printed {answer[:80]!r} instead of a snapshot id")
         return answer
+
+    def client_version(self) -> str:
+        """psql's own version ("15.20", as `psql --version` says it), from its VERSION variable, once psql has
+        connected and begun the transaction; ValueError if psql answers anything else."""
+        answer = self.query("\\qecho :VERSION").decode("utf-8", "replace")
+        if (found := _CLIENT_VERSION.match(answer)) is None:
+            raise ValueError(f"psql printed {answer[:80]!r} instead of its version")
+        return found[1]
 
     def finish(self) -> None:
         """End the transaction and psql's input."""
@@ -176,6 +190,25 @@ class SnapshotSession:
     def _drain(self, sink: Callable[[bytes], None]) -> None:
         while self._relay(sink):
             pass
+
+
+class _Pace:
+    """Whether a COPY's next read waits for psql to write more first (`_GATHER_S`)."""
+
+    def __init__(self, wide: bool) -> None:
+        self._wide = wide  # the pipe holds what psql writes meanwhile
+        self._copied = 0
+        self._last = 0
+
+    def wait(self) -> None:
+        """Before a read: wait if the table is past its first bytes and the last read found the pipe far from full."""
+        if self._wide and self._copied >= _GATHER_AFTER_BYTES and self._last < _GATHERED_BYTES:
+            time.sleep(_GATHER_S)
+
+    def count(self, read: int) -> None:
+        """After a read of `read` bytes."""
+        self._copied += read
+        self._last = read
 
 
 def widen_pipe(fd: int) -> int:
