@@ -23,10 +23,10 @@ from fedload.feeder.errors import AgentError, AgentUsageError
 from fedload.feeder.logs import get_logger
 from fedload.feeder.passwords import without_passwords
 from fedload.feeder.wire import DIGEST_PROTOCOL, PROTOCOL_VERSION, Header, StreamEncoder, dump_failure
-from transforms import Transformer, TransformError, TransformOptions, load_remap
 
 if TYPE_CHECKING:
     from fedload.feeder.snapshot_dump import SnapshotPlan
+    from transforms import Transformer, TransformOptions
 
 __all__ = [
     "STATISTICS_SINCE_MAJOR",
@@ -248,6 +248,9 @@ def run_agent(options: AgentOptions, out: BinaryIO) -> int:
 def run_pg_dump(options: AgentOptions, out: BinaryIO, plan: SnapshotPlan | None = None) -> int:
     """Run pg_dump and write its stream to `out` (`run_agent`); with `plan` (fedload/feeder/snapshot_dump.py), in its
     exported snapshot, only the tables it dumps, the others listed in the trailer as unchanged (protocol 5)."""
+    # The transformer (its patterns take ~30 ms to compile) only here: binary mode never transforms.
+    from transforms import Transformer  # noqa: PLC0415
+
     transform = _transform_options(options)
     compressor = choose_compressor(options.compression, options.zstd)
     version = _pg_dump_version(options.pg_dump)
@@ -324,6 +327,8 @@ def _watch_reader(fd: int, wake: int, process: subprocess.Popen[bytes]) -> None:
 
 
 def _transform_options(options: AgentOptions) -> TransformOptions:
+    from transforms import TransformError, TransformOptions, load_remap  # noqa: PLC0415 - see run_pg_dump
+
     try:
         remap = load_remap(options.remap) if options.remap else None
     except TransformError as exc:
@@ -339,6 +344,8 @@ def _stream(
     plan: SnapshotPlan | None = None,
 ) -> str:
     """Send the dump and its trailer; why it failed as one line, or "" if it is complete."""
+    from transforms import TransformError  # noqa: PLC0415 - see run_pg_dump
+
     assert process.stdout is not None
     assert process.stderr is not None
     stderr = _StderrTail(process.stderr)
