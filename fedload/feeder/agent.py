@@ -22,6 +22,7 @@ from fedload.feeder.compress import choose_compressor
 from fedload.feeder.errors import AgentError, AgentUsageError
 from fedload.feeder.logs import get_logger
 from fedload.feeder.passwords import without_passwords
+from fedload.feeder.pipes import PipeReader
 from fedload.feeder.wire import DIGEST_PROTOCOL, PROTOCOL_VERSION, Header, StreamEncoder, dump_failure
 
 if TYPE_CHECKING:
@@ -267,11 +268,10 @@ def run_pg_dump(options: AgentOptions, out: BinaryIO, plan: SnapshotPlan | None 
     argv = pg_dump_argv(plan.pg_dump_options(options) if plan is not None else options, _major(version))
     log.debug("agent.dump_started", argv=[without_passwords(a) for a in argv], compressor=compressor.implementation)
     try:
-        # Buffered: read(_READ_BYTES) returns a whole block (less only at the end), where a raw pipe's read returns
-        # what one write of pg_dump left in it, ~10 kB: the transformer then scanned a statement cut off at the end
-        # of each such piece again at the next (twice the work in inserts mode), and every piece cost a pass
-        # through the transformer and the encoder.
-        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=_READ_BYTES)
+        # Read in large pieces (PipeReader), not as a raw pipe's read returns what one write of pg_dump left in it,
+        # ~10 kB: the transformer then scanned a statement cut off at the end of each such piece again at the next
+        # (twice the work in inserts mode), and every piece cost a pass through the transformer and the encoder.
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
     except OSError as exc:
         raise AgentError(f"cannot start {options.pg_dump}: {exc}") from exc
     try:
@@ -352,8 +352,9 @@ def _stream(
     server_version = ""
     error = ""
     out.write(encoder.start())
+    dump = PipeReader(process.stdout.fileno(), _READ_BYTES)
     try:
-        while chunk := process.stdout.read(_READ_BYTES):
+        while chunk := dump.read():
             if not server_version and (found := _SERVER_VERSION.search(chunk)):
                 server_version = found[1].decode("ascii", errors="replace")
             _write(out, encoder.data(b"".join(transformer.feed(chunk))))

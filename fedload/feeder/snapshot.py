@@ -12,32 +12,22 @@ snapshot, the tables there locked, and the counters of those asked digests of re
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import secrets
 import select
 import subprocess
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO
 
 from fedload.feeder.binary_plan import FeederColumn, TableRequest, catalog_query, parse_catalog, quote_ident
 from fedload.feeder.digest import counters_query, parse_counters
+from fedload.feeder.pipes import PIPE_BYTES, Pace, widen_pipe
 
-__all__ = ["SessionEnded", "SnapshotSession", "SnapshotTables", "psql_beside", "read_tables", "widen_pipe"]
+__all__ = ["SessionEnded", "SnapshotSession", "SnapshotTables", "psql_beside", "read_tables"]
 
 _READ_BYTES = 1 << 20
-_F_SETPIPE_SZ, _PIPE_BYTES = 1031, 1 << 20  # fcntl.F_SETPIPE_SZ is in Python 3.10 and later only
-# psql writes its COPY data 4 KiB at a time (stdio's buffer on a pipe), and the agent, woken by each write, read
-# ~10 KB per wake-up: 6,000 polls and reads (and as many switches between the two on one core) per 60 MB. Given a
-# wide pipe, the agent lets psql write for this long before it reads what came (~100 KB at psql's pace), once a
-# table has sent this much (a small table is read as it comes: no wait at its end), unless its last read found the
-# pipe well filled already (then it is behind: it reads at once).
-_GATHER_S = 0.001
-_GATHER_AFTER_BYTES = 1 << 20
-_GATHERED_BYTES = 1 << 16
 _COPIED = re.compile(rb"COPY (\d+)")
 # psql's VERSION variable, "PostgreSQL 15.20 (Debian 15.20-0+deb12u1) on x86_64-pc-linux-gnu, compiled by ...": the
 # version `psql --version` states ("psql (PostgreSQL) 15.20 (Debian 15.20-0+deb12u1)"), in every psql.
@@ -71,7 +61,7 @@ class SnapshotSession:
         self._stdin: IO[bytes] = process.stdin
         self._stdout = process.stdout.fileno()
         os.set_blocking(self._stdout, False)
-        self._gather = widen_pipe(self._stdout) >= _PIPE_BYTES  # a narrow pipe would stall psql meanwhile
+        self._gather = widen_pipe(self._stdout) >= PIPE_BYTES  # a narrow pipe would stall psql meanwhile
 
     @classmethod
     def start(cls, psql: str, database: str) -> SnapshotSession:
@@ -125,7 +115,7 @@ class SnapshotSession:
         poller = select.poll()
         poller.register(self._stdout, select.POLLIN)
         poller.register(self._control, select.POLLIN)
-        pace = _Pace(self._gather)
+        pace = Pace(self._gather)  # fedload/feeder/pipes.py
         while True:
             line, _, rest = self._pending.partition(b"\n")
             if _:
@@ -190,34 +180,6 @@ class SnapshotSession:
     def _drain(self, sink: Callable[[bytes], None]) -> None:
         while self._relay(sink):
             pass
-
-
-class _Pace:
-    """Whether a COPY's next read waits for psql to write more first (`_GATHER_S`)."""
-
-    def __init__(self, wide: bool) -> None:
-        self._wide = wide  # the pipe holds what psql writes meanwhile
-        self._copied = 0
-        self._last = 0
-
-    def wait(self) -> None:
-        """Before a read: wait if the table is past its first bytes and the last read found the pipe far from full."""
-        if self._wide and self._copied >= _GATHER_AFTER_BYTES and self._last < _GATHERED_BYTES:
-            time.sleep(_GATHER_S)
-
-    def count(self, read: int) -> None:
-        """After a read of `read` bytes."""
-        self._copied += read
-        self._last = read
-
-
-def widen_pipe(fd: int) -> int:
-    """Let the pipe `fd` hold 1 MiB instead of 64 KiB; its capacity in bytes (0: unknown). Linux; elsewhere, or
-    past /proc/sys/fs/pipe-max-size or the user's pipe quota, the pipe stays as it is."""
-    try:
-        return fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", _F_SETPIPE_SZ), _PIPE_BYTES)
-    except OSError:
-        return 0
 
 
 def psql_beside(pg_dump: str) -> str:

@@ -20,8 +20,9 @@ from typing import BinaryIO
 
 from fedload.feeder.agent import STATISTICS_SINCE_MAJOR, UNWRITTEN_OPTIONS, StderrTail, write_frames
 from fedload.feeder.logs import get_logger
+from fedload.feeder.pipes import widen_pipe
 from fedload.feeder.sections import SECTION_END, chunk, statistics_head
-from fedload.feeder.snapshot import SnapshotSession, widen_pipe
+from fedload.feeder.snapshot import SnapshotSession
 from fedload.feeder.wire import MAX_BLOCK_BYTES, StreamEncoder, dump_failure
 
 __all__ = [
