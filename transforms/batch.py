@@ -6,11 +6,10 @@ from bisect import bisect_right
 from itertools import accumulate
 
 from transforms.inserts import Insert, format_insert
+from transforms.limits import DEFAULT_MAX_STATEMENT_BYTES, DEFAULT_ROWS_PER_STATEMENT
 
 __all__ = ["DEFAULT_MAX_STATEMENT_BYTES", "DEFAULT_ROWS_PER_STATEMENT", "InsertBatcher"]
 
-DEFAULT_ROWS_PER_STATEMENT = 1000
-DEFAULT_MAX_STATEMENT_BYTES = 16 * 1024 * 1024
 _SEPARATOR_BYTES = 3  # ",\n\t"
 
 

@@ -7,10 +7,7 @@ import io
 import sys
 from typing import TYPE_CHECKING
 
-from transforms.batch import DEFAULT_MAX_STATEMENT_BYTES, DEFAULT_ROWS_PER_STATEMENT
-from transforms.errors import RemapError, TransformError
-from transforms.remap import load_remap
-from transforms.transform import TransformOptions, transform_stream
+from transforms.limits import DEFAULT_MAX_STATEMENT_BYTES, DEFAULT_ROWS_PER_STATEMENT
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -58,6 +55,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, prog: str = "fedload transform") -> int:
     """Filter stdin to stdout; report a bad dump or remap in one line on stderr."""
+    # The transformer only to transform: the agent's parser takes add_arguments alone (binary mode never transforms).
+    from transforms.errors import RemapError, TransformError  # noqa: PLC0415
+    from transforms.remap import load_remap  # noqa: PLC0415
+    from transforms.transform import TransformOptions, transform_stream  # noqa: PLC0415
+
     try:
         remap = load_remap(args.remap) if args.remap else None
     except RemapError as exc:

@@ -22,13 +22,22 @@ from fedload.feeder.compress import choose_compressor
 from fedload.feeder.errors import AgentError, AgentUsageError
 from fedload.feeder.logs import get_logger
 from fedload.feeder.passwords import without_passwords
+from fedload.feeder.pipes import PipeReader
 from fedload.feeder.wire import DIGEST_PROTOCOL, PROTOCOL_VERSION, Header, StreamEncoder, dump_failure
-from transforms import Transformer, TransformError, TransformOptions, load_remap
 
 if TYPE_CHECKING:
     from fedload.feeder.snapshot_dump import SnapshotPlan
+    from transforms import Transformer, TransformOptions
 
-__all__ = ["STATISTICS_SINCE_MAJOR", "UNWRITTEN_OPTIONS", "AgentOptions", "pg_dump_argv", "run_agent", "run_pg_dump"]
+__all__ = [
+    "STATISTICS_SINCE_MAJOR",
+    "UNWRITTEN_OPTIONS",
+    "AgentOptions",
+    "VersionProbe",
+    "pg_dump_argv",
+    "run_agent",
+    "run_pg_dump",
+]
 
 _READ_BYTES = 1 << 20
 _VERSION_TIMEOUT_S = 30.0
@@ -105,9 +114,60 @@ def remember_pg_dump_version(pg_dump: str) -> None:
 def _pg_dump_version(pg_dump: str) -> str:
     """The kept version where a forking parent asked this binary already; else pg_dump is asked now (an exec'd
     agent, which has nothing kept, does not even look at the file)."""
+    return _known_version(pg_dump) or _ask_version(pg_dump)
+
+
+def _known_version(pg_dump: str) -> str | None:
     identity = _binary_identity(pg_dump) if _known_versions else None
-    known = _known_versions.get(identity) if identity is not None else None
-    return known or _ask_version(pg_dump)
+    return _known_versions.get(identity) if identity is not None else None
+
+
+class VersionProbe:
+    """`pg_dump --version` started now and read by `version()`, so that it runs while the agent starts something
+    else (binary mode: psql and its connection); the kept version where there is one (`_pg_dump_version`), then
+    nothing runs. AgentError, as `_pg_dump_version`, if pg_dump cannot run or fails."""
+
+    def __init__(self, pg_dump: str) -> None:
+        self._pg_dump = pg_dump
+        self._known = _known_version(pg_dump)
+        self._process: subprocess.Popen[str] | None = None
+        if self._known is None:
+            try:
+                self._process = subprocess.Popen(
+                    [pg_dump, "--version"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                )
+            except OSError as exc:
+                raise AgentError(f"cannot run {pg_dump} --version on the feeder: {exc}") from exc
+
+    def version(self) -> str:
+        """pg_dump's version ("15.20"), once it has answered."""
+        if self._process is None:
+            assert self._known is not None
+            return self._known
+        process, self._process = self._process, None
+        try:
+            stdout, _ = process.communicate(timeout=_VERSION_TIMEOUT_S)
+        except subprocess.TimeoutExpired as exc:
+            _stop(process)
+            raise AgentError(f"cannot run {self._pg_dump} --version on the feeder: {exc}") from exc
+        if process.returncode != 0:
+            raise AgentError(
+                f"cannot run {self._pg_dump} --version on the feeder: it exited with status {process.returncode}"
+            )
+        self._known = _parsed_version(stdout)
+        return self._known
+
+    def abandon(self) -> None:
+        """Stop pg_dump if it still runs (the agent fails before it needs the version)."""
+        if self._process is not None:
+            _stop(self._process)
+            self._process = None
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    process.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):  # killed, yet not gone: the agent goes on all the same
+        process.communicate(timeout=_EXIT_TIMEOUT_S)
 
 
 def _binary_identity(pg_dump: str) -> tuple[str, int, int, int, int] | None:
@@ -143,8 +203,13 @@ def _ask_version(pg_dump: str) -> str:
         )
     except (OSError, subprocess.SubprocessError) as exc:
         raise AgentError(f"cannot run {pg_dump} --version on the feeder: {exc}") from exc
-    found = _PG_DUMP_VERSION.search(result.stdout)
-    return found[1] if found else result.stdout.strip().rsplit(" ", 1)[-1]
+    return _parsed_version(result.stdout)
+
+
+def _parsed_version(stdout: str) -> str:
+    """ "15.20" from "pg_dump (PostgreSQL) 15.20 (Debian 15.20-0+deb12u1)"; the last word of anything else."""
+    found = _PG_DUMP_VERSION.search(stdout)
+    return found[1] if found else stdout.strip().rsplit(" ", 1)[-1]
 
 
 class _StderrTail:
@@ -184,6 +249,9 @@ def run_agent(options: AgentOptions, out: BinaryIO) -> int:
 def run_pg_dump(options: AgentOptions, out: BinaryIO, plan: SnapshotPlan | None = None) -> int:
     """Run pg_dump and write its stream to `out` (`run_agent`); with `plan` (fedload/feeder/snapshot_dump.py), in its
     exported snapshot, only the tables it dumps, the others listed in the trailer as unchanged (protocol 5)."""
+    # The transformer (its patterns take ~30 ms to compile) only here: binary mode never transforms.
+    from transforms import Transformer  # noqa: PLC0415
+
     transform = _transform_options(options)
     compressor = choose_compressor(options.compression, options.zstd)
     version = _pg_dump_version(options.pg_dump)
@@ -200,11 +268,10 @@ def run_pg_dump(options: AgentOptions, out: BinaryIO, plan: SnapshotPlan | None 
     argv = pg_dump_argv(plan.pg_dump_options(options) if plan is not None else options, _major(version))
     log.debug("agent.dump_started", argv=[without_passwords(a) for a in argv], compressor=compressor.implementation)
     try:
-        # Buffered: read(_READ_BYTES) returns a whole block (less only at the end), where a raw pipe's read returns
-        # what one write of pg_dump left in it, ~10 kB: the transformer then scanned a statement cut off at the end
-        # of each such piece again at the next (twice the work in inserts mode), and every piece cost a pass
-        # through the transformer and the encoder.
-        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=_READ_BYTES)
+        # Read in large pieces (PipeReader), not as a raw pipe's read returns what one write of pg_dump left in it,
+        # ~10 kB: the transformer then scanned a statement cut off at the end of each such piece again at the next
+        # (twice the work in inserts mode), and every piece cost a pass through the transformer and the encoder.
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
     except OSError as exc:
         raise AgentError(f"cannot start {options.pg_dump}: {exc}") from exc
     try:
@@ -260,6 +327,8 @@ def _watch_reader(fd: int, wake: int, process: subprocess.Popen[bytes]) -> None:
 
 
 def _transform_options(options: AgentOptions) -> TransformOptions:
+    from transforms import TransformError, TransformOptions, load_remap  # noqa: PLC0415 - see run_pg_dump
+
     try:
         remap = load_remap(options.remap) if options.remap else None
     except TransformError as exc:
@@ -275,14 +344,17 @@ def _stream(
     plan: SnapshotPlan | None = None,
 ) -> str:
     """Send the dump and its trailer; why it failed as one line, or "" if it is complete."""
+    from transforms import TransformError  # noqa: PLC0415 - see run_pg_dump
+
     assert process.stdout is not None
     assert process.stderr is not None
     stderr = _StderrTail(process.stderr)
     server_version = ""
     error = ""
     out.write(encoder.start())
+    dump = PipeReader(process.stdout.fileno(), _READ_BYTES)
     try:
-        while chunk := process.stdout.read(_READ_BYTES):
+        while chunk := dump.read():
             if not server_version and (found := _SERVER_VERSION.search(chunk)):
                 server_version = found[1].decode("ascii", errors="replace")
             _write(out, encoder.data(b"".join(transformer.feed(chunk))))
@@ -331,6 +403,5 @@ def _write(out: BinaryIO, frames: bytes) -> None:
 # What the binary mode's dump (fedload/feeder/binary_dump.py) shares with pg_dump's.
 StderrTail = _StderrTail
 ask_version = _ask_version
-pg_dump_version = _pg_dump_version
 killed_when_reader_leaves = _killed_when_reader_leaves
 write_frames = _write

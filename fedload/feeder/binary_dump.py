@@ -12,7 +12,7 @@ import subprocess
 from typing import BinaryIO
 
 from fedload import __version__
-from fedload.feeder.agent import StderrTail, ask_version, killed_when_reader_leaves, pg_dump_version, write_frames
+from fedload.feeder.agent import StderrTail, VersionProbe, ask_version, killed_when_reader_leaves, write_frames
 from fedload.feeder.agent_options import AgentOptions
 from fedload.feeder.binary_plan import FeederColumn, TableRequest, copy_command, plan_table, quote_ident
 from fedload.feeder.binary_plan import read_requests as _read_requests
@@ -20,7 +20,7 @@ from fedload.feeder.compress import choose_compressor
 from fedload.feeder.digest import table_digest, unchanged
 from fedload.feeder.errors import AgentError, AgentUsageError
 from fedload.feeder.logs import get_logger
-from fedload.feeder.sections import SECTION_END, chunk_head, section_head
+from fedload.feeder.sections import PART, SECTION_END, chunk_head, section_head
 from fedload.feeder.snapshot import SessionEnded, SnapshotSession, psql_beside, read_tables
 from fedload.feeder.statistics_dump import CarriedStatistics, StatisticsDumpError, asked_statistics
 from fedload.feeder.wire import DIGEST_PROTOCOL, MAX_BLOCK_BYTES, PROTOCOL_VERSION, Header, StreamEncoder, dump_failure
@@ -45,18 +45,21 @@ def run_binary_dump(options: AgentOptions, out: BinaryIO) -> int:
     requests = read_requests(options)
     compressor = choose_compressor(options.compression, options.zstd)
     psql = psql_beside(options.pg_dump)
-    version = ask_version(psql)
-    tables = list(options.tables)
-    protocol = DIGEST_PROTOCOL if any(r.wants_digest for r in requests) else PROTOCOL_VERSION
-    header = Header(compressor.compression, "binary", __version__, version, tables, protocol=protocol)
-    encoder = StreamEncoder(header, compressor.compress)
-    statistics = _statistics(options)
+    probe = VersionProbe(options.pg_dump) if options.statistics else None  # runs while psql starts and connects
     try:
         session = SnapshotSession.start(psql, options.database)
     except OSError as exc:
+        if probe is not None:
+            probe.abandon()
         raise AgentError(f"cannot start {psql}: {exc}") from exc
+    statistics = None
     try:
-        failure = _stream(session, requests, encoder, out, statistics)
+        with killed_when_reader_leaves(session.process, out):  # psql may wait for its server
+            version = _psql_version(session, psql)
+        statistics = _statistics(options, probe)
+        protocol = DIGEST_PROTOCOL if any(r.wants_digest for r in requests) else PROTOCOL_VERSION
+        header = Header(compressor.compression, "binary", __version__, version, list(options.tables), protocol=protocol)
+        failure = _stream(session, requests, StreamEncoder(header, compressor.compress), out, statistics)
     finally:
         _reap(session.process)
         if statistics is not None:
@@ -67,12 +70,21 @@ def run_binary_dump(options: AgentOptions, out: BinaryIO) -> int:
     return 0
 
 
-def _statistics(options: AgentOptions) -> CarriedStatistics | None:
-    """The tables' statistics too, where asked (`--statistics`) and pg_dump is 18 or later (fedload/feeder/
-    statistics_dump.py)."""
-    if not options.statistics:
+def _psql_version(session: SnapshotSession, psql: str) -> str:
+    """psql's version from the session itself (no `psql --version` to run); where the session ended before saying
+    it (psql could not connect: the stream's trailer then says why), from `psql --version`."""
+    try:
+        return session.client_version()
+    except (SessionEnded, ValueError):
+        return ask_version(psql)
+
+
+def _statistics(options: AgentOptions, probe: VersionProbe | None) -> CarriedStatistics | None:
+    """The tables' statistics too, where asked (`--statistics`, `probe` asking pg_dump's version) and pg_dump is 18
+    or later (fedload/feeder/statistics_dump.py)."""
+    if probe is None:
         return None
-    return asked_statistics(options.pg_dump, options.database, pg_dump_version(options.pg_dump))
+    return asked_statistics(options.pg_dump, options.database, probe.version())
 
 
 def _stream(
@@ -188,29 +200,44 @@ def _table(
 
 
 class _Parts:
-    """A table's COPY data as parts of about a block (MAX_BLOCK_BYTES), not one per read of psql's pipe (at most
-    64 KiB): the superhub then hands its server a block's data in one or two pieces instead of a score of them."""
+    """A table's COPY data as parts that end where the stream's blocks do, not one per read of psql's pipe: a block
+    is then compressed as it was gathered, without a copy, and the superhub hands its server a block's data in one
+    piece."""
 
     def __init__(self, encoder: StreamEncoder, out: BinaryIO) -> None:
         self._encoder = encoder
         self._out = out
-        self._pieces: list[bytes] = []
+        self._pieces: list[bytes | memoryview] = []
         self._bytes = 0
 
     def add(self, data: bytes) -> None:
-        """Data psql wrote; sent once a block's worth has come."""
+        """Data psql wrote; sent once it completes the encoder's block."""
         self._pieces.append(data)
         self._bytes += len(data)
-        if self._bytes >= MAX_BLOCK_BYTES:
-            self.flush()
+        while self._bytes >= (fill := self._fill()):
+            self._send(fill)
 
     def flush(self) -> None:
         """Send what has come as one part (nothing if nothing came)."""
-        if not self._bytes:
-            return
-        frames = [self._encoder.data(chunk_head(self._bytes))]
-        frames += [self._encoder.data(piece) for piece in self._pieces]
-        self._pieces, self._bytes = [], 0
+        if self._bytes:
+            self._send(self._bytes)
+
+    def _fill(self) -> int:
+        """The data after a part's head that completes the encoder's block (the next one where the head does)."""
+        return (self._encoder.room - PART.size - 1) % MAX_BLOCK_BYTES + 1
+
+    def _send(self, length: int) -> None:
+        """Send the first `length` bytes that came as one part."""
+        frames = [self._encoder.data(chunk_head(length))]
+        while length:
+            piece = self._pieces.pop(0)
+            if len(piece) > length:  # the rest goes in the next part
+                view = memoryview(piece)
+                piece, rest = view[:length], view[length:]
+                self._pieces.insert(0, rest)
+            frames.append(self._encoder.data(piece))
+            length -= len(piece)
+            self._bytes -= len(piece)
         write_frames(self._out, b"".join(frames))
 
 

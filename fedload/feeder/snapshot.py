@@ -23,11 +23,15 @@ from typing import IO
 
 from fedload.feeder.binary_plan import FeederColumn, TableRequest, catalog_query, parse_catalog, quote_ident
 from fedload.feeder.digest import counters_query, parse_counters
+from fedload.feeder.pipes import PIPE_BYTES, Pace, widen_pipe
 
 __all__ = ["SessionEnded", "SnapshotSession", "SnapshotTables", "psql_beside", "read_tables"]
 
 _READ_BYTES = 1 << 20
 _COPIED = re.compile(rb"COPY (\d+)")
+# psql's VERSION variable, "PostgreSQL 15.20 (Debian 15.20-0+deb12u1) on x86_64-pc-linux-gnu, compiled by ...": the
+# version `psql --version` states ("psql (PostgreSQL) 15.20 (Debian 15.20-0+deb12u1)"), in every psql.
+_CLIENT_VERSION = re.compile(r"PostgreSQL (\S+)")
 _SNAPSHOT_ID = re.compile(r"[0-9A-F]+-[0-9A-F]+-[0-9]+")  # pg_export_snapshot()'s "00000003-0000001B-1"
 # pg_dump's settings for a dump: text output any server reads back exactly, no timeout, no row silently hidden.
 _SETUP = """SET DateStyle = 'ISO';
@@ -57,6 +61,7 @@ class SnapshotSession:
         self._stdin: IO[bytes] = process.stdin
         self._stdout = process.stdout.fileno()
         os.set_blocking(self._stdout, False)
+        self._gather = widen_pipe(self._stdout) >= PIPE_BYTES  # a narrow pipe would stall psql meanwhile
 
     @classmethod
     def start(cls, psql: str, database: str) -> SnapshotSession:
@@ -110,6 +115,7 @@ class SnapshotSession:
         poller = select.poll()
         poller.register(self._stdout, select.POLLIN)
         poller.register(self._control, select.POLLIN)
+        pace = Pace(self._gather)  # fedload/feeder/pipes.py
         while True:
             line, _, rest = self._pending.partition(b"\n")
             if _:
@@ -120,8 +126,11 @@ class SnapshotSession:
                 return int(copied[1])
             for fd, _events in poller.poll():  # bounded by the COPY; a reader gone kills psql (agent.py)
                 if fd == self._stdout:
-                    if self._relay(sink) is None:
+                    pace.wait()
+                    if (relayed := self._relay(sink)) is None:
                         poller.unregister(self._stdout)  # closed: psql is ending, its control pipe says how
+                    else:
+                        pace.count(relayed)
                 elif not self._read_control():
                     self._drain(sink)
                     raise SessionEnded("psql ended during a COPY")
@@ -133,6 +142,14 @@ class SnapshotSession:
         if _SNAPSHOT_ID.fullmatch(answer) is None:
             raise ValueError(f"psql printed {answer[:80]!r} instead of a snapshot id")
         return answer
+
+    def client_version(self) -> str:
+        """psql's own version ("15.20", as `psql --version` says it), from its VERSION variable, once psql has
+        connected and begun the transaction; ValueError if psql answers anything else."""
+        answer = self.query("\\qecho :VERSION").decode("utf-8", "replace")
+        if (found := _CLIENT_VERSION.match(answer)) is None:
+            raise ValueError(f"psql printed {answer[:80]!r} instead of its version")
+        return found[1]
 
     def finish(self) -> None:
         """End the transaction and psql's input."""

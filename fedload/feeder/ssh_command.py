@@ -25,8 +25,8 @@ from fedload.feeder.agent_options import COMPRESSIONS, DUMP_MODES, AgentOptions
 from fedload.feeder.agent_options import add_arguments as add_dump_arguments
 from fedload.feeder.errors import AgentError, AgentUsageError, one_line
 from fedload.feeder.table_patterns import NotAsciiError, exact_name, translate
-from transforms.batch import DEFAULT_MAX_STATEMENT_BYTES, DEFAULT_ROWS_PER_STATEMENT
 from transforms.cli import positive_int
+from transforms.limits import DEFAULT_MAX_STATEMENT_BYTES, DEFAULT_ROWS_PER_STATEMENT
 
 __all__ = ["AGENT_VERSION", "PG_DUMP_VERSION", "Allowlist", "add_arguments", "answer_version", "read_request"]
 

@@ -12,7 +12,6 @@ Standard library only: this runs in the agent's zipapp on the feeder's own Pytho
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import re
 import subprocess
@@ -21,6 +20,7 @@ from typing import BinaryIO
 
 from fedload.feeder.agent import STATISTICS_SINCE_MAJOR, UNWRITTEN_OPTIONS, StderrTail, write_frames
 from fedload.feeder.logs import get_logger
+from fedload.feeder.pipes import widen_pipe
 from fedload.feeder.sections import SECTION_END, chunk, statistics_head
 from fedload.feeder.snapshot import SnapshotSession
 from fedload.feeder.wire import MAX_BLOCK_BYTES, StreamEncoder, dump_failure
@@ -39,7 +39,6 @@ log = get_logger()
 # ALTER TABLE waiting for the session) makes it wait, and the session would then wait for pg_dump for ever.
 _LOCK_WAIT = "60s"
 _EXIT_TIMEOUT_S = 60.0
-_F_SETPIPE_SZ, _PIPE_BYTES = 1031, 1 << 20  # fcntl.F_SETPIPE_SZ is in Python 3.10 and later only
 
 
 class StatisticsDumpError(Exception):
@@ -82,7 +81,7 @@ class StatisticsDump:
         except OSError as exc:
             raise StatisticsDumpError(f"cannot start {pg_dump}: {exc}") from exc
         assert process.stdout is not None
-        _widen_pipe(process.stdout.fileno())
+        widen_pipe(process.stdout.fileno())  # pg_dump writes up to 1 MiB of statistics while the tables are sent
         return cls(process, os.path.basename(pg_dump))
 
     def send(self, encoder: StreamEncoder, out: BinaryIO) -> None:
@@ -106,13 +105,6 @@ class StatisticsDump:
             self.process.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):  # killed, yet not gone: the agent exits all the same
             self.process.wait(timeout=_EXIT_TIMEOUT_S)
-
-
-def _widen_pipe(fd: int) -> None:
-    """Let pg_dump write up to 1 MiB of statistics while the tables are sent, instead of a pipe's 64 KiB (Linux;
-    elsewhere, or past /proc/sys/fs/pipe-max-size, the pipe stays as it is: pg_dump then waits for its reader)."""
-    with contextlib.suppress(OSError):
-        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", _F_SETPIPE_SZ), _PIPE_BYTES)
 
 
 class CarriedStatistics:

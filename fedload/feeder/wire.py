@@ -129,12 +129,13 @@ def dump_failure(pg_dump_exit_status: int, error: str, stderr_tail: str, program
     return f"the feeder's agent failed: {error}" if error else ""
 
 
-def _block_ends(text: bytes, *, final: bool) -> list[int]:
-    """Where the blocks of `text` end: each full block after a line (`_block_end`); if `final`, the rest too."""
+def _block_ends(text: bytes, *, final: bool, whole_lines: bool) -> list[int]:
+    """Where the blocks of `text` end: each full block (after a line if `whole_lines`, `_block_end`); if `final`,
+    the rest too."""
     ends: list[int] = []
     start = 0
     while len(text) - start >= MAX_BLOCK_BYTES:
-        start = _block_end(text, start)
+        start = _block_end(text, start) if whole_lines else start + MAX_BLOCK_BYTES
         ends.append(start)
     if final and start < len(text):
         ends.append(len(text))
@@ -169,7 +170,10 @@ class StreamEncoder:
         """`compress` makes one block's frame for `header.compression` (default: zstandard, or zlib for gzip)."""
         self._header = header
         self._compress = compress or _compressor(header.compression)
-        self._pending: list[bytes] = []
+        # Blocks end after a line, but in binary mode, whose sections' parts follow no lines: there each block is
+        # full, and a part that ends where the block does (`room`) is compressed as it is, without a copy.
+        self._whole_lines = header.dump_mode != "binary"
+        self._pending: list[bytes | memoryview] = []
         self._pending_bytes = 0
         self._blocks_sha256 = hashlib.sha256()
         self.payload_bytes = 0
@@ -178,7 +182,12 @@ class StreamEncoder:
         """Magic and header frame."""
         return MAGIC + _frame(b"H", json.dumps(asdict(self._header)).encode())
 
-    def data(self, text: bytes) -> bytes:
+    @property
+    def room(self) -> int:
+        """How many more bytes of dump text complete the block being gathered."""
+        return MAX_BLOCK_BYTES - self._pending_bytes
+
+    def data(self, text: bytes | memoryview) -> bytes:
         """Data frames for the blocks that `text` completes (often none)."""
         self.payload_bytes += len(text)
         self._pending.append(text)
@@ -195,7 +204,7 @@ class StreamEncoder:
         if self._pending_bytes < MAX_BLOCK_BYTES and not (final and self._pending_bytes):
             return b""
         text = b"".join(self._pending)
-        ends = _block_ends(text, final=final)
+        ends = _block_ends(text, final=final, whole_lines=self._whole_lines)
         cut = ends[-1] if ends else 0
         blocks = [self._compress(text[start:end]) for start, end in zip([0, *ends], ends)]
         self._pending = [text[cut:]] if cut < len(text) else []

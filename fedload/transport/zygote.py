@@ -42,6 +42,7 @@ _PRELOAD = (
     "fedload.feeder.agent",
     "fedload.feeder.snapshot_dump",
     "fedload.feeder.binary_dump",
+    "transforms.transform",  # the agent imports the transformer only for copy and inserts modes
     "zstandard",
 )
 _CHILD_STDIO = 2  # stdout and stderr, attached to every request

@@ -41,3 +41,14 @@ def test_agent_ssh_command_does_not_import_the_command_line() -> None:
 def test_other_commands_still_reach_the_command_line() -> None:
     """Any other command goes through fedload.cli, as before."""
     assert "fedload.cli" in _imported([sys.executable, "-m", "fedload", "agent", "pack", "--help"])
+
+
+def test_binary_mode_does_not_import_the_transformer() -> None:
+    """The agent's modules for binary mode, which never transforms, leave the transformer unimported (compiling its
+    patterns took ~30 ms of every agent's start); copy mode's entry imports it."""
+    code = "import sys, fedload.feeder.main, fedload.feeder.binary_dump; print(*sorted(sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    imported = set(done.stdout.split())
+    assert "fedload.feeder.binary_dump" in imported
+    assert {"transforms.transform", "transforms.lexical", "transforms.split"} & imported == set()
+    assert "transforms.cli" in imported  # the dump's parser takes the transformer's options

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fedload.feeder.agent import _pg_dump_version, remember_pg_dump_version
+from fedload.feeder.agent import VersionProbe, _pg_dump_version, remember_pg_dump_version
 from fedload.feeder.errors import AgentError
 from fedload.feeder.main import dump_options_of
 from fedload.localpg import LocalCluster
@@ -55,6 +55,30 @@ def test_a_script_is_never_kept(tmp_path: Path) -> None:
 
     with pytest.raises(AgentError, match="cannot run"):
         _pg_dump_version(str(script))
+
+
+def test_a_probe_answers_as_the_agent_asks(pg_dump_copy: Path) -> None:
+    """A probe started before other work (binary mode starts psql meanwhile) reads the version pg_dump states; one
+    of a remembered binary runs nothing (here it could not run); one that cannot run fails as the agent's ask."""
+    probe = VersionProbe(str(pg_dump_copy))
+    assert probe.version() == _pg_dump_version(str(pg_dump_copy))
+    remember_pg_dump_version(str(pg_dump_copy))
+    pg_dump_copy.chmod(0o644)
+    assert VersionProbe(str(pg_dump_copy)).version() == probe.version()
+    os.utime(pg_dump_copy, ns=(0, 1_000_000_000))  # no longer the binary remembered
+
+    with pytest.raises(AgentError, match="cannot run"):
+        VersionProbe(str(pg_dump_copy)).version()
+
+
+def test_a_probe_of_a_failing_script_fails(tmp_path: Path) -> None:
+    """A pg_dump that exits non-zero on --version gives no version: the dump fails saying so."""
+    script = tmp_path / "pg_dump"
+    script.write_text("#!/bin/sh\nexit 3\n")
+    script.chmod(0o755)
+
+    with pytest.raises(AgentError, match="status 3"):
+        VersionProbe(str(script)).version()
 
 
 def test_dump_options_are_read_as_the_agent_reads_them() -> None:
