@@ -128,40 +128,52 @@ class VersionProbe:
     nothing runs. AgentError, as `_pg_dump_version`, if pg_dump cannot run or fails."""
 
     def __init__(self, pg_dump: str) -> None:
-        self._pg_dump = pg_dump
         self._known = _known_version(pg_dump)
-        self._process: subprocess.Popen[str] | None = None
-        if self._known is None:
-            try:
-                self._process = subprocess.Popen(
-                    [pg_dump, "--version"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-                )
-            except OSError as exc:
-                raise AgentError(f"cannot run {pg_dump} --version on the feeder: {exc}") from exc
+        self._asked = _VersionAsked(pg_dump) if self._known is None else None
 
     def version(self) -> str:
         """pg_dump's version ("15.20"), once it has answered."""
-        if self._process is None:
-            assert self._known is not None
-            return self._known
-        process, self._process = self._process, None
-        try:
-            stdout, _ = process.communicate(timeout=_VERSION_TIMEOUT_S)
-        except subprocess.TimeoutExpired as exc:
-            _stop(process)
-            raise AgentError(f"cannot run {self._pg_dump} --version on the feeder: {exc}") from exc
-        if process.returncode != 0:
-            raise AgentError(
-                f"cannot run {self._pg_dump} --version on the feeder: it exited with status {process.returncode}"
-            )
-        self._known = _parsed_version(stdout)
+        if self._asked is not None:
+            asked, self._asked = self._asked, None
+            self._known = asked.answer()
+        assert self._known is not None
         return self._known
 
     def abandon(self) -> None:
         """Stop pg_dump if it still runs (the agent fails before it needs the version)."""
-        if self._process is not None:
+        if self._asked is not None:
+            self._asked.abandon()
+            self._asked = None
+
+
+class _VersionAsked:
+    """`program --version`, started now; `answer()` waits for its version. AgentError if it cannot run or fails."""
+
+    def __init__(self, program: str) -> None:
+        self._program = program
+        try:
+            self._process: subprocess.Popen[str] = subprocess.Popen(
+                [program, "--version"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        except OSError as exc:
+            raise self._error(str(exc)) from exc
+
+    def answer(self) -> str:
+        """The version ("15.20"), once the program has answered (bounded by _VERSION_TIMEOUT_S)."""
+        try:
+            stdout, _ = self._process.communicate(timeout=_VERSION_TIMEOUT_S)
+        except subprocess.TimeoutExpired as exc:
             _stop(self._process)
-            self._process = None
+            raise self._error(str(exc)) from exc
+        if self._process.returncode != 0:
+            raise self._error(f"it exited with status {self._process.returncode}")
+        return _parsed_version(stdout)
+
+    def abandon(self) -> None:
+        _stop(self._process)
+
+    def _error(self, why: str) -> AgentError:
+        return AgentError(f"cannot run {self._program} --version on the feeder: {why}")
 
 
 def _stop(process: subprocess.Popen[str]) -> None:
@@ -196,14 +208,9 @@ def _on_path(program: str) -> str:
     return program
 
 
-def _ask_version(pg_dump: str) -> str:
-    try:
-        result = subprocess.run(
-            [pg_dump, "--version"], capture_output=True, timeout=_VERSION_TIMEOUT_S, check=True, text=True
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise AgentError(f"cannot run {pg_dump} --version on the feeder: {exc}") from exc
-    return _parsed_version(result.stdout)
+def _ask_version(program: str) -> str:
+    """`program --version`'s version, asked now."""
+    return _VersionAsked(program).answer()
 
 
 def _parsed_version(stdout: str) -> str:
