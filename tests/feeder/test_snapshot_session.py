@@ -3,11 +3,10 @@ and COPY data read in large pieces, not one per write of psql's."""
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -36,33 +35,68 @@ def test_psqls_version_comes_from_the_session_as_psql_version_states_it(
     assert version.split(".")[0] == str(cluster.install.major)
 
 
-# psql as the agent sees it during a COPY: 4 KiB writes (stdio's buffer on a pipe) every ~0.1 ms, then its count on
-# the control pipe (its fd as argv[1]).
+# psql as the agent sees it during a COPY: 4 KiB writes (stdio's buffer on a pipe), then its count on the control
+# pipe (its fd as argv[1]). Past the first MiB it waits twice until the agent has read everything, after a single
+# write: the agent's read just before the second wait took 4 KiB, far from a full pipe, whatever the machine's pace.
 _PACED_PSQL = """
-import os, sys, time
-for _ in range(2048):
+import array, fcntl, os, sys, termios, time
+def held():
+    count = array.array("i", [0])
+    fcntl.ioctl(1, termios.FIONREAD, count)
+    return count[0]
+for i in range(2048):
     os.write(1, b"x" * 4096)
+    if i in (256, 257):
+        while held():
+            time.sleep(0.0005)
     time.sleep(0.0001)
 os.write(int(sys.argv[1]), b"COPY 2048\\n")
 """
 _FIRST_BYTES = 1 << 20  # read as they come (a small table does not wait at its end)
+_FAR_FROM_FULL = 1 << 16  # a read that found less than this: the next waits (fedload/feeder/pipes.py)
 
 
-def test_copy_data_comes_in_large_reads() -> None:
-    """COPY data that psql writes 4 KiB at a time, slower than the agent reads, reaches the sink whole, past its
-    first MiB in pieces averaging at least 16 KiB (one read per write of psql's averages 4-8 KiB)."""
+def test_copy_data_waits_for_more_after_a_small_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """COPY data that psql writes 4 KiB at a time reaches the sink whole; past the table's first MiB, every read
+    that follows a read far from a full pipe waits first (psql writes meanwhile, so reads are few and large), at
+    least once here. Which reads are small depends on the machine's pace; the rule does not."""
+    events: list[int | str] = []
+    pieces: list[bytes] = []
+    real_sleep = time.sleep
+
+    def waiting(seconds: float) -> None:
+        events.append("wait")
+        real_sleep(seconds)
+
+    def sink(piece: bytes) -> None:
+        pieces.append(piece)
+        events.append(len(piece))
+
+    monkeypatch.setattr(time, "sleep", waiting)  # fedload/feeder/pipes.py's waits
     control, control_end = os.pipe()
     argv = [sys.executable, "-c", _PACED_PSQL, str(control_end)]
     process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, pass_fds=(control_end,))
     os.close(control_end)
     session = SnapshotSession(process, control)
-    pieces: list[bytes] = []
     with process:
-        copied = session.copy("\\copy t TO PSTDOUT\n", pieces.append)
+        copied = session.copy("\\copy t TO PSTDOUT\n", sink)
         process.stdin.close()  # type: ignore[union-attr] # a pipe
     session.close()
     assert copied == 2048
     assert b"".join(pieces) == b"x" * 4096 * 2048
-    sizes = list(itertools.accumulate(map(len, pieces)))
-    later = len(pieces) - bisect.bisect_left(sizes, _FIRST_BYTES)
-    assert (sizes[-1] - _FIRST_BYTES) / later >= 16 << 10
+    assert _reads_without_their_wait(events) == []
+    assert "wait" in events
+
+
+def _reads_without_their_wait(events: list[int | str]) -> list[int]:
+    """The reads (their index in `events`) past the first MiB that followed a small read without a wait between."""
+    missing, copied, last, waited = [], 0, 0, False
+    for i, event in enumerate(events):
+        if event == "wait":
+            waited = True
+            continue
+        assert isinstance(event, int)
+        if copied >= _FIRST_BYTES and last < _FAR_FROM_FULL and not waited:
+            missing.append(i)
+        copied, last, waited = copied + event, event, False
+    return missing
