@@ -3,11 +3,12 @@ partitions dropped and, for the whole feeder, its history forgotten, under its r
 
 The removal takes its locks in the order a run of a feeder takes them, so that it never deadlocks with the runs of
 a daemon on the same superhub: the feeder's run lock first (waited for while a run of the feeder holds it), then the
-parents, in one statement and one order, as the swap does (`lock_parents`, which also locks every partition), and
-only then its partitions. Like the swap it tries under a short `lock_timeout` (`swap_lock_timeout_s`, below the
-server's deadlock_timeout), rolls back and tries again after a jittered pause, until `swap_max_wait_s`: a report
-holding a parent delays the removal, never makes readers queue behind it for long, and a deadlock with a session
-that locks in another order (which PostgreSQL ends by failing one of the two) is retried too.
+parents themselves, in one statement and one order, as the swap does (`lock_parents`), and only then its own
+partitions (other feeders' partitions are not locked: an ANALYZE or a report holding one does not hold it up). Like
+the swap it tries under a short `lock_timeout` (`swap_lock_timeout_s`, below the server's deadlock_timeout), rolls
+back and tries again after a jittered pause, until `swap_max_wait_s`: a report holding a parent delays the removal,
+never makes readers queue behind it for long, and a deadlock with a session that locks in another order (which
+PostgreSQL ends by failing one of the two) is retried too.
 """
 
 from __future__ import annotations

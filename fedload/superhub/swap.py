@@ -74,8 +74,8 @@ def _shortened(head: str, feeder: str, *, keep: int = 44, feeder_keep: int = 8) 
 
 
 # The bound is printed without a relation (`pg_get_expr(..., 0)`: a LIST bound holds constants only): given the
-# partition's oid, pg_get_expr opens it, so the look-up would lock every partition of the parent, out of fedload's
-# lock order (`lock_parents`), wait behind a swap's lock, and get NULL for a partition dropped meanwhile.
+# partition's oid, pg_get_expr opens it, so the look-up would lock every partition of the parent (other feeders'
+# too), wait behind a swap's lock, and get NULL for a partition dropped meanwhile.
 _FEEDER_PARTITION_OID = """
 SELECT c.oid::regclass
 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
@@ -213,12 +213,14 @@ async def swap_in(
 
 
 async def lock_parents(conn: asyncpg.Connection, parents: Iterable[TableName]) -> None:
-    """ACCESS EXCLUSIVE on the parents, and through LOCK TABLE's recursion on every partition of theirs, in one
-    statement and fedload's one order (by `schema.name`). A swap and a removal (`fedload feeder remove`, a move's
-    drop) take their locks so: the feeder's run lock first, then this, before touching any partition; so neither
-    waits for the other while holding what the other waits for. A statement of its own: pg_stat_activity shows the
-    wait as "LOCK TABLE ..."."""
-    if names := [table.sql for table in sorted(parents, key=str)]:
+    """ACCESS EXCLUSIVE on the parents themselves (`ONLY`: not their partitions), in one statement and fedload's one
+    order (by `schema.name`). A swap and a removal (`fedload feeder remove`, a move's drop) take their locks so: the
+    feeder's run lock first, then this, and only then their own feeder's partitions (DETACH locks the old one), so
+    neither waits for the other while holding what the other waits for. Without `ONLY`, LOCK TABLE would recurse
+    into every feeder's partitions and wait for whatever holds one of them: another feeder's ANALYZE after its swap,
+    an autovacuum (which such a wait cancels), a report reading one partition. A statement of its own:
+    pg_stat_activity shows the wait as "LOCK TABLE ..."."""
+    if names := [f"ONLY {table.sql}" for table in sorted(parents, key=str)]:
         await conn.execute(f"LOCK TABLE {', '.join(names)} IN ACCESS EXCLUSIVE MODE")
 
 

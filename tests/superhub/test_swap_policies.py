@@ -23,6 +23,7 @@ from fedload.names import TableName
 from fedload.results import Outcome
 from fedload.superhub import blockers, pipeline, swap
 from fedload.superhub.pipeline import FeederRun
+from fedload.superhub.schema import PARTS_SCHEMA, qualified
 from tests.support.federation import Federation, end_process, new_database, psql_int, staging_leftovers, sync
 
 LONG_QUERY = "SELECT count(*), pg_sleep(2) FROM hosts"
@@ -512,3 +513,31 @@ async def test_partition_swap_retries_until_a_held_lock_is_released(federation: 
     assert seconds < BOUND_S
     assert federation.superhub_sql(TOTALS).split()[0] == totals.new
     assert staging_leftovers(federation) == 0
+
+
+@pytest.mark.parametrize(
+    "mode",
+    ["SHARE UPDATE EXCLUSIVE", "ACCESS SHARE"],
+    ids=["another-feeders-partition-analyzed", "another-feeders-partition-read"],
+)
+async def test_a_swap_does_not_wait_for_another_feeders_partition(federation: Federation, mode: str) -> None:
+    """hub2's partition of hosts held as an ANALYZE or autovacuum holds it (SHARE UPDATE EXCLUSIVE), or as a report
+    reading that partition alone does (ACCESS SHARE): hub1's swap locks the parents themselves and its own
+    partitions, not hub2's, so it succeeds at its first try, and the holder goes on (an autovacuum that a swap
+    waited for would cancel itself)."""
+    config = swap_config(federation, swap_max_wait_s=1.0, swap_lock_timeout_s=0.2)
+    totals = await first_sync_then_change(federation, config)
+    hub2_hosts = qualified(PARTS_SCHEMA, swap.partition_name(TableName("public", "hosts"), "hub2"))
+    holder = await asyncpg.connect(federation.cluster.dsn(federation.superhub))
+    try:
+        async with holder.transaction():
+            await holder.execute(f"LOCK TABLE {hub2_hosts} IN {mode} MODE")
+            with capture_logs() as events:
+                run, _ = await timed_sync(config)
+            assert await holder.fetchval(f"SELECT count(*) FROM {hub2_hosts}") > 0  # still in its transaction
+    finally:
+        await holder.close()
+    assert run.outcome == Outcome.SUCCESS, run.error
+    assert [e for e in events if e["event"] == "swap.lock_busy"] == []
+    assert run.swap_attempts == 1
+    assert federation.superhub_sql(TOTALS).split()[0] == totals.new
