@@ -34,6 +34,7 @@ def test_pg_dumps_output_is_read_once_half_the_pipe_has_come(monkeypatch: pytest
         return data
 
     monkeypatch.setattr(pipes, "os", SimpleNamespace(read=counted_read))
+
     def counted_sleep(seconds: float) -> None:
         events.append("wait")
         time.sleep(seconds)
