@@ -29,6 +29,7 @@ Prints the tables and writes a PNG bar chart (--png).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shlex
@@ -64,6 +65,10 @@ SHORT_LABELS = {
     "zpipe": "(h) user's pipe\npg_dump|zstd|ssh",
 }
 FEDLOAD_WAYS = (("inserts", "d"), ("copy", "e"), ("binary", "f"))
+MEDIAN_NOTE = (
+    "the median of {repeat} runs of each way, interleaved; 'paired': the range of a way's ratio to the limit run "
+    "in the same repetition"
+)
 _COUNT_ALL = " + ".join(f"(SELECT count(*) FROM {t})" for t in TABLES)  # noqa: S608 - our own table names
 
 
@@ -78,6 +83,7 @@ class Result:
     superhub_cpu_s: float = 0.0
     arrangement: str = "shared"
     feeder_cpu_s: float = 0.0
+    rep: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +103,7 @@ class FedloadRun:
     superhub_cpu_s: float = 0.0
     arrangement: str = "shared"
     feeder_cpu_s: float = 0.0
+    rep: int = 0
 
 
 @dataclass
@@ -111,6 +118,7 @@ class Bench:
     parallel: int
     analyze: str = "after_swap"
     arrangement: str = "shared"
+    rep: int = 0  # the repetition under way (--repeat): part of every database's name
     runs: list[FedloadRun] = field(default_factory=list)
 
     @property
@@ -188,7 +196,7 @@ class Bench:
         (recorded in `<record>.feeder`)."""
         scripts, targets, records = [], [], []
         for i in range(1, self.count + 1):
-            target = f"{self.arrangement}_{key}{i}"
+            target = f"{self.arrangement}{self.rep}_{key}{i}"
             self.superhub.psql(f"CREATE DATABASE {target}")
             self.superhub.psql(common.SCHEMA_SQL, target)
             records.append(record := self.work.dir / f"cpu-{target}")
@@ -202,7 +210,7 @@ class Bench:
         cpu = self.superhub_cpu() - cpu_before + sum(_recorded_cpu(r) for r in records)
         feeder_cpu = self.feeder_cpu() - feeder_before + sum(_recorded_cpu(_feeder_record(r)) for r in records)
         rows = sum(int(self.superhub.psql(f"SELECT {_COUNT_ALL}", target)) for target in targets)
-        return Result(key, label, elapsed(), rows, cpu, self.arrangement, feeder_cpu)
+        return Result(key, label, elapsed(), rows, cpu, self.arrangement, feeder_cpu, self.rep)
 
     def naive(self, source: str, target: str, record: Path) -> str:
         """(a): per-row INSERTs, gzip, ssh, gunzip, psql."""
@@ -241,7 +249,9 @@ class Bench:
         return f"{feeder} | {self.superhub_side(self.psql(target), record)}"
 
     def all_ways(self, per_feeder: int, ways: str) -> list[Result]:
-        """The chosen ways of (a)-(e) in the current arrangement (the limit, (c), always)."""
+        """The chosen ways of (a)-(h) in the current arrangement (the limit, (c), always), in their order at an
+        even repetition and the other way round at an odd one, so that a machine getting busier or quieter during
+        the run weighs on all ways alike."""
         shell = (
             ("a", "naive", "(a) naive: --column-inserts|gzip|ssh|psql", self.naive),
             ("b", "merged", "(b) awk-merged INSERTs|gzip|ssh|psql", self.merged),
@@ -249,18 +259,26 @@ class Bench:
             ("g", "binlimit", "(g) binary limit: psql COPY binary|psql, local", self.binary_limit),
             ("h", "zpipe", "(h) user's pipe: pg_dump|zstd|ssh|zstd -d|psql", self.user_pipe),
         )
-        results = [self.shell_way(key, label, way) for letter, key, label, way in shell if letter in ways + "c"]
-        for mode, letter in FEDLOAD_WAYS:
-            if letter not in ways:
-                continue
-            r = self.fedload(mode, "f", per_feeder)
-            label = f"({letter}) fedload {mode} mode over ssh"
-            results.append(Result(mode, label, r.seconds, r.rows, r.superhub_cpu_s, self.arrangement, r.feeder_cpu_s))
-        return results
+        chosen: list[Callable[[], Result]] = [
+            functools.partial(self.shell_way, key, label, way)
+            for letter, key, label, way in shell
+            if letter in ways + "c"
+        ]
+        chosen += [
+            functools.partial(self._fedload_way, mode, letter, per_feeder)
+            for mode, letter in FEDLOAD_WAYS
+            if letter in ways
+        ]
+        return [run() for run in (chosen if self.rep % 2 == 0 else chosen[::-1])]
+
+    def _fedload_way(self, mode: str, letter: str, per_feeder: int) -> Result:
+        r = self.fedload(mode, "f", per_feeder)
+        label = f"({letter}) fedload {mode} mode over ssh"
+        return Result(mode, label, r.seconds, r.rows, r.superhub_cpu_s, self.arrangement, r.feeder_cpu_s, self.rep)
 
     def fedload(self, mode: str, prefix: str, rows_per_feeder: int) -> FedloadRun:
         """`python -m fedload sync` of every feeder `<prefix><i>` into a fresh superhub database."""
-        name = f"{self.arrangement}_{prefix}_{mode}"
+        name = f"{self.arrangement}{self.rep}_{prefix}_{mode}"
         self.superhub.psql(f"CREATE DATABASE {name}")
         agent_rss = self.work.dir / f"agent-rss-{name}"
         config = self.work.dir / f"{name}.toml"
@@ -294,6 +312,7 @@ class Bench:
             measured.cpu_s + server_cpu,
             self.arrangement,
             feeder_cpu,
+            self.rep,
         )
         self.runs.append(run)
         return run
@@ -345,28 +364,60 @@ def _recorded_cpu(record: Path) -> float:
     return sum(float(f[0]) + float(f[1]) for f in lines if len(f) == 2 and f[0][:1].isdigit())
 
 
+def median_results(results: Sequence[Result]) -> list[Result]:
+    """Per arrangement and way, the repetition of median wall time (of an even count, the lower middle one)."""
+    groups: dict[tuple[str, str], list[Result]] = {}
+    for r in results:
+        groups.setdefault((r.arrangement, r.key), []).append(r)
+    return [sorted(group, key=lambda r: r.seconds)[(len(group) - 1) // 2] for group in groups.values()]
+
+
+def median_runs(runs: Sequence[FedloadRun]) -> list[FedloadRun]:
+    """Per mode, size and arrangement, the fedload run of median wall time (of an even count, the lower middle)."""
+    groups: dict[tuple[str, int, str], list[FedloadRun]] = {}
+    for r in runs:
+        groups.setdefault((r.mode, r.rows_per_feeder, r.arrangement), []).append(r)
+    return [sorted(group, key=lambda r: r.seconds)[(len(group) - 1) // 2] for group in groups.values()]
+
+
+def paired_ratios(results: Sequence[Result]) -> dict[tuple[str, str], str]:
+    """Per arrangement and way, the range of its speed over the limit's in the same repetition: "0.61-0.70"."""
+    speed = {(r.arrangement, r.key, r.rep): r.rows / r.seconds for r in results}
+    ratios: dict[tuple[str, str], list[float]] = {}
+    for (a, key, i), value in speed.items():
+        if (limit := speed.get((a, "limit", i))) is not None:
+            ratios.setdefault((a, key), []).append(value / limit)
+    return {k: f"{min(v):.2f}-{max(v):.2f}" for k, v in ratios.items()}
+
+
 def report(results: Sequence[Result], expected_rows: int) -> None:
     """Wall seconds, rows/s, ratios to that arrangement's limit and naive, superhub-side CPU; the arrangements
-    side by side; targets on (e)."""
+    side by side; targets on (e). Repeated ways: the repetition of median wall time, and the range of the ratios to
+    the limit in the same repetition."""
+    repeated = len({r.rep for r in results}) > 1
+    paired = paired_ratios(results)
+    results = median_results(results)
     arrangements = [a for a in ARRANGEMENTS if any(r.arrangement == a for r in results)]
     by = {(r.arrangement, r.key): r for r in results}
     speed = {k: r.rows / r.seconds for k, r in by.items()}
     headers, lines, targets = ["way"], [], []
     for a in arrangements:
-        headers += [f"{a}: wall s", "rows/s", "/ limit", "/ naive", "hub CPU s", "feeder CPU s"]
+        headers += [f"{a}: wall s", "rows/s", "/ limit", *(["paired"] if repeated else []), "/ naive"]
+        headers += ["hub CPU s", "feeder CPU s"]
     for key in SHORT_LABELS:
         if not any((a, key) in by for a in arrangements):
             continue
         line = [next(by[a, key].label for a in arrangements if (a, key) in by)]
         for a in arrangements:
             if (a, key) not in by:
-                line += ["-"] * 6
+                line += ["-"] * (7 if repeated else 6)
                 continue
             r, limit, naive = by[a, key], speed.get((a, "limit"), 0.0), speed.get((a, "naive"), 0.0)
             line += [
                 f"{r.seconds:.2f}" + ("" if r.rows == expected_rows else f" ROWS {r.rows} != {expected_rows}"),
                 f"{speed[a, key]:,.0f}",
                 common.fmt_ratio(speed[a, key] / limit) if limit else "-",
+                *([paired.get((a, key), "-")] if repeated else []),
                 common.fmt_ratio(speed[a, key] / naive) if naive else "-",
                 f"{r.superhub_cpu_s:.1f}",
                 f"{r.feeder_cpu_s:.1f}",
@@ -539,6 +590,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--ways", default="abcdefgh", help="which ways to run, as letters (default all; the limit (c) always runs)"
     )
+    parser.add_argument(
+        "--repeat",
+        type=positive_int,
+        default=1,
+        help="run every way this many times, in reverse order every other time; report the median (default 1)",
+    )
     parser.add_argument("--png", type=Path, default=HERE / "out" / "e2e.png", help="chart (default bench/out/e2e.png)")
     common.add_common_arguments(parser)
     return parser.parse_args()
@@ -562,23 +619,27 @@ def main() -> int:
         results: list[Result] = []
         for arrangement in arrangements:
             bench.arrange(arrangement)
-            print(f"loading, {arrangement}:", flush=True)
-            results += bench.all_ways(per_feeder, args.ways)
+            for bench.rep in range(args.repeat):
+                print(f"loading, {arrangement}, repetition {bench.rep + 1} of {args.repeat}:", flush=True)
+                results += bench.all_ways(per_feeder, args.ways)
+            bench.rep = 0
         print(f"second size for peak RSS ({arrangements[-1]}): {args.feeders} feeders x ~{rss_rows} rows ...")
         rss_per_feeder = bench.populate("r", rss_rows)
         runs = [r for r in bench.runs if r.rows_per_feeder == per_feeder and r.arrangement == arrangements[-1]]
         modes = [mode for mode, letter in FEDLOAD_WAYS if letter in args.ways]
-        runs += [bench.fedload(mode, "r", rss_per_feeder) for mode in modes]
+        for bench.rep in range(args.repeat):
+            runs += [bench.fedload(mode, "r", rss_per_feeder) for mode in modes]
     report(results, expected)
+    runs = median_runs(runs)
     report_rss(runs)
-    last = [r for r in results if r.arrangement == arrangements[-1]]
+    last = [r for r in median_results(results) if r.arrangement == arrangements[-1]]
     report_marginal(runs, next(r for r in last if r.key == "limit"))
     title = (
         f"{args.feeders} feeders x {per_feeder:,} rows, CFEngine-like tables, "
         f"{os.cpu_count()} CPUs, parallel {args.parallel}, {arrangements[-1]}"
     )
     plot(last, runs, title, args.png)
-    print(f"\n{common.BUSY_NOTE}")
+    print(f"\n{common.BUSY_NOTE if args.repeat == 1 else MEDIAN_NOTE.format(repeat=args.repeat)}")
     return 0 if all(r.rows == expected for r in results) else 1
 
 
