@@ -27,8 +27,15 @@ def _free_port() -> int:
 class LocalCluster:
     """One throwaway cluster in a temporary directory; `start()`, then `stop()` removes everything."""
 
-    def __init__(self, install: PgInstall, *, name: str = "pg", base_dir: Path | None = None) -> None:
+    def __init__(
+        self, install: PgInstall, *, name: str = "pg", base_dir: Path | None = None, crash_safe: bool = False
+    ) -> None:
+        """`crash_safe`: a commit survives the server's crash (`halt(mode="immediate")`), as on a real server; else
+        commits are acknowledged before their WAL is written (`synchronous_commit = off`), and the last ones may be
+        lost in a crash. Neither syncs to disk (`fsync = off`): a crashed server is what tests play, not a crashed
+        machine."""
         self.install = install
+        self._crash_safe = crash_safe
         self.dir = Path(tempfile.mkdtemp(prefix=f"fedload-{name}-", dir=base_dir))
         self.data = self.dir / "data"
         self.port = _free_port()  # only names the socket file: the server listens on no TCP port
@@ -59,8 +66,10 @@ class LocalCluster:
         """Start the server of an existing data directory; ConfigError with the log tail if it does not come up."""
         options = (
             f"-c listen_addresses='' -c unix_socket_directories='{self.dir}' -p {self.port} "
-            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=50"
+            "-c fsync=off -c full_page_writes=off -c max_connections=50"
         )
+        if not self._crash_safe:
+            options += " -c synchronous_commit=off"
         pg_ctl = ["pg_ctl", "-D", str(self.data), "-l", str(self.dir / "server.log"), "-o", options, "-w"]
         try:
             self._run([*pg_ctl, "-t", str(int(TIMEOUT_S)), "start"])

@@ -193,8 +193,9 @@ async def test_feeder_postgres_stopped_mid_dump(
 
 @pytest.fixture
 def own_superhub(cluster: LocalCluster) -> Iterator[LocalCluster]:
-    """A superhub on a PostgreSQL cluster of its own, so it can crash."""
-    own = LocalCluster(cluster.install, name="superhub").start()
+    """A superhub on a PostgreSQL cluster of its own, so it can crash; what it committed survives the crash, as on a
+    real server (the runs' history the test reads back included)."""
+    own = LocalCluster(cluster.install, name="superhub", crash_safe=True).start()
     try:
         own.psql("CREATE DATABASE superhub")
         yield own
