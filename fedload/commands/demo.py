@@ -184,10 +184,10 @@ def _explain(superhub: LocalCluster, console: Console, shards: int = 0) -> None:
     console.print(superhub.psql(f"{_COUNTS} ORDER BY 1, 2", dbname="superhub").replace("|", "  "))
     if shards:
         _print_plan(superhub, console)
-    console.print("Drift handled: hub1 lacks hosts.site -> superhub default; hub2's extra hosts.uptime_s dropped:")
-    console.print(
-        superhub.psql("SELECT hub_id, site, count(*) FROM __hosts GROUP BY 1, 2 ORDER BY 1", dbname="superhub")
-    )
+    console.print("Drift handled: hub1 lacks hosts.site -> superhub default;")
+    console.print("hub2's extra hosts.uptime_s dropped:")
+    sites = superhub.psql("SELECT hub_id, site, count(*) FROM __hosts GROUP BY 1, 2 ORDER BY 1", dbname="superhub")
+    console.print(sites.replace("|", "  "))
     console.print("Run history (fedload.runs): feeder, outcome, rows, seconds")
     for i in range(1, shards + 1):
         console.print(
