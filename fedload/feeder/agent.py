@@ -15,6 +15,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
+import transforms  # its names load on first use: binary mode never transforms (the patterns take ~30 ms to compile)
 from fedload import __version__
 from fedload._tail import Tail
 from fedload.feeder.agent_options import AgentOptions
@@ -24,10 +25,10 @@ from fedload.feeder.logs import get_logger
 from fedload.feeder.passwords import without_passwords
 from fedload.feeder.pipes import PipeReader
 from fedload.feeder.wire import DIGEST_PROTOCOL, PROTOCOL_VERSION, Header, StreamEncoder, dump_failure
+from transforms.errors import TransformError
 
 if TYPE_CHECKING:
     from fedload.feeder.snapshot_dump import SnapshotPlan
-    from transforms import Transformer, TransformOptions
 
 __all__ = [
     "STATISTICS_SINCE_MAJOR",
@@ -114,7 +115,7 @@ def remember_pg_dump_version(pg_dump: str) -> None:
 def _pg_dump_version(pg_dump: str) -> str:
     """The kept version where a forking parent asked this binary already; else pg_dump is asked now (an exec'd
     agent, which has nothing kept, does not even look at the file)."""
-    return _known_version(pg_dump) or _ask_version(pg_dump)
+    return VersionProbe(pg_dump).version()
 
 
 def _known_version(pg_dump: str) -> str | None:
@@ -256,9 +257,6 @@ def run_agent(options: AgentOptions, out: BinaryIO) -> int:
 def run_pg_dump(options: AgentOptions, out: BinaryIO, plan: SnapshotPlan | None = None) -> int:
     """Run pg_dump and write its stream to `out` (`run_agent`); with `plan` (fedload/feeder/snapshot_dump.py), in its
     exported snapshot, only the tables it dumps, the others listed in the trailer as unchanged (protocol 5)."""
-    # The transformer (its patterns take ~30 ms to compile) only here: binary mode never transforms.
-    from transforms import Transformer  # noqa: PLC0415
-
     transform = _transform_options(options)
     compressor = choose_compressor(options.compression, options.zstd)
     version = _pg_dump_version(options.pg_dump)
@@ -283,7 +281,7 @@ def run_pg_dump(options: AgentOptions, out: BinaryIO, plan: SnapshotPlan | None 
         raise AgentError(f"cannot start {options.pg_dump}: {exc}") from exc
     try:
         with _killed_when_reader_leaves(process, out):
-            failure = _stream(process, Transformer(transform), encoder, out, plan)
+            failure = _stream(process, transforms.Transformer(transform), encoder, out, plan)
     finally:
         if process.poll() is None:
             process.kill()
@@ -333,26 +331,22 @@ def _watch_reader(fd: int, wake: int, process: subprocess.Popen[bytes]) -> None:
         os.close(wake)
 
 
-def _transform_options(options: AgentOptions) -> TransformOptions:
-    from transforms import TransformError, TransformOptions, load_remap  # noqa: PLC0415 - see run_pg_dump
-
+def _transform_options(options: AgentOptions) -> transforms.TransformOptions:
     try:
-        remap = load_remap(options.remap) if options.remap else None
+        remap = transforms.load_remap(options.remap) if options.remap else None
     except TransformError as exc:
         raise AgentUsageError(str(exc)) from exc
-    return TransformOptions(options.rows_per_statement, options.max_statement_bytes, remap)
+    return transforms.TransformOptions(options.rows_per_statement, options.max_statement_bytes, remap)
 
 
 def _stream(
     process: subprocess.Popen[bytes],
-    transformer: Transformer,
+    transformer: transforms.Transformer,
     encoder: StreamEncoder,
     out: BinaryIO,
     plan: SnapshotPlan | None = None,
 ) -> str:
     """Send the dump and its trailer; why it failed as one line, or "" if it is complete."""
-    from transforms import TransformError  # noqa: PLC0415 - see run_pg_dump
-
     assert process.stdout is not None
     assert process.stderr is not None
     stderr = _StderrTail(process.stderr)
