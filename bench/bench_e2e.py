@@ -34,11 +34,11 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import common
 
@@ -365,19 +365,24 @@ def _recorded_cpu(record: Path) -> float:
 
 
 def median_results(results: Sequence[Result]) -> list[Result]:
-    """Per arrangement and way, the repetition of median wall time (of an even count, the lower middle one)."""
-    groups: dict[tuple[str, str], list[Result]] = {}
-    for r in results:
-        groups.setdefault((r.arrangement, r.key), []).append(r)
-    return [sorted(group, key=lambda r: r.seconds)[(len(group) - 1) // 2] for group in groups.values()]
+    """Per arrangement and way, the repetition of median wall time."""
+    return _medians(results, lambda r: (r.arrangement, r.key))
 
 
 def median_runs(runs: Sequence[FedloadRun]) -> list[FedloadRun]:
-    """Per mode, size and arrangement, the fedload run of median wall time (of an even count, the lower middle)."""
-    groups: dict[tuple[str, int, str], list[FedloadRun]] = {}
-    for r in runs:
-        groups.setdefault((r.mode, r.rows_per_feeder, r.arrangement), []).append(r)
-    return [sorted(group, key=lambda r: r.seconds)[(len(group) - 1) // 2] for group in groups.values()]
+    """Per mode, size and arrangement, the fedload run of median wall time."""
+    return _medians(runs, lambda r: (r.mode, r.rows_per_feeder, r.arrangement))
+
+
+_Timed = TypeVar("_Timed", Result, FedloadRun)
+
+
+def _medians(items: Sequence[_Timed], group: Callable[[_Timed], Hashable]) -> list[_Timed]:
+    """Per group, the item of median `seconds` (of an even count, the lower middle one)."""
+    groups: dict[Hashable, list[_Timed]] = {}
+    for item in items:
+        groups.setdefault(group(item), []).append(item)
+    return [sorted(members, key=lambda r: r.seconds)[(len(members) - 1) // 2] for members in groups.values()]
 
 
 def paired_ratios(results: Sequence[Result]) -> dict[tuple[str, str], str]:
