@@ -7,6 +7,10 @@ import io
 import sys
 from typing import TYPE_CHECKING
 
+# `transforms` loads its names on first use: the agent's parser takes add_arguments alone (binary mode never
+# transforms, and the transformer's patterns take ~30 ms to compile).
+import transforms
+from transforms.errors import RemapError, TransformError
 from transforms.limits import DEFAULT_MAX_STATEMENT_BYTES, DEFAULT_ROWS_PER_STATEMENT
 
 if TYPE_CHECKING:
@@ -55,22 +59,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, prog: str = "fedload transform") -> int:
     """Filter stdin to stdout; report a bad dump or remap in one line on stderr."""
-    # The transformer only to transform: the agent's parser takes add_arguments alone (binary mode never transforms).
-    from transforms.errors import RemapError, TransformError  # noqa: PLC0415
-    from transforms.remap import load_remap  # noqa: PLC0415
-    from transforms.transform import TransformOptions, transform_stream  # noqa: PLC0415
-
     try:
-        remap = load_remap(args.remap) if args.remap else None
+        remap = transforms.load_remap(args.remap) if args.remap else None
     except RemapError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    options = TransformOptions(args.rows_per_statement, args.max_statement_bytes, remap)
+    options = transforms.TransformOptions(args.rows_per_statement, args.max_statement_bytes, remap)
     stdout = sys.stdout.buffer
     stdin = sys.stdin.buffer
     read = stdin.read1 if isinstance(stdin, io.BufferedReader) else stdin.read
     try:
-        transform_stream(read, stdout.write, options)
+        transforms.transform_stream(read, stdout.write, options)
         stdout.flush()
     except TransformError as exc:
         stdout.flush()
