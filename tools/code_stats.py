@@ -1,7 +1,7 @@
 """Module line counts and function-length statistics (median, p90, max) for fedload/ and transforms/.
 
 A function's length is its line span (``end_lineno - lineno + 1``, decorators excluded), counted for every
-``def`` and ``async def``, nested ones included.  Usage: ``uv run python bench/code_stats.py``.
+``def`` and ``async def``, nested ones included.  Usage: ``uv run python tools/code_stats.py``.
 """
 
 from __future__ import annotations

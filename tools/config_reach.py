@@ -1,8 +1,8 @@
 """How far the whole configuration (`fedload.config.Config`) travels through fedload: a static measurement (AST).
 
-    uv run python bench/config_reach.py [ROOT] [-v]
+    uv run python tools/config_reach.py [ROOT] [-v]
 
-ROOT is a checkout (default: this one), so `bench/config_reach.py /path/to/other/checkout` measures another
+ROOT is a checkout (default: this one), so `tools/config_reach.py /path/to/other/checkout` measures another
 revision with the same script. It prints:
 
 - **parameters typed Config**: function parameters whose annotation names `Config` (`Config | None` and

@@ -3,7 +3,7 @@
 age of its data, its run time, the rows it loads per second and its swaps' lock waits, as
 deploy/grafana-dashboard.json shows them.
 
-    uv run --group bench python bench/metrics_chart.py [--seconds 120] [--out docs/metrics.png]
+    uv run --group bench python tools/metrics_chart.py [--seconds 120] [--out docs/metrics.png]
 """
 
 from __future__ import annotations
