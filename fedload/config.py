@@ -110,40 +110,113 @@ class _Model(BaseModel):
 class TransformConfig(_Model):
     """How INSERTs are merged (inserts mode)."""
 
-    rows_per_statement: int = Field(1000, ge=1)
-    max_statement_bytes: int = Field(16 * 1024 * 1024, ge=1024)
+    rows_per_statement: int = Field(
+        1000, ge=1, description="Rows per merged INSERT; also pg_dump's --rows-per-insert (pg_dump 12 and later)."
+    )
+    max_statement_bytes: int = Field(
+        16 * 1024 * 1024, ge=1024, description="Bytes per merged INSERT (16 MiB); a single larger row still passes."
+    )
 
 
 class SuperhubConfig(_Model):
     """The consolidating database (with [shards]: what every shard shares, each shard's dsn replacing this one)."""
 
-    dsn: str = ""  # required without [shards] (Config checks it); with them each shard has its own
-    feeder_key: ColumnName = "hub_id"
-    tables: list[TablePattern] = Field(min_length=1)
-    max_parallel_feeders: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
-    schema_file: Path | None = None
-    extra_columns: ExtraColumns = "warn"
-    bad_rows: BadRows = "fail"
-    stale_after_s: Seconds = 1800.0
-    connect_timeout_s: Seconds = 15.0
-    statement_timeout_s: Seconds = 3600.0
-    swap_lock_timeout_s: Seconds = Field(0.5, lt=1.0)  # below PostgreSQL's deadlock_timeout: the swap yields
-    swap_max_wait_s: Seconds = 300.0
-    swap_method: SwapMethod = SwapMethod.PARTITION
-    swap_method_tables: dict[str, SwapMethod] = {}  # "schema.table" -> method, overriding swap_method
-    swap_on_timeout: SwapOnTimeout = SwapOnTimeout.FAIL
-    swap_cancel_wait_s: Seconds = 30.0  # swap_on_timeout = "cancel": the longest wait for locks while cancelling
-    swap_never_cancel_roles: list[str] = []
-    swap_never_cancel_applications: list[str] = []
-    analyze: Analyze = "after_swap"
-    run_timeout_s: Seconds = 6 * 3600.0
-    worker_processes: int | None = Field(None, ge=0)  # None: max_parallel_feeders; 0: none
-    # The most of one statement or COPY row the superhub holds without its end; more is refused as a bad dump.
-    max_statement_bytes: int = Field(DEFAULT_RECEIVED_STATEMENT_BYTES, ge=1 << 20)
-    # One entity, one feeder (docs/entities.md): the column naming an entity in any configured table that has it,
-    # and "schema.table.column", whose newest value per entity decides the feeder that shows it. Both or neither.
-    entity_key: ColumnName | None = None
-    entity_newest: Annotated[str, _matching(_NEWEST, "schema.table.column in lower case")] | None = None
+    dsn: str = Field(
+        "",
+        description="libpq-style DSN of the consolidating database (asyncpg syntax); required without [shards], "
+        "where each shard has its own instead.",
+    )
+    feeder_key: ColumnName = Field(
+        "hub_id", description="The column that tells the feeders apart; each parent is partitioned BY LIST on it."
+    )
+    tables: list[TablePattern] = Field(
+        min_length=1,
+        description="The parents to federate, as psql and pg_dump read --table patterns (docs/tables.md); each must "
+        "match a partitioned parent, and every matched parent must be in each feeder's dump.",
+    )
+    max_parallel_feeders: int = Field(
+        default_factory=lambda: os.cpu_count() or 1,
+        ge=1,
+        description="Feeder runs at once (default: the number of CPUs).",
+    )
+    schema_file: Path | None = Field(
+        None,
+        description="CREATE TABLEs (a feeder's pg_dump --schema-only) from which missing parents are created "
+        "(docs/schema-file.md).",
+    )
+    extra_columns: ExtraColumns = Field(
+        "warn", description='A dump\'s column the superhub lacks: "warn" (dropped with a warning) or "error".'
+    )
+    bad_rows: BadRows = Field(
+        "fail",
+        description='A row the superhub refuses: "fail" the run (old data kept) or "reject": set it aside in '
+        "fedload.rejects and load the rest.",
+    )
+    stale_after_s: Seconds = Field(
+        1800.0, description="`fedload status` flags a feeder whose data is older, and exits 1 (not for a paused one)."
+    )
+    connect_timeout_s: Seconds = Field(15.0, description="The longest wait to connect to the superhub.")
+    statement_timeout_s: Seconds = Field(3600.0, description="The longest one statement on the superhub may take.")
+    swap_lock_timeout_s: Seconds = Field(
+        0.5,
+        lt=1.0,
+        description="Each polite try of a swap waits this long for its locks (below PostgreSQL's deadlock_timeout: "
+        "the swap yields).",
+    )
+    swap_max_wait_s: Seconds = Field(
+        300.0,
+        description="Polite tries for this long, then swap_on_timeout; `feeder remove` and a move's drop try as long.",
+    )
+    swap_method: SwapMethod = Field(
+        SwapMethod.PARTITION,
+        description='"partition": DETACH old, ATTACH new (ACCESS EXCLUSIVE for milliseconds); "mvcc": DELETE and '
+        "INSERT, readers never wait (docs/swap.md).",
+    )
+    swap_method_tables: dict[str, SwapMethod] = Field(
+        {}, description='Per table ("schema.table" = method), overriding swap_method.'
+    )
+    swap_on_timeout: SwapOnTimeout = Field(
+        SwapOnTimeout.FAIL,
+        description='After swap_max_wait_s: "fail" (old data kept, the next run tries again) or "cancel" the queries '
+        "blocking the swap (never terminate).",
+    )
+    swap_cancel_wait_s: Seconds = Field(
+        30.0, description='With swap_on_timeout = "cancel": the longest wait for the locks while cancelling.'
+    )
+    swap_never_cancel_roles: list[str] = Field(
+        [], description="Roles whose queries a swap never cancels: the swap gives up instead."
+    )
+    swap_never_cancel_applications: list[str] = Field([], description="Likewise, by application_name.")
+    analyze: Analyze = Field(
+        "after_swap",
+        description='Who gathers the new partitions\' planner statistics: "after_swap" (the run, after its commit) '
+        'or "autovacuum" (later and throttled; runs end sooner).',
+    )
+    run_timeout_s: Seconds = Field(
+        6 * 3600.0, description='A run that takes longer fails (error_kind "timeout"), old data kept.'
+    )
+    worker_processes: int | None = Field(
+        None,
+        ge=0,
+        description="Processes that run feeders, one feeder each at a time (default: max_parallel_feeders; 0: "
+        "every run in the main process); a change takes effect when the daemon restarts.",
+    )
+    max_statement_bytes: int = Field(
+        DEFAULT_RECEIVED_STATEMENT_BYTES,
+        ge=1 << 20,
+        description="The most of one statement or COPY data row the superhub holds without its end (128 MiB); more "
+        "fails the run as a bad dump. Must exceed transform.max_statement_bytes.",
+    )
+    entity_key: ColumnName | None = Field(
+        None,
+        description="One entity, one feeder (docs/entities.md): the column that names an entity, in every "
+        "configured table that has it. Needs entity_newest.",
+    )
+    entity_newest: Annotated[str, _matching(_NEWEST, "schema.table.column in lower case")] | None = Field(
+        None,
+        description='"schema.table.column" whose newest value per entity picks the feeder that shows it (ties: the '
+        "feeder name first in byte order). Needs entity_key.",
+    )
 
     @property
     def workers(self) -> int:
@@ -182,15 +255,19 @@ class SshConfig(_Model):
     """How the superhub reaches a feeder over SSH (through `jump`, a bastion, with the same identity, known_hosts
     and timeouts, if set)."""
 
-    host: str = Field(min_length=1)
-    port: int = Field(22, ge=1, le=65535)
-    user: str = "fedload"
-    identity: Path | None = None
-    known_hosts: Path | None = None
-    connect_timeout_s: Seconds = 15.0
-    read_timeout_s: Seconds = 300.0
-    keepalive_s: Seconds = 15.0
-    jump: Annotated[str, AfterValidator(_jump_address)] | None = None
+    host: str = Field(min_length=1, description="The feeder's host name or address.")
+    port: int = Field(22, ge=1, le=65535, description="Its SSH port.")
+    user: str = Field("fedload", description="The account the superhub logs in as.")
+    identity: Path | None = Field(None, description="The private key file (mode 0600 or stricter).")
+    known_hosts: Path | None = Field(None, description="The known_hosts file holding the feeder's (and bastion's) key.")
+    connect_timeout_s: Seconds = Field(15.0, description="The longest SSH handshake (both, through a bastion).")
+    read_timeout_s: Seconds = Field(300.0, description="The longest silence of the feeder's stream.")
+    keepalive_s: Seconds = Field(15.0, description="How often SSH keepalives are sent.")
+    jump: Annotated[str, AfterValidator(_jump_address)] | None = Field(
+        None,
+        description="A bastion, [USER@]HOST[:PORT] (as ssh -J), reached with the same identity, known_hosts and "
+        "timeouts.",
+    )
 
     @property
     def jump_host(self) -> JumpHost | None:
@@ -204,24 +281,53 @@ class SshConfig(_Model):
 class FeederConfig(_Model):
     """One feeder hub."""
 
-    key: int | str
-    interval_s: Seconds = 300.0
-    dump_mode: DumpMode = DumpMode.COPY
-    compression: Compression = Compression.ZSTD
-    transport: Literal["ssh", "local"] = "ssh"
-    ssh: SshConfig | None = None
-    agent: bool = True
-    agent_command: list[str] | None = None  # default: "fedload" over SSH, this Python's fedload for local
-    read_timeout_s: Seconds = 300.0
-    database: str = "cfdb"
-    pg_dump: str = "pg_dump"
-    pg_dump_args: list[str] = []
-    carry_statistics: bool = True  # with a superhub on PostgreSQL 18+: the agent sends its tables' statistics
-    skip_unchanged: bool = True  # with the agent: a table whose content digest is unchanged is not sent again
-    skip_unchanged_min_rows: Annotated[int, Field(ge=0)] = 20_000  # digests only after a load of this many rows
-    remap: Path | None = None  # applied by the superhub, whatever the feeder runs
-    exclude_tables: list[TablePattern] = []  # configured tables this feeder does not send (see README)
-    shard: str | None = None  # with [shards]: the shard whose superhub this feeder loads into
+    key: int | str = Field(description='This feeder\'s value of superhub.feeder_key (1 and "1" are the same key).')
+    interval_s: Seconds = Field(300.0, description="The daemon syncs this feeder every so often (with jitter).")
+    dump_mode: DumpMode = Field(DumpMode.COPY, description='"copy", "inserts" or "binary" (docs/dump-modes.md).')
+    compression: Compression = Field(
+        Compression.ZSTD,
+        description='"zstd" or "gzip"; an agent with neither zstandard nor the zstd program sends gzip.',
+    )
+    transport: Literal["ssh", "local"] = Field(
+        "ssh", description='"ssh" (needs the ssh table) or "local": the feeder\'s PostgreSQL is on this host.'
+    )
+    ssh: SshConfig | None = Field(None, description="How to reach the feeder over SSH: [feeders.NAME.ssh].")
+    agent: bool = Field(True, description="Whether the feeder runs fedload's agent (false: plain pg_dump).")
+    agent_command: list[str] | None = Field(
+        None,
+        description="The agent's command (default: \"fedload\" over SSH, this Python's fedload for a local feeder); "
+        'the zipapp: ["/usr/bin/python3", "-I", "/opt/fedload/fedload-agent.pyz"].',
+    )
+    read_timeout_s: Seconds = Field(300.0, description="The longest silence of the feeder's stream.")
+    database: str = Field("cfdb", description="The feeder's database (a name or connection string for pg_dump).")
+    pg_dump: str = Field("pg_dump", description="The feeder's pg_dump (its psql beside it in binary mode).")
+    pg_dump_args: list[str] = Field([], description="More pg_dump arguments (not in binary mode).")
+    carry_statistics: bool = Field(
+        True,
+        description="With a superhub on PostgreSQL 18+: the agent sends its tables' planner statistics, which "
+        "replace the ANALYZE (docs/statistics.md); false for an agent that refuses --statistics.",
+    )
+    skip_unchanged: bool = Field(
+        True,
+        description="With the agent: a table whose content digest is the one stored at its last load is not sent "
+        "again (docs/unchanged.md).",
+    )
+    skip_unchanged_min_rows: Annotated[int, Field(ge=0)] = Field(
+        20_000,
+        description="Ask for digests only once the feeder's last load held this many rows (or kept a table); 0: "
+        "always.",
+    )
+    remap: Path | None = Field(
+        None, description="A column remap file on the superhub, applied there whatever the feeder runs."
+    )
+    exclude_tables: list[TablePattern] = Field(
+        [],
+        description="Configured tables this feeder does not send; its old partition stays until `fedload feeder "
+        "remove NAME --table`.",
+    )
+    shard: str | None = Field(
+        None, description="With [shards]: the shard whose superhub this feeder loads into (docs/scale-out.md)."
+    )
 
     @model_validator(mode="after")
     def _ssh_needs_host(self) -> FeederConfig:
@@ -255,39 +361,54 @@ def _listen_address(text: str) -> str:
 class DaemonConfig(_Model):
     """The long-running scheduler."""
 
-    shutdown_grace_s: Seconds = 60.0
-    metrics_listen: Annotated[str, AfterValidator(_listen_address)] | None = None  # Prometheus /metrics; off if None
+    shutdown_grace_s: Seconds = Field(
+        60.0, description="On SIGTERM, how long running syncs may finish before they are cancelled."
+    )
+    metrics_listen: Annotated[str, AfterValidator(_listen_address)] | None = Field(
+        None,
+        description="HOST:PORT of the Prometheus metrics (docs/metrics.md); off by default. Plain HTTP without "
+        "authentication; read at start.",
+    )
 
 
 class ShardConfig(_Model):
     """One shard (docs/scale-out.md): a full superhub for the feeders that name it; `superhub` settings but the dsn
     apply to it."""
 
-    dsn: str = Field(min_length=1)
+    dsn: str = Field(
+        min_length=1, description="The shard's superhub; its TLS and connection settings reach the coordinator too."
+    )
 
 
 class CoordinatorConfig(_Model):
     """The database where reports run over all shards, through postgres_fdw foreign partitions (docs/scale-out.md)."""
 
-    dsn: str = Field(min_length=1)
-    # The role the coordinator's postgres_fdw logs in as on every shard (a user mapping FOR PUBLIC); default: the
-    # user of each shard's dsn. Its password, if it needs one, only ever in a libpq passfile on the coordinator's
-    # host that its server can read (`fdw_passfile`), never in this file.
-    fdw_user: str | None = None
-    fdw_passfile: Path | None = None
-    fetch_size: int = Field(10000, ge=1)
+    dsn: str = Field(min_length=1, description="The coordinator's database.")
+    fdw_user: str | None = Field(
+        None,
+        description="The role the coordinator's postgres_fdw logs in as on every shard (a user mapping FOR PUBLIC; "
+        "default: the user of each shard's dsn).",
+    )
+    fdw_passfile: Path | None = Field(
+        None,
+        description="Its password, only ever in a libpq passfile on the coordinator's host that its server can "
+        "read, never in this file.",
+    )
+    fetch_size: int = Field(10000, ge=1, description="Rows postgres_fdw fetches from a shard at a time.")
 
 
 class Config(_Model):
     """The whole file."""
 
-    superhub: SuperhubConfig
-    transform: TransformConfig = TransformConfig()
-    daemon: DaemonConfig = DaemonConfig()
-    feeders: dict[Name, FeederConfig] = {}
-    shards: dict[Name, ShardConfig] = {}
-    coordinator: CoordinatorConfig | None = None
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    superhub: SuperhubConfig = Field(description="The consolidating database.")
+    transform: TransformConfig = Field(TransformConfig(), description="How INSERTs are merged (inserts mode).")
+    daemon: DaemonConfig = Field(DaemonConfig(), description="`fedload daemon`.")
+    feeders: dict[Name, FeederConfig] = Field({}, description="The feeder hubs, by name.")
+    shards: dict[Name, ShardConfig] = Field({}, description="Shards, by name (docs/scale-out.md).")
+    coordinator: CoordinatorConfig | None = Field(None, description="The reports' database over the shards.")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="Log level where no terminal is attached (on a terminal: -v, -vv)."
+    )
 
     def by_shard(self, names: Iterable[str] | None = None) -> dict[str | None, list[str]]:
         """The named feeders (default: all) grouped by shard, in configuration order; one group, None, without
