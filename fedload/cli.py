@@ -318,6 +318,15 @@ class _Commands(argparse._SubParsersAction):  # type: ignore[type-arg]
         self._builders[name] = build
         self.choices[name] = None
 
+    def build_all(self) -> None:
+        """Every command's parser, built now (tools/gen_docs.py documents them all)."""
+        while self._builders:
+            name, build = next(iter(self._builders.items()))
+            del self._builders[name]
+            self._building = name
+            build(self)
+        self._building = None
+
     def add_parser(self, name: str, **kwargs: Any) -> Any:
         if name == self._building:
             del kwargs["help"]  # listed already (add_command)
@@ -367,6 +376,15 @@ def build_parser() -> argparse.ArgumentParser:
     assert isinstance(commands, _Commands)
     for name, build in _COMMAND_PARSERS.items():
         commands.add_command(name, build)
+    return parser
+
+
+def every_parser() -> argparse.ArgumentParser:
+    """`build_parser()` with every command's parser built, for the commands reference (tools/gen_docs.py)."""
+    parser = build_parser()
+    for action in parser._subparsers._group_actions if parser._subparsers else ():
+        if isinstance(action, _Commands):
+            action.build_all()
     return parser
 
 

@@ -1,0 +1,69 @@
+"""The documentation: the generated references are current, and every relative link resolves in the repository."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tools import gen_docs
+
+REPO = Path(__file__).resolve().parent.parent
+PAGES = sorted(
+    [REPO / "README.md", REPO / "CHANGELOG.md", *(REPO / "docs").glob("*.md")]
+    + [REPO / d / "README.md" for d in ("tests", "deploy", "bench")]
+)
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+HEADING = re.compile(r"^#+ (.+)$", re.MULTILINE)
+
+
+@pytest.mark.parametrize("page", list(gen_docs.pages()), ids=lambda p: p.name)
+def test_generated_page_is_current(page: Path) -> None:
+    """docs/commands.md and docs/configuration.md say what the parsers and the model say now."""
+    current = gen_docs.pages()[page]
+    written = page.read_text() if page.is_file() else None
+    assert written == current, f"{page.relative_to(REPO)} is stale: run `{gen_docs.REGENERATE}` and commit it"
+
+
+def links(text: str) -> list[str]:
+    """The link targets of Markdown text, outside its code blocks."""
+    return LINK.findall(re.sub(r"```.*?```", "", text, flags=re.DOTALL))
+
+
+def anchors(page: Path) -> set[str]:
+    return {gen_docs.anchor(heading) for heading in HEADING.findall(page.read_text())}
+
+
+def broken_links(page: Path, text: str) -> list[str]:
+    """Each link of `text` (the content of `page`) that is neither a web address nor a file of the repository (and
+    one of its headings, if it names one)."""
+    broken = []
+    for target in links(text):
+        if re.match(r"[a-z]+:", target):
+            continue
+        path, _, fragment = target.partition("#")
+        resolved = (page.parent / path).resolve() if path else page
+        if not resolved.is_relative_to(REPO) or not resolved.exists():
+            broken.append(f"{target} (no such file in the repository)")
+        elif fragment and resolved.suffix == ".md" and fragment not in anchors(resolved):
+            broken.append(f"{target} (no such heading)")
+    return broken
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_relative_link_resolves(page: Path) -> None:
+    """Each link of the page is a web address or a file of the repository (and its heading, if it names one)."""
+    broken = broken_links(page, page.read_text())
+    assert not broken, f"{page.relative_to(REPO)}: broken links: {', '.join(broken)}"
+
+
+def test_link_check_finds_broken_links() -> None:
+    """The check refuses a link out of the repository (README's old ../shared/DESIGN.md), a missing file and a
+    missing heading, and takes a good one."""
+    text = "[a](../shared/DESIGN.md) [b](docs/nothing.md) [c](docs/index.md#no-such-heading) [d](docs/index.md)"
+    assert [b.split()[0] for b in broken_links(REPO / "README.md", text)] == [
+        "../shared/DESIGN.md",
+        "docs/nothing.md",
+        "docs/index.md#no-such-heading",
+    ]
