@@ -12,7 +12,7 @@ fedload.service.worker` or a fork), so REV's code is what runs in its agents and
 in its own tree, as `python -m` puts the current directory first on sys.path (run from this checkout, the old
 side's `-m fedload` would import this checkout's code); the script checks that each interpreter imports
 `fedload` and `transforms` from its own tree there, with PYTHONPATH removed from the environment. Both trees and
-both environments get their bytecode compiled first (this machine sets PYTHONDONTWRITEBYTECODE, see README.md),
+both environments get their bytecode compiled first (this machine sets PYTHONDONTWRITEBYTECODE, see bench/README.md),
 so neither side pays for compiling.
 
 The workload is bench_scale.py's: --feeders feeder databases of --rows rows in `hosts` and `contexts` (with its

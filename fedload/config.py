@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 DEFAULT_CONFIG_PATHS = (Path("fedload.toml"), Path("/etc/fedload/fedload.toml"))
-# superhub.max_statement_bytes (README: Bounded statements): values to 128 MiB of dump text (a 64 MiB bytea, hex
+# superhub.max_statement_bytes (docs/how-it-works.md): values to 128 MiB of dump text (a 64 MiB bytea, hex
 # doubling it), twice the largest INSERT a feeder's forced command lets the agent merge (64 MiB); a feeder past it
 # costs the superhub about this much memory and a few seconds before it is refused.
 DEFAULT_RECEIVED_STATEMENT_BYTES = 128 << 20
