@@ -1,25 +1,8 @@
 """`fedload feeder move NAME --to SHARD`: move a feeder to another shard while every reader of the coordinator
-sees it served from exactly one shard (docs/scale-out.md, "Moving a feeder to another shard").
-
-Under the coordinator's move lock (other builds wait for the move, `moving_feeders`):
-1. the coordinator is built for the feeder on its new shard: it is still read from the shard that holds it, and
-   the new shard is read through a filter view, so the rows loaded there next are not counted twice;
-2. the feeder is synced on the new shard (its run history starts there);
-3. the coordinator is built again: the new shard holds the feeder now, so it is read from there, and the old shard
-   through a filter (one coordinator transaction: never missing, never twice);
-4. on the shards that held it before, in one transaction each, its partitions are dropped, its history is
-   forgotten, and the move is noted, so that a daemon still running the old configuration is refused there
-   instead of loading it again;
-5. the configuration file names the new shard (one key changes; a shard left without feeders is removed from it);
-6. the coordinator is built from the new configuration: the old shard is read directly again.
-
-The configuration is rewritten last, once the old shards hold nothing of the feeder: until then it still names
-the old shard, so a move that stopped or crashed anywhere (even between two steps) is finished by running it
-again, which sees the old shard in the file and does every step again (a load, then drops of what is left). A
-failure stops the move and says where the feeder is served from; the old data is dropped only after the new
-shard serves it. A move found done (the file names the new shard, no other shard holds the feeder) still builds
-the coordinator, which finishes a move that stopped before step 6. Without a coordinator, steps 1, 3 and 6 are
-skipped.
+sees it served from exactly one shard, in six steps under the coordinator's move lock (build for the new shard,
+sync there, build again, drop on the old shards, rewrite the configuration, build from it), the file rewritten
+last so that running the move again finishes it wherever it stopped. The steps and what each guarantees:
+docs/scale-out.md, "Moving a feeder to another shard".
 """
 
 from __future__ import annotations
