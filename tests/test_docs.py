@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,8 @@ HEADING = re.compile(r"^#+ (.+)$", re.MULTILINE)
 @pytest.mark.parametrize("page", list(gen_docs.pages()), ids=lambda p: p.name)
 def test_generated_page_is_current(page: Path) -> None:
     """docs/commands.md and docs/configuration.md say what the parsers and the model say now."""
+    if page == gen_docs.COMMANDS_PAGE and sys.version_info[:2] != gen_docs.HELP_PYTHON:
+        pytest.skip(f"the commands page is argparse's help on Python {gen_docs.HELP_PYTHON}, laid out otherwise here")
     current = gen_docs.pages()[page]
     written = page.read_text() if page.is_file() else None
     assert written == current, f"{page.relative_to(REPO)} is stale: run `{gen_docs.REGENERATE}` and commit it"
