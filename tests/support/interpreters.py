@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["PYENV_VERSIONS", "SYSTEM_PYTHON", "python_named"]
+__all__ = ["PYENV_VERSIONS", "SYSTEM_PYTHON", "pyenv_pythons", "python_named"]
 
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 PYENV_VERSIONS = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
@@ -23,8 +23,23 @@ def python_named(name: str) -> Path:
         if os.environ.get("FEDLOAD_REQUIRE_SYSTEM_PYTHON") == "1":
             pytest.fail(f"{SYSTEM_PYTHON} is required (FEDLOAD_REQUIRE_SYSTEM_PYTHON=1) but absent")
         pytest.skip(f"{SYSTEM_PYTHON} is absent")
-    found = PYENV_VERSIONS.glob(f"{name}.*/bin/python3")
-    newest = sorted(found, key=lambda path: [int(n) for n in path.parts[-3].split(".") if n.isdigit()])
-    if not newest:
-        pytest.skip(f"no Python {name} under {PYENV_VERSIONS}")
+    newest = pyenv_pythons(name)
+    if isinstance(newest, str):
+        pytest.skip(newest)
     return newest[-1]
+
+
+def pyenv_pythons(minor: str) -> list[Path] | str:
+    """The python3 of each pyenv release of `minor` this account can run, oldest first; else why there is none (an
+    absent or unreadable PYENV_VERSIONS is lacking, as on an account whose PYENV_ROOT is another user's)."""
+    try:
+        releases = [entry.name for entry in os.scandir(PYENV_VERSIONS) if entry.name.startswith(f"{minor}.")]
+    except FileNotFoundError:
+        return f"no Python {minor}: {PYENV_VERSIONS} is absent"
+    except OSError as exc:
+        return f"no Python {minor}: this account cannot read {PYENV_VERSIONS} ({exc.strerror})"
+    runnable = [PYENV_VERSIONS / release / "bin" / "python3" for release in releases]
+    runnable = [path for path in runnable if os.access(path, os.X_OK)]
+    if not runnable:
+        return f"no Python {minor} this account can run under {PYENV_VERSIONS}"
+    return sorted(runnable, key=lambda path: [int(n) for n in path.parts[-3].split(".") if n.isdigit()])

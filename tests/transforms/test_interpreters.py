@@ -8,7 +8,10 @@ not exist before 3.11.
 
 from __future__ import annotations
 
+import errno
+import os
 import pickle
+import re
 import subprocess
 from pathlib import Path
 
@@ -16,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support import interpreters
 from tests.support.interpreters import python_named
 from tests.transforms.interpreter_child import Case, transformed
 from transforms import DEFAULT_MAX_STATEMENT_BYTES
@@ -177,3 +181,22 @@ def test_a_remap_file_without_a_toml_parser_is_a_clear_error(tmp_path: Path) -> 
         pytest.skip(f"{python} has tomli installed")
     assert done.returncode == 0, done.stderr
     assert "has no TOML parser (tomllib comes with 3.11): install tomli" in done.stdout
+
+
+def test_an_unreadable_or_absent_pyenv_is_a_skip_saying_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A PYENV_ROOT this account cannot read (another user's, issue 56) or that is absent skips a pyenv Python's
+    tests with the reason, instead of failing them with PermissionError."""
+    versions = tmp_path / "versions"
+    monkeypatch.setattr(interpreters, "PYENV_VERSIONS", versions)
+    with pytest.raises(pytest.skip.Exception, match=re.escape(f"no Python 3.9: {versions} is absent")):
+        python_named("3.9")
+    versions.mkdir()
+    with pytest.raises(pytest.skip.Exception, match=re.escape("no Python 3.9 this account can run")):
+        python_named("3.9")
+
+    def unreadable(path: object) -> object:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+
+    monkeypatch.setattr(os, "scandir", unreadable)  # as root, a mode-000 directory stays readable
+    with pytest.raises(pytest.skip.Exception, match=r"this account cannot read .*versions \(Permission denied\)"):
+        python_named("3.9")
