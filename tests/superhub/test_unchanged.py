@@ -399,15 +399,20 @@ echo "no dump here" >&2; exit 3
 
 @pytest.mark.parametrize("pair", ["copy"], indirect=True)
 def test_an_agent_refusing_digests_is_told_apart(pair: Pair, tmp_path: Path) -> None:
-    """A run whose agent refuses the digests' --columns fails saying to upgrade it or set skip_unchanged = false;
-    with skip_unchanged = false no --columns is sent."""
+    """A run whose agent refuses the digests' --columns fails saying to upgrade it or set skip_unchanged = false
+    (the feeder's digests forgotten: an upgraded agent's first round sends every table); with skip_unchanged = false
+    no --columns is sent."""
+    pair.sync()
     old = write_script(tmp_path / "old-agent", OLD_AGENT)
     refused = asyncio.run(sync_feeder(feeder_job(pair.config(agent_command=[old]), "f")))
     assert refused.outcome == Outcome.FAILED
     assert "feeders.f.skip_unchanged = false" in (refused.error or "")
+    assert "forgot the digests it held of feeder f" in (refused.error or "")
     plain = asyncio.run(sync_feeder(feeder_job(pair.config(agent_command=[old], skip_unchanged=False), "f")))
     assert "no dump here" in (plain.error or "")
     assert "skip_unchanged" not in (plain.error or "")
+    rounds = [kept(pair.sync()) for _ in range(3)]  # none stored, then computed, then kept
+    assert rounds == [set(), set(), {"public.t", "public.u"}], rounds
 
 
 def test_a_feeder_below_the_floor_asks_no_digests(pair: Pair) -> None:
