@@ -188,6 +188,14 @@ SABOTAGES = (
         "        if staged is None:  # sabotaged\n            return\n            raise",
         ("tests/superhub/test_unchanged.py", "-k", "not_asked_about"),
     ),
+    Sabotage(
+        "unasked-digests-ignored",
+        "digests sent where the run asked for none are refused",
+        "fedload/superhub/unchanged.py",
+        "    if skips is None:\n        if trailer.digests:",
+        "    if skips is None:\n        if False:",
+        ("tests/superhub/test_unchanged.py", "-k", "not_asked_for"),
+    ),
 )
 
 

@@ -187,8 +187,8 @@ class _FeederSync:
             unchanged = await keep_unchanged(conn, importer, self._skips, feeder=self.name, key=self.feeder.key)
             self._kept = frozenset(s.parent.table for s in importer.staged.values() if s.kept is not None)
             self.record.unchanged_tables = unchanged
+            digests = digests_to_store(importer, receiver.trailer, self._skips, self.name)  # checked in any case
             if self._skips is not None:  # before the swap, which may fail: in its transaction all the same
-                digests = digests_to_store(importer, receiver.trailer, self._skips, self.name)
                 await store_digests(conn, self.name, self.run_id, digests)
             await self._swap(conn, importer, change)
         return importer

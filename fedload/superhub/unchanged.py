@@ -230,8 +230,13 @@ def digests_to_store(
     importer: Importer, trailer: Trailer | None, skips: Skips | None, feeder: str = ""
 ) -> dict[TableName, StoredDigest]:
     """The digests to keep after this run: each table's, where the agent sent one whose rows are all in its
-    partition (none of them set aside as bad rows)."""
-    if skips is None or trailer is None:
+    partition (none of them set aside as bad rows). DumpError for digests the run did not ask for."""
+    if trailer is None:
+        return {}
+    if skips is None:
+        if trailer.digests:
+            said = one_line(".".join(trailer.digests[0][:2]), 200)
+            raise DumpError(f"feeder {feeder} sent a digest of table {said}, but this superhub asked for none: refused")
         return {}
     if not trailer.digests and importer.staged:  # an agent older than digests ignores the request's: sends all
         why = "the feeder's agent sends no digests: upgrade fedload there, or give it a psql beside its pg_dump"

@@ -580,3 +580,17 @@ def test_an_unchanged_table_not_asked_about_is_refused(pair: Pair, tmp_path: Pat
     assert run.error_kind is ErrorKind.DUMP, run.error
     assert "feeder f says table public.u is unchanged" in (run.error or "")
     assert kept(pair.sync()) == {"public.t", "public.u"}
+
+
+@BINARY_ONLY
+def test_digests_not_asked_for_are_refused(pair: Pair, tmp_path: Path) -> None:
+    """A trailer with digests where the run asked for none (skip_unchanged = false) is refused as a dump error
+    naming feeder and table; nothing is stored."""
+    pair.sync()
+    before = pair.superhub(DIGESTS)
+    planter = hostile(tmp_path, plant='[("public", "t", fake, 7, "")]')
+    run = failed_run(pair, agent_command=[planter], skip_unchanged=False)
+    assert run.error_kind is ErrorKind.DUMP, run.error
+    assert "feeder f sent a digest of table public.t, but this superhub asked for none" in (run.error or "")
+    assert pair.superhub(DIGESTS) == before
+    assert kept(pair.sync()) == {"public.t", "public.u"}
