@@ -18,6 +18,7 @@ from enum import StrEnum
 from fedload.feeder.errors import one_line
 
 __all__ = [
+    "AgentRefusedError",
     "ConfigError",
     "DumpError",
     "ErrorKind",
@@ -100,6 +101,10 @@ class FeederConnectionLostError(FeederError):
 
 class FeederCommandError(FeederError):
     """The dump command on the feeder could not run or exited non-zero; the message ends with its stderr tail."""
+
+
+class AgentRefusedError(FeederCommandError):
+    """The dump command refused its command line, the superhub's request, before writing any stream (exit 2)."""
 
 
 class DumpError(FedloadError):

@@ -20,6 +20,8 @@ from fedload.feeder.errors import AgentUsageError
 from fedload.feeder.table_patterns import exact_name
 
 __all__ = [
+    "COUNTERS_FORMAT",
+    "DIGEST_FORMAT",
     "FIRST_USER_OID",
     "FeederColumn",
     "TablePlan",
@@ -31,8 +33,10 @@ __all__ = [
     "read_requests",
 ]
 
-_DIGEST = re.compile("[0-9a-f]{64}")
-_COUNTERS = re.compile("[0-9]{1,20}(?: [0-9]{1,20}){0,7}")
+# The only digests and counters a request may hold (fullmatch): the superhub checks what it receives and stores
+# against the same patterns (fedload.superhub.unchanged), so that it never sends what an agent refuses.
+DIGEST_FORMAT = re.compile("[0-9a-f]{64}")
+COUNTERS_FORMAT = re.compile("[0-9]{1,20}(?: [0-9]{1,20}){0,7}")
 FIRST_USER_OID = 16384  # FirstNormalObjectId: below it, built-in objects, whose OIDs every server shares
 
 
@@ -102,9 +106,9 @@ def _request(text: str) -> TableRequest:
         raise AgentUsageError(f"--columns {text[:80]!r} is not a JSON object naming a table's schema and name")
     columns = found.get("columns")
     wants_digest, digest, counters = "digest" in found, found.get("digest") or "", found.get("counters") or ""
-    if not isinstance(digest, str) or (digest and not _DIGEST.fullmatch(digest)):
+    if not isinstance(digest, str) or (digest and not DIGEST_FORMAT.fullmatch(digest)):
         raise AgentUsageError(f"--columns of {found['name']!r}: digest must be 64 hexadecimal digits or null")
-    if not isinstance(counters, str) or (counters and not _COUNTERS.fullmatch(counters)):
+    if not isinstance(counters, str) or (counters and not COUNTERS_FORMAT.fullmatch(counters)):
         raise AgentUsageError(f"--columns of {found['name']!r}: counters must be numbers separated by spaces")
     if columns is None:
         return TableRequest(found["schema"], found["name"], None, wants_digest, digest, counters)

@@ -223,9 +223,10 @@ class Importer:
         """A table the feeder did not send, its digest unchanged: no staging table; the run checks and keeps its
         partition (fedload.superhub.unchanged)."""
         staged = self._target(item.table.sql.encode(), item)
-        if staged is not None:
-            staged.kept = item
-            self._log.info("import.table_unchanged", table=staged.parent.qualified_name, rows=item.rows)
+        if staged is None:  # no digest of it was asked: nothing of it is kept
+            raise DumpError(f"feeder {self._feeder} says table {item.table} is unchanged, but it is not loaded here")
+        staged.kept = item
+        self._log.info("import.table_unchanged", table=staged.parent.qualified_name, rows=item.rows)
 
     async def finish(self) -> None:
         """Build the parent's indexes on each staging table, after the load (faster than maintaining them).

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Iterable
 import asyncpg
 
 from fedload.config import DumpMode, FeederConfig, SwapMethod
-from fedload.errors import ConfigError, DumpError, ErrorKind, FedloadError, internal_error, one_line
+from fedload.errors import AgentRefusedError, ConfigError, DumpError, ErrorKind, FedloadError, internal_error, one_line
 from fedload.log import get_logger
 from fedload.names import TableName
 from fedload.results import FeederRun, Outcome, Phase, Progress, ProgressCallback
@@ -53,6 +53,7 @@ from fedload.superhub.unchanged import (
     Skips,
     digests_to_store,
     forget_on_failure,
+    forget_refused,
     keep_unchanged,
     plan_skips,
     store_digests,
@@ -167,6 +168,10 @@ class _FeederSync:
                 except KeptPartitionError as exc:
                     await forget_on_failure(conn, self.name, exc)
                     raise
+                except AgentRefusedError as exc:
+                    if (forgotten := await forget_refused(conn, self.name, self._skips, exc)) is None:
+                        raise
+                    raise forgotten from exc
                 self._committed = True
                 self._succeeded(importer)
                 await self._analyze(conn, [p for t, p in parents.items() if t not in self._kept])
@@ -182,8 +187,8 @@ class _FeederSync:
             unchanged = await keep_unchanged(conn, importer, self._skips, feeder=self.name, key=self.feeder.key)
             self._kept = frozenset(s.parent.table for s in importer.staged.values() if s.kept is not None)
             self.record.unchanged_tables = unchanged
+            digests = digests_to_store(importer, receiver.trailer, self._skips, self.name)  # checked in any case
             if self._skips is not None:  # before the swap, which may fail: in its transaction all the same
-                digests = digests_to_store(importer, receiver.trailer, self._skips, self.name)
                 await store_digests(conn, self.name, self.run_id, digests)
             await self._swap(conn, importer, change)
         return importer

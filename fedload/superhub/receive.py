@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from fedload.config import DEFAULT_RECEIVED_STATEMENT_BYTES
-from fedload.errors import DumpError, FeederCommandError, one_line
+from fedload.errors import AgentRefusedError, DumpError, FeederCommandError, one_line
 from fedload.feeder.wire import BINARY_PROTOCOL
 from fedload.names import TableName
 from fedload.stream import GzipDecoder, Header, StreamDecoder, Trailer
@@ -123,10 +123,16 @@ class DumpReceiver:
         except DumpError:
             arrived_trailer = getattr(self._decoder, "trailer", None) is not None
             if status != 0 and not arrived_trailer:  # then the command's own failure explains the cut-off stream
-                raise FeederCommandError(self._command_failure(status)) from None
+                raise self._command_error(status) from None
             raise
         if status != 0:
-            raise FeederCommandError(self._command_failure(status))
+            raise self._command_error(status)
+
+    def _command_error(self, status: int) -> FeederCommandError:
+        """The dump command's failure; AgentRefusedError where it refused its command line before any stream (exit
+        2: a usage error), which the run may answer by asking less (fedload.superhub.unchanged)."""
+        refused = status == 2 and self.header is None
+        return (AgentRefusedError if refused else FeederCommandError)(self._command_failure(status))
 
     def _command_failure(self, status: int) -> str:
         tail = one_line(self._process.stderr_tail)

@@ -1,5 +1,6 @@
 """A feeder removed from a superhub (`fedload feeder remove`, and the old shard's step of `fedload feeder move`): its
-partitions dropped and, for the whole feeder, its history forgotten, under its run lock, in one transaction.
+partitions dropped and, for the whole feeder, its history forgotten (for some tables, their digests), under its run
+lock, in one transaction.
 
 The removal takes its locks in the order a run of a feeder takes them, so that it never deadlocks with the runs of
 a daemon on the same superhub: the feeder's run lock first (waited for while a run of the feeder holds it), then the
@@ -26,6 +27,7 @@ from fedload.errors import FeederError, SuperhubError, UsageError
 from fedload.log import get_logger
 from fedload.names import TableName, TablePattern
 from fedload.superhub.bookkeeping import forget_feeder, note_moved
+from fedload.superhub.bookkeeping.digests import forget_digests
 from fedload.superhub.coordinated_entities import CoordinatedEntities, coordinated_change
 from fedload.superhub.entities import EntityRule, EntityTable, forget_displaced, settle_entities
 from fedload.superhub.schema import ParentsSpec, ParentTable, read_parents
@@ -159,7 +161,8 @@ class _Removal:
             await lock_parents(conn, self.tables)
             await self._settle_entities(conn)
             dropped = await drop_partitions(conn, self.tables, self.name, self.key)
-            if not self.whole:
+            if not self.whole:  # their digests describe the partitions dropped: the next run sends these tables
+                await forget_digests(conn, self.name, self.tables)
                 return dropped, 0
             forgotten = await forget_feeder(conn, self.name)  # the rejected rows too
             if self.moved_to is not None:

@@ -8,6 +8,13 @@ import and transform settings, the feeder's key and dump mode, and fedload's ver
 fingerprint it was stored with, so any change there voids the skip. The agent's answer is checked: it may only call
 a table unchanged with the very digest the superhub sent, and the partition kept must hold the digest's rows. A
 feeder that lies can only keep its own previous data.
+
+What the agent sends to be stored is checked on receipt against what was asked and what the agent itself accepts
+(`received_digests`): a table asked about, once, its digest and counters in the formats of the agent's request
+(fedload/feeder/binary_plan.py), its rows a bigint; anything else fails the run as a dump error, storing nothing. A
+digest is asked only where it is well formed and the feeder's partition it describes is here (`plan_skips`), and an
+agent that refuses the request makes the superhub forget the feeder's digests (`forget_refused`): the next run
+sends every table. docs/unchanged-tables.md says it for people.
 """
 
 from __future__ import annotations
@@ -22,7 +29,8 @@ import asyncpg
 
 from fedload import __version__
 from fedload.config import DumpMode, FeederConfig
-from fedload.errors import DumpError
+from fedload.errors import AgentRefusedError, DumpError, one_line
+from fedload.feeder.binary_plan import COUNTERS_FORMAT, DIGEST_FORMAT
 from fedload.feeder.digest import DIGEST_VERSION
 from fedload.log import get_logger
 from fedload.names import TableName
@@ -43,13 +51,16 @@ __all__ = [
     "digests_to_store",
     "fingerprint",
     "forget_on_failure",
+    "forget_refused",
     "keep_unchanged",
     "plan_skips",
+    "received_digests",
     "skips_unchanged",
     "store_digests",
 ]
 
 FINGERPRINT_VERSION = 2  # what `fingerprint` covers (2: the dump mode too)
+MAX_ROWS = 2**63 - 1  # a table's rows as PostgreSQL counts them (bigint): fedload.digests.rows
 log = get_logger()
 
 
@@ -118,9 +129,38 @@ async def plan_skips(
         return None
     stored = await read_digests(conn, job.name)
     fingerprints = {table: fingerprint(parent, remap, job) for table, parent in parents.items()}
-    valid = {t: s for t, s in stored.items() if fingerprints.get(t) == s.fingerprint}
+    valid = {t: s for t, s in stored.items() if fingerprints.get(t) == s.fingerprint and _sendable(job.name, t, s)}
+    valid = {t: s for t, s in valid.items() if await _held(conn, job, t)}
     asked = {t: s.digest for t, s in valid.items() if s.digest}
     return Skips(fingerprints, stored, asked, {t: s.counters for t, s in valid.items() if s.counters})
+
+
+def _sendable(feeder: str, table: TableName, stored: StoredDigest) -> bool:
+    """Whether a stored digest and its counters are in the formats the agent accepts: one stored before they were
+    checked on receipt may not be, and the agent would refuse every request holding it. Not sent, it is replaced
+    (or forgotten) by the run's own digests."""
+    if _malformed(stored.digest, stored.counters):
+        log.warning("sync.digest_ignored", feeder=feeder, table=str(table), reason="not in the agent's format")
+        return False
+    return True
+
+
+async def _held(conn: asyncpg.Connection, job: Job, table: TableName) -> bool:
+    """Whether the feeder's partition of `table` is here: a digest describes it, and an agent told the table is
+    unchanged would send nothing of it (a partition dropped by `fedload feeder remove --table`, or by hand)."""
+    if await feeder_partition(conn, table, job.name, job.feeder.key) is not None:
+        return True
+    log.info("sync.digest_ignored", feeder=job.name, table=str(table), reason="no partition of the feeder here")
+    return False
+
+
+def _malformed(digest: str, counters: str) -> str:
+    """What is wrong with a digest and its counters ("" where nothing is): each empty, or in the agent's format."""
+    if digest and not DIGEST_FORMAT.fullmatch(digest):
+        return "its digest is not 64 lowercase hexadecimal digits"
+    if counters and not COUNTERS_FORMAT.fullmatch(counters):
+        return "its counters are not one to eight numbers separated by spaces"
+    return ""
 
 
 async def _large_enough(conn: asyncpg.Connection, job: Job) -> bool:
@@ -190,17 +230,21 @@ def digests_to_store(
     importer: Importer, trailer: Trailer | None, skips: Skips | None, feeder: str = ""
 ) -> dict[TableName, StoredDigest]:
     """The digests to keep after this run: each table's, where the agent sent one whose rows are all in its
-    partition (none of them set aside as bad rows)."""
-    if skips is None or trailer is None:
+    partition (none of them set aside as bad rows). DumpError for digests the run did not ask for."""
+    if trailer is None:
+        return {}
+    if skips is None:
+        if trailer.digests:
+            said = one_line(".".join(trailer.digests[0][:2]), 200)
+            raise DumpError(f"feeder {feeder} sent a digest of table {said}, but this superhub asked for none: refused")
         return {}
     if not trailer.digests and importer.staged:  # an agent older than digests ignores the request's: sends all
         why = "the feeder's agent sends no digests: upgrade fedload there, or give it a psql beside its pg_dump"
         log.info("sync.unchanged_unsupported", feeder=feeder, reason=why)
     stored = {}
-    for schema, name, digest, rows, counters in trailer.digests:
-        table = TableName(schema, name)
+    for table, (digest, rows, counters) in received_digests(trailer, skips, feeder).items():
         staged = importer.staged.get(table)
-        if staged is None or table not in skips.fingerprints or staged.rejected:
+        if staged is None or staged.rejected:
             continue
         if rows == (staged.kept.rows if staged.kept is not None else staged.rows):
             stored[table] = StoredDigest(digest, rows, skips.fingerprints[table], counters)
@@ -212,3 +256,39 @@ async def store_digests(
 ) -> None:
     """Make `digests` the feeder's, in the swap's transaction."""
     await write_digests(conn, feeder, run_id, digests)
+
+
+def received_digests(trailer: Trailer, skips: Skips, feeder: str) -> dict[TableName, tuple[str, int, str]]:
+    """The trailer's digests, (digest, rows, counters) by table, each checked: for a table this run asked about,
+    listed once, its digest and counters empty or in the agent's formats, its rows a bigint of 0 or more; DumpError
+    naming the feeder and the table otherwise (the run fails in its transaction: nothing is stored)."""
+    received: dict[TableName, tuple[str, int, str]] = {}
+    for schema, name, digest, rows, counters in trailer.digests:
+        table = TableName(schema, name)
+        wrong = _malformed(digest, counters)
+        if table not in skips.fingerprints:
+            wrong = "this superhub asked for no digest of it"
+        elif table in received:
+            wrong = "it is listed twice"
+        elif not 0 <= rows <= MAX_ROWS:
+            wrong = f"its rows ({rows}) are not a count from 0 to {MAX_ROWS}"
+        if wrong:
+            said = one_line(str(table), 200)  # a name the feeder chose: no control characters, not a page of it
+            raise DumpError(f"feeder {feeder} sent a digest of table {said} that is refused: {wrong}")
+        received[table] = (digest, rows, counters)
+    return received
+
+
+async def forget_refused(
+    conn: asyncpg.Connection, feeder: str, skips: Skips | None, error: AgentRefusedError
+) -> AgentRefusedError | None:
+    """After the load's transaction rolled back, the agent having refused the request: forget the feeder's digests
+    where the request held any (an agent that refuses a digest or counters stored here would refuse every run's
+    request), so that the next run asks none and sends every table; the error to raise then (None: `error`)."""
+    if skips is None or not (skips.asked or skips.counters):
+        return None
+    await forget_digests(conn, feeder)
+    log.warning("sync.digests_forgotten", feeder=feeder, reason="the agent refused the request holding them")
+    return AgentRefusedError(
+        f"{error}; this superhub forgot the digests it held of feeder {feeder}: the next run sends every table"
+    )

@@ -20,9 +20,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fedload.commands.admin import remove_feeder
 from fedload.commands.status import read_status
 from fedload.config import Config, parse_config
+from fedload.errors import ErrorKind
 from fedload.localpg import LocalCluster
+from fedload.names import TablePattern
 from fedload.results import FeederRun, Outcome
 from fedload.superhub.job import feeder_job
 from fedload.superhub.pipeline import sync_feeder
@@ -396,15 +399,20 @@ echo "no dump here" >&2; exit 3
 
 @pytest.mark.parametrize("pair", ["copy"], indirect=True)
 def test_an_agent_refusing_digests_is_told_apart(pair: Pair, tmp_path: Path) -> None:
-    """A run whose agent refuses the digests' --columns fails saying to upgrade it or set skip_unchanged = false;
-    with skip_unchanged = false no --columns is sent."""
+    """A run whose agent refuses the digests' --columns fails saying to upgrade it or set skip_unchanged = false
+    (the feeder's digests forgotten: an upgraded agent's first round sends every table); with skip_unchanged = false
+    no --columns is sent."""
+    pair.sync()
     old = write_script(tmp_path / "old-agent", OLD_AGENT)
     refused = asyncio.run(sync_feeder(feeder_job(pair.config(agent_command=[old]), "f")))
     assert refused.outcome == Outcome.FAILED
     assert "feeders.f.skip_unchanged = false" in (refused.error or "")
+    assert "forgot the digests it held of feeder f" in (refused.error or "")
     plain = asyncio.run(sync_feeder(feeder_job(pair.config(agent_command=[old], skip_unchanged=False), "f")))
     assert "no dump here" in (plain.error or "")
     assert "skip_unchanged" not in (plain.error or "")
+    rounds = [kept(pair.sync()) for _ in range(3)]  # none stored, then computed, then kept
+    assert rounds == [set(), set(), {"public.t", "public.u"}], rounds
 
 
 def test_a_feeder_below_the_floor_asks_no_digests(pair: Pair) -> None:
@@ -418,3 +426,171 @@ def test_a_feeder_below_the_floor_asks_no_digests(pair: Pair) -> None:
         assert kept(pair.sync(skip_unchanged_min_rows=rows + 1)) == set()
     rounds = [kept(pair.sync(skip_unchanged_min_rows=rows)) for _ in range(3)]  # counters, digests, kept
     assert rounds[-1] == {"public.t", "public.u"}, rounds
+
+
+# A hostile agent: fedload's own, its trailer's digests ([schema, name, digest, rows, counters] per table) replaced
+# by `{plant}`, a Python expression over `digests` (the honest list), `t(field, change)` (the list, `change` applied
+# to field `field` of table t's entry) and `fake` (a well-formed digest); copy and inserts modes' list of tables not
+# dumped ([schema, name, rows, digest]) by `{kept}`, an expression over `unchanged` (the honest list).
+PLANTER = """
+import sys
+from fedload.__main__ import main
+from fedload.feeder import wire
+finish = wire.StreamEncoder.finish
+fake = "0" * 64
+def planted(self, **trailer):
+    digests = [tuple(d) for d in trailer.get("digests", [])]
+    def t(field, change):
+        return [d[:field] + (change(d[field]),) + d[field + 1 :] if d[1] == "t" else d for d in digests]
+    trailer["digests"] = {plant}
+    unchanged = [tuple(u) for u in trailer.get("unchanged", [])]
+    trailer["unchanged"] = {kept}
+    return finish(self, **trailer)
+wire.StreamEncoder.finish = planted
+sys.exit(main())
+"""
+# What each plant makes of the digests, and the words the refusal must hold.
+PLANTS = {
+    "digest not hex": ('t(2, lambda d: "not a digest")', "digest"),
+    "digest in upper case": ("t(2, str.upper)", "digest"),
+    "digest too long": ('t(2, lambda d: d + "0")', "digest"),
+    "counters not numbers": ('t(4, lambda c: "1; 2")', "counters"),
+    "counters too long": ('t(4, lambda c: " ".join(["1"] * 9))', "counters"),
+    "rows negative": ("t(3, lambda r: -1)", "rows"),
+    "rows past bigint": ("t(3, lambda r: 2**63)", "rows"),
+    "a table not asked": ('digests + [("public", "nosuch", fake, 0, "")]', "public.nosuch"),
+    "a table twice": ('digests + [d for d in digests if d[1] == "t"]', "twice"),
+}
+DIGESTS = (
+    "SELECT string_agg(concat_ws('|', table_name, digest, rows, fingerprint, counters), ',' ORDER BY 1) "
+    "FROM fedload.digests"
+)
+
+
+def hostile(tmp_path: Path, plant: str = "digests", kept: str = "unchanged") -> str:
+    """The planting agent's command (`PLANTER`)."""
+    (tmp_path / "planter.py").write_text(PLANTER.replace("{plant}", plant).replace("{kept}", kept))
+    return write_script(tmp_path / "planter", f'exec {sys.executable} {tmp_path / "planter.py"} "$@"\n')
+
+
+def failed_run(pair: Pair, **more: Any) -> FeederRun:
+    """One run of feeder `f` that fails."""
+    run = asyncio.run(sync_feeder(feeder_job(pair.config(**more), "f")))
+    assert run.outcome == Outcome.FAILED, run
+    return run
+
+
+@pytest.mark.parametrize("plant", list(PLANTS))
+@pytest.mark.parametrize("pair", ["binary", "copy"], indirect=True)
+def test_a_planted_digest_is_refused_and_stores_nothing(pair: Pair, tmp_path: Path, plant: str) -> None:
+    """Issue 54, item 5: a trailer's digest that is not the agent's format, counters or rows out of bounds, a table
+    the superhub did not ask about or one listed twice are refused as a dump error naming feeder and table, nothing
+    is stored, and the honest agent's next round runs as before (its digests still valid: both tables kept)."""
+    pair.sync()
+    before = pair.superhub(DIGESTS)
+    expression, named = PLANTS[plant]
+    run = failed_run(pair, agent_command=[hostile(tmp_path, expression)])
+    assert run.error_kind is ErrorKind.DUMP, run.error
+    assert "feeder f" in (run.error or "")
+    assert named in (run.error or "")
+    assert "public.nosuch" in (run.error or "") or "public.t" in (run.error or "")
+    assert pair.superhub(DIGESTS) == before
+    assert kept(pair.sync()) == {"public.t", "public.u"}
+
+
+STORED_PLANTS = {
+    "digest not hex": "digest = 'not a digest'",
+    "digest in upper case": "digest = upper(digest)",
+    "counters not numbers": "counters = '1; 2'",
+}
+
+
+@pytest.mark.parametrize("plant", list(STORED_PLANTS))
+@pytest.mark.parametrize("pair", ["binary", "copy"], indirect=True)
+def test_a_stored_invalid_digest_is_not_sent(pair: Pair, plant: str) -> None:
+    """A digest stored before digests were checked on receipt, not in the agent's format, is not sent (the agent
+    would refuse the request, and every later run with it): the next round sends the table, the one after that
+    stores its digest, and the one after keeps it."""
+    pair.sync()
+    pair.superhub(f"UPDATE fedload.digests SET {STORED_PLANTS[plant]} WHERE table_name = 't'")
+    assert kept(pair.sync()) == {"public.u"}
+    assert "not a digest" not in pair.superhub(DIGESTS)
+    assert "1; 2" not in pair.superhub(DIGESTS)
+    rounds = [kept(pair.sync()) for _ in range(2)]
+    assert rounds[-1] == {"public.t", "public.u"}, rounds
+
+
+# An agent stricter than this superhub: it refuses any request holding a digest, as a usage error (exit 2), before
+# writing any stream.
+STRICT_AGENT = """case "$*" in
+*'"digest": "'*) echo "fedload agent dump: error: --columns: digest must be a digest" >&2; exit 2;;
+esac
+exec {agent} "$@"
+"""
+
+
+@pytest.mark.parametrize("pair", ["binary", "copy"], indirect=True)
+def test_digests_the_agent_refuses_are_forgotten(pair: Pair, tmp_path: Path) -> None:
+    """An agent that refuses the request the superhub's stored digests make (exit 2, no stream) fails the run,
+    and the feeder's digests are forgotten: the next round sends every table and succeeds."""
+    pair.sync()
+    agent = [sys.executable, "-m", "fedload"]
+    strict = write_script(tmp_path / "strict", STRICT_AGENT.format(agent=" ".join(agent)))
+    run = failed_run(pair, agent_command=[strict])
+    assert "forgot the digests it held of feeder f" in (run.error or ""), run.error
+    assert pair.superhub("SELECT count(*) FROM fedload.digests WHERE digest <> ''").strip() == "0"
+    assert kept(pair.sync(agent_command=[strict])) == set()
+
+
+def test_a_table_removed_is_sent_again(pair: Pair) -> None:
+    """Issue 54, item 9: `feeder remove f --table public.t`, then a round: it succeeds, t sent and loaded again
+    (no digest asked for a table without a partition here), u kept; the round after keeps both."""
+    pair.sync()
+    assert kept(pair.sync()) == {"public.t", "public.u"}
+    assert remove_feeder(pair.config(), "f", [TablePattern("public.t")], yes=True) == 0
+    assert pair.superhub("SELECT count(*) FROM fedload.digests WHERE table_name = 't'").strip() == "0"
+    assert kept(pair.sync()) == {"public.u"}
+    rounds = [kept(pair.sync()) for _ in range(2)]
+    assert rounds[-1] == {"public.t", "public.u"}, rounds
+
+
+DROP_T = (
+    "DO $$ BEGIN EXECUTE format('DROP TABLE %s', (SELECT inhrelid::regclass FROM pg_inherits "
+    "WHERE inhparent = 't'::regclass)); END $$"
+)
+
+
+@BINARY_ONLY
+def test_a_partition_dropped_by_hand_is_sent_again(pair: Pair) -> None:
+    """A partition dropped outside fedload (its digest still stored): the round asks no digest of it, sends the
+    table and succeeds."""
+    pair.sync()
+    assert kept(pair.sync()) == {"public.t", "public.u"}
+    pair.superhub(DROP_T)
+    assert kept(pair.sync()) == {"public.u"}
+
+
+@PG_DUMP_MODES
+def test_an_unchanged_table_not_asked_about_is_refused(pair: Pair, tmp_path: Path) -> None:
+    """A trailer that lists as unchanged a table the superhub did not ask for (one excluded for the feeder) is
+    refused as a dump error naming feeder and table, rather than skipped: nothing of it is kept."""
+    pair.sync()
+    planter = hostile(tmp_path, kept='unchanged + [("public", "u", 50, fake)]')
+    run = failed_run(pair, agent_command=[planter], exclude_tables=["public.u"])
+    assert run.error_kind is ErrorKind.DUMP, run.error
+    assert "feeder f says table public.u is unchanged" in (run.error or "")
+    assert kept(pair.sync()) == {"public.t", "public.u"}
+
+
+@BINARY_ONLY
+def test_digests_not_asked_for_are_refused(pair: Pair, tmp_path: Path) -> None:
+    """A trailer with digests where the run asked for none (skip_unchanged = false) is refused as a dump error
+    naming feeder and table; nothing is stored."""
+    pair.sync()
+    before = pair.superhub(DIGESTS)
+    planter = hostile(tmp_path, plant='[("public", "t", fake, 7, "")]')
+    run = failed_run(pair, agent_command=[planter], skip_unchanged=False)
+    assert run.error_kind is ErrorKind.DUMP, run.error
+    assert "feeder f sent a digest of table public.t, but this superhub asked for none" in (run.error or "")
+    assert pair.superhub(DIGESTS) == before
+    assert kept(pair.sync()) == {"public.t", "public.u"}
