@@ -52,6 +52,10 @@ _EMPTIED_FIRST = """for parent in sorted(parents.values(), key=lambda p: p.quali
                     await conn.execute(f"DELETE FROM {parent.sql_name} WHERE {key_column} = {self.feeder.key!r}")
                 async with self._dump(parents) as receiver, conn.transaction():"""
 
+_BEYOND_ANALYZE = (
+    "tests/superhub/test_statistics_carried.py::test_statistics_beyond_analyze_are_dropped_and_the_table_analyzed"
+)
+
 SABOTAGES = (
     Sabotage(
         "mvcc-emptied-apart",
@@ -195,6 +199,46 @@ SABOTAGES = (
         "    if skips is None:\n        if trailer.digests:",
         "    if skips is None:\n        if False:",
         ("tests/superhub/test_unchanged.py", "-k", "not_asked_for"),
+    ),
+    Sabotage(
+        "statistics-call-unbounded",
+        "a statistics call longer than ANALYZE's could be is not parsed",
+        "fedload/superhub/statistics.py",
+        "if self._max_call_bytes is not None and len(item.text) > self._max_call_bytes:",
+        "if False:",
+        (f"{_BEYOND_ANALYZE}[pg18-4 million values-copy]",),
+    ),
+    Sabotage(
+        "statistics-width-unbounded",
+        "a carried avg_width fits a page and the loaded partition",
+        "fedload/superhub/statistics_bounds.py",
+        "if avg_width < 0 or avg_width > limits.block_size or stored > limits.table_bytes:",
+        "if avg_width < 0:",
+        (f"{_BEYOND_ANALYZE}[pg18-an avg_width of 10^9-copy]",),
+    ),
+    Sabotage(
+        "statistics-frequencies-unsummed",
+        "carried most-common frequencies add up, with null_frac, to at most 1",
+        "fedload/superhub/statistics_bounds.py",
+        'if sum(freqs) + _number(args.get("null_frac", "0")) > 1 + _TOLERANCE:',
+        "if False:",
+        (f"{_BEYOND_ANALYZE}[pg18-frequencies past 1-copy]",),
+    ),
+    Sabotage(
+        "statistics-target-ignored",
+        "carried lists within the column's statistics target on the superhub",
+        "fedload/superhub/statistics.py",
+        "limits = ColumnLimits(column[3],",
+        "limits = ColumnLimits(10**6,",
+        (f"{_BEYOND_ANALYZE}[pg18-more values than the target-copy]",),
+    ),
+    Sabotage(
+        "statistics-restored-on-the-parent",
+        "carried statistics reach only the feeder's new partition",
+        "fedload/superhub/statistics.py",
+        "params: list[object] = [STAGE_SCHEMA, table.stage_name, column]",
+        "params: list[object] = [table.parent.table.schema, table.parent.table.name, column]",
+        ("tests/superhub/test_statistics_carried.py::test_carried_statistics_reach_only_the_feeders_new_partition",),
     ),
 )
 

@@ -46,7 +46,7 @@ from fedload.superhub.session import (
     superhub_error,
     superhub_session,
 )
-from fedload.superhub.statistics import StatisticsCollector, carry_statistics, wants_statistics
+from fedload.superhub.statistics import StatisticsCollector, carry_statistics, max_call_bytes, wants_statistics
 from fedload.superhub.swap import SwapStats, analyze_partitions, describe_swap, swap_in
 from fedload.superhub.unchanged import (
     KeptPartitionError,
@@ -330,7 +330,10 @@ class _FeederSync:
         """Load the dump into this run's staging tables (in the caller's transaction), verify the counts the agent
         sent, index the tables, and give them the feeder's statistics where it sent them."""
         self.phase(Phase.LOAD)
-        statistics = StatisticsCollector(self.name, parents, self._all_parents) if self._carry else None
+        statistics = None
+        if self._carry:
+            bound = await max_call_bytes(conn, parents.values())
+            statistics = StatisticsCollector(self.name, parents, self._all_parents, max_call_bytes=bound)
         importer = Importer(
             conn,
             feeder=self.name,

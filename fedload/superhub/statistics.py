@@ -28,6 +28,7 @@ ANALYZE.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -39,12 +40,14 @@ from fedload.errors import DumpError
 from fedload.log import get_logger
 from fedload.names import TableName
 from fedload.superhub.schema import PARTS_SCHEMA, STAGE_SCHEMA, ident
+from fedload.superhub.statistics_bounds import ColumnLimits, call_bytes_bound, column_refusal
 
 if TYPE_CHECKING:
     from pglast import ast
 
     from fedload.config import FeederConfig
     from fedload.superhub.importer import StagedTable
+    from fedload.superhub.schema import ParentTable
     from transforms import Statement
 
 __all__ = [
@@ -52,6 +55,7 @@ __all__ = [
     "StatisticsCall",
     "StatisticsCollector",
     "carry_statistics",
+    "max_call_bytes",
     "parse_statistics_call",
     "statistics_modules",
     "wants_statistics",
@@ -113,7 +117,7 @@ _VALUES = {
     "integer": re.compile(r"[+-]?\d{1,10}"),
     "smallint": re.compile(r"[+-]?\d{1,5}"),
     "real": re.compile(_REAL),
-    "real[]": re.compile(rf"\{{(?:(?:{_REAL})(?:,(?:{_REAL}))*)?\}}"),
+    "real[]": re.compile(r"\{[-+.0-9A-Za-z,]*\}"),  # its numbers: _is_real_array (no nested repetition)
     "boolean": re.compile(r"t|f|true|false", re.IGNORECASE),
     "text": re.compile(r"[^\x00]*", re.DOTALL),
 }
@@ -212,10 +216,17 @@ def _named_arguments(args: Iterable[ast.Node], allowed: frozenset[str]) -> dict[
             raise ValueError(f"argument {name!r} is given twice")
         sql_type = _TYPES[name]
         value = _string(value_node, sql_type)
-        if _VALUES[sql_type].fullmatch(value) is None:
+        if _VALUES[sql_type].fullmatch(value) is None or (sql_type == "real[]" and not _is_real_array(value)):
             raise ValueError(f"argument {name!r} is not a {sql_type}: {value[:40]!r}")
         out[name] = value
     return out
+
+
+def _is_real_array(value: str) -> bool:
+    """Whether `value` (braces around letters, digits, signs, dots, commas) is a real[] literal, number by number:
+    one regex of nested repetition over a 24 MiB array took 3 GB of the regex engine's stack."""
+    real = _VALUES["real"]
+    return value == "{}" or all(real.fullmatch(n) is not None for n in value[1:-1].split(","))
 
 
 def _string(node: ast.Node, sql_type: str | None) -> str:
@@ -244,10 +255,21 @@ class _TableStatistics:
 class StatisticsCollector:
     """Takes the dump's statistics calls for the importer (`offer`), keeps this feeder's tables' ones."""
 
-    def __init__(self, feeder: str, tables: Collection[TableName], others: Collection[TableName]) -> None:
+    def __init__(
+        self,
+        feeder: str,
+        tables: Collection[TableName],
+        others: Collection[TableName],
+        *,
+        max_call_bytes: int | None = None,
+    ) -> None:
         """`tables`: the feeder's (its dump's); `others`: the superhub's other parents (not in this feeder's dump).
-        Configured patterns are not enough to tell: `public.__*` also matches the feeder's index names."""
+        Configured patterns are not enough to tell: `public.__*` also matches the feeder's index names.
+        `max_call_bytes`: the longest call read (`max_call_bytes()`); a longer one drops all of the dump's
+        statistics unread (None: no bound but the statement's)."""
         self.feeder = feeder
+        self._max_call_bytes = max_call_bytes
+        self.dropped: str | None = None  # why none of the dump's statistics are carried
         self._tables = frozenset(tables)
         self._others = frozenset(others) - self._tables
         self.kept: dict[TableName, _TableStatistics] = {}
@@ -260,6 +282,13 @@ class StatisticsCollector:
         if _NAMED.search(item.text) is None:
             return False
         where = f"dump line {item.line}" if getattr(item, "line", None) is not None else "dump"
+        if self._max_call_bytes is not None and len(item.text) > self._max_call_bytes:
+            # Parsing it would cost the superhub seconds (pglast reads ~20 MB/s) for statistics it cannot keep;
+            # which table it is about is unknown unread: every table is analyzed instead.
+            limit = self._max_call_bytes
+            self.dropped = f"{where}: a statistics call of {len(item.text)} bytes, longer than ANALYZE's could be "
+            self.dropped += f"here ({limit} bytes at the superhub's statistics targets)"
+            return True
         try:
             call = parse_statistics_call(item.text.decode("utf-8"))
         except (ValueError, UnicodeDecodeError) as exc:
@@ -291,10 +320,18 @@ class StatisticsCollector:
         stats.columns[column] = call
 
 
+_DEFAULT_TARGET = "SELECT current_setting('default_statistics_target')::integer"
+# Each column's type width, whether an expression index needs ANALYZE, and what ANALYZE would write for it here
+# (fedload.superhub.statistics_bounds): its statistics target, whether its values' and elements' text is their
+# stored form (string types), with the partition's bytes and the server's page size.
 _COLUMNS = """
 SELECT a.attname, t.typlen, EXISTS (SELECT FROM pg_catalog.pg_index i WHERE i.indrelid = a.attrelid
-                                    AND i.indexprs IS NOT NULL)
+                                    AND i.indexprs IS NOT NULL),
+       coalesce(nullif(a.attstattarget, -1), current_setting('default_statistics_target')::integer),
+       t.typcategory = 'S', coalesce(e.typcategory = 'S', false),
+       pg_catalog.pg_table_size(a.attrelid), current_setting('block_size')::integer
 FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+LEFT JOIN pg_catalog.pg_type e ON e.oid = t.typelem AND t.typcategory = 'A'
 WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum
 """
@@ -314,6 +351,14 @@ SELECT pg_catalog.pg_restore_relation_stats(
 """
 
 
+async def max_call_bytes(conn: asyncpg.Connection, parents: Iterable[ParentTable]) -> int:
+    """The longest statistics call worth reading for `parents`: the longest ANALYZE's output could need at their
+    columns' highest statistics target on the superhub (default_statistics_target where none is set)."""
+    default: int = await conn.fetchval(_DEFAULT_TARGET)
+    targets = [c.statistics_target for p in parents for c in p.columns if c.statistics_target is not None]
+    return call_bytes_bound(max([default, *targets]))
+
+
 async def carry_statistics(
     conn: asyncpg.Connection,
     staged: Iterable[StagedTable],
@@ -328,6 +373,12 @@ async def carry_statistics(
     done: dict[TableName, tuple[str, ...]] = {}
     if collector.set_aside:
         log.debug("statistics.set_aside", feeder=collector.feeder, calls=collector.set_aside)
+    if collector.dropped is not None:
+        for table in staged:
+            log.warning(
+                "statistics.refused", feeder=collector.feeder, table=str(table.parent.table), reason=collector.dropped
+            )
+        return done
     for table in staged:
         name = table.parent.table
         if (reason := _not_carried(collector.kept.get(name), table.rows)) is not None:
@@ -336,7 +387,7 @@ async def carry_statistics(
         stats = collector.kept[name]
         try:
             async with conn.transaction():
-                missing = await _carry_table(conn, table, stats, feeder_key)
+                missing = await _carry_table(conn, table, stats, feeder_key, feeder=collector.feeder)
         except asyncpg.PostgresError as exc:
             log.warning("statistics.not_carried", table=str(name), reason=str(exc))
             continue
@@ -353,24 +404,29 @@ def _not_carried(stats: _TableStatistics | None, rows: int) -> str | None:
     if stats is None or stats.relation is None or (not stats.columns and rows > 0):
         return "the feeder sent none"
     feeder_rows = float(stats.relation.args.get("reltuples", "-1"))
-    if rows > 0 and (feeder_rows < 0 or abs(rows - feeder_rows) > _STALE_ROWS + _STALE_FRACTION * feeder_rows):
+    stale = not math.isfinite(feeder_rows) or abs(rows - feeder_rows) > _STALE_ROWS + _STALE_FRACTION * feeder_rows
+    if rows > 0 and (feeder_rows < 0 or stale):
         return f"older than the data: the feeder counted {feeder_rows:.0f} rows, the dump has {rows}"
     return None
 
 
 async def _carry_table(
-    conn: asyncpg.Connection, table: StagedTable, stats: _TableStatistics, feeder_key: str
+    conn: asyncpg.Connection, table: StagedTable, stats: _TableStatistics, feeder_key: str, *, feeder: str
 ) -> tuple[str, ...] | None:
     """The calls for one table; the columns left to ANALYZE, or None for the whole table."""
     rows = await conn.fetch(_COLUMNS, table.stage_sql)
     if any(row[2] for row in rows):
         log.info("statistics.not_carried", table=str(table.parent.table), reason="an expression index")
         return None
+    by_target = {table.from_dump.get(column): call for column, call in stats.columns.items()}
+    by_target.pop(feeder_key, None)  # computed, whatever the feeder says
+    if table.rows > 0 and (reason := _refusal(rows, by_target, table.rows)) is not None:
+        log.warning("statistics.refused", feeder=feeder, table=str(table.parent.table), reason=reason)
+        return None
     await conn.fetchval(_RELATION_CALL, STAGE_SCHEMA, table.stage_name, table.stage_sql, float(table.rows))
     if table.rows == 0:
         return ()  # ANALYZE of an empty table writes no column statistics either
-    widths = {row[0]: row[1] for row in rows}
-    by_target = {table.from_dump.get(column): call for column, call in stats.columns.items()}
+    widths = {row[0]: row[1] for row in rows if row[3] != 0}  # target 0: ANALYZE writes nothing for the column
     missing = []
     for column, width in widths.items():
         if column == feeder_key:
@@ -385,6 +441,18 @@ async def _carry_table(
         threshold = min(table.rows + _STALE_ROWS, _MAX_THRESHOLD)
         await conn.execute(_NO_AUTOANALYZE.format(table=table.stage_sql, threshold=threshold))
     return tuple(missing)
+
+
+def _refusal(columns: Iterable[asyncpg.Record], calls: Mapping[str | None, StatisticsCall], rows: int) -> str | None:
+    """Why the table's carried column statistics are more than ANALYZE could write on the superhub
+    (fedload.superhub.statistics_bounds): the first column's reason; None if every column is within bounds."""
+    for column in columns:
+        if (call := calls.get(column[0])) is None or column[3] == 0:
+            continue
+        limits = ColumnLimits(column[3], column[4], column[5], rows=rows, table_bytes=column[6], block_size=column[7])
+        if (reason := column_refusal(call.args, limits)) is not None:
+            return f"column {column[0]}: {reason}"
+    return None
 
 
 async def _restore_column(

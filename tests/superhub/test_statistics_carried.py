@@ -362,3 +362,124 @@ def test_forked_workers_carry_statistics_without_importing_anything(
     assert [run["outcome"] for run in json.loads(done.stdout)] == ["success"] * 2
     assert analyzed(pg18, db) == 0  # the runs did carry statistics
     assert not imports.exists(), imports.read_text()[:2000]
+
+
+def _hostname_call(**stats: str) -> str:
+    """A pg_restore_attribute_stats call in pg_dump's shape for __hosts.hostname, with `stats` (name: value)."""
+    types = {"avg_width": "integer", "most_common_vals": "text", "most_common_freqs": "real[]"}
+    args = ", ".join(f"'{name}', '{value}'::{types.get(name, 'real')}" for name, value in stats.items())
+    return (
+        "SELECT * FROM pg_catalog.pg_restore_attribute_stats('version', '180000'::integer, 'schemaname', 'public', "
+        f"'relname', '__hosts', 'attname', 'hostname', 'inherited', 'f'::boolean, {args});\n"
+    )
+
+
+def _huge_call() -> str:
+    """The issue's: 4 million most common values (about 60 MiB), well-formed."""
+    values = ",".join(f"host-{i}" for i in range(4_000_000))
+    return _hostname_call(
+        null_frac="0",
+        avg_width="12",
+        n_distinct="-1",
+        most_common_vals=f"{{{values}}}",
+        most_common_freqs="{" + ",".join(["0"] * 4_000_000) + "}",
+    )
+
+
+BEYOND_ANALYZE = {  # (call, words of the reason, the statistics target of the superhub's __hosts.hostname)
+    "4 million values": (_huge_call, "longer than ANALYZE's could be", None),
+    "an avg_width of 10^9": (
+        lambda: _hostname_call(avg_width="1000000000", most_common_vals="{host-1}", most_common_freqs="{0.002}"),
+        "avg_width 1000000000",
+        None,
+    ),
+    "frequencies past 1": (
+        lambda: _hostname_call(null_frac="0", most_common_vals="{host-1,host-2}", most_common_freqs="{0.6,0.6}"),
+        "add up",
+        None,
+    ),
+    "more values than the target": (
+        lambda: _hostname_call(
+            most_common_vals="{" + ",".join(f"host-{i}" for i in range(1, 21)) + "}",
+            most_common_freqs="{" + ",".join(["0.01"] * 20) + "}",
+        ),
+        "at most 10 entries",
+        10,
+    ),
+}
+
+
+def _hostile_pg_dump(tmp: Path, pg18: LocalCluster, call: str) -> str:
+    """A pg_dump that writes the real one's output, then `call` (from a file: it may be too long for a variable)."""
+    extra = tmp / "extra.sql"
+    extra.write_text(call)
+    (tmp / "psql").symlink_to(pg18.install.tool("psql"))  # binary mode's psql: beside pg_dump
+    body = f'"{pg18.install.tool("pg_dump")}" "$@" || exit $?\n[ "$1" = --version ] || cat "{extra}"\n'
+    return write_script(tmp / "pg_dump", body)
+
+
+def _hub_column(hub: LocalCluster, db: str, key: int, column: str, stats: str) -> str:
+    """`stats` (pg_stats' columns) of a column of feeder `key`'s partition of __hosts."""
+    partition = partition_of(hub, db, "__hosts", key)
+    sql = f"SELECT {stats} FROM pg_stats WHERE schemaname = 'fedload_parts' AND tablename = '{partition}' "
+    return hub.psql(sql + f"AND attname = '{column}'", dbname=db).strip()
+
+
+@pytest.mark.pg_major(18)
+@pytest.mark.parametrize(("beyond", "mode"), [(b, "copy") for b in BEYOND_ANALYZE] + [("frequencies past 1", "binary")])
+async def test_statistics_beyond_analyze_are_dropped_and_the_table_analyzed(
+    pg18: LocalCluster, tmp_path: Path, beyond: str, mode: str
+) -> None:
+    """A well-formed statistics call that ANALYZE could not have written on the superhub (a 4-million-entry list,
+    an avg_width of 10^9, frequencies adding up past 1, more values than the column's statistics target on the
+    superhub's parent, whatever the feeder's) is
+    dropped: the run succeeds, the table is ANALYZEd instead, logged once naming feeder, table and reason, and no
+    other feeder's partition changes."""
+    make, words, target = BEYOND_ANALYZE[beyond]
+    config, db = federation(pg18, pg18, tmp_path, dump_mode=mode)
+    assert [r.outcome for r in await sync(config)] == [Outcome.SUCCESS] * 2
+    pg18.psql(NO_AUTOVACUUM, dbname=db)
+    other = column_stats(pg18, db, "fedload_parts", partition_of(pg18, db, "__hosts", 2))
+    before = analyzed(pg18, db, partition_of(pg18, db, "__hosts", 1))
+    feeder_db = feeder_database(config, "hub1")
+    pg18.psql("SELECT pg_clear_attribute_stats('public', '__hosts', 'hostname', false)", dbname=feeder_db)
+    if target is not None:
+        pg18.psql(f"ALTER TABLE public.__hosts ALTER COLUMN hostname SET STATISTICS {target}", dbname=db)
+    hub1 = config.feeders["hub1"].model_copy(update={"pg_dump": _hostile_pg_dump(tmp_path, pg18, make())})
+    config = in_process(config.model_copy(update={"feeders": {"hub1": hub1}}))
+    with capture_logs() as logs:
+        (run,) = await sync(config, "hub1")
+    assert run.outcome == Outcome.SUCCESS, run.error
+    refused = [e for e in logs if e["event"] == "statistics.refused" and e["table"] == "public.__hosts"]
+    assert len(refused) == 1, refused
+    assert refused[0]["feeder"] == "hub1"
+    assert words in refused[0]["reason"], refused[0]["reason"]
+    assert analyzed(pg18, db, partition_of(pg18, db, "__hosts", 1)) == before + 1
+    values = _hub_column(pg18, db, 1, "hostname", "coalesce(cardinality(most_common_vals::text::text[]), 0), avg_width")
+    count, width = map(int, values.split("|"))
+    assert count <= (target or 100), values  # ANALYZE's: hostnames are all distinct, 'host-N'
+    assert width < 20, values
+    assert column_stats(pg18, db, "fedload_parts", partition_of(pg18, db, "__hosts", 2)) == other
+
+
+@pytest.mark.pg_major(18)
+async def test_carried_statistics_reach_only_the_feeders_new_partition(pg18: LocalCluster, tmp_path: Path) -> None:
+    """A call within ANALYZE's bounds, for the feeder's own table, lands on that feeder's new partition only:
+    fedload names the staging table in its own call, whatever relation the dump's names; no other feeder's partition
+    and not the parent gain or change statistics."""
+    config, db = federation(pg18, pg18, tmp_path)
+    assert [r.outcome for r in await sync(config)] == [Outcome.SUCCESS] * 2
+    pg18.psql(NO_AUTOVACUUM, dbname=db)
+    other = column_stats(pg18, db, "fedload_parts", partition_of(pg18, db, "__hosts", 2))
+    parent = column_stats(pg18, db, "public", "__hosts")
+    feeder_db = feeder_database(config, "hub1")
+    pg18.psql("SELECT pg_clear_attribute_stats('public', '__hosts', 'hostname', false)", dbname=feeder_db)
+    call = _hostname_call(
+        null_frac="0", avg_width="9", n_distinct="-1", most_common_vals="{planted}", most_common_freqs="{0.5}"
+    )
+    hub1 = config.feeders["hub1"].model_copy(update={"pg_dump": _hostile_pg_dump(tmp_path, pg18, call)})
+    (run,) = await sync(config.model_copy(update={"feeders": {"hub1": hub1}}), "hub1")
+    assert run.outcome == Outcome.SUCCESS, run.error
+    assert _hub_column(pg18, db, 1, "hostname", "most_common_vals::text") == "{planted}"
+    assert column_stats(pg18, db, "fedload_parts", partition_of(pg18, db, "__hosts", 2)) == other
+    assert column_stats(pg18, db, "public", "__hosts") == parent
