@@ -100,12 +100,14 @@ async def drop_feeder(
 ) -> tuple[dict[TableName, int], int]:
     """On `superhub`, under the feeder's run lock, drop the partitions of feeder `name` (its `key`, None for one no
     longer configured; of the `only` tables) and, for the whole feeder, forget its history; `moved_to`: note there
-    that it moved to that shard (`fedload feeder move`). All in one transaction: a crash or an error leaves the
-    feeder as it was, never its partitions gone and its history kept. The partitions dropped with their rows, and
-    the runs forgotten. Waits up to `busy_wait_s` (BUSY_WAIT_S) for a run of the feeder to end (FeederBusyError
-    after), and for the parents' locks by the swap's short tries (`policy`: `lock_timeout_s` each, up to
-    `max_wait_s`; RemovalLockError after). `coordinated`: the entity rule kept on the coordinator (with shards):
-    the removal is a change of the feeder's data there (fedload.superhub.coordinated_entities)."""
+    that it moved to that shard (`fedload feeder move`). All in one transaction (with the entity rule, two when it
+    gives entities back: the module docstring): a crash or an error leaves the feeder as it was, never its
+    partitions gone and its history kept (between the two, its entities are given back and its partitions empty).
+    The partitions dropped with their rows, and the runs forgotten. Waits up to `busy_wait_s` (BUSY_WAIT_S) for a
+    run of the feeder to end (FeederBusyError after), and for the parents' locks by the swap's short tries
+    (`policy`: `lock_timeout_s` each, up to `max_wait_s`; RemovalLockError after). `coordinated`: the entity rule
+    kept on the coordinator (with shards): the removal is a change of the feeder's data there
+    (fedload.superhub.coordinated_entities)."""
     policy = policy or SwapPolicy()
     async with superhub_session(superhub) as conn:
         tables = await _removable_tables(conn, parents, only)
