@@ -149,12 +149,14 @@ async def settle_entities(
     key: int | str | None,
     *,
     staged: StagedEntities | None = None,
-) -> None:
+) -> bool:
     """Decide the homes of feeder `feeder`'s entities and move the rows accordingly (see the module docstring), in
     the caller's transaction, after its parents' locks and before its tables are swapped. `tables`: the parents of
     the swap (or removal), those without the key column ignored; each with its staging table in a swap, without in
     a removal (the feeder then has no entity left). `staged`: `stage_entities` of the same tables, read before the
-    locks (read here without)."""
+    locks (read here without). Whether any row moved (taken, kept aside or given back): the caller must then change
+    the feeder's own rows of these tables by DELETE and INSERT too, never by a partition change (docs/entities.md,
+    "What a reader can rely on")."""
     started = time.monotonic()
     applied = _applied(rule, tables)
     if staged is None:
@@ -176,6 +178,7 @@ async def settle_entities(
         back=len(decision.back),
         ms=round((time.monotonic() - started) * 1000, 1),
     )
+    return bool(decision.taken or decision.back or set(decision.lost).intersection(staged.entities))
 
 
 def _applied(rule: EntityRule, tables: Sequence[EntityTable]) -> list[EntityTable]:

@@ -110,6 +110,7 @@ class _FeederSync:
         self._parents: dict[TableName, ParentTable] | Exception = {}  # read before the lock, or why it failed
         self._opening: asyncio.Task[FeederProcess] | None = None  # the dump started before the lock
         self._partitions: dict[TableName, str] = {}  # the feeder's partitions after the swap, for ANALYZE
+        self._in_place: set[TableName] = set()  # the parents whose rows the swap replaced in place, for VACUUM
         self._carry = False  # the agent is asked for the feeder's statistics (fedload.superhub.statistics)
         self._remap: Remap | None = None  # the feeder's remap file, read once per run with the parents
         self._all_parents: frozenset[TableName] = frozenset()  # the superhub's parents, this feeder's exclusions too
@@ -391,7 +392,7 @@ class _FeederSync:
             )
         finally:
             _note_swap(self.record, stats)
-        self._partitions = stats.partitions
+        self._partitions, self._in_place = stats.partitions, stats.in_place
         await forget_rejects(conn, self.name, except_run=self.run_id)
 
     async def _analyze(self, conn: asyncpg.Connection, parents: Iterable[ParentTable]) -> None:
@@ -400,10 +401,16 @@ class _FeederSync:
         if self.job.analyze == "autovacuum":
             return
         self.phase(Phase.ANALYZE)
-        partitions = self._partitions
-        carried = self._carried
+        partitions, carried, in_place = self._partitions, self._carried, self._in_place
         await analyze_partitions(
-            conn, parents, self.name, self.feeder.key, self.job.swap, partitions=partitions, carried=carried
+            conn,
+            parents,
+            self.name,
+            self.feeder.key,
+            self.job.swap,
+            partitions=partitions,
+            carried=carried,
+            in_place=in_place,
         )
 
     def _succeeded(self, importer: Importer) -> None:

@@ -10,6 +10,13 @@ the swap it tries under a short `lock_timeout` (`swap_lock_timeout_s`, below the
 back and tries again after a jittered pause, until `swap_max_wait_s`: a report holding a parent delays the removal,
 never makes readers queue behind it for long, and a deadlock with a session that locks in another order (which
 PostgreSQL ends by failing one of the two) is retried too.
+
+With the entity rule, a removal that gives entities back to other feeders takes two transactions: the first hands
+them back and deletes the feeder's own rows of the tables with the key column (DELETE and INSERT only, which every
+snapshot sees all or none of); then every snapshot taken before that commit is waited for; the second drops the
+partitions, empty for every snapshot left. A repeatable read statement whose snapshot predates a partition's DROP
+reads the parent's new partition list with its old snapshot: in one transaction, it would find the feeder's rows
+gone and the others' not yet back (docs/entities.md, "What a reader can rely on").
 """
 
 from __future__ import annotations
@@ -95,12 +102,14 @@ async def drop_feeder(
 ) -> tuple[dict[TableName, int], int]:
     """On `superhub`, under the feeder's run lock, drop the partitions of feeder `name` (its `key`, None for one no
     longer configured; of the `only` tables) and, for the whole feeder, forget its history; `moved_to`: note there
-    that it moved to that shard (`fedload feeder move`). All in one transaction: a crash or an error leaves the
-    feeder as it was, never its partitions gone and its history kept. The partitions dropped with their rows, and
-    the runs forgotten. Waits up to `busy_wait_s` (BUSY_WAIT_S) for a run of the feeder to end (FeederBusyError
-    after), and for the parents' locks by the swap's short tries (`policy`: `lock_timeout_s` each, up to
-    `max_wait_s`; RemovalLockError after). `coordinated`: the entity rule kept on the coordinator (with shards):
-    the removal is a change of the feeder's data there (fedload.superhub.coordinated_entities)."""
+    that it moved to that shard (`fedload feeder move`). All in one transaction (with the entity rule, two when it
+    gives entities back: the module docstring): a crash or an error leaves the feeder as it was, never its
+    partitions gone and its history kept (between the two, its entities are given back and its partitions empty).
+    The partitions dropped with their rows, and the runs forgotten. Waits up to `busy_wait_s` (BUSY_WAIT_S) for a
+    run of the feeder to end (FeederBusyError after), and for the parents' locks by the swap's short tries
+    (`policy`: `lock_timeout_s` each, up to `max_wait_s`; RemovalLockError after). `coordinated`: the entity rule
+    kept on the coordinator (with shards): the removal is a change of the feeder's data there
+    (fedload.superhub.coordinated_entities)."""
     policy = policy or SwapPolicy()
     async with superhub_session(superhub) as conn:
         tables = await _removable_tables(conn, parents, only)
@@ -154,32 +163,79 @@ class _Removal:
     moved_to: str | None
     entities: tuple[EntityRule, list[ParentTable]] | None = None  # the entity rule and the removed parents
 
-    async def attempt(self, conn: asyncpg.Connection, lock_timeout_s: float) -> tuple[dict[TableName, int], int]:
-        """One try, in one transaction: a lock timeout or a deadlock rolls all of it back."""
+    async def attempt(self, conn: asyncpg.Connection, policy: SwapPolicy) -> tuple[dict[TableName, int], int]:
+        """One try, in one transaction; in two when entities go back to other feeders (the module docstring): the
+        first hands them back and empties the feeder's partitions of them, the second, after every snapshot older
+        than the first's commit, drops. A lock timeout or a deadlock rolls back the transaction it is in; a try
+        after a first transaction that committed finds no entity to hand back and drops in one."""
         async with conn.transaction():
-            await local_lock_timeout(conn, lock_timeout_s)
+            await local_lock_timeout(conn, policy.lock_timeout_s)
             await lock_parents(conn, self.tables)
-            await self._settle_entities(conn)
-            dropped = await drop_partitions(conn, self.tables, self.name, self.key)
-            if not self.whole:  # their digests describe the partitions dropped: the next run sends these tables
-                await forget_digests(conn, self.name, self.tables)
-                return dropped, 0
-            forgotten = await forget_feeder(conn, self.name)  # the rejected rows too
-            if self.moved_to is not None:
-                await note_moved(conn, self.name, self.moved_to)
+            handed = await self._handed_back(conn)
+            if handed is None:
+                return await self._dropped(conn)
+        await _snapshots_gone(conn, handed, policy.max_wait_s, self.name)
+        async with conn.transaction():
+            await local_lock_timeout(conn, policy.lock_timeout_s)
+            await lock_parents(conn, self.tables)
+            return await self._dropped(conn)
+
+    async def _dropped(self, conn: asyncpg.Connection) -> tuple[dict[TableName, int], int]:
+        """In the caller's transaction, under the parents' locks: the partitions dropped and, for the whole feeder,
+        its history forgotten."""
+        dropped = await drop_partitions(conn, self.tables, self.name, self.key)
+        if not self.whole:  # their digests describe the partitions dropped: the next run sends these tables
+            await forget_digests(conn, self.name, self.tables)
+            return dropped, 0
+        forgotten = await forget_feeder(conn, self.name)  # the rejected rows too
+        if self.moved_to is not None:
+            await note_moved(conn, self.name, self.moved_to)
         return dropped, forgotten
 
-    async def _settle_entities(self, conn: asyncpg.Connection) -> None:
+    async def _handed_back(self, conn: asyncpg.Connection) -> int | None:
         """With the entity rule: a whole feeder's entities go home to the feeders newest without it, its displaced
         rows with it; some tables only (`--table`): its displaced rows of those tables, which no partition of it
-        could take back."""
+        could take back. If rows went back to other feeders, the feeder's rows of the tables with the key column are
+        deleted too (its partitions dropped later), and the transaction's id is returned; None otherwise."""
         if self.entities is None:
-            return
+            return None
         rule, parents = self.entities
-        if self.whole:
-            await settle_entities(conn, rule, [EntityTable(p) for p in parents], self.name, self.key)
-        else:
+        if not self.whole:
             await forget_displaced(conn, rule, parents, self.name)
+            return None
+        if not await settle_entities(conn, rule, [EntityTable(p) for p in parents], self.name, self.key):
+            return None
+        for parent in (p for p in parents if p.column(rule.key_column)):
+            if (part := await feeder_partition(conn, parent.table, self.name, self.key)) is not None:
+                await conn.execute(f"DELETE FROM {part}")  # noqa: S608 - catalog name
+        xid: int = await conn.fetchval("SELECT txid_current()")
+        return xid
+
+
+# The sessions of this database, but this one, whose snapshot may predate transaction $1 (txid_current()'s value):
+# its xmin is not after that transaction's id (xid comparison modulo 2^32, by age).
+_OLDER_SNAPSHOTS = """
+SELECT count(*) FROM pg_stat_activity
+WHERE datid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND pid <> pg_backend_pid()
+  AND backend_xmin IS NOT NULL AND age(backend_xmin) >= age(($1::bigint % 4294967296)::text::xid)
+"""
+_SNAPSHOTS_POLL_S = 0.02
+
+
+async def _snapshots_gone(conn: asyncpg.Connection, xid: int, wait_s: float, name: str) -> None:
+    """Wait until no session holds a snapshot that may predate transaction `xid`'s commit (a repeatable read
+    statement reading the parents with it after the partitions' DROP would miss the rows handed back);
+    RemovalLockError after `wait_s`: the entities are handed back, the feeder's partitions left empty."""
+    started = time.monotonic()
+    while await conn.fetchval(_OLDER_SNAPSHOTS, xid):
+        if time.monotonic() - started > wait_s:
+            raise RemovalLockError(
+                f"feeder {name}'s entities were handed back to the other feeders, but sessions holding older "
+                f"snapshots ran past swap_max_wait_s = {wait_s:g} s: its partitions are left empty; run the removal "
+                "again to drop them"
+            )
+        await asyncio.sleep(_SNAPSHOTS_POLL_S)
+    log.debug("removal.snapshots_waited", feeder=name, ms=round((time.monotonic() - started) * 1000, 1))
 
 
 async def _polite(conn: asyncpg.Connection, removal: _Removal, policy: SwapPolicy) -> tuple[dict[TableName, int], int]:
@@ -191,7 +247,7 @@ async def _polite(conn: asyncpg.Connection, removal: _Removal, policy: SwapPolic
 
     try:
         return await tried_politely(
-            lambda _: removal.attempt(conn, policy.lock_timeout_s),
+            lambda _: removal.attempt(conn, policy),
             deadline=time.monotonic() + policy.max_wait_s,
             on_busy=busy,
         )

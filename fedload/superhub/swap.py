@@ -7,6 +7,10 @@ savepoint, and is retried: a long report holding the parent delays the swap, nev
 after `swap_max_wait_s` the swap fails or cancels the blocking queries (`swap_on_timeout`,
 fedload/superhub/blockers.py).
 Method "mvcc": DELETE the partition's rows and INSERT the staging table's (the first sync still ATTACHes).
+With the entity rule, a swap whose entity step moved rows replaces the feeder's rows of the tables with the key column
+by DELETE and INSERT whatever the method (into a new, empty partition on a first sync), so that a reader's snapshot
+from before the commit reads the old rows of every feeder and one from after it the new rows of every feeder
+(docs/entities.md, "What a reader can rely on").
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import hashlib
 import itertools
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -168,6 +172,7 @@ class SwapStats:
     cancelled: int = 0  # queries cancelled by the escalation
     lock_failed: bool = False  # gave up for want of locks
     partitions: dict[TableName, str] = field(default_factory=dict)  # the feeder's partition of each parent (SQL)
+    in_place: set[TableName] = field(default_factory=set)  # parents whose rows were replaced by DELETE and INSERT
 
 
 Connect = Callable[[], Awaitable[asyncpg.Connection]]
@@ -300,18 +305,36 @@ async def _polite(conn: asyncpg.Connection, plan: _SwapPlan, stats: SwapStats) -
 async def _attempt(conn: asyncpg.Connection, plan: _SwapPlan, stats: SwapStats, lock_timeout_s: float) -> None:
     """One try, in a savepoint: a lock timeout undoes the swap, not the load."""
     exclusive = [t.parent.table for t in plan.tables if plan.policy.method_for(t.parent) is SwapMethod.PARTITION]
+    in_place: set[TableName] = set()
     async with conn.transaction():
         await local_lock_timeout(conn, lock_timeout_s)
         if (rule := plan.policy.entities) is not None:  # what needs no lock, outside the lock window
             entity_tables = [EntityTable(t.parent, t.stage_sql) for t in plan.tables]
             staged = await stage_entities(conn, rule, entity_tables)
+            exclusive += await _first_attaches(conn, plan, rule)
         await lock_parents(conn, exclusive)
         stats.waited_ms = _ms_since(plan.started)
-        if rule is not None:  # before the tables: it filters their staging
-            await settle_entities(conn, rule, entity_tables, plan.feeder, plan.key, staged=staged)
+        if rule is not None and await settle_entities(conn, rule, entity_tables, plan.feeder, plan.key, staged=staged):
+            in_place = {t.parent.table for t in plan.tables if t.parent.column(rule.key_column)}
         for table in plan.tables:
             method = plan.policy.method_for(table.parent)
-            stats.partitions[table.parent.table] = await _swap_table(conn, table, plan.feeder, plan.key, method)
+            moved = table.parent.table in in_place
+            stats.partitions[table.parent.table] = await _swap_table(conn, table, plan, method, in_place=moved)
+    stats.in_place = in_place
+
+
+async def _first_attaches(conn: asyncpg.Connection, plan: _SwapPlan, rule: EntityRule) -> list[TableName]:
+    """The "mvcc" parents with the entity key where the feeder has no partition yet: its first swap ATTACHes one,
+    which readers do not wait for (SHARE UPDATE EXCLUSIVE). With the rule their parents are locked like the
+    "partition" ones: a read committed statement planned before the commit (without the new partition) and run
+    after it (without the rows the swap took from other feeders) would miss the entities taken."""
+    return [
+        t.parent.table
+        for t in plan.tables
+        if plan.policy.method_for(t.parent) is SwapMethod.MVCC
+        and t.parent.column(rule.key_column)
+        and await feeder_partition(conn, t.parent.table, plan.feeder, plan.key) is None
+    ]
 
 
 async def _escalated(conn: asyncpg.Connection, plan: _SwapPlan, stats: SwapStats, connect: Connect) -> None:
@@ -367,17 +390,38 @@ def _ms_since(started: float) -> float:
 
 
 async def _swap_table(
-    conn: asyncpg.Connection, table: StagedTable, feeder: str, key: int | str, method: SwapMethod
+    conn: asyncpg.Connection, table: StagedTable, plan: _SwapPlan, method: SwapMethod, *, in_place: bool
 ) -> str:
-    """Swap one table in; the feeder's partition of its parent afterwards (SQL name)."""
+    """Swap one table in; the feeder's partition of its parent afterwards (SQL name). `in_place`: by DELETE and
+    INSERT whatever the method, into a new, empty partition if the feeder has none."""
     started = time.monotonic()
-    parent = table.parent
-    if method is SwapMethod.MVCC and (old := await feeder_partition(conn, parent.table, feeder, key)) is not None:
+    parent, feeder, key = table.parent, plan.feeder, plan.key
+    rows = in_place or method is SwapMethod.MVCC
+    if rows and (old := await feeder_partition(conn, parent.table, feeder, key)) is not None:
         await _replace_rows(conn, table, old)
         partition = old
+    elif in_place:
+        partition = await _attach_empty(conn, table, feeder, key)
+        await _replace_rows(conn, table, partition)
     else:
         partition = await _replace_partition(conn, table, feeder, key)
-    log.debug("swap.table", table=parent.qualified_name, method=method.value, ms=_ms_since(started))
+    shown = "rows" if in_place else method.value
+    log.debug("swap.table", table=parent.qualified_name, method=shown, ms=_ms_since(started))
+    return partition
+
+
+async def _attach_empty(conn: asyncpg.Connection, table: StagedTable, feeder: str, key: int | str) -> str:
+    """A new, empty partition of the feeder, made like its staging table (columns, constraints, indexes) and
+    attached under the partition's stable name (SQL name). Not the staging table itself: its rows were written by
+    COPY FREEZE, which makes them visible to every snapshot, also those taken before the swap commits."""
+    parent = table.parent
+    name = partition_name(parent.table, feeder)
+    free = await conn.fetchval("SELECT to_regclass($1) IS NULL", qualified(PARTS_SCHEMA, name))
+    partition = qualified(PARTS_SCHEMA, name if free else _taken_name_alternative(parent.table, feeder))
+    await conn.execute(
+        f"CREATE TABLE {partition} (LIKE {table.stage_sql} INCLUDING ALL);\n"
+        f"ALTER TABLE {parent.sql_name} ATTACH PARTITION {partition} FOR VALUES IN ({key_literal(key)})"
+    )
     return partition
 
 
@@ -426,20 +470,22 @@ async def analyze_partitions(
     *,
     partitions: Mapping[TableName, str] | None = None,
     carried: Mapping[TableName, tuple[str, ...]] | None = None,
+    in_place: Collection[TableName] = (),
 ) -> None:
     """ANALYZE the feeder's partitions of the parent tables, after their swap committed: readers are not
     blocked by it, and a failure only costs planner statistics until autovacuum runs. A partition swapped by
     DELETE and INSERT (mvcc) is vacuumed in the same pass: its old rows are dead now, and nobody else frees them
     before autovacuum comes by. `partitions`: the ones the swap named (`SwapStats.partitions`), not looked up
     again; the plain ANALYZEs go in one statement. `carried`: the tables that got the feeder's statistics
-    (fedload.superhub.statistics), each with the only columns left to ANALYZE."""
+    (fedload.superhub.statistics), each with the only columns left to ANALYZE. `in_place`: the tables whose rows
+    the swap replaced by DELETE and INSERT whatever the method (`SwapStats.in_place`): vacuumed as mvcc ones."""
     known, carried = partitions or {}, carried or {}
     plain: list[tuple[ParentTable, str]] = []
     for parent in sorted(parents, key=lambda p: p.table):
         try:
             table = known.get(parent.table) or await feeder_partition(conn, parent.table, feeder, key)
             columns = carried.get(parent.table)
-            if table is not None and policy.method_for(parent) is SwapMethod.MVCC:
+            if table is not None and (policy.method_for(parent) is SwapMethod.MVCC or parent.table in in_place):
                 await conn.execute(f"VACUUM (ANALYZE) {table}")
             elif table is not None and columns is not None:
                 plain += [(parent, f"{table} ({', '.join(map(ident, columns))})")] if columns else []
