@@ -144,6 +144,13 @@ class SuperhubConfig(_Model):
     # and "schema.table.column", whose newest value per entity decides the feeder that shows it. Both or neither.
     entity_key: ColumnName | None = None
     entity_newest: Annotated[str, _matching(_NEWEST, "schema.table.column in lower case")] | None = None
+    # A feeder's newest value past the superhub's clock by more than this (a date or timestamp newest column) is
+    # not believed: that copy ranks below every other one, NULLs too (docs/entities.md, "What a feeder can claim").
+    entity_clock_skew_s: Seconds = 300.0
+    # A run that would take from another feeder more than entity_max_displaced of its entities, and more than this
+    # share of those it shows, is held back (a dump error, the old data kept); 1.0: never.
+    entity_max_displaced_share: float = Field(0.5, gt=0, le=1)
+    entity_max_displaced: int = Field(10, ge=0)
 
     @property
     def workers(self) -> int:
