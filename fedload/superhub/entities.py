@@ -275,9 +275,10 @@ _TEMPORAL = re.compile(r"date|timestamp(\(\d\))? with(out)? time zone")
 def forged_sql(rule: EntityRule, newest_type: str, value: str) -> str:
     """SQL, true where the newest value `value` (an expression of type `newest_type`) is a date or timestamp later
     than the superhub's now() plus `clock_skew_s` ('infinity' included): a claim not believed, ranked below every
-    other copy, NULLs too. "false" for the other types, which no clock bounds."""
+    other copy, NULLs too. Never for the other types, which no clock bounds (a cast: ORDER BY reads a bare
+    constant as a column's position)."""
     if not _TEMPORAL.fullmatch(newest_type):
-        return "false"
+        return "false::boolean"
     bound = f"CAST(now() + make_interval(secs => {float(rule.clock_skew_s)!r}) AS {newest_type})"
     return f"({value} > {bound}) IS TRUE"
 
@@ -306,7 +307,7 @@ async def displaced_pairs(conn: asyncpg.Connection) -> dict[str, dict[str, int]]
     rows = await conn.fetch(
         "SELECT c.feeder, s.feeder, count(*) FROM fedload.entity_copies c JOIN fedload.entity_copies s "
         "ON s.entity = c.entity AND s.displaced_since IS NULL AND s.feeder <> c.feeder "
-        'WHERE c.displaced_since IS NOT NULL GROUP BY 1, 2 ORDER BY 1 COLLATE "C", 2 COLLATE "C"'
+        'WHERE c.displaced_since IS NOT NULL GROUP BY 1, 2 ORDER BY c.feeder COLLATE "C", s.feeder COLLATE "C"'
     )
     pairs: dict[str, dict[str, int]] = {}
     for displaced, shown_by, count in rows:
