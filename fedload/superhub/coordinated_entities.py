@@ -24,6 +24,11 @@ R. F is settled from what the coordinator now reads of it (its foreign partition
    touched entity's home decided (newest value first, NULLs last, then the feeder name in byte order), every other
    copy hidden; F is no longer pending.
 
+Before P, under the lock, the feeder's staged newest values are ranked against the registry as R would rank them
+(`check_claims`): a change taking too many of another feeder's entities is a DumpError before P and before the
+shard commits; P and R rank a value past the coordinator's clock plus `entity_clock_skew_s` below every other copy
+(`forged_sql`), as on one superhub.
+
 A coordinator query takes its local snapshot before its shards' (postgres_fdw opens a remote REPEATABLE READ
 transaction at the first scan of a shard, and keeps it for the local transaction). So a query whose local snapshot
 predates P ended before C (W1): it saw the old hidden set with the old data; one taken between P and R sees P's

@@ -24,6 +24,11 @@ with no entity staged):
 
 No temporary table: the entities travel as arrays, so the step writes no catalog row.
 
+A feeder's claims are bounded (docs/entities.md, "What a feeder can claim"): a date or timestamp newest value past
+the superhub's clock plus `entity_clock_skew_s` ranks below every other copy (`forged_sql`, logged as
+`entities.future_newest`), and a decision that takes too many of another feeder's entities is a DumpError
+(`displacement_held`), the whole swap rolled back.
+
 Every row touched belongs to an entity whose home row this transaction holds; a swap touches another feeder's
 partition rows only for such entities, so it never waits on another swap's row that the other could not release.
 All of it commits with the swap: a reader's snapshot sees each entity in one feeder's partitions, or nowhere when

@@ -52,8 +52,9 @@ def entity_config(fed: Federation, **superhub: Any) -> Config:
     config = fed.config()
     settings = {"worker_processes": 0, "entity_key": "hostkey", "entity_newest": "public.hosts.seen"}
     # the federation's first round moves most hosts (the feeder filled last is newest): no displacement is held
-    # back here but in the tests that ask for it (entity_max_displaced_share below 1)
-    settings |= {"entity_max_displaced_share": 1.0} | superhub
+    # back here but in the tests that ask for it (entity_max_displaced_share below 1); the tests' newer values
+    # are up to 2 hours ahead of the clock, believed with this skew
+    settings |= {"entity_max_displaced_share": 1.0, "entity_clock_skew_s": 3 * 3600.0} | superhub
     checked = SuperhubConfig.model_validate(config.superhub.model_dump() | settings)
     return config.model_copy(update={"superhub": checked})
 
@@ -245,6 +246,13 @@ async def test_without_the_rule_nothing_runs_and_a_missing_newest_column_fails_i
             {"entity_key": "hostkey", "entity_newest": "hosts.seen"},
             "superhub.entity_newest: 'hosts.seen' is not schema.table.column in lower case",
         ),
+        (
+            {"entity_max_displaced_share": 1.5},
+            "superhub.entity_max_displaced_share: Input should be less than or equal to 1",
+        ),
+        ({"entity_max_displaced_share": 0}, "superhub.entity_max_displaced_share: Input should be greater than 0"),
+        ({"entity_clock_skew_s": 0}, "superhub.entity_clock_skew_s: Input should be greater than 0"),
+        ({"entity_max_displaced": -1}, "superhub.entity_max_displaced: Input should be greater than or equal to 0"),
     ],
 )
 def test_entity_settings_problems_are_one_line(settings: dict[str, str], problem: str) -> None:
