@@ -264,6 +264,46 @@ SABOTAGES = (
         "params: list[object] = [table.parent.table.schema, table.parent.table.name, column]",
         ("tests/superhub/test_statistics_carried.py::test_carried_statistics_reach_only_the_feeders_new_partition",),
     ),
+    Sabotage(
+        "entity-future-believed",
+        "a forged future entity_newest takes no host (one superhub)",
+        "fedload/superhub/entities.py",
+        "    if not _TEMPORAL.fullmatch(newest_type):",
+        "    if True:",
+        ("tests/superhub/test_entities.py", "-k", "forged"),
+    ),
+    Sabotage(
+        "entity-displacement-unbounded",
+        "a mass displacement is held back (one superhub)",
+        "fedload/superhub/entities.py",
+        "        await _held_back(conn, rule, feeder, decision)",
+        "        pass",
+        ("tests/superhub/test_entities.py", "-k", "mass_displacement"),
+    ),
+    Sabotage(
+        "entity-pairs-unsaid",
+        "status, --json and metrics say who displaced whom",
+        "fedload/superhub/entities.py",
+        "    for displaced, shown_by, count in rows:",
+        "    for displaced, shown_by, count in rows[:0]:",
+        ("tests/superhub/test_entities.py", "-k", "who_displaced"),
+    ),
+    Sabotage(
+        "coordinator-future-believed",
+        "a forged future entity_newest takes no host (across shards)",
+        "fedload/superhub/coordinated_entities.py",
+        'forged = forged_sql(rule, await _registry_type(conn), "k.newest")',
+        'forged = "false::boolean"',
+        ("tests/scenarios/test_shard_entities.py", "-k", "forged"),
+    ),
+    Sabotage(
+        "coordinator-displacement-unbounded",
+        "a mass displacement is held back before the shard commits (across shards)",
+        "fedload/superhub/coordinated_entities.py",
+        "        await check_claims(conn, self.setup.rule, self.feeder, staged)",
+        "        pass",
+        ("tests/scenarios/test_shard_entities.py", "-k", "forged"),
+    ),
 )
 
 

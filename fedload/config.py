@@ -217,6 +217,21 @@ class SuperhubConfig(_Model):
         description='"schema.table.column" whose newest value per entity picks the feeder that shows it (ties: the '
         "feeder name first in byte order). Needs entity_key.",
     )
+    entity_clock_skew_s: Seconds = Field(
+        300.0,
+        description="A feeder's newest value past the superhub's clock by more than this (a date or timestamp newest "
+        "column) is not believed: that copy ranks below every other one, NULLs too (docs/entities.md).",
+    )
+    entity_max_displaced_share: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="A run that would take from another feeder more than entity_max_displaced of its entities, and "
+        "more than this share of those it shows, is held back (a dump error, the old data kept); 1.0: never.",
+    )
+    entity_max_displaced: int = Field(
+        10, ge=0, description="The count of another feeder's entities a run may always take (see the share)."
+    )
 
     @property
     def workers(self) -> int:

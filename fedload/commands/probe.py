@@ -180,7 +180,7 @@ async def probe_feeder(name: str, feeder: FeederConfig) -> list[Probe]:
 
 async def _all(config: Config) -> list[Probe]:
     superhub = config.superhub
-    rule = EntityRule.from_config(superhub.entity_key, superhub.entity_newest, superhub.feeder_key)
+    rule = EntityRule.of_superhub(superhub)
     async with asyncio.TaskGroup() as group:
         superhubs = [
             group.create_task(_unexpected_fails(what, probe_superhub(target, parents_spec(config), what, rule)))

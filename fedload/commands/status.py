@@ -8,6 +8,7 @@ import json
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
 
+import asyncpg
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -18,7 +19,7 @@ from fedload.english import counted
 from fedload.errors import ErrorKind, FedloadError
 from fedload.log import get_logger
 from fedload.superhub.bookkeeping import FeederStatus, ensure_superhub, read_feeder_statuses
-from fedload.superhub.entities import displaced_counts
+from fedload.superhub.entities import displaced_counts, displaced_pairs
 from fedload.superhub.job import coordinator_target, superhub_target
 from fedload.superhub.session import SuperhubTarget, superhub_session
 
@@ -50,11 +51,18 @@ async def _coordinator_counts(config: Config, statuses: list[FeederStatus]) -> l
     with a warning, when it cannot be read)."""
     try:
         async with superhub_session(coordinator_target(config), "status") as conn:
-            counts: dict[str, int] | None = await displaced_counts(conn)
+            return await _with_displaced(conn, statuses)
     except FedloadError as exc:
         log.warning("status.coordinator_unreachable", error=str(exc))
-        counts = None
-    return [replace(s, displaced_entities=None if counts is None else counts.get(s.feeder, 0)) for s in statuses]
+        return [replace(s, displaced_entities=None) for s in statuses]
+
+
+async def _with_displaced(conn: asyncpg.Connection, statuses: list[FeederStatus]) -> list[FeederStatus]:
+    """The statuses with each feeder's displaced entities and the feeders showing them, from the registry."""
+    counts, pairs = await displaced_counts(conn), await displaced_pairs(conn)
+    return [
+        replace(s, displaced_entities=counts.get(s.feeder, 0), displaced_by=pairs.get(s.feeder, {})) for s in statuses
+    ]
 
 
 def _one_per_feeder(statuses: list[FeederStatus]) -> list[FeederStatus]:
@@ -104,8 +112,7 @@ async def _read_status(
         statuses = await read_feeder_statuses(conn, names, stale_after_s=stale_after_s, shard=shard)
         if not entities:
             return statuses
-        counts = await displaced_counts(conn)
-        return [replace(s, displaced_entities=counts.get(s.feeder, 0)) for s in statuses]
+        return await _with_displaced(conn, statuses)
 
 
 def _table(statuses: list[FeederStatus], location: ConfigLocation) -> Table:
@@ -114,10 +121,10 @@ def _table(statuses: list[FeederStatus], location: ConfigLocation) -> Table:
     entities = any(s.displaced_entities is not None for s in statuses)
     for column in (
         *("feeder", *(["shard"] if sharded else []), "last success", "data age", "rows", "seconds"),
-        *(["displaced"] if entities else []),
+        *(["displaced (shown by)"] if entities else []),
         *("last run", "next run", "last swap", "error kind", "last error"),
     ):
-        table.add_column(column, justify="right" if column in ("data age", "rows", "seconds", "displaced") else "left")
+        table.add_column(column, justify="right" if column in ("data age", "rows", "seconds") else "left")
     for s in statuses:
         age = "never" if s.data_age_s is None else f"{s.data_age_s / 60:.1f} min"
         table.add_row(
@@ -127,7 +134,7 @@ def _table(statuses: list[FeederStatus], location: ConfigLocation) -> Table:
             _age(s, age),
             _rows(s),
             f"{s.duration_s:.1f}" if s.duration_s is not None else "-",
-            *([f"{s.displaced_entities or 0:,}"] if entities else []),
+            *([_displaced(s)] if entities else []),
             Text(_last_run(s)),
             _next_run(s),
             _last_swap(s),
@@ -135,6 +142,12 @@ def _table(statuses: list[FeederStatus], location: ConfigLocation) -> Table:
             Text(s.last_error or ""),
         )
     return table
+
+
+def _displaced(s: FeederStatus) -> str:
+    """How many of the feeder's entities other feeders show, and which: "201 (hub2 200, hub3 1)"."""
+    by = ", ".join(f"{other} {n:,}" for other, n in sorted((s.displaced_by or {}).items()))
+    return f"{s.displaced_entities or 0:,}" + (f" ({by})" if by else "")
 
 
 def _rows(s: FeederStatus) -> str:

@@ -125,7 +125,7 @@ async def switch_prepared(
         if key in names
     ]
     async with superhub_session(coordinator_target(config), "coordinator switch") as conn:
-        await prepare_feeders(conn, changes)
+        await prepare_feeders(conn, rule, changes)
         why, wait_s = "the build's switch was prepared", config.superhub.swap_max_wait_s
         await wait_for_older(conn, wait_s, why, but=build.get_server_pid())
     log.info("coordinator.entities_prepared", feeders=[feeder for feeder, _, _ in changes])

@@ -28,7 +28,7 @@ from fedload.service.metrics import DaemonMetrics, MetricsServer
 from fedload.service.workers import WorkerPool
 from fedload.superhub.bookkeeping import FeederState, read_feeder_states
 from fedload.superhub.bookkeeping.connection import ShardHistories
-from fedload.superhub.entities import displaced_counts
+from fedload.superhub.entities import displaced_counts, displaced_pairs
 from fedload.superhub.job import coordinator_target, superhub_target
 from fedload.superhub.session import SuperhubTarget, superhub_session
 
@@ -129,8 +129,9 @@ class DaemonMetricsService:
                 self._shard(shard, up=True)
         self._superhub(up=not errors, error="; ".join(errors) or None)
         if config.shards and config.coordinator is not None and config.superhub.entity_key is not None:
-            counts = await coordinator_displaced(config)
+            counts, pairs = await coordinator_displaced(config), await coordinator_displaced_by(config)
             self.metrics.set_displaced({name: None if counts is None else counts.get(name, 0) for name in mine})
+            self.metrics.set_displaced_by({name: None if pairs is None else pairs.get(name, {}) for name in mine})
 
     def _mine(self, config: Config) -> dict[str, FeederConfig]:
         """The feeders this daemon exports: all, or its shard's."""
@@ -166,10 +167,25 @@ async def coordinator_displaced(config: Config) -> dict[str, int] | None:
         return None
 
 
+async def coordinator_displaced_by(config: Config) -> dict[str, dict[str, int]] | None:
+    """With shards: who displaced whom, read on the coordinator (`displaced_pairs`); None (logged) while it cannot
+    be read."""
+    target = coordinator_target(config)
+    try:
+        async with asyncio.timeout(target.connect_timeout_s + _CHECK_S), superhub_session(target, "metrics") as conn:
+            return await displaced_pairs(conn)
+    except (FedloadError, OSError, TimeoutError) as exc:
+        log.info("daemon.metrics_coordinator", error=str(exc) or type(exc).__name__)
+        return None
+
+
 async def read_states_of(feeders: list[str], conn: asyncpg.Connection, *, entities: bool) -> list[FeederState]:
     """The feeders' states as the metrics show them; `entities`: with their displaced entities (superhub.entity_key)."""
     states = await read_feeder_states(conn, feeders)
     if not entities:
         return states
-    counts = await displaced_counts(conn)
-    return [dataclasses.replace(s, displaced_entities=counts.get(s.feeder, 0)) for s in states]
+    counts, pairs = await displaced_counts(conn), await displaced_pairs(conn)
+    return [
+        dataclasses.replace(s, displaced_entities=counts.get(s.feeder, 0), displaced_by=pairs.get(s.feeder, {}))
+        for s in states
+    ]

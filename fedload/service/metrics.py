@@ -75,6 +75,11 @@ class DaemonMetrics:
             "The feeder's entities shown by another feeder, newer there (superhub.entity_key; no series without).",
             feeder,
         )
+        self.displaced_by = self._gauge(
+            "feeder_displaced_by_entities",
+            "The feeder's entities shown by feeder `by` (superhub.entity_key; a series per pair with some).",
+            [*feeder, "by"],
+        )
         self.superhub_up = self._gauge(
             "superhub_up",
             "1 if the last bookkeeping query on the superhub (with shards: on every shard this daemon loads) worked.",
@@ -124,6 +129,7 @@ class DaemonMetrics:
                 _forget(gauge, name)
             for gauge in (self.paused, self.paused_since, self.displaced):
                 _forget(gauge, name)
+            self.set_displaced_by({name: None})
 
     def set_shards(self, shards: dict[str, str | None]) -> None:
         """Each feeder's shard (None: no shards), replacing the feeders' earlier ones."""
@@ -167,11 +173,23 @@ class DaemonMetrics:
             self.paused.labels(state.feeder).set(0 if state.paused_since_s is None else 1)
             _set(self.paused_since, state.feeder, state.paused_since_s)
             _set(self.displaced, state.feeder, state.displaced_entities)
+            self.set_displaced_by({state.feeder: state.displaced_by})
 
     def set_displaced(self, counts: Mapping[str, int | None]) -> None:
         """Set the feeders' displaced entities (with shards, read from the coordinator); None: no series."""
         for feeder, count in counts.items():
             _set(self.displaced, feeder, count)
+
+    def set_displaced_by(self, pairs: Mapping[str, Mapping[str, int] | None]) -> None:
+        """Set, per feeder, how many of its entities each other feeder shows; a pair no longer displacing, or a
+        feeder with None, loses its series."""
+        samples = (sample for metric in self.displaced_by.collect() for sample in metric.samples)
+        present = {(sample.labels["feeder"], sample.labels["by"]) for sample in samples}
+        for feeder, by in pairs.items():
+            for gone in {other for name, other in present if name == feeder} - set(by or {}):
+                _forget(self.displaced_by, feeder, gone)
+            for other, count in (by or {}).items():
+                self.displaced_by.labels(feeder, other).set(count)
 
 
 def _set(gauge: Gauge, feeder: str, value: float | None) -> None:

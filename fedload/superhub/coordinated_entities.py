@@ -24,6 +24,11 @@ R. F is settled from what the coordinator now reads of it (its foreign partition
    touched entity's home decided (newest value first, NULLs last, then the feeder name in byte order), every other
    copy hidden; F is no longer pending.
 
+Before P, under the lock, the feeder's staged newest values are ranked against the registry as R would rank them
+(`check_claims`): a change taking too many of another feeder's entities is a DumpError before P and before the
+shard commits; P and R rank a value past the coordinator's clock plus `entity_clock_skew_s` below every other copy
+(`forged_sql`), as on one superhub.
+
 A coordinator query takes its local snapshot before its shards' (postgres_fdw opens a remote REPEATABLE READ
 transaction at the first scan of a shard, and keeps it for the local transaction). So a query whose local snapshot
 predates P ended before C (W1): it saw the old hidden set with the old data; one taken between P and R sees P's
@@ -43,11 +48,20 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from fedload.errors import SuperhubError
+from fedload.errors import DumpError, SuperhubError
 from fedload.log import get_logger
 from fedload.names import TableName
 from fedload.superhub.bookkeeping.locks import LOCK_CLASS
-from fedload.superhub.entities import DISPLACED_SCHEMA, EntityRule, EntityTable, copies_written_sql, staged_keys
+from fedload.superhub.entities import (
+    DISPLACED_SCHEMA,
+    EntityRule,
+    EntityTable,
+    StagedEntities,
+    copies_written_sql,
+    displacement_held,
+    forged_sql,
+    staged_newest,
+)
 from fedload.superhub.schema import ParentTable, ident, qualified, text_literal
 from fedload.superhub.session import SuperhubTarget, superhub_session
 
@@ -56,6 +70,7 @@ __all__ = [
     "CoordinatedChange",
     "CoordinatedEntities",
     "all_rows_parent",
+    "check_claims",
     "coordinated_change",
     "entity_lock",
     "entity_parents",
@@ -193,7 +208,7 @@ WITH new AS (
   SELECT DISTINCT ON (c.entity) c.entity, c.feeder
   FROM fedload.entity_copies c JOIN mine m USING (entity)
   WHERE m.displaced_since IS NULL AND c.feeder <> $1::text AND NOT EXISTS (SELECT FROM new n WHERE n.entity = m.entity)
-  ORDER BY c.entity, c.newest DESC NULLS LAST, c.feeder COLLATE "C"
+  ORDER BY c.entity, {forged}, c.newest DESC NULLS LAST, c.feeder COLLATE "C"
 ), swapped AS (
   UPDATE fedload.entity_copies c SET displaced_since = CASE WHEN c.feeder = $1::text THEN now() END
   FROM heir h WHERE c.entity = h.entity AND c.feeder IN ($1::text, h.feeder)
@@ -247,7 +262,7 @@ WITH read AS ({read}), touched AS (
     SELECT c.entity, c.feeder, c.newest FROM fedload.entity_copies c JOIN touched USING (entity)
     WHERE c.feeder <> $1::text
     UNION ALL SELECT entity, $1::text, newest FROM read) AS k
-  ORDER BY k.entity, k.newest DESC NULLS LAST, k.feeder COLLATE "C"
+  ORDER BY k.entity, {forged}, k.newest DESC NULLS LAST, k.feeder COLLATE "C"
 ), {copies}), settled AS (
   DELETE FROM fedload.entity_pending WHERE feeder = $1::text
 )
@@ -263,7 +278,8 @@ async def settle_feeder(
     (its own transaction, or the caller's)."""
     started = time.monotonic()
     read = _read_sql(rule, entity_parents(rule, parents), key)
-    row = await conn.fetchrow(_SETTLE.format(read=read, copies=_COPIES), feeder, key)
+    forged = forged_sql(rule, await _registry_type(conn), "k.newest")
+    row = await conn.fetchrow(_SETTLE.format(read=read, copies=_COPIES, forged=forged), feeder, key)
     assert row is not None  # scalar subqueries: one row
     log.debug(
         "entities.settled",
@@ -274,12 +290,68 @@ async def settle_feeder(
     )
 
 
-async def prepare_feeders(conn: asyncpg.Connection, changes: Sequence[tuple[str, str, list[str]]]) -> None:
+async def _registry_type(conn: asyncpg.Connection) -> str:
+    """The type of the registry's newest values (the newest column's, when the build made it)."""
+    return str(
+        await conn.fetchval(
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+            "WHERE attrelid = 'fedload.entity_copies'::regclass AND attname = 'newest'"
+        )
+    )
+
+
+async def _prepare_sql(conn: asyncpg.Connection, rule: EntityRule) -> str:
+    """P, its ranking with the clock rule (`forged_sql`) of the registry's type."""
+    return _PREPARE.replace("{forged}", forged_sql(rule, await _registry_type(conn), "c.newest"))
+
+
+async def prepare_feeders(
+    conn: asyncpg.Connection, rule: EntityRule, changes: Sequence[tuple[str, str, list[str]]]
+) -> None:
     """P for each (feeder, key as text, its entities in its new data), in one transaction: a coordinator build
     about to switch the shard or relation they are read from (their new data: what it will read)."""
     async with conn.transaction():
+        prepare = await _prepare_sql(conn, rule)
         for feeder, key, entities in changes:
-            await conn.execute(_PREPARE, feeder, key, entities)
+            await conn.execute(prepare, feeder, key, entities)
+
+
+# Before P: what R would take from the other feeders if feeder $1's new data has entities $2 with newest values
+# $3 (text): per feeder whose shown copy it would outrank, how many, and how many it shows now.
+_TAKEN = """
+WITH mine AS (
+  SELECT m.entity, m.newest::{newest_type} AS newest FROM unnest($2::text[], $3::text[]) AS m (entity, newest)
+), ranked AS (
+  SELECT DISTINCT ON (k.entity) k.entity, k.feeder FROM (
+    SELECT c.entity, c.feeder, c.newest FROM fedload.entity_copies c JOIN mine USING (entity) WHERE c.feeder <> $1::text
+    UNION ALL SELECT entity, $1::text, newest FROM mine) AS k
+  ORDER BY k.entity, {forged}, k.newest DESC NULLS LAST, k.feeder COLLATE "C"
+), taken AS (
+  SELECT s.feeder, count(*) AS n FROM ranked r
+  JOIN fedload.entity_copies s ON s.entity = r.entity AND s.displaced_since IS NULL AND s.feeder <> $1::text
+  WHERE r.feeder = $1::text GROUP BY 1
+)
+SELECT t.feeder, t.n,
+       (SELECT count(*) FROM fedload.entity_copies c WHERE c.feeder = t.feeder AND c.displaced_since IS NULL),
+       (SELECT count(*) FROM mine k WHERE {forged})
+FROM taken t
+UNION ALL SELECT NULL, 0, 0, (SELECT count(*) FROM mine k WHERE {forged})
+"""
+
+
+async def check_claims(conn: asyncpg.Connection, rule: EntityRule, feeder: str, staged: StagedEntities) -> None:
+    """Before P, under the entity lock: the feeder's newest values past the coordinator's clock are logged (R
+    ranks them last, `forged_sql`), and DumpError, before its shard commits anything, if R would take too many
+    of another feeder's entities (`displacement_held`, the single superhub's rule)."""
+    newest_type = await _registry_type(conn)
+    query = _TAKEN.format(newest_type=newest_type, forged=forged_sql(rule, newest_type, "k.newest"))
+    rows = await conn.fetch(query, feeder, staged.entities, staged.newest)
+    if future := next(row[3] for row in rows if row[0] is None):
+        log.warning("entities.future_newest", feeder=feeder, entities=future, skew_s=rule.clock_skew_s)
+    others = [row for row in rows if row[0] is not None]
+    held = displacement_held(rule, feeder, {row[0]: row[1] for row in others}, {row[0]: row[2] for row in others})
+    if held is not None:
+        raise DumpError(held)
 
 
 async def heal_pending(
@@ -314,19 +386,20 @@ class CoordinatedChange:
     async def prepare(self, shard: asyncpg.Connection, tables: Sequence[EntityTable]) -> None:
         """P and W1 for the feeder's staged tables (read on `shard`, in its transaction; none: a removal). Skipped
         while the coordinator has no registry yet (its first build settles every feeder)."""
-        entities = await staged_keys(shard, self.setup.rule, tables)
-        conn = self._conn = await self._stack.enter_async_context(
+        staged = await staged_newest(shard, self.setup.rule, tables)
+        conn = await self._stack.enter_async_context(
             superhub_session(self.setup.coordinator, f"{self.feeder} entities")
         )
         await self._stack.enter_async_context(entity_lock(conn, self.setup.max_wait_s))
         if not await conn.fetchval("SELECT to_regclass('fedload.entity_pending') IS NOT NULL"):
-            self._conn = None
             log.info(
                 "entities.no_registry", feeder=self.feeder, reason="the coordinator is not built with the rule yet"
             )
             return
         await heal_pending(conn, self.setup.rule, self.parents, self.setup.max_wait_s)
-        await conn.execute(_PREPARE, self.feeder, self.key, entities)
+        await check_claims(conn, self.setup.rule, self.feeder, staged)
+        self._conn = conn  # from P on, a failure leaves the feeder pending
+        await conn.execute(await _prepare_sql(conn, self.setup.rule), self.feeder, self.key, staged.entities)
         await wait_for_older(conn, self.setup.max_wait_s, f"feeder {self.feeder}'s change was prepared")
 
     async def settle(self) -> None:

@@ -24,6 +24,11 @@ with no entity staged):
 
 No temporary table: the entities travel as arrays, so the step writes no catalog row.
 
+A feeder's claims are bounded (docs/entities.md, "What a feeder can claim"): a date or timestamp newest value past
+the superhub's clock plus `entity_clock_skew_s` ranks below every other copy (`forged_sql`, logged as
+`entities.future_newest`), and a decision that takes too many of another feeder's entities is a DumpError
+(`displacement_held`), the whole swap rolled back.
+
 Every row touched belongs to an entity whose home row this transaction holds; a swap touches another feeder's
 partition rows only for such entities, so it never waits on another swap's row that the other could not release.
 All of it commits with the swap: a reader's snapshot sees each entity in one feeder's partitions, or nowhere when
@@ -33,17 +38,23 @@ no feeder has it. Without the configuration none of this runs and no query is se
 from __future__ import annotations
 
 import hashlib
+import re
 import time
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import asyncpg
 
-from fedload.errors import ConfigError, SuperhubError
+from fedload.errors import ConfigError, DumpError, SuperhubError
 from fedload.log import get_logger
 from fedload.names import TableName
 from fedload.superhub.bookkeeping.locks import LOCK_CLASS
 from fedload.superhub.schema import Column, ParentTable, ident, qualified, text_literal
+
+if TYPE_CHECKING:
+    from fedload.config import SuperhubConfig
 
 __all__ = [
     "DISPLACED_SCHEMA",
@@ -53,11 +64,15 @@ __all__ = [
     "check_entity_rule",
     "copies_written_sql",
     "displaced_counts",
+    "displaced_pairs",
     "displaced_table",
+    "displacement_held",
+    "forged_sql",
     "forget_displaced",
     "settle_entities",
     "stage_entities",
     "staged_keys",
+    "staged_newest",
 ]
 
 log = get_logger()
@@ -69,21 +84,49 @@ _MAX_IDENTIFIER_BYTES = 63
 
 @dataclass(frozen=True, slots=True)
 class EntityRule:
-    """The configured entity: its key column, and the table and column whose newest value decides its feeder."""
+    """The configured entity: its key column, and the table and column whose newest value decides its feeder; and
+    what a feeder's claims may do (`superhub.entity_clock_skew_s`, `entity_max_displaced_share`,
+    `entity_max_displaced`)."""
 
     key_column: str
     newest_table: TableName
     newest_column: str
     feeder_key: str  # the parents' feeder key column (`superhub.feeder_key`)
+    clock_skew_s: float = 300.0  # a newest date or timestamp past the superhub's now() by more is not believed
+    max_displaced_share: float = 0.5  # a run taking more of another feeder's shown entities than this share...
+    max_displaced: int = 10  # ... and than this many is held back
 
     @classmethod
-    def from_config(cls, key_column: str | None, newest: str | None, feeder_key: str) -> EntityRule | None:
-        """The rule of `superhub.entity_key` and `superhub.entity_newest` (checked by the configuration); None
-        without them."""
+    def from_config(
+        cls,
+        key_column: str | None,
+        newest: str | None,
+        feeder_key: str,
+        *,
+        clock_skew_s: float = 300.0,
+        max_displaced_share: float = 0.5,
+        max_displaced: int = 10,
+    ) -> EntityRule | None:
+        """The rule of `superhub.entity_key` and `superhub.entity_newest` (checked by the configuration), with its
+        limits; None without them."""
         if key_column is None or newest is None:
             return None
         schema, table, column = newest.split(".")
-        return cls(key_column, TableName(schema, table), column, feeder_key)
+        return cls(
+            key_column, TableName(schema, table), column, feeder_key, clock_skew_s, max_displaced_share, max_displaced
+        )
+
+    @classmethod
+    def of_superhub(cls, superhub: SuperhubConfig) -> EntityRule | None:
+        """The rule `[superhub]` configures (`entity_*`); None without it."""
+        return cls.from_config(
+            superhub.entity_key,
+            superhub.entity_newest,
+            superhub.feeder_key,
+            clock_skew_s=superhub.entity_clock_skew_s,
+            max_displaced_share=superhub.entity_max_displaced_share,
+            max_displaced=superhub.entity_max_displaced,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +173,19 @@ async def stage_entities(conn: asyncpg.Connection, rule: EntityRule, tables: Seq
     return StagedEntities(newest_type, list(row[0]), list(row[1]))
 
 
+async def staged_newest(conn: asyncpg.Connection, rule: EntityRule, tables: Sequence[EntityTable]) -> StagedEntities:
+    """The feeder's entities and newest values in its staging tables (none for a removal), read on a shard for the
+    coordinator (`fedload.superhub.coordinated_entities`): no registry there."""
+    applied = _applied(rule, tables)
+    newest_type, _ = await check_entity_rule(conn, rule)
+    query = _staged_sql(rule, applied, newest_type)
+    if query is None:
+        return StagedEntities(newest_type, [], [])
+    row = await conn.fetchrow(query)
+    assert row is not None  # an aggregate: one row
+    return StagedEntities(newest_type, list(row[0]), list(row[1]))
+
+
 async def staged_keys(conn: asyncpg.Connection, rule: EntityRule, tables: Sequence[EntityTable]) -> list[str]:
     """The distinct keys of the staging tables with the key column (none for a removal): the feeder's entities in
     its new data, for the coordinator (`fedload.superhub.coordinated_entities`); no registry on the shard."""
@@ -163,9 +219,13 @@ async def settle_entities(
         staged = await stage_entities(conn, rule, applied)
     key_text = "" if key is None else str(key)
     await conn.execute(_LOCK_HOMES, staged.entities, feeder)
-    row = await conn.fetchrow(_decide_sql(staged.newest_type), feeder, key_text, staged.entities, staged.newest)
+    row = await conn.fetchrow(_decide_sql(rule, staged.newest_type), feeder, key_text, staged.entities, staged.newest)
     assert row is not None  # an aggregate: one row
     decision = _Decision(*row)
+    if decision.future:
+        log.warning("entities.future_newest", feeder=feeder, entities=decision.future, skew_s=rule.clock_skew_s)
+    if decision.taken:
+        await _held_back(conn, rule, feeder, decision)
     for table in applied:
         for statement, args in _moves(rule, table, feeder, decision):
             await conn.execute(statement, *args)
@@ -179,6 +239,56 @@ async def settle_entities(
         ms=round((time.monotonic() - started) * 1000, 1),
     )
     return bool(decision.taken or decision.back or set(decision.lost).intersection(staged.entities))
+
+
+async def _held_back(conn: asyncpg.Connection, rule: EntityRule, feeder: str, decision: _Decision) -> None:
+    """DumpError if the decision takes too many of another feeder's entities (`displacement_held`); its copies
+    were just stamped, so the entities it showed before are those it shows now, plus those taken, less those it
+    got back."""
+    taken = Counter(decision.taken_homes)
+    if not any(n > rule.max_displaced for n in taken.values()):
+        return
+    rows = await conn.fetch(_SHOWN, sorted(taken))
+    back = Counter(decision.back_homes)
+    shown = {row[0]: row[1] + taken[row[0]] - back[row[0]] for row in rows}
+    if (held := displacement_held(rule, feeder, taken, shown)) is not None:
+        raise DumpError(held)
+
+
+_SHOWN = """
+SELECT f.feeder, (SELECT count(*) FROM fedload.entity_copies c WHERE c.feeder = f.feeder AND c.displaced_since IS NULL)
+FROM unnest($1::text[]) AS f (feeder)
+"""
+
+
+def displacement_held(rule: EntityRule, feeder: str, taken: Mapping[str, int], shown: Mapping[str, int]) -> str | None:
+    """Why feeder `feeder`'s run is held back, in one line, if it takes (`taken`: per other feeder, how many of
+    its entities) more than `max_displaced` and more than `max_displaced_share` of the entities that feeder
+    showed before the run (`shown`); None when it may go on. The same rule on one superhub and across shards."""
+    for other, count in sorted(taken.items()):
+        total = max(shown.get(other, count), count, 1)
+        if other != feeder and count > rule.max_displaced and count > rule.max_displaced_share * total:
+            return (
+                f"feeder {feeder} would take {count} of the {total} entities feeder {other} shows "
+                f"({count / total:.0%}), more than superhub.entity_max_displaced_share = {rule.max_displaced_share:g} "
+                f"and entity_max_displaced = {rule.max_displaced} allow: held back, the old data kept "
+                "(if these entities really moved, sync once with entity_max_displaced_share = 1.0)"
+            )
+    return None
+
+
+_TEMPORAL = re.compile(r"date|timestamp(\(\d\))? with(out)? time zone")
+
+
+def forged_sql(rule: EntityRule, newest_type: str, value: str) -> str:
+    """SQL, true where the newest value `value` (an expression of type `newest_type`) is a date or timestamp later
+    than the superhub's now() plus `clock_skew_s` ('infinity' included): a claim not believed, ranked below every
+    other copy, NULLs too. Never for the other types, which no clock bounds (a cast: ORDER BY reads a bare
+    constant as a column's position)."""
+    if not _TEMPORAL.fullmatch(newest_type):
+        return "false::boolean"
+    bound = f"CAST(now() + make_interval(secs => {float(rule.clock_skew_s)!r}) AS {newest_type})"
+    return f"({value} > {bound}) IS TRUE"
 
 
 def _applied(rule: EntityRule, tables: Sequence[EntityTable]) -> list[EntityTable]:
@@ -195,6 +305,22 @@ async def forget_displaced(
         name = displaced_table(parent.table)
         if parent.column(rule.key_column) and await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", name):
             await conn.execute(f"DELETE FROM {name} WHERE {_FEEDER_COLUMN} = $1", feeder)  # noqa: S608
+
+
+async def displaced_pairs(conn: asyncpg.Connection) -> dict[str, dict[str, int]]:
+    """Who displaced whom: per feeder, how many of its entities each other feeder shows (its copy at home), on one
+    superhub or on the coordinator; empty without the registry."""
+    if not await conn.fetchval("SELECT to_regclass('fedload.entity_copies') IS NOT NULL"):
+        return {}
+    rows = await conn.fetch(
+        "SELECT c.feeder, s.feeder, count(*) FROM fedload.entity_copies c JOIN fedload.entity_copies s "
+        "ON s.entity = c.entity AND s.displaced_since IS NULL AND s.feeder <> c.feeder "
+        'WHERE c.displaced_since IS NOT NULL GROUP BY 1, 2 ORDER BY c.feeder COLLATE "C", s.feeder COLLATE "C"'
+    )
+    pairs: dict[str, dict[str, int]] = {}
+    for displaced, shown_by, count in rows:
+        pairs.setdefault(displaced, {})[shown_by] = count
+    return pairs
 
 
 async def displaced_counts(conn: asyncpg.Connection) -> dict[str, int]:
@@ -344,14 +470,16 @@ ON CONFLICT (entity) DO UPDATE SET entity = excluded.entity WHERE false
 """
 
 
-def _decide_sql(newest_type: str) -> str:
+def _decide_sql(rule: EntityRule, newest_type: str) -> str:
     """One statement, after `_LOCK_HOMES` (so its snapshot sees every copy committed before the locks): decides
     each touched entity's home (newest value first, NULLs last, then the feeder name in byte order) from the
     others' copies and the feeder's staged ones; rewrites the feeder's copies where they changed (newest value,
     key, displaced or not), stamps the others' copies displaced since now or home again, records the homes; and
     returns what the tables' moves need: the touched count, the entities the feeder does not win, those it takes
-    (with their old homes and keys), those that go back to a new home (with it). $1 the feeder, $2 its key as
-    text, $3 and $4 `StagedEntities.entities` and `.newest`."""
+    (with their old homes and keys), those that go back to a new home (with it); and how many of the feeder's
+    values are not believed (`forged_sql`: they rank below every other copy). $1 the feeder, $2 its key as text,
+    $3 and $4 `StagedEntities.entities` and `.newest`."""
+    forged = forged_sql(rule, newest_type, "k.newest")
     return f"""
 WITH mine AS (
   SELECT m.entity, m.newest::{newest_type} AS newest FROM unnest($3::text[], $4::text[]) AS m (entity, newest)
@@ -362,7 +490,7 @@ WITH mine AS (
     SELECT c.entity, c.feeder, c.feeder_key, c.newest FROM fedload.entity_copies c JOIN touched t USING (entity)
     WHERE c.feeder <> $1::text
     UNION ALL SELECT entity, $1::text, $2::text, newest FROM mine) AS k
-  ORDER BY k.entity, k.newest DESC NULLS LAST, k.feeder COLLATE "C"
+  ORDER BY k.entity, {forged}, k.newest DESC NULLS LAST, k.feeder COLLATE "C"
 ), decided AS (
   SELECT t.entity, h.feeder AS old_home, h.feeder_key AS old_key, w.feeder AS new_home, w.feeder_key AS new_key,
          w.newest
@@ -384,7 +512,8 @@ SELECT count(*),
   coalesce(array_agg(old_key) FILTER (WHERE new_home = $1::text AND old_home <> $1::text), '{{}}'),
   coalesce(array_agg(old_home) FILTER (WHERE new_home = $1::text AND old_home <> $1::text), '{{}}'),
   coalesce(array_agg(entity) FILTER (WHERE new_home <> $1::text AND old_home IS DISTINCT FROM new_home), '{{}}'),
-  coalesce(array_agg(new_home) FILTER (WHERE new_home <> $1::text AND old_home IS DISTINCT FROM new_home), '{{}}')
+  coalesce(array_agg(new_home) FILTER (WHERE new_home <> $1::text AND old_home IS DISTINCT FROM new_home), '{{}}'),
+  (SELECT count(*) FROM mine k WHERE {forged})
 FROM decided
 """  # noqa: S608 - a type name from the catalog
 
@@ -424,6 +553,7 @@ class _Decision:
     taken_homes: list[str]
     back: list[str]
     back_homes: list[str]
+    future: int  # the feeder's newest values not believed (past the superhub's clock)
 
 
 def _moves(rule: EntityRule, table: EntityTable, feeder: str, decision: _Decision) -> list[tuple[str, list[object]]]:

@@ -79,7 +79,7 @@ def coordinated_entities(config: Config) -> CoordinatedEntities | None:
     """With [shards], [coordinator] and `superhub.entity_key`: the rule, kept on the coordinator
     (fedload.superhub.coordinated_entities); None otherwise (without shards the superhub keeps it itself)."""
     superhub = config.superhub
-    rule = EntityRule.from_config(superhub.entity_key, superhub.entity_newest, superhub.feeder_key)
+    rule = EntityRule.of_superhub(superhub)
     if rule is None or not config.shards or config.coordinator is None:
         return None
     return CoordinatedEntities(rule, coordinator_target(config), superhub.swap_max_wait_s)

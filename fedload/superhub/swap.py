@@ -155,7 +155,7 @@ class SwapPolicy:
             never_cancel=CancelRules(
                 frozenset(superhub.swap_never_cancel_roles), frozenset(superhub.swap_never_cancel_applications)
             ),
-            entities=EntityRule.from_config(superhub.entity_key, superhub.entity_newest, superhub.feeder_key),
+            entities=EntityRule.of_superhub(superhub),
         )
 
     def method_for(self, parent: ParentTable) -> SwapMethod:

@@ -16,7 +16,7 @@ import pytest
 from fedload.commands.move import move_feeder
 from fedload.commands.status import read_status
 from fedload.config import Config, SuperhubConfig, SwapMethod, parse_config
-from fedload.errors import ConfigError, SwapLockError
+from fedload.errors import ConfigError, ErrorKind, SwapLockError
 from fedload.results import Outcome
 from fedload.service.daemon_metrics import coordinator_displaced
 from fedload.service.metrics import DaemonMetrics
@@ -33,7 +33,11 @@ LAYOUT = {"s1": ["hub1", "hub3"], "s2": ["hub2"]}
 def entity_shards(fed: Federation, **superhub: Any) -> Config:
     """hub1, hub3 on s1 and hub2 on s2 with a coordinator, the entity rule on `hosts.seen`; runs in this process."""
     config = with_coordinator(fed, LAYOUT)
-    settings = {"worker_processes": 0, "entity_key": "hostkey", "entity_newest": "public.hosts.seen"} | superhub
+    settings = {"worker_processes": 0, "entity_key": "hostkey", "entity_newest": "public.hosts.seen"}
+    # the federation's first round moves most hosts (the feeder filled last is newest): no displacement is held
+    # back here but in the tests that ask for it (entity_max_displaced_share below 1); the tests' newer values
+    # are up to 2 hours ahead of the clock, believed with this skew
+    settings |= {"entity_max_displaced_share": 1.0, "entity_clock_skew_s": 3 * 3600.0} | superhub
     checked = SuperhubConfig.model_validate(config.superhub.model_dump() | settings)
     return config.model_copy(update={"superhub": checked})
 
@@ -255,3 +259,41 @@ def test_entity_rule_with_shards_needs_a_coordinator() -> None:
         parse_config(document)
     [line] = raised.value.problems
     assert line.startswith("config: superhub.entity_key: with [shards], one entity, one feeder is kept on the coord")
+
+
+async def test_across_shards_a_forged_newest_wins_nothing_and_a_mass_displacement_is_held_back(
+    federation: Federation,
+) -> None:
+    """hub2 (s2) lists hub1's own hosts (s1, SHA=201..300) with `seen` = 'infinity': the coordinator still shows
+    hub1's copies, and says who displaced whom; then hub2 claims 70 of them with a current `seen` under the default
+    bound: held back before its shard commits (a dump error naming both feeders and the setting, s2's data as
+    before, nothing left pending), and one sync with entity_max_displaced_share = 1.0 takes them."""
+    config = entity_shards(federation)
+    await synced(config)
+    hub2 = federation.feeders["hub2"]
+    federation.cluster.psql(
+        "INSERT INTO hosts (hostkey, seen) SELECT 'SHA=' || g, 'infinity' FROM generate_series(201, 300) g",
+        dbname=hub2,
+    )
+    await synced(config, "hub2")
+    assert [shown_by(federation, f"SHA={n}") for n in (150, 201, 299)] == ["2|2", "1|1", "1|1"]
+    assert coord_int(federation, SHOWN_TWICE) == 0
+    by = {s.feeder: s.displaced_by for s in await read_status(config)}
+    assert by == {"hub1": {"hub2": 100, "hub3": 100}, "hub2": {"hub1": 101, "hub3": 100}, "hub3": {"hub1": 1}}
+
+    federation.cluster.psql("UPDATE hosts SET seen = now() WHERE hostkey BETWEEN 'SHA=201' AND 'SHA=270'", dbname=hub2)
+    on_s2 = shard_int(federation, "s2", "SELECT count(*) FROM hosts WHERE seen <> 'infinity'")
+    [run] = await sync(again(config, entity_max_displaced_share=0.5), "hub2")
+    assert (run.outcome, run.error_kind) == (Outcome.FAILED, ErrorKind.DUMP), run.error
+    assert run.error is not None
+    assert run.error.startswith(
+        "feeder hub2 would take 70 of the 101 entities feeder hub1 shows (69%), more than "
+        "superhub.entity_max_displaced_share = 0.5"
+    )
+    assert shard_int(federation, "s2", "SELECT count(*) FROM hosts WHERE seen <> 'infinity'") == on_s2
+    assert [shown_by(federation, f"SHA={n}") for n in (201, 270)] == ["1|1", "1|1"]
+    assert coord_int(federation, "SELECT count(*) FROM fedload.entity_pending") == 0
+
+    await synced(config, "hub2")  # the share at 1.0: the operator's one step
+    assert [shown_by(federation, f"SHA={n}") for n in (201, 270, 271)] == ["2|", "2|", "1|1"]  # hub2 has no contexts
+    assert coord_int(federation, SHOWN_TWICE) == 0

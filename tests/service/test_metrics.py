@@ -281,6 +281,7 @@ def test_deploy_files_name_only_exported_metrics() -> None:
     metrics.apply_history([FeederState("hub1", last_success_s=1.0, last_run_s=1.0, failures=0, swap_lock_failures=0)])
     metrics.set_shards({"hub1": "s1"})
     metrics.shard_up.labels("s1").set(1)
+    metrics.set_displaced_by({"hub1": {"hub2": 1}})
     exported = {s.name for family in metrics.registry.collect() for s in family.samples}
     files = ("fedload-alerts.yml", "prometheus.yml", "grafana-dashboard.json")
     named = {name for f in files for name in re.findall(r"\bfedload_[a-z_]+", (DEPLOY / f).read_text())}

@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
 import pytest
+from rich.console import Console
+from structlog.testing import capture_logs
 
 from fedload.commands.probe import probe_superhub
+from fedload.commands.status import _table as status_table
 from fedload.commands.status import read_status
-from fedload.config import Config, DumpMode, SuperhubConfig, parse_config
+from fedload.config import Config, ConfigLocation, DumpMode, SuperhubConfig, parse_config
 from fedload.errors import ConfigError, ErrorKind
 from fedload.names import TableName
 from fedload.results import Outcome
@@ -27,7 +31,7 @@ from fedload.superhub.entities import EntityRule
 from fedload.superhub.job import parents_spec, superhub_target
 from fedload.superhub.removal import drop_feeder
 from fedload.superhub.swap import SwapPolicy
-from tests.support.federation import Federation, sync
+from tests.support.federation import Federation, config_toml, fedload, sync
 
 SHOWN_TWICE = """
 SELECT count(*) FROM (
@@ -46,7 +50,11 @@ SELECT (SELECT count(*) FROM hosts) = 300 AND (SELECT count(DISTINCT hostkey) FR
 def entity_config(fed: Federation, **superhub: Any) -> Config:
     """The federation's configuration with the entity rule on `hosts.seen`; runs in this process."""
     config = fed.config()
-    settings = {"worker_processes": 0, "entity_key": "hostkey", "entity_newest": "public.hosts.seen"} | superhub
+    settings = {"worker_processes": 0, "entity_key": "hostkey", "entity_newest": "public.hosts.seen"}
+    # the federation's first round moves most hosts (the feeder filled last is newest): no displacement is held
+    # back here but in the tests that ask for it (entity_max_displaced_share below 1); the tests' newer values
+    # are up to 2 hours ahead of the clock, believed with this skew
+    settings |= {"entity_max_displaced_share": 1.0, "entity_clock_skew_s": 3 * 3600.0} | superhub
     checked = SuperhubConfig.model_validate(config.superhub.model_dump() | settings)
     return config.model_copy(update={"superhub": checked})
 
@@ -238,6 +246,13 @@ async def test_without_the_rule_nothing_runs_and_a_missing_newest_column_fails_i
             {"entity_key": "hostkey", "entity_newest": "hosts.seen"},
             "superhub.entity_newest: 'hosts.seen' is not schema.table.column in lower case",
         ),
+        (
+            {"entity_max_displaced_share": 1.5},
+            "superhub.entity_max_displaced_share: Input should be less than or equal to 1",
+        ),
+        ({"entity_max_displaced_share": 0}, "superhub.entity_max_displaced_share: Input should be greater than 0"),
+        ({"entity_clock_skew_s": 0}, "superhub.entity_clock_skew_s: Input should be greater than 0"),
+        ({"entity_max_displaced": -1}, "superhub.entity_max_displaced: Input should be greater than or equal to 0"),
     ],
 )
 def test_entity_settings_problems_are_one_line(settings: dict[str, str], problem: str) -> None:
@@ -263,3 +278,117 @@ async def test_no_table_is_kept_unchanged_under_the_rule(federation: Federation)
         kept[name] = [tuple(run.unchanged_tables) for run in runs]
     assert kept["with"] == [(), (), ()]
     assert kept["without"][-1], kept  # the control: unchanged tables are kept there
+
+
+def claim(fed: Federation, feeder: str, first: int, last: int, seen: str) -> None:
+    """Feeder `feeder` lists hosts SHA=first..last (another feeder's) with `seen` (SQL), and a context of each."""
+    fed.cluster.psql(
+        f"INSERT INTO hosts (hostkey, name, seen) SELECT 'SHA=' || g, 'claimed', {seen} "
+        f"FROM generate_series({first}, {last}) g;"
+        f"INSERT INTO contexts SELECT 'SHA=' || g, 'claimed' FROM generate_series({first}, {last}) g",
+        dbname=fed.feeders[feeder],
+    )
+
+
+def shown_count(fed: Federation, key: int) -> int:
+    """How many hosts feeder key `key` shows."""
+    return fed.superhub_int(f"SELECT count(*) FROM hosts WHERE hub_id = {key}")
+
+
+@pytest.mark.parametrize("forged", ["'infinity'", "now() + interval '1 day'"])
+async def test_a_forged_future_newest_value_takes_no_host(federation: Federation, forged: str) -> None:
+    """hub3 lists hub1's 100 own hosts (SHA=201..300) and SHA=0 (shown by hub1 with no value anywhere) with a
+    `seen` past the superhub's clock: none moves (they rank below every copy, NULLs too), the run succeeds with
+    hub3's honest hosts still its own, and the claim is logged once with hub3's name and count; the displacement
+    bound (off here) is not what stops it."""
+    config = entity_config(federation)
+    await synced(config)
+    claim(federation, "hub3", 201, 300, forged)
+    federation.cluster.psql(
+        f"INSERT INTO hosts (hostkey, seen) VALUES ('SHA=0', {forged})", dbname=federation.feeders["hub3"]
+    )
+    with capture_logs() as logs:
+        await synced(config, "hub3")
+    assert [home(federation, f"SHA={n}") for n in (0, 50, 201, 250, 299)] == ["|1", "3|3", "1|1", "1|1", "1|1"]
+    assert federation.superhub_int(SHOWN_TWICE) == 0
+    assert displaced(federation, "contexts", "SHA=250") == "hub3:1"
+    future = [e for e in logs if e["event"] == "entities.future_newest"]
+    assert [(e["feeder"], e["entities"], e["log_level"]) for e in future] == [("hub3", 101, "warning")]
+
+    federation.cluster.psql(
+        "UPDATE hosts SET seen = now() WHERE hostkey = 'SHA=250'", dbname=federation.feeders["hub3"]
+    )
+    await synced(config, "hub3")  # an honest value of the same feeder is believed again
+    assert home(federation, "SHA=250") == "3|3"
+
+
+async def test_a_mass_displacement_is_held_back_and_an_honest_move_goes_on(federation: Federation) -> None:
+    """With the default bound, hub2 moving 5 of the 101 entities hub1 shows goes on; hub2 then claiming 70 more
+    (newer) is held back: a dump error naming both feeders and the setting, every partition as before; one sync
+    with entity_max_displaced_share = 1.0 takes them."""
+    await synced(entity_config(federation))
+    config = entity_config(federation, entity_max_displaced_share=0.5)
+    claim(federation, "hub2", 201, 205, "now()")
+    await synced(config, "hub2")
+    assert [home(federation, f"SHA={n}") for n in (201, 205, 206)] == ["2|2", "2|2", "1|1"]
+
+    claim(federation, "hub2", 206, 275, "now()")
+    before = [shown_count(federation, key) for key in (1, 2, 3)]
+    [run] = await sync(config, "hub2")
+    assert (run.outcome, run.error_kind) == (Outcome.FAILED, ErrorKind.DUMP)
+    assert run.error == (
+        "feeder hub2 would take 70 of the 96 entities feeder hub1 shows (73%), more than "
+        "superhub.entity_max_displaced_share = 0.5 and entity_max_displaced = 10 allow: held back, the old data "
+        "kept (if these entities really moved, sync once with entity_max_displaced_share = 1.0)"
+    )
+    assert [shown_count(federation, key) for key in (1, 2, 3)] == before
+    assert [home(federation, f"SHA={n}") for n in (205, 206, 275)] == ["2|2", "1|1", "1|1"]
+    assert federation.superhub_int(SHOWN_TWICE) == 0
+
+    await synced(entity_config(federation, entity_max_displaced_share=1.0), "hub2")  # the operator's one step
+    assert [home(federation, f"SHA={n}") for n in (206, 275, 276)] == ["2|2", "2|2", "1|1"]
+
+
+async def test_status_json_and_metrics_say_who_displaced_whom(federation: Federation) -> None:
+    """status, status --json and fedload_feeder_displaced_by_entities give, per feeder, how many of its entities
+    each other feeder shows."""
+    config = entity_config(federation)
+    await synced(config)
+    pairs = {"hub1": {"hub2": 100, "hub3": 100}, "hub2": {"hub1": 1, "hub3": 100}, "hub3": {"hub1": 1}}
+    statuses = await read_status(config)
+    assert {s.feeder: s.displaced_by for s in statuses} == pairs
+    console = Console(width=400, record=True)
+    console.print(status_table(statuses, ConfigLocation(federation.tmp / "fedload.toml", "test")))
+    assert "200 (hub2 100, hub3 100)" in console.export_text()
+
+    path = federation.tmp / "fedload.toml"
+    rule = 'tables = ["public.*"]\nentity_key = "hostkey"\nentity_newest = "public.hosts.seen"'
+    path.write_text(config_toml(federation).replace('tables = ["public.*"]', rule))
+    done = fedload("status", "--json", "--config", str(path))
+    assert {s["feeder"]: s["displaced_by"] for s in json.loads(done.stdout)} == pairs, done.stderr
+
+    metrics, conn = DaemonMetrics(), await asyncpg.connect(federation.cluster.dsn(federation.superhub))
+    try:
+        metrics.apply_history(await read_states_of(list(federation.feeders), conn, entities=True))
+        gauge = "fedload_feeder_displaced_by_entities"
+        exported = {
+            (s.labels["feeder"], s.labels["by"]): s.value
+            for family in metrics.registry.collect()
+            for s in family.samples
+            if s.name == gauge
+        }
+        assert exported == {(f, by): n for f, of in pairs.items() for by, n in of.items()}
+        federation.cluster.psql("DELETE FROM contexts WHERE hostkey = 'SHA=0'", dbname=federation.feeders["hub1"])
+        await synced(config, "hub1")  # SHA=0 goes to hub2: hub3's pair with hub1 gives way to one with hub2
+        metrics.apply_history(await read_states_of(list(federation.feeders), conn, entities=True))
+        assert metrics.registry.get_sample_value(gauge, {"feeder": "hub3", "by": "hub1"}) is None
+        assert metrics.registry.get_sample_value(gauge, {"feeder": "hub3", "by": "hub2"}) == 1
+    finally:
+        await conn.close()
+
+
+async def test_a_newest_column_without_a_clock_has_no_clock_rule(federation: Federation) -> None:
+    """A newest column that is no date or timestamp (text[] here) is ranked by its order alone: the syncs work."""
+    config = entity_config(federation, entity_newest="public.contexts.tags")
+    await synced(config, "hub1", "hub2")
+    assert federation.superhub_int(SHOWN_TWICE) == 0

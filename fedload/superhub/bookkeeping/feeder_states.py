@@ -51,6 +51,7 @@ class FeederState:
     swap_lock_failures: int  # of those, runs whose swap never got its locks
     paused_since_s: float | None = None  # `fedload feeder pause`: since when; None when not paused
     displaced_entities: int | None = None  # with superhub.entity_key: its entities shown by another feeder
+    displaced_by: dict[str, int] | None = None  # and by which: per other feeder, how many of them it shows
 
 
 async def read_feeder_states(conn: asyncpg.Connection, feeders: list[str]) -> list[FeederState]:

@@ -81,6 +81,7 @@ class FeederStatus:
     paused_by: str | None = None  # user@host of the `feeder pause`
     unchanged_tables: int = 0  # of the last success's tables, those kept unchanged (their digest was)
     displaced_entities: int | None = None  # with superhub.entity_key: its entities shown by another feeder
+    displaced_by: dict[str, int] | None = None  # and by which: per other feeder, how many of them it shows
 
     @property
     def overdue(self) -> bool:
