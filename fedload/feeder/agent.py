@@ -12,6 +12,7 @@ import re
 import select
 import subprocess
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import IO, TYPE_CHECKING, Any, BinaryIO
 
@@ -272,6 +273,7 @@ def run_pg_dump(options: AgentOptions, out: BinaryIO, plan: SnapshotPlan | None 
         return 0
     argv = pg_dump_argv(plan.pg_dump_options(options) if plan is not None else options, _major(version))
     log.debug("agent.dump_started", argv=[without_passwords(a) for a in argv], compressor=compressor.implementation)
+    started_s = time.time()  # without a session of its own, the dump's data is no older than pg_dump's start
     try:
         # Read in large pieces (PipeReader), not as a raw pipe's read returns what one write of pg_dump left in it,
         # ~10 kB: the transformer then scanned a statement cut off at the end of each such piece again at the next
@@ -281,7 +283,7 @@ def run_pg_dump(options: AgentOptions, out: BinaryIO, plan: SnapshotPlan | None 
         raise AgentError(f"cannot start {options.pg_dump}: {exc}") from exc
     try:
         with _killed_when_reader_leaves(process, out):
-            failure = _stream(process, transforms.Transformer(transform), encoder, out, plan)
+            failure = _stream(process, transforms.Transformer(transform), encoder, out, plan=plan, started_s=started_s)
     finally:
         if process.poll() is None:
             process.kill()
@@ -344,9 +346,12 @@ def _stream(
     transformer: transforms.Transformer,
     encoder: StreamEncoder,
     out: BinaryIO,
+    *,
     plan: SnapshotPlan | None = None,
+    started_s: float | None = None,
 ) -> str:
-    """Send the dump and its trailer; why it failed as one line, or "" if it is complete."""
+    """Send the dump and its trailer; why it failed as one line, or "" if it is complete. The trailer's snapshot time
+    is the plan's session's, else `started_s`, the agent's clock as pg_dump started."""
     assert process.stdout is not None
     assert process.stderr is not None
     stderr = _StderrTail(process.stderr)
@@ -373,7 +378,7 @@ def _stream(
         server_version=server_version,
         error=error,
         stderr_tail=tail,
-        **_contents(counts, transformer.stats.tables, plan),
+        **_contents(counts, transformer.stats.tables, plan, started_s),
     )
     _write(out, trailer)
     failure = dump_failure(status, error, tail)
@@ -384,14 +389,17 @@ def _stream(
 
 
 def _contents(
-    counts: Mapping[tuple[str, str], int], tables: Iterable[tuple[str, str]], plan: SnapshotPlan | None
+    counts: Mapping[tuple[str, str], int],
+    tables: Iterable[tuple[str, str]],
+    plan: SnapshotPlan | None,
+    started_s: float | None = None,
 ) -> dict[str, Any]:
-    """The trailer's `rows` and `tables` of what pg_dump sent; with `plan`, the unchanged tables' too, and the
-    digests (protocol 5)."""
+    """The trailer's `rows` and `tables` of what pg_dump sent and its snapshot time (`started_s`); with `plan`, the
+    unchanged tables' too, the digests (protocol 5), and the time of the plan's snapshot."""
     if plan is not None:
         return plan.trailer(counts, tables)
     rows = [(schema, name, counts[schema, name]) for schema, name in sorted(counts)]
-    return {"rows": rows, "tables": sorted(tables)}  # (schema, name) pairs: protocol 3
+    return {"rows": rows, "tables": sorted(tables), "snapshot_epoch_s": started_s}  # (schema, name): protocol 3
 
 
 def _write(out: BinaryIO, frames: bytes) -> None:

@@ -122,6 +122,7 @@ def _stream(
         error=error,
         stderr_tail=tail,
         dump_program="psql",
+        snapshot_epoch_s=sent.snapshot_epoch_s,
         **({"digests": sent.digests} if sent.digests else {}),
     )
     write_frames(out, trailer)
@@ -134,12 +135,13 @@ def _stream(
 
 
 class _Sent:
-    """What the dump said of its tables so far: rows, digests, and how many were unchanged."""
+    """What the dump said of its tables so far: rows, digests, how many were unchanged, and its snapshot's time."""
 
     def __init__(self) -> None:
         self.rows: list[tuple[str, str, int]] = []
         self.digests: list[tuple[str, str, str, int, str]] = []
         self.unchanged = 0
+        self.snapshot_epoch_s: float | None = None  # the server's now() in the snapshot, once the catalog is read
 
 
 def _tables(
@@ -155,6 +157,7 @@ def _tables(
     unchanged); the server's version. A table the feeder lacks is not sent (the superhub then refuses to replace its
     data with nothing)."""
     seen = read_tables(session, requests)
+    sent.snapshot_epoch_s = seen.snapshot_epoch_s
     if statistics is not None:
         statistics.start(session, [f"{quote_ident(r.schema)}.{quote_ident(r.name)}" for r in seen.present])
     for request in seen.present:

@@ -144,23 +144,30 @@ _CATALOG_TABLES = (
 )
 
 
+_CATALOG_HEAD = (
+    "'server_version', current_setting('server_version'), 'snapshot_epoch_s', extract(epoch FROM pg_catalog.now())"
+)
+
+
 def catalog_query(requests: Sequence[TableRequest]) -> str:
-    """One statement whose one value is a JSON object: the server's version, and for each requested table that
-    exists on the feeder as a plain table, its columns (name, type OID, type, binary output, type with modifiers)
-    in their order, not the generated ones (pg_dump leaves those out). The names travel hex-encoded: nothing of
-    them is SQL."""
+    """One statement whose one value is a JSON object: the server's version, its clock at the transaction's start
+    (`now()`, Unix seconds: no later than the snapshot, which this first statement of the transaction takes), and
+    for each requested table that exists on the feeder as a plain table, its columns (name, type OID, type, binary
+    output, type with modifiers) in their order, not the generated ones (pg_dump leaves those out). The names travel
+    hex-encoded: nothing of them is SQL."""
     names = json.dumps([[r.schema, r.name] for r in requests]).encode().hex()
     tables = _CATALOG_TABLES.replace("NAMES_HEX", names)
-    return f"SELECT json_build_object('server_version', current_setting('server_version'), 'tables', ({tables}));"
+    return f"SELECT json_build_object({_CATALOG_HEAD}, 'tables', ({tables}));"
 
 
-def parse_catalog(text: bytes) -> tuple[str, dict[tuple[str, str], list[FeederColumn]]]:
-    """The server's version and the tables `catalog_query` found; ValueError if `text` is not its answer."""
+def parse_catalog(text: bytes) -> tuple[str, float, dict[tuple[str, str], list[FeederColumn]]]:
+    """The server's version, its clock at the snapshot (Unix seconds) and the tables `catalog_query` found;
+    ValueError if `text` is not its answer."""
     found = json.loads(text)
     tables = {}
     for schema, name, columns in found["tables"] or ():
         tables[schema, name] = [FeederColumn(c[0], int(c[1]), c[2], bool(c[3]), c[4]) for c in columns]
-    return str(found["server_version"]), tables
+    return str(found["server_version"]), float(found["snapshot_epoch_s"]), tables
 
 
 def plan_table(request: TableRequest, feeder: Sequence[FeederColumn]) -> TablePlan:

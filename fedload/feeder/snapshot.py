@@ -192,6 +192,7 @@ class SnapshotTables:
     """What the snapshot holds of the requested tables."""
 
     server_version: str
+    snapshot_epoch_s: float  # the server's now() in the session's transaction, which took the snapshot: Unix seconds
     catalog: dict[tuple[str, str], list[FeederColumn]]  # the feeder's columns of each table it has
     present: list[TableRequest]  # the requests of the tables it has, in the request's order
     counters: dict[tuple[str, str], str]  # of the tables asked digests of (fedload/feeder/digest.py)
@@ -200,11 +201,11 @@ class SnapshotTables:
 def read_tables(session: SnapshotSession, requests: Sequence[TableRequest]) -> SnapshotTables:
     """Check the request against the catalog in the snapshot, lock what is there (ACCESS SHARE, as pg_dump does),
     read the counters of the tables asked digests of; ValueError for an answer that is not one."""
-    server_version, catalog = parse_catalog(session.query(catalog_query(requests)))
+    server_version, snapshot_epoch_s, catalog = parse_catalog(session.query(catalog_query(requests)))
     present = [r for r in requests if (r.schema, r.name) in catalog]
     if present:
         names = ", ".join(f"{quote_ident(r.schema)}.{quote_ident(r.name)}" for r in present)
         session.query(f"LOCK TABLE {names} IN ACCESS SHARE MODE;")
     digested = [r for r in present if r.wants_digest]
     counters = parse_counters(session.query(counters_query(digested))) if digested else {}
-    return SnapshotTables(server_version, catalog, present, counters)
+    return SnapshotTables(server_version, snapshot_epoch_s, catalog, present, counters)

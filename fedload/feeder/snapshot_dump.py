@@ -59,6 +59,7 @@ class SnapshotPlan:
 
     snapshot: str
     server_version: str
+    snapshot_epoch_s: float  # the feeder server's now() in the session's transaction (Unix seconds)
     dumped: tuple[str, ...]  # the request's --table arguments of the tables the feeder has, not kept
     digested: tuple[DigestedTable, ...]
 
@@ -69,7 +70,7 @@ class SnapshotPlan:
 
     def trailer(self, counts: Mapping[Table, int], tables: Iterable[Table]) -> dict[str, Any]:
         """The trailer's `rows` and `tables` (pg_dump's `counts` and `tables`, and the kept tables), `digests` and
-        `unchanged` (protocol 5)."""
+        `unchanged` (protocol 5), and the snapshot's time."""
         digested = self.digested
         kept = [t for t in digested if t.kept]
         rows = {**counts, **{(t.schema, t.name): t.digest_rows for t in kept}}
@@ -80,6 +81,7 @@ class SnapshotPlan:
                 (t.schema, t.name, t.digest, rows.get((t.schema, t.name), 0), t.counters) for t in self.digested
             ],
             "unchanged": [(t.schema, t.name, t.digest_rows, t.digest) for t in kept],
+            "snapshot_epoch_s": self.snapshot_epoch_s,
         }
 
     def contradiction(self, counts: Mapping[Table, int]) -> str:
@@ -154,7 +156,7 @@ def _plan(session: SnapshotSession, requests: list[TableRequest], tables: Iterab
     sent = {(t.schema, t.name) for t in digested if not t.kept}
     dumped = tuple(t for t in tables if tuple(exact_name(t)) in sent)  # one absent is missed by the superhub
     log.debug("agent.digests_taken", tables=len(digested), kept=len(digested) - len(sent))
-    return SnapshotPlan(session.export(), seen.server_version, dumped, tuple(digested))
+    return SnapshotPlan(session.export(), seen.server_version, seen.snapshot_epoch_s, dumped, tuple(digested))
 
 
 def _end(session: SnapshotSession) -> None:

@@ -88,6 +88,11 @@ class Trailer:
     # Since protocol 5, copy and inserts modes: [schema, name, rows, digest] of each table not dumped because its
     # digest is the one the superhub asked with (binary mode says so in the table's section instead).
     unchanged: list[tuple[str, str, int, str]] = field(default_factory=list)
+    # When the dump's data was true, in Unix seconds on the feeder's clock: the feeder server's now() in the
+    # snapshot's transaction where the agent holds one (binary mode, digests), else the agent's clock as pg_dump
+    # started (its snapshot comes after). None: not stated (an agent before it); the superhub then takes the run's
+    # start, and never believes a time later than that (docs/freshness.md).
+    snapshot_epoch_s: float | None = None
 
     def row_counts(self) -> dict[tuple[str, str], int]:
         """The rows the agent saw per (schema, name)."""

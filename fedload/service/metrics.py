@@ -62,6 +62,11 @@ class DaemonMetrics:
         self.rejected = self._counter("rejected_rows", "Rows set aside in fedload.rejects.", feeder)
         self.last_success = self._gauge("feeder_last_success_timestamp_seconds", "End of the last success.", feeder)
         self.last_run = self._gauge("feeder_last_run_timestamp_seconds", "End of the last finished run.", feeder)
+        self.data_time = self._gauge(
+            "feeder_data_timestamp_seconds",
+            "When the last success's data was true: the feeder's snapshot, at most the run's start.",
+            feeder,
+        )
         self.failing = self._gauge("feeder_consecutive_failures", "Failed runs since the last success.", feeder)
         self.lock_failing = self._gauge(
             "feeder_swap_lock_failures", "Runs since the last success that failed for want of locks.", feeder
@@ -130,6 +135,7 @@ class DaemonMetrics:
             for gauge in (self.paused, self.paused_since, self.displaced):
                 _forget(gauge, name)
             self.set_displaced_by({name: None})
+            _forget(self.data_time, name)
 
     def set_shards(self, shards: dict[str, str | None]) -> None:
         """Each feeder's shard (None: no shards), replacing the feeders' earlier ones."""
@@ -174,6 +180,7 @@ class DaemonMetrics:
             _set(self.paused_since, state.feeder, state.paused_since_s)
             _set(self.displaced, state.feeder, state.displaced_entities)
             self.set_displaced_by({state.feeder: state.displaced_by})
+            _set(self.data_time, state.feeder, state.data_s)
 
     def set_displaced(self, counts: Mapping[str, int | None]) -> None:
         """Set the feeders' displaced entities (with shards, read from the coordinator); None: no series."""

@@ -33,6 +33,7 @@ from fedload.superhub.binary_request import binary_columns, digest_requests
 from fedload.superhub.bookkeeping import RunRecord, ensure_superhub, forget_rejects, has_history, moved_away
 from fedload.superhub.bookkeeping.connection import Bookkeeping, RunHistory
 from fedload.superhub.coordinated_entities import CoordinatedChange, coordinated_change
+from fedload.superhub.freshness import stated_snapshot
 from fedload.superhub.importer import Importer
 from fedload.superhub.job import Job
 from fedload.superhub.kept_sessions import reused_session
@@ -349,6 +350,7 @@ class _FeederSync:
         receiver.read_tuples_with(importer.tuples_pattern)
         await importer.load(self._tracked(receiver, importer))
         _verify_counts(importer, receiver.trailer)
+        self.record.snapshot_at = stated_snapshot(receiver.trailer)  # the kept tables were proven unchanged in it
         await importer.finish()
         if statistics is not None:
             self._carried = await self._restore_statistics(conn, importer, statistics)

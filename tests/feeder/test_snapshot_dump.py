@@ -38,10 +38,11 @@ def test_a_request_one_snapshot_cannot_serve_is_refused(more: dict[str, Any], re
 
 def test_the_trailer_lists_the_kept_tables_with_the_digests_rows() -> None:
     """A kept table is in the trailer's rows, tables and unchanged with its digest's count; a dumped one with
-    pg_dump's; pg_dump reads the exported snapshot, and only the dumped table."""
+    pg_dump's; the snapshot's time is stated; pg_dump reads the exported snapshot, and only the dumped table."""
     plan = SnapshotPlan(
         "00000003-0000001B-1",
         "15.4",
+        1_700_000_000.25,
         ('"public"."t"',),
         (
             DigestedTable("public", "t", "1 2 0 0", "", 0, kept=False),
@@ -54,6 +55,7 @@ def test_the_trailer_lists_the_kept_tables_with_the_digests_rows() -> None:
         "tables": [("public", "t"), ("public", "u")],
         "digests": [("public", "t", "", 5, "1 2 0 0"), ("public", "u", "d", 7, "3 4 0 0")],
         "unchanged": [("public", "u", 7, "d")],
+        "snapshot_epoch_s": 1_700_000_000.25,
     }
     options = plan.pg_dump_options(_asking())
     assert options.tables == ('"public"."t"',)
@@ -67,6 +69,7 @@ def test_pg_dump_sending_other_rows_than_digested_is_a_contradiction() -> None:
     plan = SnapshotPlan(
         "1-1-1",
         "15.4",
+        0.0,
         TABLES,
         (DigestedTable("public", "t", "", "d", 5, kept=False), DigestedTable("public", "u", "", "", 0, kept=False)),
     )

@@ -45,6 +45,8 @@ UNION ALL SELECT 'last_success', feeder, '', extract(epoch FROM max(finished_at)
     WHERE outcome = 'success' GROUP BY 2
 UNION ALL SELECT 'last_run', feeder, '', extract(epoch FROM max(finished_at)) FROM fedload.runs
     WHERE outcome <> 'running' GROUP BY 2
+UNION ALL SELECT 'data', feeder, '', extract(epoch FROM (array_agg(data_at ORDER BY started_at DESC))[1])
+    FROM fedload.runs WHERE outcome = 'success' GROUP BY 2
 ORDER BY 1, 2, 3
 """
 # What the metrics say of the same, in the same shape.
@@ -57,6 +59,7 @@ _FROM_METRICS = {
     "fedload_rows_loaded_total": ("rows", None),
     "fedload_feeder_last_success_timestamp_seconds": ("last_success", None),
     "fedload_feeder_last_run_timestamp_seconds": ("last_run", None),
+    "fedload_feeder_data_timestamp_seconds": ("data", None),
 }
 
 
@@ -153,6 +156,12 @@ def test_metrics_agree_with_the_run_history(
     assert samples["fedload_feeder_consecutive_failures", (("feeder", "hub2"),)] == 0
     assert samples["fedload_feeder_consecutive_failures", (("feeder", "hub1"),)] >= 2
     assert ("fedload_feeder_last_success_timestamp_seconds", (("feeder", "hub1"),)) not in samples  # never succeeded
+    assert ("fedload_feeder_data_timestamp_seconds", (("feeder", "hub1"),)) not in samples
+    hub2 = (("feeder", "hub2"),)  # its data is as old as its snapshot, taken before its run ended
+    assert (
+        samples["fedload_feeder_data_timestamp_seconds", hub2]
+        < samples["fedload_feeder_last_success_timestamp_seconds", hub2]
+    )
     assert samples["fedload_rows_loaded_total", (("feeder", "hub2"),)] > 0
     assert samples["fedload_superhub_up", ()] == 1
     assert samples["fedload_worker_processes", ()] >= 1
@@ -278,7 +287,9 @@ def test_deploy_files_name_only_exported_metrics() -> None:
         )
     )
     metrics.record_run(FeederRun.failed("hub1", "unreachable", kind=ErrorKind.TRANSPORT, seconds=1.0))
-    metrics.apply_history([FeederState("hub1", last_success_s=1.0, last_run_s=1.0, failures=0, swap_lock_failures=0)])
+    metrics.apply_history(
+        [FeederState("hub1", last_success_s=1.0, last_run_s=1.0, failures=0, swap_lock_failures=0, data_s=0.5)]
+    )
     metrics.set_shards({"hub1": "s1"})
     metrics.shard_up.labels("s1").set(1)
     metrics.set_displaced_by({"hub1": {"hub2": 1}})
@@ -286,6 +297,7 @@ def test_deploy_files_name_only_exported_metrics() -> None:
     files = ("fedload-alerts.yml", "prometheus.yml", "grafana-dashboard.json")
     named = {name for f in files for name in re.findall(r"\bfedload_[a-z_]+", (DEPLOY / f).read_text())}
     assert "fedload_feeder_last_success_timestamp_seconds" in named
+    assert "fedload_feeder_data_timestamp_seconds" in named
     assert named - exported == set()
 
 
@@ -347,7 +359,7 @@ def _expected(samples: dict[str, list[Samples]], t0: float) -> dict[str, Any]:
     stale_at_s = 45 * 60
     stale = []
     for shard, feeder in (("s1", "hub1"), ("s1", "hub2"), ("s2", "hub3")):
-        last = samples[shard][1]["fedload_feeder_last_success_timestamp_seconds", (("feeder", feeder),)]
+        last = samples[shard][1]["fedload_feeder_data_timestamp_seconds", (("feeder", feeder),)]
         age = _humanize_duration(stale_at_s - round(last - t0))
         stale.append(
             {
@@ -359,8 +371,8 @@ def _expected(samples: dict[str, list[Samples]], t0: float) -> dict[str, Any]:
                 },
                 "exp_annotations": {
                     "summary": f"feeder {feeder}: data older than 30 minutes",
-                    "description": f"The last successful sync of {feeder} ended {age} ago (fedload status shows its "
-                    "last error).",
+                    "description": f"The data of {feeder} is {age} old, as of its last successful sync's snapshot "
+                    "(fedload status shows its last error).",
                 },
             }
         )

@@ -1,5 +1,5 @@
-"""Each feeder's state as the run history (`fedload.runs`) tells it: last success, last finished run, failures since;
-and its pause (`fedload.paused`).
+"""Each feeder's state as the run history (`fedload.runs`) tells it: last success and the time of its data, last
+finished run, failures since; and its pause (`fedload.paused`).
 
 One cheap query (three index lookups per feeder on `runs_feeder_started`), read by the daemon's metrics at start-up
 and after each run, so that a restarted daemon reports the same freshness as the one before it.
@@ -20,10 +20,11 @@ _QUERY = """
 SELECT f.feeder,
        extract(epoch FROM s.finished_at)::float8 AS last_success_s,
        extract(epoch FROM r.finished_at)::float8 AS last_run_s,
-       c.failures, c.swap_lock_failures, extract(epoch FROM p.paused_at)::float8 AS paused_since_s
+       c.failures, c.swap_lock_failures, extract(epoch FROM p.paused_at)::float8 AS paused_since_s,
+       extract(epoch FROM coalesce(s.data_at, s.started_at))::float8 AS data_s
 FROM unnest($1::text[]) AS f (feeder)
 LEFT JOIN LATERAL (
-    SELECT started_at, finished_at FROM fedload.runs
+    SELECT started_at, finished_at, data_at FROM fedload.runs
     WHERE feeder = f.feeder AND outcome = $2 ORDER BY started_at DESC LIMIT 1
 ) s ON true
 LEFT JOIN LATERAL (
@@ -50,6 +51,7 @@ class FeederState:
     failures: int  # finished runs that failed since the last success (or ever, if it never succeeded)
     swap_lock_failures: int  # of those, runs whose swap never got its locks
     paused_since_s: float | None = None  # `fedload feeder pause`: since when; None when not paused
+    data_s: float | None = None  # when the last success's data was true (`fedload.runs.data_at`; before it, start)
     displaced_entities: int | None = None  # with superhub.entity_key: its entities shown by another feeder
     displaced_by: dict[str, int] | None = None  # and by which: per other feeder, how many of them it shows
 
@@ -69,6 +71,7 @@ async def read_feeder_states(conn: asyncpg.Connection, feeders: list[str]) -> li
             failures=r["failures"],
             swap_lock_failures=r["swap_lock_failures"],
             paused_since_s=r["paused_since_s"],
+            data_s=r["data_s"],
         )
         for r in records
     ]

@@ -23,7 +23,7 @@ WITH feeders AS (
     UNION SELECT feeder FROM fedload.paused
 ), last_success AS (
     SELECT DISTINCT ON (feeder) feeder, finished_at, rows, extract(epoch FROM finished_at - started_at) AS seconds,
-           jsonb_array_length(unchanged_tables) AS unchanged
+           jsonb_array_length(unchanged_tables) AS unchanged, coalesce(data_at, started_at) AS data_at
     FROM fedload.runs WHERE outcome = $2 ORDER BY feeder, finished_at DESC
 ), last_run AS (
     SELECT DISTINCT ON (feeder) feeder, outcome, error, error_kind FROM fedload.runs WHERE outcome <> $3
@@ -32,7 +32,7 @@ WITH feeders AS (
     SELECT DISTINCT ON (feeder) feeder, swap_lock_ms, swap_attempts, cancelled_backends FROM fedload.runs
     WHERE swap_attempts IS NOT NULL ORDER BY feeder, started_at DESC
 )
-SELECT f.feeder, s.finished_at AS last_success, extract(epoch FROM now() - s.finished_at) AS data_age_s,
+SELECT f.feeder, s.finished_at AS last_success, extract(epoch FROM now() - s.data_at) AS data_age_s, s.data_at,
        s.rows, s.unchanged, s.seconds AS duration_s, r.outcome AS last_outcome, r.error AS last_error,
        r.error_kind AS last_error_kind,
        sc.next_run_at AS next_run, coalesce(sc.failures, 0) AS failures, f.feeder = ANY($1::text[]) AS configured,
@@ -79,6 +79,9 @@ class FeederStatus:
     paused_reason: str | None = None
     paused_since: datetime | None = None
     paused_by: str | None = None  # user@host of the `feeder pause`
+    # When the last success's data was true: its feeder's snapshot, at most its start (`data_age_s` is measured
+    # from it); the start of a success recorded before fedload kept it.
+    data_at: datetime | None = None
     unchanged_tables: int = 0  # of the last success's tables, those kept unchanged (their digest was)
     displaced_entities: int | None = None  # with superhub.entity_key: its entities shown by another feeder
     displaced_by: dict[str, int] | None = None  # and by which: per other feeder, how many of them it shows
@@ -133,4 +136,5 @@ def _status(r: asyncpg.Record, stale_after_s: float, shard: str | None) -> Feede
         paused_reason=r["paused_reason"],
         paused_since=r["paused_since"],
         paused_by=r["paused_by"],
+        data_at=r["data_at"],
     )

@@ -6,6 +6,7 @@ import json
 import os
 import socket
 from dataclasses import dataclass, fields
+from datetime import datetime
 
 import asyncpg
 
@@ -37,6 +38,9 @@ class RunRecord:
     agent_version: str | None = None  # the feeder's agent, as its stream's header says (None without the agent)
     error_kind: ErrorKind | None = None  # what kind of failure `error` is
     unchanged_tables: list[str] | None = None  # tables kept as they were: the feeder's digest was unchanged
+    # When the feeder's dump's snapshot was taken, as its agent states it (None: it states none). A success's
+    # `data_at`, when its data was true, is the earlier of this and the run's start (`_DATA_AT`).
+    snapshot_at: datetime | None = None
 
 
 async def start_run(conn: asyncpg.Connection, feeder: str) -> int:
@@ -57,11 +61,19 @@ async def start_run(conn: asyncpg.Connection, feeder: str) -> int:
 
 _JSON_COLUMNS = frozenset({"rows", "rejected", "unchanged_tables"})
 _RECORD_COLUMNS = tuple(f.name for f in fields(RunRecord))
-_FINISH = "UPDATE fedload.runs SET finished_at = now(), {} WHERE id = $1".format(  # noqa: S608 - our column names
+_PARAMETERS = {column: f"${i}" for i, column in enumerate(_RECORD_COLUMNS, start=2)}
+# A success's data is as old as its snapshot, never younger than the run's start on the superhub's clock: a feeder
+# cannot make its data look fresher than that (least() skips a NULL: without a stated snapshot, the start).
+_DATA_AT = (
+    f"data_at = CASE WHEN {_PARAMETERS['outcome']} = '{Outcome.SUCCESS}' "
+    f"THEN least({_PARAMETERS['snapshot_at']}::timestamptz, started_at) END"
+)
+_FINISH = "UPDATE fedload.runs SET finished_at = now(), {}, {} WHERE id = $1".format(  # noqa: S608 - our columns
     ", ".join(
-        f"{column} = ${i}{'::jsonb' if column in _JSON_COLUMNS else ''}"
-        for i, column in enumerate(_RECORD_COLUMNS, start=2)
-    )
+        f"{column} = {parameter}{'::jsonb' if column in _JSON_COLUMNS else ''}"
+        for column, parameter in _PARAMETERS.items()
+    ),
+    _DATA_AT,
 )
 
 
