@@ -16,7 +16,8 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TypeVar
 
 import asyncpg
 
@@ -34,6 +35,7 @@ from fedload.superhub.session import SuperhubTarget, superhub_session
 
 __all__ = ["DaemonMetricsService", "read_states_of"]
 
+_Read = TypeVar("_Read")
 log = get_logger()
 _REFRESH_S = 15.0  # the superhub check and history refresh, at least this often
 _CHECK_S = 10.0  # the refresh query's own budget, on top of the connect timeout
@@ -158,22 +160,21 @@ class DaemonMetricsService:
 async def coordinator_displaced(config: Config) -> dict[str, int] | None:
     """With shards the coordinator keeps the entity registry: each feeder's displaced entities read there; None
     (logged) while it cannot be read."""
-    target = coordinator_target(config)
-    try:
-        async with asyncio.timeout(target.connect_timeout_s + _CHECK_S), superhub_session(target, "metrics") as conn:
-            return await displaced_counts(conn)
-    except (FedloadError, OSError, TimeoutError) as exc:
-        log.info("daemon.metrics_coordinator", error=str(exc) or type(exc).__name__)
-        return None
+    return await _on_coordinator(config, displaced_counts)
 
 
 async def coordinator_displaced_by(config: Config) -> dict[str, dict[str, int]] | None:
     """With shards: who displaced whom, read on the coordinator (`displaced_pairs`); None (logged) while it cannot
     be read."""
+    return await _on_coordinator(config, displaced_pairs)
+
+
+async def _on_coordinator(config: Config, read: Callable[[asyncpg.Connection], Awaitable[_Read]]) -> _Read | None:
+    """`read` on a session of the coordinator, bounded; None (logged) while it cannot be read."""
     target = coordinator_target(config)
     try:
         async with asyncio.timeout(target.connect_timeout_s + _CHECK_S), superhub_session(target, "metrics") as conn:
-            return await displaced_pairs(conn)
+            return await read(conn)
     except (FedloadError, OSError, TimeoutError) as exc:
         log.info("daemon.metrics_coordinator", error=str(exc) or type(exc).__name__)
         return None

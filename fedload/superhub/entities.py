@@ -165,12 +165,7 @@ async def stage_entities(conn: asyncpg.Connection, rule: EntityRule, tables: Seq
     its lock window holds only the decision and the moves."""
     applied = _applied(rule, tables)
     newest_type = await _ensure_registry(conn, rule, [t.parent for t in applied])
-    query = _staged_sql(rule, applied, newest_type)
-    if query is None:
-        return StagedEntities(newest_type, [], [])
-    row = await conn.fetchrow(query)
-    assert row is not None  # an aggregate: one row
-    return StagedEntities(newest_type, list(row[0]), list(row[1]))
+    return await _read_staged(conn, rule, applied, newest_type)
 
 
 async def staged_newest(conn: asyncpg.Connection, rule: EntityRule, tables: Sequence[EntityTable]) -> StagedEntities:
@@ -178,6 +173,13 @@ async def staged_newest(conn: asyncpg.Connection, rule: EntityRule, tables: Sequ
     coordinator (`fedload.superhub.coordinated_entities`): no registry there."""
     applied = _applied(rule, tables)
     newest_type, _ = await check_entity_rule(conn, rule)
+    return await _read_staged(conn, rule, applied, newest_type)
+
+
+async def _read_staged(
+    conn: asyncpg.Connection, rule: EntityRule, applied: Sequence[EntityTable], newest_type: str
+) -> StagedEntities:
+    """The entities and newest values in the staging tables of `applied`."""
     query = _staged_sql(rule, applied, newest_type)
     if query is None:
         return StagedEntities(newest_type, [], [])
