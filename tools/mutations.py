@@ -1,8 +1,8 @@
 """Mutation check (not part of the suite): break one safety mechanism at a time in a scratch copy of the repository,
 run the tests that guard it there, and say which sabotage no test caught.
 
-    uv run python bench/mutations.py            # every sabotage
-    uv run python bench/mutations.py NAME ...   # some (--list names them)
+    uv run python tools/mutations.py            # every sabotage
+    uv run python tools/mutations.py NAME ...   # some (--list names them)
 
 The scratch copy is HEAD's files (`git archive`: commit first) in a temporary directory; its tests run with this
 checkout's environment, the copy's `fedload` first on PYTHONPATH (child processes inherit it). A sabotage is
