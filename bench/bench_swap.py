@@ -28,8 +28,8 @@ from fedload.config import SwapMethod, SwapOnTimeout
 from fedload.errors import SwapLockError
 from fedload.log import configure_logging
 from fedload.names import TableName, TablePattern
-from fedload.superhub.importer import StagedTable
 from fedload.superhub.schema import ParentTable, read_parents
+from fedload.superhub.staged import StagedTable
 from fedload.superhub.swap import SwapPolicy, SwapStats, swap_in
 
 PARENT = """

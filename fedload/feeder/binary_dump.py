@@ -12,14 +12,15 @@ import subprocess
 from typing import BinaryIO
 
 from fedload import __version__
-from fedload.feeder.agent import StderrTail, VersionProbe, ask_version, killed_when_reader_leaves, write_frames
 from fedload.feeder.agent_options import AgentOptions
 from fedload.feeder.binary_plan import FeederColumn, TableRequest, copy_command, plan_table, quote_ident
 from fedload.feeder.binary_plan import read_requests as _read_requests
+from fedload.feeder.child import StderrTail, killed_when_reader_leaves, write_frames
 from fedload.feeder.compress import choose_compressor
 from fedload.feeder.digest import table_digest, unchanged
 from fedload.feeder.errors import AgentError, AgentUsageError
 from fedload.feeder.logs import get_logger
+from fedload.feeder.pg_dump import VersionProbe, ask_version
 from fedload.feeder.sections import PART, SECTION_END, chunk_head, section_head
 from fedload.feeder.snapshot import SessionEnded, SnapshotSession, psql_beside, read_tables
 from fedload.feeder.statistics_dump import CarriedStatistics, StatisticsDumpError, asked_statistics

@@ -18,8 +18,9 @@ import subprocess
 from collections.abc import Sequence
 from typing import BinaryIO
 
-from fedload.feeder.agent import STATISTICS_SINCE_MAJOR, UNWRITTEN_OPTIONS, StderrTail, write_frames
+from fedload.feeder.child import StderrTail, write_frames
 from fedload.feeder.logs import get_logger
+from fedload.feeder.pg_dump import STATISTICS_SINCE_MAJOR, UNWRITTEN_OPTIONS
 from fedload.feeder.pipes import widen_pipe
 from fedload.feeder.sections import SECTION_END, chunk, statistics_head
 from fedload.feeder.snapshot import SnapshotSession

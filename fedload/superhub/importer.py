@@ -14,7 +14,7 @@ import contextlib
 import functools
 import re
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import cast
 
 import asyncpg
@@ -26,7 +26,8 @@ from fedload.names import TableName, TablePattern
 from fedload.superhub.binary_receive import BinaryEnd, BinaryRows, BinaryStart, SectionItem, UnchangedTable
 from fedload.superhub.literal_copy import CSV_NULL, CSV_QUOTE, copy_rows_pattern, csv_rows
 from fedload.superhub.rejects import RejectWriter
-from fedload.superhub.schema import STAGE_SCHEMA, ParentTable, ident, key_literal, qualified
+from fedload.superhub.schema import STAGE_SCHEMA, ParentTable, ident, key_literal
+from fedload.superhub.staged import StagedTable
 from fedload.superhub.statistics import StatisticsCollector
 from transforms import (
     CopyEnd,
@@ -47,7 +48,7 @@ from transforms import (
 from transforms.lexical import split_identifiers, unquote_identifier
 from transforms.remap import ColumnPlan
 
-__all__ = ["ImportPolicy", "Importer", "StagedTable"]
+__all__ = ["ImportPolicy", "Importer"]
 
 log = get_logger()
 AnyItem = Item | SectionItem  # a pg_dump's items, or a binary-mode stream's
@@ -87,31 +88,6 @@ class ImportPolicy:
     extra_columns: ExtraColumns = "warn"
     bad_rows: BadRows = "fail"
     max_statement_bytes: int = DEFAULT_RECEIVED_STATEMENT_BYTES  # of one statement or COPY row held (receive.py)
-
-
-@dataclass(slots=True)
-class StagedTable:
-    """A parent's staging table of this run, and what went into it."""
-
-    parent: ParentTable
-    stage_name: str
-    columns: list[str] = field(default_factory=list)
-    dropped_columns: list[str] = field(default_factory=list)
-    from_dump: dict[str, str] = field(default_factory=dict)  # dump column -> the column it loads (after remap)
-    rows: int = 0
-    rows_by_copy: int = 0  # of `rows`, INSERT tuples loaded as COPY rows (fedload.superhub.literal_copy)
-    read_once: int = 0  # INSERT statements the splitter read in one pass (Importer.tuples_pattern)
-    inserted: bool = False  # its data came as INSERTs
-    rejected: int = 0
-    present: bool = False  # the dump announced or carried the table: present and empty is fine, absent is not
-    loaded: bool = False  # its data arrived (a second time rejects the dump)
-    kept: UnchangedTable | None = None  # the feeder says it is unchanged: its partition stays (no staging table)
-    created: bool = False  # its staging table exists: created at the table's first data, or at the dump's end
-
-    @property
-    def stage_sql(self) -> str:
-        """The quoted name of the staging table."""
-        return qualified(STAGE_SCHEMA, self.stage_name)
 
 
 class Importer:

@@ -46,8 +46,8 @@ if TYPE_CHECKING:
     from pglast import ast
 
     from fedload.config import FeederConfig
-    from fedload.superhub.importer import StagedTable
     from fedload.superhub.schema import ParentTable
+    from fedload.superhub.staged import StagedTable
     from transforms import Statement
 
 __all__ = [

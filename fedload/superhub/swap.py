@@ -33,8 +33,8 @@ from fedload.log import get_logger
 from fedload.names import TableName
 from fedload.superhub.blockers import BlockerWatch, CancelRules, watch_blockers
 from fedload.superhub.entities import EntityRule, EntityTable, settle_entities, stage_entities
-from fedload.superhub.importer import StagedTable
 from fedload.superhub.schema import PARTS_SCHEMA, ParentTable, ident, key_literal, qualified
+from fedload.superhub.staged import StagedTable
 
 __all__ = [
     "LocksNotTaken",

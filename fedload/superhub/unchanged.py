@@ -37,8 +37,9 @@ from fedload.names import TableName
 from fedload.stream import Trailer
 from fedload.superhub.bookkeeping.digests import StoredDigest, forget_digests, read_digests, write_digests
 from fedload.superhub.bookkeeping.runs import last_load
-from fedload.superhub.importer import Importer, StagedTable
+from fedload.superhub.importer import Importer
 from fedload.superhub.schema import ParentTable
+from fedload.superhub.staged import StagedTable
 from fedload.superhub.swap import feeder_partition
 from transforms import Remap
 

@@ -6,8 +6,8 @@ import shlex
 from collections.abc import Iterable, Sequence
 
 from fedload.config import FeederConfig, TransformConfig
-from fedload.feeder.agent import pg_dump_argv
 from fedload.feeder.agent_options import AgentOptions
+from fedload.feeder.pg_dump import pg_dump_argv
 from fedload.names import TableName
 from fedload.transport import Transport
 from fedload.transport.local import FEDLOAD_HERE, LocalTransport

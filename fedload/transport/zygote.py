@@ -96,8 +96,8 @@ def _take_request(sock: socket.socket, selector: selectors.BaseSelector) -> bool
 
 def _look_ahead(words: list[str]) -> None:
     """Ask the dump's pg_dump for its version here, once per binary, so that every child inherits the answer."""
-    from fedload.feeder.agent import remember_pg_dump_version  # noqa: PLC0415 - imported already (_PRELOAD)
     from fedload.feeder.main import dump_options_of  # noqa: PLC0415
+    from fedload.feeder.pg_dump import remember_pg_dump_version  # noqa: PLC0415 - imported already (_PRELOAD)
 
     options = dump_options_of(words)
     if options is not None:

@@ -6,9 +6,8 @@ import subprocess
 
 import pytest
 
-from fedload.feeder import agent
-from fedload.feeder.agent import pg_dump_argv
 from fedload.feeder.agent_options import AgentOptions
+from fedload.feeder.pg_dump import major_version, pg_dump_argv
 from tests.support.federation import Federation
 
 SKIPPED = {"--no-comments", "--no-security-labels", "--no-publications", "--no-subscriptions"}
@@ -47,7 +46,7 @@ def test_inserts_mode_asks_pg_dump_12_and_later_for_merged_statements(
 )
 def test_the_major_is_read_from_pg_dump_s_version(version: str, major: int | None) -> None:
     """The major is the version's leading number, pre-releases included; no number, no major (so no flags)."""
-    assert agent._major(version) == major
+    assert major_version(version) == major
 
 
 def _dump(argv: list[str]) -> list[str]:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from fedload.feeder.agent import VersionProbe, _pg_dump_version, remember_pg_dump_version
 from fedload.feeder.errors import AgentError
 from fedload.feeder.main import dump_options_of
+from fedload.feeder.pg_dump import VersionProbe, pg_dump_version, remember_pg_dump_version
 from fedload.localpg import LocalCluster
 
 
@@ -25,11 +25,11 @@ def pg_dump_copy(cluster: LocalCluster, tmp_path: Path) -> Path:
 
 def test_a_remembered_binary_is_not_asked_again(pg_dump_copy: Path, cluster: LocalCluster) -> None:
     """Once remembered, the version comes without running pg_dump (here it could not run any more)."""
-    version = _pg_dump_version(str(pg_dump_copy))
+    version = pg_dump_version(str(pg_dump_copy))
     remember_pg_dump_version(str(pg_dump_copy))
     pg_dump_copy.chmod(0o644)
 
-    assert _pg_dump_version(str(pg_dump_copy)) == version
+    assert pg_dump_version(str(pg_dump_copy)) == version
     assert version.split(".")[0] == str(cluster.install.major)
 
 
@@ -41,7 +41,7 @@ def test_a_binary_changed_in_place_is_asked_again(pg_dump_copy: Path) -> None:
     os.utime(pg_dump_copy, ns=(0, 1_000_000_000))
 
     with pytest.raises(AgentError, match="cannot run"):
-        _pg_dump_version(str(pg_dump_copy))
+        pg_dump_version(str(pg_dump_copy))
 
 
 def test_a_script_is_never_kept(tmp_path: Path) -> None:
@@ -50,18 +50,18 @@ def test_a_script_is_never_kept(tmp_path: Path) -> None:
     script.write_text("#!/bin/sh\necho 'pg_dump (PostgreSQL) 17.6'\n")
     script.chmod(0o755)
     remember_pg_dump_version(str(script))
-    assert _pg_dump_version(str(script)) == "17.6"
+    assert pg_dump_version(str(script)) == "17.6"
     script.chmod(0o644)
 
     with pytest.raises(AgentError, match="cannot run"):
-        _pg_dump_version(str(script))
+        pg_dump_version(str(script))
 
 
 def test_a_probe_answers_as_the_agent_asks(pg_dump_copy: Path) -> None:
     """A probe started before other work (binary mode starts psql meanwhile) reads the version pg_dump states; one
     of a remembered binary runs nothing (here it could not run); one that cannot run fails as the agent's ask."""
     probe = VersionProbe(str(pg_dump_copy))
-    assert probe.version() == _pg_dump_version(str(pg_dump_copy))
+    assert probe.version() == pg_dump_version(str(pg_dump_copy))
     remember_pg_dump_version(str(pg_dump_copy))
     pg_dump_copy.chmod(0o644)
     assert VersionProbe(str(pg_dump_copy)).version() == probe.version()

@@ -11,7 +11,8 @@ import pytest
 
 from fedload.feeder.agent_options import AgentOptions
 from fedload.feeder.errors import AgentUsageError
-from fedload.feeder.snapshot_dump import DigestedTable, SnapshotPlan, read_digest_requests
+from fedload.feeder.snapshot_dump import read_digest_requests
+from fedload.feeder.snapshot_plan import DigestedTable, SnapshotPlan
 
 TABLES = ('"public"."t"', '"public"."u"')
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from fedload.feeder.agent import ask_version
+from fedload.feeder.pg_dump import ask_version
 from fedload.feeder.snapshot import SnapshotSession
 from fedload.localpg import LocalCluster
 

@@ -9,8 +9,8 @@ import shlex
 import pytest
 
 from fedload.errors import DumpError
-from fedload.feeder.agent import pg_dump_argv
 from fedload.feeder.agent_options import AgentOptions
+from fedload.feeder.pg_dump import pg_dump_argv
 from fedload.feeder.ssh_command import Allowlist, add_arguments, read_request
 from fedload.names import TableName
 from fedload.superhub.statistics import StatisticsCollector, parse_statistics_call, wants_statistics
