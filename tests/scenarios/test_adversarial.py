@@ -481,7 +481,7 @@ INJECTIONS = {
         b'COPY public."' + b"n" * 64 + b'" (hostkey) FROM stdin;\nk\n\\.\n',
         rejected=True,
         mode="copy",
-        message=f"dump byte 43: the name '{'n' * 63}...' (64 bytes) is no PostgreSQL identifier",
+        message=f"dump byte 45: the name '{'n' * 63}...' (64 bytes) is no PostgreSQL identifier",
     ),
     "identifier: a 64-byte column name": Attack(
         b'COPY public.hosts (hostkey, "' + b"n" * 64 + b'") FROM stdin;\nk\tv\n\\.\n',
@@ -493,7 +493,7 @@ INJECTIONS = {
         b'COPY public.hosts (hostkey, "' + b"n" * 62 + b'\xff\xfe") FROM stdin;\nk\tv\n\\.\n',
         rejected=True,
         mode="copy",
-        message="nn\\xff\\xfe' (64 bytes) is no PostgreSQL identifier",
+        message="nn\\xff...' (64 bytes) is no PostgreSQL identifier",
     ),
     "identifier: a 63-byte column name": Attack(  # the control: a column the superhub does not have, dropped
         b'COPY public.hosts (hostkey, "' + b"n" * 63 + b'") FROM stdin;\nk\tv\n\\.\n',
@@ -615,7 +615,7 @@ CLAIMS = {
         "the header's pg_dump_version is not a version", header={"pg_dump_version": "pg_dump " * 10**4}
     ),
     "half a megabyte of the agent's error": Claim(
-        "the feeder's agent failed: evil \\x1b[2J evil", trailer={"error": "evil\n\x1b[2J" * 50_000}
+        "the feeder's agent failed: evil \\x1b[2Jevil \\x1b[2Jevil", trailer={"error": "evil\n\x1b[2J" * 50_000}
     ),
     "pg_dump's stderr": Claim(
         "pg_dump failed on the feeder with exit status 1: ...",
