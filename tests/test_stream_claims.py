@@ -178,3 +178,19 @@ def test_a_runs_error_is_one_printable_line_of_bounded_length() -> None:
     assert len(error) <= MAX_ERROR_CHARS + 40
     assert error.endswith("more characters)")
     assert capped_error("short\nerror") == "short error"
+
+
+def test_deeply_nested_json_is_refused_in_a_trailer_and_a_section_head() -> None:
+    """JSON nested 100,000 deep (a field no superhub knows) is refused by the parsers' depth limits, not by
+    Python's stack: the trailer's (pydantic's, 255 levels) and a section head's (json's RecursionError)."""
+    deep = b"[" * 100_000 + b"]" * 100_000
+    encoder = StreamEncoder(HEADER)
+    raw = encoder.start() + encoder.data(DUMP) + encoder.finish(pg_dump_exit_status=0)
+    trailer = raw.rindex(b'{"pg_dump_exit_status"')
+    stated = raw[trailer:-1] + b', "x": ' + deep + b"}"
+    with pytest.raises(DumpError, match="recursion limit"):
+        StreamDecoder().feed(raw[: trailer - FRAME_HEAD.size] + FRAME_HEAD.pack(b"T", len(stated)) + stated)
+    head = section_head(("public", "t"), ["a"], binary=True, reason="", unsent=[])
+    body = head[FRAME_HEAD.size : -1] + b', "x": ' + deep + b"}"
+    with pytest.raises(DumpError, match="a section head of the binary stream is not valid"):
+        SectionSplitter().feed(FRAME_HEAD.pack(b"S", len(body)) + body + SECTION_END)
