@@ -52,6 +52,9 @@ _EMPTIED_FIRST = """for parent in sorted(parents.values(), key=lambda p: p.quali
                     await conn.execute(f"DELETE FROM {parent.sql_name} WHERE {key_column} = {self.feeder.key!r}")
                 async with self._dump(parents) as receiver, conn.transaction():"""
 
+_INJECTION = "tests/scenarios/test_adversarial.py::test_injection_corpus_loads_only_data"
+_CLAIM = "tests/scenarios/test_adversarial.py::test_a_claim_out_of_bounds_fails_the_run_in_a_bounded_line"
+
 _BEYOND_ANALYZE = (
     "tests/superhub/test_statistics_carried.py::test_statistics_beyond_analyze_are_dropped_and_the_table_analyzed"
 )
@@ -303,6 +306,81 @@ SABOTAGES = (
         "        await check_claims(conn, self.setup.rule, self.feeder, staged)",
         "        pass",
         ("tests/scenarios/test_shard_entities.py", "-k", "forged"),
+    ),
+    Sabotage(
+        "identifier-length-unbounded",
+        "a name a feeder sends is 1 to 63 bytes as written, without NUL",
+        "fedload/names.py",
+        '    if 0 < size <= MAX_IDENTIFIER_BYTES and "\\0" not in name:',
+        "    if True:",
+        ("tests/test_stream_claims.py", "-k", "past_63"),
+    ),
+    Sabotage(
+        "dump-table-name-unchecked",
+        "a table name of the dump text past 63 bytes is refused",
+        "fedload/names.py",
+        "        if (wrong := next(filter(None, map(identifier_refusal, parts)), None)) is not None:",
+        "        if (wrong := None) is not None:",
+        (f"{_INJECTION}[identifier: a 64-byte table name]",),
+    ),
+    Sabotage(
+        "dump-columns-unchecked",
+        "a COPY or INSERT column list of names past 63 bytes, or of 1601, is refused",
+        "fedload/superhub/importer.py",
+        "        if (wrong := columns_refusal(names)) is not None:",
+        "        if (wrong := None) is not None:",
+        (f"{_INJECTION}[identifier: a 64-byte column name]",),
+    ),
+    Sabotage(
+        "section-head-names-unchecked",
+        "a binary section head's table and column names are identifiers, at most 1600 columns",
+        "fedload/superhub/binary_receive.py",
+        "        if (wrong := columns_refusal(head[key])) is not None:",
+        "        if (wrong := None) is not None:",
+        ("tests/test_stream_claims.py", "-k", "section_heads_names_are"),
+    ),
+    Sabotage(
+        "trailer-claims-believed",
+        "the trailer's counts, exit status, dump_program, names and unchanged digests are bounded",
+        "fedload/stream.py",
+        "    if (wrong := _trailer_refusal(trailer)) is not None:",
+        "    if (wrong := None) is not None:",
+        ("tests/test_stream_claims.py", "-k", "trailer"),
+    ),
+    Sabotage(
+        "header-versions-believed",
+        "agent_version and pg_dump_version are at most 200 printable characters",
+        "fedload/stream.py",
+        "    if len(version) <= _MAX_VERSION_CHARS and version.isprintable():",
+        "    if True:",
+        (f"{_CLAIM}[terminal controls in agent_version]",),
+    ),
+    Sabotage(
+        "run-error-uncapped",
+        "a run's error is at most 2000 printable characters, whatever the feeder's words in it",
+        "fedload/errors.py",
+        "    if len(flat) <= MAX_ERROR_CHARS:",
+        "    if True:",
+        (f"{_CLAIM}[half a megabyte of the agent's error]",),
+    ),
+    Sabotage(
+        "statistics-names-unchecked",
+        "a statistics call's schemaname, relname and attname are identifiers",
+        "fedload/superhub/statistics.py",
+        "        if name in args and (wrong := identifier_refusal(args[name])) is not None:",
+        "        if name in args and (wrong := None) is not None:",
+        (
+            "tests/superhub/test_statistics_carried.py::test_a_hostile_statistics_call_rejects_the_dump"
+            "[pg18-a relname past 63 bytes-copy]",
+        ),
+    ),
+    Sabotage(
+        "statistics-nan-believed",
+        "a NaN null_frac is refused, though NaN compares false with every bound",
+        "fedload/superhub/statistics_bounds.py",
+        "    if not 0 <= null_frac <= 1:",
+        "    if null_frac < 0 or null_frac > 1:",
+        (f"{_BEYOND_ANALYZE}[pg18-a NaN null_frac-copy]",),
     ),
 )
 

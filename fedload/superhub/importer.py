@@ -22,7 +22,7 @@ import asyncpg
 from fedload.config import DEFAULT_RECEIVED_STATEMENT_BYTES, BadRows, ExtraColumns
 from fedload.errors import DumpError
 from fedload.log import get_logger
-from fedload.names import TableName, TablePattern
+from fedload.names import TableName, TablePattern, columns_refusal
 from fedload.superhub.binary_receive import BinaryEnd, BinaryRows, BinaryStart, SectionItem, UnchangedTable
 from fedload.superhub.literal_copy import CSV_NULL, CSV_QUOTE, copy_rows_pattern, csv_rows
 from fedload.superhub.rejects import RejectWriter
@@ -286,6 +286,8 @@ class Importer:
         DumpError if they do not fit; nothing else changes."""
         names = [unquote_identifier(c) for c in written]
         parent = staged.parent
+        if (wrong := columns_refusal(names)) is not None:
+            raise DumpError(f"{_where(where)}: the columns of {parent.qualified_name}: {wrong}")
         if len(set(names)) != len(names):
             raise DumpError(f"{_where(where)}: a column of {parent.qualified_name} is listed twice")
         rules = self._remap.for_table(parent.qualified_name) if self._remap else None
