@@ -386,6 +386,14 @@ SABOTAGES = (
         (_HOSTILE_BINARY, "-k", "int4"),
     ),
     Sabotage(
+        "data-refusal-everything",
+        "PostgreSQL's error in the data phase that is not about the data (a cancel) stays the superhub's",
+        "fedload/superhub/data_refusals.py",
+        "(state[:2] in _DATA_CLASSES or state in _DATA_STATES)",
+        "bool(state)",
+        (_HOSTILE_BINARY, "-k", "cancelled_on_the_superhub"),
+    ),
+    Sabotage(
         "data-refusal-unnamed",
         "PostgreSQL's refusal of a feeder's data names the feeder and the table, in every mode (issue 54 item 6)",
         "fedload/superhub/importer.py",

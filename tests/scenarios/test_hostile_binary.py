@@ -4,6 +4,7 @@ old data stays, and nothing is left behind (docs/trust.md, "Binary mode")."""
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from fedload.localpg import LocalCluster
 from fedload.results import Outcome
 from fedload.superhub.pipeline import FeederRun
 from tests.support.federation import (
+    AGENT,
     CONTEXT_COLS,
     HOST_COLS,
     Federation,
@@ -26,6 +28,7 @@ from tests.support.federation import (
     sync,
     write_script,
 )
+from tests.support.mid_copy import grow, rows_in_flight_soon
 
 TABLES = ("contexts", "hosts", "words")
 # A parent the federation's schema lacks: tsvector and an enum, which the superhub asks only as text.
@@ -202,3 +205,30 @@ async def test_an_honest_binary_section_is_loaded(synced: Federation) -> None:
     run = await sync_stream(synced, binary_stream([HOSTS_OK]), ["hosts"])
     assert run.outcome == Outcome.SUCCESS, run.error
     assert synced.superhub_sql("SELECT hostkey || '=' || name FROM hosts WHERE hub_id = 1") == "k1=n1"
+
+
+_CANCEL_COPY = (
+    "SELECT count(pg_cancel_backend(a.pid)) FROM pg_stat_progress_copy p JOIN pg_stat_activity a USING (pid) "
+    "WHERE a.application_name = 'fedload hub1'"
+)
+
+
+async def test_a_copy_cancelled_on_the_superhub_stays_the_superhubs(synced: Federation) -> None:
+    """The other side of the data refusals: PostgreSQL's error in the data phase that is not about the data (the
+    binary COPY cancelled on the superhub, SQLSTATE 57014) is the superhub's failure (error_kind superhub), not a
+    bad dump; the old data stays."""
+    before = hub1_data(synced)
+    grow(synced)  # the stream spans blocks: its first half starts the COPY, which then waits for the rest
+    stream = synced.tmp / "grown.bin"
+    pausing = write_script(
+        synced.tmp / "pausing.sh",
+        f'{AGENT} "$@" > {stream}\nhalf=$(( $(stat -c %s {stream}) / 2 ))\n'
+        f"head -c $half {stream}; sleep 8; tail -c +$(( half + 1 )) {stream}\n",
+    )
+    running = asyncio.create_task(sync(synced.config(dump_mode="binary", agent_command=[pausing]), "hub1"))
+    await rows_in_flight_soon(synced)
+    assert synced.superhub_int(_CANCEL_COPY) == 1
+    (run,) = await asyncio.wait_for(running, 60)
+    assert (run.outcome, run.error_kind) == (Outcome.FAILED, ErrorKind.SUPERHUB), run.error
+    assert "canceling statement due to user request" in (run.error or "")
+    assert hub1_data(synced) == before
