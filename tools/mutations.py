@@ -55,6 +55,7 @@ _EMPTIED_FIRST = """for parent in sorted(parents.values(), key=lambda p: p.quali
 _INJECTION = "tests/scenarios/test_adversarial.py::test_injection_corpus_loads_only_data"
 _CLAIM = "tests/scenarios/test_adversarial.py::test_a_claim_out_of_bounds_fails_the_run_in_a_bounded_line"
 
+_HOSTILE_BINARY = "tests/scenarios/test_hostile_binary.py"
 _BEYOND_ANALYZE = (
     "tests/superhub/test_statistics_carried.py::test_statistics_beyond_analyze_are_dropped_and_the_table_analyzed"
 )
@@ -381,6 +382,102 @@ SABOTAGES = (
         "    if not 0 <= null_frac <= 1:",
         "    if null_frac < 0 or null_frac > 1:",
         (f"{_BEYOND_ANALYZE}[pg18-a NaN null_frac-copy]",),
+    ),
+    Sabotage(
+        "binary-head-unchecked",
+        "a binary section's head is held to what the superhub asked (issue 54 items 4, 7)",
+        "fedload/superhub/importer.py",
+        "        check_binary_head(start, asked, feeder=self._feeder)",
+        "        pass",
+        (_HOSTILE_BINARY, "-k", "binary and not copy and not int4"),
+    ),
+    Sabotage(
+        "binary-head-text-types",
+        "a column asked as text only (tsvector, enums) is refused in binary (issue 54 item 4)",
+        "fedload/superhub/section_head_check.py",
+        "        if oids[name] == 0:",
+        "        if oids[name] < 0:",
+        (_HOSTILE_BINARY, "-k", "tsvector or enum"),
+    ),
+    Sabotage(
+        "binary-head-table-as-text",
+        "a table asked as text is refused in binary (issue 54 item 4)",
+        "fedload/superhub/importer.py",
+        "asked = asked_columns(staged.parent, remap=self._remap,",
+        "asked = asked_columns(staged.parent, remap=None,",
+        (_HOSTILE_BINARY, "-k", "asked-as-text"),
+    ),
+    Sabotage(
+        "binary-head-empty",
+        "a binary section with no column list is refused (issue 54 item 7)",
+        "fedload/superhub/section_head_check.py",
+        "    if not start.columns:",
+        "    if start.columns is None:",
+        (_HOSTILE_BINARY, "-k", "no-column-list"),
+    ),
+    Sabotage(
+        "binary-head-order",
+        "a binary section's columns come in the order asked (issue 54 item 7)",
+        "fedload/superhub/section_head_check.py",
+        "        if order[name] < last:",
+        "        if order[name] < -1:",
+        (_HOSTILE_BINARY, "-k", "out-of-order"),
+    ),
+    Sabotage(
+        "binary-head-not-asked",
+        "a binary section's column the superhub did not ask for is refused (issue 54 item 7)",
+        "fedload/superhub/section_head_check.py",
+        'return f"for column {name}, which the superhub did not ask for"',
+        "continue",
+        (_HOSTILE_BINARY, "-k", "not-asked"),
+    ),
+    Sabotage(
+        "binary-head-twice",
+        "a binary section's column named twice is refused (issue 54 item 7)",
+        "fedload/superhub/section_head_check.py",
+        'if name in seen:\n            return f"with column {name} twice"',
+        'if False:\n            return f"with column {name} twice"',
+        (_HOSTILE_BINARY, "-k", "twice"),
+    ),
+    Sabotage(
+        "binary-head-unsent-asked",
+        "a binary section may not call a column the superhub asked for unsent (issue 54 item 7)",
+        "fedload/superhub/section_head_check.py",
+        "        if name in order:",
+        "        if not order:",
+        (_HOSTILE_BINARY, "-k", "unsent"),
+    ),
+    Sabotage(
+        "header-mode-unchecked",
+        "the stream's dump_mode is the mode the superhub asked for",
+        "fedload/superhub/receive.py",
+        "        if header.dump_mode != self._dump_mode:",
+        "        if not header.dump_mode:",
+        (_HOSTILE_BINARY, "-k", "copy-was-asked"),
+    ),
+    Sabotage(
+        "data-refusal-superhub",
+        "PostgreSQL's refusal of a binary value is a dump error, not the superhub's (issue 54 item 6)",
+        "fedload/superhub/data_refusals.py",
+        '_DATA_STATES = frozenset({"08P01", "42804", "54000"})',
+        '_DATA_STATES = frozenset({"54000"})',
+        (_HOSTILE_BINARY, "-k", "int4"),
+    ),
+    Sabotage(
+        "data-refusal-everything",
+        "PostgreSQL's error in the data phase that is not about the data (a cancel) stays the superhub's",
+        "fedload/superhub/data_refusals.py",
+        "(state[:2] in _DATA_CLASSES or state in _DATA_STATES)",
+        "bool(state)",
+        (_HOSTILE_BINARY, "-k", "cancelled_on_the_superhub"),
+    ),
+    Sabotage(
+        "data-refusal-unnamed",
+        "PostgreSQL's refusal of a feeder's data names the feeder and the table, in every mode (issue 54 item 6)",
+        "fedload/superhub/importer.py",
+        "            if is_data_refusal(exc):",
+        "            if False:",
+        ("tests/scenarios/test_adversarial.py", "-k", "injection_corpus and deep"),
     ),
 )
 

@@ -24,9 +24,12 @@ from fedload.errors import DumpError
 from fedload.log import get_logger
 from fedload.names import TableName, TablePattern, columns_refusal
 from fedload.superhub.binary_receive import BinaryEnd, BinaryRows, BinaryStart, SectionItem, UnchangedTable
+from fedload.superhub.binary_request import asked_columns
+from fedload.superhub.data_refusals import is_data_refusal, refused_data
 from fedload.superhub.literal_copy import CSV_NULL, CSV_QUOTE, copy_rows_pattern, csv_rows
 from fedload.superhub.rejects import RejectWriter
 from fedload.superhub.schema import STAGE_SCHEMA, ParentTable, ident, key_literal
+from fedload.superhub.section_head_check import check_binary_head
 from fedload.superhub.staged import StagedTable
 from fedload.superhub.statistics import StatisticsCollector
 from transforms import (
@@ -212,12 +215,16 @@ class Importer:
         for staged in self.staged.values():
             if staged.kept is not None:
                 continue
-            for index in staged.parent.indexes:
-                if index.constraint_sql is not None:
-                    await self._conn.execute(f"ALTER TABLE {staged.stage_sql} ADD {index.constraint_sql}")
-                else:
-                    unique = "UNIQUE " if index.unique else ""
-                    await self._conn.execute(f"CREATE {unique}INDEX ON {staged.stage_sql} {index.body}")
+            with self._key_checked(staged):  # a duplicate key is the dump's
+                await self._build_indexes(staged)
+
+    async def _build_indexes(self, staged: StagedTable) -> None:
+        for index in staged.parent.indexes:
+            if index.constraint_sql is not None:
+                await self._conn.execute(f"ALTER TABLE {staged.stage_sql} ADD {index.constraint_sql}")
+            else:
+                unique = "UNIQUE " if index.unique else ""
+                await self._conn.execute(f"CREATE {unique}INDEX ON {staged.stage_sql} {index.body}")
 
     async def _create_stage(self, staged: StagedTable) -> None:
         """The staging table: the parent's columns with their types, collations, NOT NULLs, defaults and generated
@@ -323,16 +330,21 @@ class Importer:
 
     @contextlib.contextmanager
     def _key_checked(self, staged: StagedTable) -> Iterator[None]:
-        """A row whose feeder key is not this feeder's condemns the dump (a misconfigured or lying feeder)."""
+        """A row whose feeder key is not this feeder's condemns the dump (a misconfigured or lying feeder); so does
+        any other refusal of the data by PostgreSQL (fedload.superhub.data_refusals), in the feeder's and the
+        table's name."""
         try:
             yield
         except asyncpg.PostgresError as exc:
-            if not self._is_key_violation(exc):
-                raise
-            raise DumpError(
-                f"table {staged.parent.qualified_name}: the dump of feeder {self._feeder} carries the feeder key "
-                f"column {self._policy.feeder_key} with a value other than its key {self._key!r}"
-            ) from None
+            table = staged.parent.qualified_name
+            if self._is_key_violation(exc):
+                raise DumpError(
+                    f"table {table}: the dump of feeder {self._feeder} carries the feeder key "
+                    f"column {self._policy.feeder_key} with a value other than its key {self._key!r}"
+                ) from None
+            if is_data_refusal(exc):
+                raise refused_data(exc, feeder=self._feeder, table=table) from exc
+            raise
 
     async def _copy(self, start: CopyStart, items: AsyncIterator[AnyItem]) -> None:
         staged = await self._staged(start.table, start)
@@ -362,6 +374,8 @@ class Importer:
         if staged is None:
             await _skip_binary(items)
             return
+        asked = asked_columns(staged.parent, remap=self._remap, rejects=self._rejects is not None)
+        check_binary_head(start, asked, feeder=self._feeder)
         written = tuple(ident(c).encode() for c in start.columns)
         plan = self._plan(staged, written, start)
         as_sent = plan.sources == tuple(range(len(written)))  # every field where it is (renamed at most)

@@ -320,7 +320,7 @@ class _FeederSync:
             process,
             framed=self.feeder.agent,
             feeder=self.name,
-            binary=binary,
+            dump_mode=self.feeder.dump_mode,
             max_statement_bytes=bound,
             statistics=self._carry,
             digests=self._skips is not None and not binary,

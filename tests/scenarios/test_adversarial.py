@@ -49,6 +49,7 @@ SYNTAX_ERROR = re.compile(r"line \d+ \(byte \d+\): \S.*")
 DUMP_FAULT = re.compile(
     r"dump (line|byte) \d+: |the dump is malformed at (line \d+ \(byte \d+\)|byte \d+): "
     r"|the superhub rejected a row: "
+    r"|table public\.\w+: the superhub refused the data of feeder hub1 \(SQLSTATE \w{5}\): "
     r"|the dump of feeder hub1 lacks table\(s\) |table public\.\w+: the feeder sent "
 )
 FUZZ = settings(
@@ -259,7 +260,7 @@ async def test_importer_loads_mutated_dumps_or_rejects_them(
     category.inputs()
     before = SuperhubState.of(synced)
     dump = data.draw(mutated(hub3_dumps[mode]), label="dump")
-    run = await sync_crafted(synced, crafted_stream(dump, mode=mode))
+    run = await sync_crafted(synced, crafted_stream(dump, mode=mode), dump_mode=mode)
     note(f"{run.outcome}: {run.error}")
     event(run.outcome)
     if run.outcome == Outcome.SUCCESS:
@@ -446,14 +447,16 @@ INJECTIONS = {
         b"COPY public.contexts (hostkey, tags) FROM stdin;\nk\t" + b"{" * 10_000 + b"}" * 10_000 + b"\n\\.\n",
         rejected=True,
         mode="copy",
-        message="the superhub rejected a row: number of array dimensions (7) exceeds the maximum allowed (6)",
+        message="table public.contexts: the superhub refused the data of feeder hub1 (SQLSTATE 54000): number of array "
+        "dimensions (7) exceeds the maximum allowed (6)",
         exclude_tables=(),
     ),
     "invalid utf-8 in a copy row": Attack(
         b"COPY public.hosts (hostkey, name) FROM stdin;\nk\tbad \xff\xfe here\n\\.\n",
         rejected=True,
         mode="copy",
-        message='the superhub rejected a row: invalid byte sequence for encoding "UTF8": 0xff',
+        message="table public.hosts: the superhub refused the data of feeder hub1 (SQLSTATE 22021): invalid byte "
+        'sequence for encoding "UTF8": 0xff',
     ),
     "invalid utf-8 in a value": Attack(
         ROW + b"('k', 'bad \xff\xfe here');\n", rejected=True, message="dump line 1: a VALUES tuple is not valid UTF-8"
@@ -539,7 +542,10 @@ async def test_injection_corpus_loads_only_data(synced: Federation, category: Ca
     before = SuperhubState.of(synced)
     case = INJECTIONS[attack]
     run = await sync_crafted(
-        synced, crafted_stream(case.dump, mode=case.mode), exclude_tables=list(case.exclude_tables)
+        synced,
+        crafted_stream(case.dump, mode=case.mode),
+        dump_mode=case.mode,
+        exclude_tables=list(case.exclude_tables),
     )
     assert run.outcome == (Outcome.FAILED if case.rejected else Outcome.SUCCESS), run.error
     if case.rejected:
@@ -558,7 +564,8 @@ async def test_values_stay_data_when_the_superhub_defaults_to_backslash_escapes(
     before = SuperhubState.of(federation)
     federation.superhub_sql(f"ALTER DATABASE {federation.superhub} SET standard_conforming_strings = off")
     before.fingerprint = federation.superhub_sql(FINGERPRINT)
-    run = await sync_crafted(federation, crafted_stream(INJECTIONS["backslash before a quote"].dump, mode="inserts"))
+    stream = crafted_stream(INJECTIONS["backslash before a quote"].dump, mode="inserts")
+    run = await sync_crafted(federation, stream, dump_mode="inserts")
     assert run.outcome == Outcome.SUCCESS, run.error
     assert_only_hub1_data_changed(federation, before, run)
     assert federation.superhub_sql("SELECT name FROM hosts WHERE hub_id = 1") == ") ; DROP TABLE public.contexts; --"
