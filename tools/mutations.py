@@ -304,6 +304,14 @@ SABOTAGES = (
         "        pass",
         ("tests/scenarios/test_shard_entities.py", "-k", "forged"),
     ),
+    Sabotage(
+        "binary-row-unbounded",
+        "a binary COPY row past superhub.max_statement_bytes is refused before it reaches PostgreSQL",
+        "fedload/superhub/binary_framing.py",
+        "        self._max_row_bytes = max_row_bytes",
+        "        self._max_row_bytes = 1 << 61",
+        ("tests/scenarios/test_binary_row_bound.py",),
+    ),
 )
 
 
