@@ -479,6 +479,14 @@ SABOTAGES = (
         "            if False:",
         ("tests/scenarios/test_adversarial.py", "-k", "injection_corpus and deep"),
     ),
+    Sabotage(
+        "binary-row-unbounded",
+        "a binary COPY row past superhub.max_statement_bytes is refused before it reaches PostgreSQL",
+        "fedload/superhub/binary_framing.py",
+        "        self._max_row_bytes = max_row_bytes",
+        "        self._max_row_bytes = 1 << 61",
+        ("tests/scenarios/test_binary_row_bound.py",),
+    ),
 )
 
 
