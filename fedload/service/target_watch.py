@@ -12,6 +12,7 @@ change: that part shows in `status` and the metrics, not in the schedule. Withou
 from __future__ import annotations
 
 import functools
+import math
 import os
 import socket
 import time
@@ -64,8 +65,9 @@ class TargetWatch:
         return {name: target for name, target in named if target is not None}
 
     async def read_history(self) -> None:
-        """The last success (its start, its duration) of each feeder with a target, from its superhub's history;
-        a superhub that cannot say is logged, its feeders counted as never loaded until they run."""
+        """The last success (its start, its duration) of each feeder with a target, from its superhub's history
+        (the newer of it and the daemon's own); a superhub that cannot say is logged, its feeders counted as never
+        loaded until they run."""
         config, targeted = self._config(), list(self._targets())
         for shard, names in config.by_shard(targeted).items():
             read = functools.partial(read_feeder_states, feeders=names)
@@ -76,8 +78,9 @@ class TargetWatch:
                 continue
             now = time.monotonic()
             for state in states:
-                if state.success_age_s is not None:
-                    self._data_at.setdefault(state.feeder, now - state.success_age_s)
+                if state.success_age_s is not None:  # a manual sync since the daemon's own last run: newer
+                    known = self._data_at.get(state.feeder, -math.inf)
+                    self._data_at[state.feeder] = max(known, now - state.success_age_s)
                 if state.success_run_s is not None:
                     self._run_s.setdefault(state.feeder, state.success_run_s)
 

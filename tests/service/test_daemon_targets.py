@@ -3,6 +3,7 @@ the feeder most behind its target first, and a target the lanes cannot hold is s
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -38,15 +39,13 @@ def _daemon_runs(fed: Federation, after_id: int) -> list[str]:
     return [x for x in text.split(",") if x]
 
 
+def _status_output(fed: Federation, *options: str) -> str:
+    command = [sys.executable, "-m", "fedload", "status", *options, "--config", str(fed.tmp / "fedload.toml")]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False).stdout
+
+
 def _status(fed: Federation) -> dict[str, dict[str, object]]:
-    out = subprocess.run(
-        [sys.executable, "-m", "fedload", "status", "--json", "--config", str(fed.tmp / "fedload.toml")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    return {s["feeder"]: s for s in json.loads(out.stdout)}
+    return {s["feeder"]: s for s in json.loads(_status_output(fed, "--json"))}
 
 
 async def test_one_lane_goes_to_the_feeder_most_behind_and_an_unreachable_target_is_reported(
@@ -71,9 +70,12 @@ async def test_one_lane_goes_to_the_feeder_most_behind_and_an_unreachable_target
     assert capacity["lanes"] == 1
     assert capacity["smallest_target_s"] == 0.5
     assert hub2["freshness_target_s"] == 0.5
-    unreachable = [e for e in daemon.events() if e["event"] == "daemon.freshness_unreachable"]
-    assert len(unreachable) == 1, unreachable
-    said = unreachable[0]
+    text = _status_output(federation)
+    assert "\ttarget\t" in text.splitlines()[1]  # piped: the header line of tab-separated columns
+    assert "FRESHNESS TARGETS UNREACHABLE: 1 lane" in text
+    said = next(e for e in daemon.events() if e["event"] == "daemon.freshness_unreachable")  # the first verdict
     assert (said["round_s"], said["lanes"], said["lanes_needed"]) == (1.2, 1, 3)
     assert said["targets"] == {name: target for name, (target, _) in _TARGETS_AGES.items()}
     assert daemon.stop() == 0
+    verdicts = [e["event"] for e in daemon.events() if str(e["event"]).startswith("daemon.freshness_")]
+    assert all(a != b for a, b in itertools.pairwise(verdicts)), verdicts  # each said once, until it changes
