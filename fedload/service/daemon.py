@@ -2,6 +2,9 @@
 
 - One run per feeder at a time (across processes too: the pipeline's advisory lock), at most
   `max_parallel_feeders` runs at once; a failing feeder backs off on its own and never delays the others.
+- Freshness targets (docs/freshness.md): a feeder past its target is due before its interval, a free lane goes to
+  the due feeder most behind (`fedload.service.targets`), and the daemon says once when its lanes cannot hold the
+  targets (`fedload.service.target_watch`).
 - SIGTERM/SIGINT: two-phase shutdown. Start nothing new, let running syncs finish for `shutdown_grace_s`, then
   cancel them (their transactions roll back: old data intact, no staging left).
 - SIGHUP: reload the configuration file; an invalid one is logged and the running configuration kept.

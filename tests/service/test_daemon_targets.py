@@ -7,6 +7,7 @@ import itertools
 import json
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Callable
 
 from tests.support.federation import DaemonProcess, Federation, config_toml, sync
@@ -19,6 +20,7 @@ _HISTORY_RUN_S = 0.4  # each feeder's last run time, as its history says: a roun
 
 def _config(fed: Federation) -> str:
     text = config_toml(fed, interval_s=3600).replace("[superhub]\n", "[superhub]\nmax_parallel_feeders = 1\n")
+    text = text.replace("[daemon]\n", '[daemon]\nmetrics_listen = "127.0.0.1:0"\n')
     for name, (target_s, _) in _TARGETS_AGES.items():
         text = text.replace(f"[feeders.{name}]\n", f"[feeders.{name}]\nfreshness_target_s = {target_s}\n")
     return text
@@ -44,6 +46,13 @@ def _status_output(fed: Federation, *options: str) -> str:
     return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False).stdout
 
 
+def _scrape(daemon: DaemonProcess) -> str:
+    """The daemon's /metrics, on the port it logged."""
+    port = next(e["port"] for e in daemon.events() if e["event"] == "daemon.metrics_serving")
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        return str(response.read().decode())
+
+
 def _status(fed: Federation) -> dict[str, dict[str, object]]:
     return {s["feeder"]: s for s in json.loads(_status_output(fed, "--json"))}
 
@@ -53,7 +62,7 @@ async def test_one_lane_goes_to_the_feeder_most_behind_and_an_unreachable_target
 ) -> None:
     """With one lane the daemon runs hub2, hub3, hub1 (most behind their targets first; not by age, not by name);
     hub2's 0.5 s target against a 1.2 s round is logged once as unreachable (lanes needed: 3), and status --json
-    shows the verdict and the target beside each feeder."""
+    shows the verdict and the target beside each feeder, as do the metrics."""
     config_text = _config(federation)
     (federation.tmp / "fedload.toml").write_text(config_text)
     await sync(federation.config())
@@ -73,6 +82,9 @@ async def test_one_lane_goes_to_the_feeder_most_behind_and_an_unreachable_target
     text = _status_output(federation)
     assert "\ttarget\t" in text.splitlines()[1]  # piped: the header line of tab-separated columns
     assert "FRESHNESS TARGETS UNREACHABLE: 1 lane" in text
+    target = 'fedload_feeder_freshness_target_seconds{feeder="hub2"} 0.5'
+    daemon.wait_for("the targets' metric", lambda: target in _scrape(daemon))
+    assert "fedload_freshness_target_reachable 0.0" in _scrape(daemon)
     said = next(e for e in daemon.events() if e["event"] == "daemon.freshness_unreachable")  # the first verdict
     assert (said["round_s"], said["lanes"], said["lanes_needed"]) == (1.2, 1, 3)
     assert said["targets"] == {name: target for name, (target, _) in _TARGETS_AGES.items()}
