@@ -487,6 +487,22 @@ SABOTAGES = (
         "        self._max_row_bytes = 1 << 61",
         ("tests/scenarios/test_binary_row_bound.py",),
     ),
+    Sabotage(
+        "freshness-order-by-timer",
+        "a free lane goes to the due feeder most behind its freshness target, not the one due longest",
+        "fedload/service/targets.py",
+        "    return sorted(due, key=lambda c: (-lateness(c, now), c.schedule.next_at, c.name))",
+        "    return sorted(due, key=lambda c: (c.schedule.next_at, c.name))",
+        ("tests/service/test_targets.py", "tests/service/test_daemon_targets.py"),
+    ),
+    Sabotage(
+        "freshness-unreachable-silent",
+        "a freshness target the lanes cannot hold is reported (log, status, metric)",
+        "fedload/service/targets.py",
+        "        reachable=round_s <= smallest_s and not behind,",
+        "        reachable=True,",
+        ("tests/service/test_daemon_targets.py", "tests/service/test_targets.py"),
+    ),
 )
 
 
