@@ -283,19 +283,7 @@ def _trailer_refusal(trailer: Trailer) -> str | None:
         return f"dump_program is not one of {', '.join(_DUMP_PROGRAMS)}"
     if any(not DIGEST_FORMAT.fullmatch(digest) for *_, digest in trailer.unchanged):
         return "an unchanged table's digest is not 64 lowercase hexadecimal digits"
-    return _counts_refusal(trailer) or _names_refusal(trailer)
-
-
-def _counts_refusal(trailer: Trailer) -> str | None:
-    """Why a count of the trailer is refused: payload_bytes, and the rows of `rows`, `unchanged` and `digests`."""
-    counts = {
-        "payload_bytes": [trailer.payload_bytes],
-        "rows": list(trailer.row_counts().values()),
-        "unchanged": [rows for *_, rows, _ in trailer.unchanged],
-        "digests": [rows for *_, rows, _ in trailer.digests],
-    }
-    wrong = next((field for field, values in counts.items() if any(not 0 <= n <= _MAX_COUNT for n in values)), None)
-    return None if wrong is None else f"a count in {wrong} is not from 0 to {_MAX_COUNT}"
+    return _names_refusal(trailer) or _counts_refusal(trailer)
 
 
 def _names_refusal(trailer: Trailer) -> str | None:
@@ -307,6 +295,22 @@ def _names_refusal(trailer: Trailer) -> str | None:
         *((s, n) for s, n, *_ in trailer.digests),
     ]
     return next((wrong for s, n in names if (wrong := _name_refusal(s, n)) is not None), None)
+
+
+def _counts_refusal(trailer: Trailer) -> str | None:
+    """Why a count of the trailer is refused: payload_bytes, the rows of `rows` and `unchanged`, naming the table
+    (its name checked before). A digest's rows are checked with the digest (fedload.superhub.unchanged)."""
+    if not 0 <= trailer.payload_bytes <= _MAX_COUNT:
+        return f"payload_bytes is not a count from 0 to {_MAX_COUNT}"
+    counts = [
+        *(("rows", table, rows) for table, rows in trailer.row_counts().items()),
+        *(("unchanged", (s, n), rows) for s, n, rows, _ in trailer.unchanged),
+    ]
+    wrong = next(((field, t) for field, t, rows in counts if not 0 <= rows <= _MAX_COUNT), None)
+    if wrong is None:
+        return None
+    field, (schema, name) = wrong
+    return f"the {field} of table {schema}.{name} are not a count from 0 to {_MAX_COUNT}"
 
 
 def _name_refusal(schema: str, name: str) -> str | None:
