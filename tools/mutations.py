@@ -496,6 +496,16 @@ SABOTAGES = (
         ("tests/service/test_targets.py", "tests/service/test_daemon_targets.py"),
     ),
     Sabotage(
+        "freshness-target-overrides-backoff",
+        "a feeder past its freshness target still waits out its backoff and busy retries",
+        "fedload/service/targets.py",
+        """    if now < candidate.schedule.not_before:
+        return False
+""",
+        "",
+        ("tests/service/test_targets.py",),
+    ),
+    Sabotage(
         "freshness-unreachable-silent",
         "a freshness target the lanes cannot hold is reported (log, status, metric)",
         "fedload/service/targets.py",
