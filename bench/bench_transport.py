@@ -76,7 +76,7 @@ async def receive(config: Config) -> tuple[float, DumpReceiver, int]:
             dump_command(feeder, config.transform, [TableName.from_dump(TABLE.encode())])
         )
         try:
-            receiver = DumpReceiver(process, framed=True)
+            receiver = DumpReceiver(process, framed=True, dump_mode=feeder.dump_mode)
             async for _ in receiver.items():
                 items += 1
         finally:

@@ -297,7 +297,17 @@ class FeederConfig(_Model):
     """One feeder hub."""
 
     key: int | str = Field(description='This feeder\'s value of superhub.feeder_key (1 and "1" are the same key).')
-    interval_s: Seconds = Field(300.0, description="The daemon syncs this feeder every so often (with jitter).")
+    interval_s: Seconds = Field(
+        300.0,
+        description="The daemon syncs this feeder every so often (with jitter): the most often it runs while no "
+        "feeder is behind its freshness target.",
+    )
+    freshness_target_s: Seconds | None = Field(
+        None,
+        description="The oldest this feeder's data should get (docs/freshness.md): past it the feeder is due before "
+        "its interval, and a free lane goes to the feeder oldest against its target (default: "
+        "daemon.freshness_target_s).",
+    )
     dump_mode: DumpMode = Field(DumpMode.COPY, description='"copy", "inserts" or "binary" (docs/dump-modes.md).')
     compression: Compression = Field(
         Compression.ZSTD,
@@ -384,6 +394,11 @@ class DaemonConfig(_Model):
         description="HOST:PORT of the Prometheus metrics (docs/metrics.md); off by default. Plain HTTP without "
         "authentication; read at start.",
     )
+    freshness_target_s: Seconds | None = Field(
+        None,
+        description="Every feeder's freshness target unless it sets its own (docs/freshness.md); none: the feeders "
+        "run at their intervals, as before.",
+    )
 
 
 class ShardConfig(_Model):
@@ -424,6 +439,11 @@ class Config(_Model):
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         "info", description="Log level where no terminal is attached (on a terminal: -v, -vv)."
     )
+
+    def freshness_target_s(self, name: str) -> float | None:
+        """Feeder `name`'s freshness target: its own, else the daemon's default; None without either."""
+        own = self.feeders[name].freshness_target_s
+        return self.daemon.freshness_target_s if own is None else own
 
     def by_shard(self, names: Iterable[str] | None = None) -> dict[str | None, list[str]]:
         """The named feeders (default: all) grouped by shard, in configuration order; one group, None, without

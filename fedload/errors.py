@@ -34,9 +34,12 @@ __all__ = [
     "SwapLockError",
     "UsageError",
     "WorkerError",
+    "capped_error",
     "internal_error",
     "one_line",
 ]
+
+MAX_ERROR_CHARS = 2000  # of a run's error: what fedload.runs, status, the log and alerts show
 
 
 class ErrorKind(StrEnum):
@@ -125,6 +128,16 @@ class SwapLockError(SuperhubError):
 
 class WorkerError(FedloadError):
     """A worker process died or stopped answering during a feeder's run: that run failed, its old data stays."""
+
+
+def capped_error(text: str) -> str:
+    """A run's error as its record keeps it: one printable line (`one_line`) of at most MAX_ERROR_CHARS, its start
+    kept (the sentence names the feeder, the table and what was wrong; a feeder's own words may follow, at any
+    length)."""
+    flat = one_line(text, limit=None)
+    if len(flat) <= MAX_ERROR_CHARS:
+        return flat
+    return f"{flat[:MAX_ERROR_CHARS]}... ({len(flat) - MAX_ERROR_CHARS} more characters)"
 
 
 def internal_error(exc: BaseException) -> str:

@@ -11,6 +11,7 @@ never disagree about which tables a pattern means.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,14 +19,49 @@ from pydantic import GetCoreSchemaHandler
 from pydantic_core import core_schema
 
 from fedload.feeder.table_patterns import translate
+from transforms.errors import printable
 from transforms.lexical import DEFAULT_SCHEMA, split_identifiers, unquote_identifier
 
-__all__ = ["DEFAULT_SCHEMA", "TableName", "TablePattern", "quote_ident"]
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "MAX_COLUMNS",
+    "MAX_IDENTIFIER_BYTES",
+    "TableName",
+    "TablePattern",
+    "columns_refusal",
+    "identifier_refusal",
+    "quote_ident",
+]
+
+MAX_IDENTIFIER_BYTES = 63  # NAMEDATALEN - 1: PostgreSQL stores no longer name
+MAX_COLUMNS = 1600  # MaxHeapAttributeNumber: no table has more columns
 
 
 def quote_ident(name: str) -> str:
     """`name` as an always-quoted SQL identifier."""
     return '"' + name.replace('"', '""') + '"'
+
+
+def identifier_refusal(name: str) -> str | None:
+    """Why `name`, a feeder's claim, names nothing PostgreSQL could hold (None if it could): empty, a NUL, or more
+    than MAX_IDENTIFIER_BYTES bytes in UTF-8, the agent's dump encoding (bytes as written: a name read from a dump
+    with `surrogateescape` counts each invalid byte once). The reason shows the name's start, printable."""
+    try:
+        size = len(name.encode("utf-8", errors="surrogateescape"))
+    except UnicodeEncodeError:  # a lone surrogate from JSON's \ud800: three bytes as written
+        size = len(name.encode("utf-8", errors="surrogatepass"))
+    if 0 < size <= MAX_IDENTIFIER_BYTES and "\0" not in name:
+        return None
+    shown = printable(name[:MAX_IDENTIFIER_BYTES]) + ("..." if len(name) > MAX_IDENTIFIER_BYTES else "")
+    return f"the name '{shown}' ({size} bytes) is no PostgreSQL identifier (1 to {MAX_IDENTIFIER_BYTES} bytes, no NUL)"
+
+
+def columns_refusal(names: Sequence[str]) -> str | None:
+    """Why a feeder's list of a table's columns names no columns a PostgreSQL table could have (None if it could):
+    more than MAX_COLUMNS, or a name that is no identifier."""
+    if len(names) > MAX_COLUMNS:
+        return f"{len(names)} columns, more than a PostgreSQL table can have ({MAX_COLUMNS})"
+    return next(filter(None, map(identifier_refusal, names)), None)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -39,11 +75,21 @@ class TableName:
     def from_dump(cls, written: bytes) -> TableName:
         """The table a dump names (`public."Hosts"`, `hosts`); without schema, in DEFAULT_SCHEMA."""
         parts = [unquote_identifier(part) for part in split_identifiers(written)]
+        if (wrong := next(filter(None, map(identifier_refusal, parts)), None)) is not None:
+            raise ValueError(wrong)
         if len(parts) == 1:
             return cls(DEFAULT_SCHEMA, parts[0])
         if len(parts) != 2:
             raise ValueError(f"{written.decode(errors='replace')!r} is not a table name")
         return cls(parts[0], parts[1])
+
+    @classmethod
+    def claimed(cls, schema: str, name: str) -> TableName:
+        """A table a feeder names in its stream (a section head, the trailer): ValueError if either part is no
+        identifier (`identifier_refusal`)."""
+        if (wrong := identifier_refusal(schema) or identifier_refusal(name)) is not None:
+            raise ValueError(wrong)
+        return cls(schema, name)
 
     @property
     def sql(self) -> str:

@@ -24,6 +24,7 @@ import zstandard
 
 from fedload import __version__
 from fedload.errors import DumpError
+from fedload.feeder.binary_plan import DIGEST_FORMAT
 from fedload.feeder.wire import (
     DIGEST_PROTOCOL,
     FORMAT_VERSION,
@@ -36,6 +37,8 @@ from fedload.feeder.wire import (
     Trailer,
     dump_failure,
 )
+from fedload.names import TableName
+from transforms.errors import printable
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
@@ -62,6 +65,11 @@ _BLOCKS_HASHED = 4  # the first protocol whose trailer hashes the compressed blo
 _MAX_ACCEPTED_BLOCK_BYTES = 4 * MAX_BLOCK_BYTES  # a receiver tolerates senders with larger blocks, to a bound
 _MAX_FRAME_BYTES = _MAX_ACCEPTED_BLOCK_BYTES + (1 << 16)
 _MAX_JSON_BYTES = 1 << 20
+_MAX_VERSION_CHARS = 200  # a header's agent_version and pg_dump_version
+_SHOWN_CHARS = 60  # of a refused text, in the message
+_MAX_COUNT = 2**63 - 1  # a count of rows or bytes, as PostgreSQL's bigint holds it
+_MAX_EXIT_STATUS = 255  # a process's exit status, or (negative) the signal that ended it
+_DUMP_PROGRAMS = ("pg_dump", "psql")
 _T = TypeVar("_T")
 
 
@@ -181,13 +189,13 @@ class StreamDecoder:
             return [text]
         if kind == b"H" and self.header is None:
             _check_versions(payload, f"feeder {self._feeder}" if self._feeder else "the feeder")
-            self.header = _parse(Header, payload, "header")
+            self.header = _checked_header(_parse(Header, payload, "header"))
             self._decompress = _BlockDecompressor(self.header.compression, checksums=self._blocks_hashed)
             if not self._blocks_hashed:
                 self._text_sha256 = hashlib.sha256()
             return []
         if kind == b"T" and self.header is not None:
-            self.trailer = _parse(Trailer, payload, "trailer")
+            self.trailer = _checked_trailer(_parse(Trailer, payload, "trailer"))
             return []
         raise DumpError(f"unexpected stream frame {kind!r} at this point")
 
@@ -220,7 +228,8 @@ def _check_versions(header: bytes, feeder: str) -> None:
     if not isinstance(stated, dict):
         return
     version = stated.get("agent_version")
-    agent = f"fedload agent {version}" if isinstance(version, str) else "a fedload agent of unknown version"
+    known = isinstance(version, str) and _version_refusal("agent_version", version) is None
+    agent = f"fedload agent {version}" if known else "a fedload agent of unknown version"
     stream_format, protocol = stated.get("format", FORMAT_VERSION), stated.get("protocol", 1)
     superhub = f"this superhub (fedload {__version__})"
     if stream_format != FORMAT_VERSION:
@@ -236,6 +245,76 @@ def _check_versions(header: bytes, feeder: str) -> None:
             f"{feeder} runs {agent} (stream protocol {json.dumps(protocol)}); {superhub} needs protocol {wanted}: "
             f"upgrade fedload on the {'superhub' if newer else 'feeder'}"
         )
+
+
+def _version_refusal(field: str, version: str) -> str | None:
+    """Why a header's version text is refused (None if it is not): a version is a short line of printable text
+    (fedload's own `__version__`, pg_dump's `--version` line), never a place for a page or terminal controls."""
+    if len(version) <= _MAX_VERSION_CHARS and version.isprintable():
+        return None
+    shown = printable(version[:_SHOWN_CHARS]) + ("..." if len(version) > _SHOWN_CHARS else "")
+    return (
+        f"the header's {field} is not a version ({len(version)} characters, at most {_MAX_VERSION_CHARS} "
+        f"printable): {shown}"
+    )
+
+
+def _checked_header(header: Header) -> Header:
+    """`header`, its texts checked (`_version_refusal`); DumpError if one is refused."""
+    for field in ("agent_version", "pg_dump_version"):
+        if (wrong := _version_refusal(field, getattr(header, field))) is not None:
+            raise DumpError(f"the stream's header is refused: {wrong}")
+    return header
+
+
+def _checked_trailer(trailer: Trailer) -> Trailer:
+    """`trailer`, its claims checked before any is believed: counts within bigint, 0 or more; exit status that of
+    a process (or a signal's); every table name an identifier; an unchanged table's digest in the agent's format;
+    `dump_program` one of the agent's. DumpError naming the first refused."""
+    if (wrong := _trailer_refusal(trailer)) is not None:
+        raise DumpError(f"the stream's trailer is refused: {wrong}")
+    return trailer
+
+
+def _trailer_refusal(trailer: Trailer) -> str | None:
+    if not -_MAX_EXIT_STATUS <= trailer.pg_dump_exit_status <= _MAX_EXIT_STATUS:
+        return f"pg_dump_exit_status is not an exit status (-{_MAX_EXIT_STATUS} to {_MAX_EXIT_STATUS})"
+    if trailer.dump_program not in _DUMP_PROGRAMS:
+        return f"dump_program is not one of {', '.join(_DUMP_PROGRAMS)}"
+    if any(not DIGEST_FORMAT.fullmatch(digest) for *_, digest in trailer.unchanged):
+        return "an unchanged table's digest is not 64 lowercase hexadecimal digits"
+    return _counts_refusal(trailer) or _names_refusal(trailer)
+
+
+def _counts_refusal(trailer: Trailer) -> str | None:
+    """Why a count of the trailer is refused: payload_bytes, and the rows of `rows`, `unchanged` and `digests`."""
+    counts = {
+        "payload_bytes": [trailer.payload_bytes],
+        "rows": list(trailer.row_counts().values()),
+        "unchanged": [rows for *_, rows, _ in trailer.unchanged],
+        "digests": [rows for *_, rows, _ in trailer.digests],
+    }
+    wrong = next((field for field, values in counts.items() if any(not 0 <= n <= _MAX_COUNT for n in values)), None)
+    return None if wrong is None else f"a count in {wrong} is not from 0 to {_MAX_COUNT}"
+
+
+def _names_refusal(trailer: Trailer) -> str | None:
+    """Why a table name of the trailer is refused (`rows`, `tables`, `unchanged`, `digests`)."""
+    names = [
+        *trailer.row_counts(),
+        *(trailer.table_keys() or ()),
+        *((s, n) for s, n, *_ in trailer.unchanged),
+        *((s, n) for s, n, *_ in trailer.digests),
+    ]
+    return next((wrong for s, n in names if (wrong := _name_refusal(s, n)) is not None), None)
+
+
+def _name_refusal(schema: str, name: str) -> str | None:
+    try:
+        TableName.claimed(schema, name)
+    except ValueError as exc:
+        return f"a table it lists: {exc}"
+    return None
 
 
 _ADAPTERS: dict[type, TypeAdapter[object]] = {}

@@ -62,8 +62,9 @@ examples:
     ),
     "daemon": CommandHelp(
         "keep every feeder in sync on its own schedule (the systemd service)",
-        "Sync each feeder every interval_s seconds (with jitter), back off from feeders that fail, reload the "
-        "configuration on SIGHUP and stop gracefully on SIGTERM. Meant to run under systemd "
+        "Sync each feeder every interval_s seconds (with jitter), sooner past its freshness_target_s, the feeder "
+        "most behind its target first when a lane frees (docs/freshness.md), back off from feeders that fail, "
+        "reload the configuration on SIGHUP and stop gracefully on SIGTERM. Meant to run under systemd "
         "(deploy/fedload.service), where it logs JSON lines. With [shards], each feeder loads into its own shard; "
         "--shard NAME runs only that shard's feeders (a daemon per shard).",
     ),
@@ -73,6 +74,8 @@ examples:
         "older than stale_after_s), rows, duration, the last run's outcome and error, and the next scheduled run, "
         "under a title naming the configuration file read. "
         "A paused feeder shows its pause instead of its next run. "
+        "With freshness targets: each feeder's target (BEHIND when its data is older) and the daemon's last verdict "
+        "on its lanes (docs/freshness.md). "
         "Exit status 0 if no configured feeder is stale (a paused one does not count), 1 if one is (or the superhub "
         "cannot be read), 2 usage or configuration error.",
     ),

@@ -18,7 +18,13 @@ from fedload.config import Config, ConfigLocation
 from fedload.english import counted
 from fedload.errors import ErrorKind, FedloadError
 from fedload.log import get_logger
-from fedload.superhub.bookkeeping import FeederStatus, ensure_superhub, read_feeder_statuses
+from fedload.superhub.bookkeeping import (
+    CapacityReport,
+    FeederStatus,
+    ensure_superhub,
+    read_capacity,
+    read_feeder_statuses,
+)
 from fedload.superhub.entities import displaced_counts, displaced_pairs
 from fedload.superhub.job import coordinator_target, superhub_target
 from fedload.superhub.session import SuperhubTarget, superhub_session
@@ -32,16 +38,17 @@ async def read_status(config: Config) -> list[FeederStatus]:
     """The status of every feeder that is configured or has history; with shards, read from each shard's history
     (a feeder is configured on its own shard only)."""
     stale_after_s, entities = config.superhub.stale_after_s, config.superhub.entity_key is not None
+    targets = {name: config.freshness_target_s(name) for name in config.feeders}
     if not config.shards:
-        return await _read_status(superhub_target(config), list(config.feeders), None, stale_after_s, entities)
+        return await _read_status(superhub_target(config), targets, None, stale_after_s, entities)
     statuses = []
     for shard in config.shards:
-        names = config.by_shard().get(shard, [])
+        mine = {name: targets[name] for name in config.by_shard().get(shard, [])}
         try:
-            statuses += await _read_status(superhub_target(config, shard), names, shard, stale_after_s, entities=False)
+            statuses += await _read_status(superhub_target(config, shard), mine, shard, stale_after_s, entities=False)
         except FedloadError as exc:  # the other shards' feeders are still shown; this one's say why they are not
             log.warning("status.shard_unreachable", shard=shard, error=str(exc))
-            statuses += [_unreachable(name, shard, exc) for name in names]
+            statuses += [_unreachable(name, shard, exc) for name in mine]
     statuses = _one_per_feeder(statuses)
     return await _coordinator_counts(config, statuses) if entities else statuses
 
@@ -104,23 +111,42 @@ def _unreachable(feeder: str, shard: str, exc: FedloadError) -> FeederStatus:
 
 
 async def _read_status(
-    superhub: SuperhubTarget, names: list[str], shard: str | None, stale_after_s: float, entities: bool
+    superhub: SuperhubTarget,
+    targets: dict[str, float | None],
+    shard: str | None,
+    stale_after_s: float,
+    entities: bool,
 ) -> list[FeederStatus]:
-    """The feeders' statuses from one superhub; `entities`: with their displaced entities (superhub.entity_key)."""
+    """The statuses of the configured feeders (`targets`: each one's freshness target) and of the others with
+    history, from one superhub; `entities`: with their displaced entities (superhub.entity_key)."""
     async with superhub_session(superhub) as conn:
         await ensure_superhub(conn)
-        statuses = await read_feeder_statuses(conn, names, stale_after_s=stale_after_s, shard=shard)
+        statuses = await read_feeder_statuses(conn, list(targets), stale_after_s=stale_after_s, shard=shard)
+        statuses = _with_targets(statuses, targets, await read_capacity(conn))
         if not entities:
             return statuses
         return await _with_displaced(conn, statuses)
+
+
+def _with_targets(
+    statuses: list[FeederStatus], targets: dict[str, float | None], capacity: CapacityReport | None
+) -> list[FeederStatus]:
+    """Each configured feeder's freshness target and, with one, the daemon's verdict on its lanes."""
+    shown = []
+    for s in statuses:
+        target = targets.get(s.feeder)
+        shown.append(s if target is None else replace(s, freshness_target_s=target, capacity=capacity))
+    return shown
 
 
 def _table(statuses: list[FeederStatus], location: ConfigLocation) -> Table:
     table = Table(title=f"fedload status, configuration {location}")
     sharded = any(s.shard is not None for s in statuses)
     entities = any(s.displaced_entities is not None for s in statuses)
+    targets = any(s.freshness_target_s is not None for s in statuses)
     for column in (
-        *("feeder", *(["shard"] if sharded else []), "last success", "data age", "rows", "seconds"),
+        *("feeder", *(["shard"] if sharded else []), "last success", "data age", *(["target"] if targets else [])),
+        *("rows", "seconds"),
         *(["displaced (shown by)"] if entities else []),
         *("last run", "next run", "last swap", "error kind", "last error"),
     ):
@@ -132,6 +158,7 @@ def _table(statuses: list[FeederStatus], location: ConfigLocation) -> Table:
             *([_shard(s)] if sharded else []),
             s.last_success.strftime("%Y-%m-%d %H:%M:%S") if s.last_success else "-",
             _age(s, age),
+            *([_target(s)] if targets else []),
             _rows(s),
             f"{s.duration_s:.1f}" if s.duration_s is not None else "-",
             *([_displaced(s)] if entities else []),
@@ -148,6 +175,39 @@ def _displaced(s: FeederStatus) -> str:
     """How many of the feeder's entities other feeders show, and which: "201 (hub2 200, hub3 1)"."""
     by = ", ".join(f"{other} {n:,}" for other, n in sorted((s.displaced_by or {}).items()))
     return f"{s.displaced_entities or 0:,}" + (f" ({by})" if by else "")
+
+
+def _target(s: FeederStatus) -> Text | str:
+    """The feeder's freshness target, flagged BEHIND when its data is older."""
+    if s.freshness_target_s is None:
+        return "-"
+    target = f"{s.freshness_target_s / 60:.1f} min"
+    return Text(f"{target} BEHIND", style="red") if s.behind_target else target
+
+
+def _capacity_lines(statuses: list[FeederStatus]) -> list[Text]:
+    """The daemon's verdicts on the freshness targets (one per shard with shards), in a line each."""
+    seen: dict[str | None, CapacityReport] = {}
+    for s in statuses:
+        if s.capacity is not None:
+            seen.setdefault(s.shard, s.capacity)
+    return [_capacity_line(shard, report) for shard, report in sorted(seen.items(), key=lambda kv: kv[0] or "")]
+
+
+def _capacity_line(shard: str | None, r: CapacityReport) -> Text:
+    where = f"shard {shard}: " if shard else ""
+    when = f" (daemon {r.reported_by}, {r.reported_at:%Y-%m-%d %H:%M:%S})" if r.reported_at else ""
+    lanes = f"{counted(r.lanes, 'lane')}, a round takes {r.round_s:.1f} s"
+    if r.reachable:
+        return Text(f"{where}freshness targets held: {lanes}, the smallest target is {r.smallest_target_s:.0f} s{when}")
+    need = (
+        f"{r.lanes_needed} lanes needed (the host has {counted(r.cores, 'core')})"
+        if r.lanes_needed is not None
+        else f"no number of lanes will do: {', '.join(r.too_long)} alone outlast it"
+    )
+    behind = f"; behind for more than a round: {', '.join(r.behind)}" if r.behind else ""
+    text = f"{where}FRESHNESS TARGETS UNREACHABLE: {lanes}, the smallest target is {r.smallest_target_s:.0f} s; "
+    return Text(text + need + behind + when, style="red")
 
 
 def _rows(s: FeederStatus) -> str:
@@ -206,5 +266,8 @@ def run_status(config: Config, *, as_json: bool, location: ConfigLocation) -> in
         read = {"configuration": str(location.whole_path)}
         print(json.dumps([asdict(s) | read for s in statuses], default=str))
     else:
-        print_table(_table(statuses, location), Console())
+        console = Console()
+        print_table(_table(statuses, location), console)
+        for line in _capacity_lines(statuses):
+            console.print(line)
     return 1 if any(s.overdue for s in statuses) else 0

@@ -2,6 +2,9 @@
 
 - One run per feeder at a time (across processes too: the pipeline's advisory lock), at most
   `max_parallel_feeders` runs at once; a failing feeder backs off on its own and never delays the others.
+- Freshness targets (docs/freshness.md): a feeder past its target is due before its interval, a free lane goes to
+  the due feeder most behind (`fedload.service.targets`), and the daemon says once when its lanes cannot hold the
+  targets (`fedload.service.target_watch`).
 - SIGTERM/SIGINT: two-phase shutdown. Start nothing new, let running syncs finish for `shutdown_grace_s`, then
   cancel them (their transactions roll back: old data intact, no staging left).
 - SIGHUP: reload the configuration file; an invalid one is logged and the running configuration kept.
@@ -36,7 +39,9 @@ from fedload.service import systemd
 from fedload.service.coordinator_keeper import CoordinatorKeeper
 from fedload.service.daemon_metrics import DaemonMetricsService
 from fedload.service.pauses import PAUSED_RECHECK_S, PauseWatch
-from fedload.service.schedule import FeederSchedule, after_failure, after_success, first_run
+from fedload.service.schedule import FeederSchedule, after_failure, after_success, first_run, held
+from fedload.service.target_watch import TargetWatch
+from fedload.service.targets import Candidate, due_at, start_order
 from fedload.service.workers import worker_modules, worker_pool
 from fedload.superhub.bookkeeping import store_next_run
 from fedload.superhub.bookkeeping.connection import ShardHistories
@@ -98,6 +103,7 @@ class Daemon:
             config.daemon.metrics_listen, self._history, self._pool, lambda: self.config, shard=shard
         )
         self._pauses = PauseWatch(self._history, changed=self._metrics.poke)
+        self._targets = TargetWatch(self._history, self._metrics.metrics, lambda: self.config, self._feeders)
         self._wake = asyncio.Event()
         self._stopping = False
         self._reload_requested = False
@@ -115,6 +121,7 @@ class Daemon:
         try:
             if await self._prepare():
                 self._metrics.poke()
+                await self._targets.read_history()  # nothing to read without a freshness target
                 now = time.monotonic()
                 feeders = self._feeders(self.config).items()
                 self._schedules = {name: first_run(now, f.interval_s, self._rng) for name, f in feeders}
@@ -144,6 +151,7 @@ class Daemon:
                 self._reload()
                 self._notify_scheduling()  # a reload may have added or removed feeders
             self._start_due()
+            self._judge_targets()
             await self._sleep_until_next()
 
     def _notify_scheduling(self) -> None:
@@ -212,6 +220,7 @@ class Daemon:
             self._metrics.reconfigured(added, removed)
             log.info("daemon.reloaded", added=added, removed=removed)
             self._coordinator.reconfigured(new)  # feeders may have moved between shards' lists
+            self._spawn(self._targets.read_history(), name="freshness-history")  # new feeders, new targets
         systemd.notify("READY=1")
 
     def _load(self) -> Config:
@@ -222,17 +231,32 @@ class Daemon:
         return new
 
     def _start_due(self) -> None:
+        """Give each free lane to the due feeder most behind (fedload.service.targets)."""
         now = time.monotonic()
         slots = self.config.superhub.max_parallel_feeders - len(self._running)
-        due = sorted((s.next_at, name) for name, s in self._schedules.items() if s.next_at <= now)
-        for _, name in due:
+        if slots <= 0:
+            return
+        for candidate in start_order(self._candidates(now), now):
             if slots <= 0:
                 return
-            if name not in self._running and self._may_load(name, now):
+            name = candidate.name
+            if self._may_load(name, now):
+                self._targets.started(name)
                 task = asyncio.create_task(self._sync(name), name=f"sync-{name}")
                 task.add_done_callback(lambda t, n=name: self._finished(n, t))  # type: ignore[misc]
                 self._running[name] = task
                 slots -= 1
+
+    def _candidates(self, now: float) -> list[Candidate]:
+        """The feeders not running now, with what they are due by."""
+        schedules = self._schedules.items()
+        return [self._targets.candidate(name, s, now) for name, s in schedules if name not in self._running]
+
+    def _judge_targets(self) -> None:
+        """The verdict on the freshness targets; recorded for `status` in the background when it changed."""
+        report = self._targets.judge(self._schedules, self._pauses.paused)
+        if report is not None or self._targets.forgotten():
+            self._spawn(self._targets.record(report), name="freshness-report")
 
     def _may_load(self, name: str, now: float) -> bool:
         """Whether the feeder may load now; if not (new to its shard, the coordinator not yet built to read it
@@ -245,7 +269,7 @@ class Daemon:
         if name not in self._waiting:
             self._waiting.add(name)
             log.info("daemon.feeder_waits_for_coordinator", feeder=name, shard=self.config.feeders[name].shard)
-        self._schedules[name] = FeederSchedule(now + _COORDINATOR_RETRY_S, self._schedules[name].failures)
+        self._schedules[name] = held(now + _COORDINATOR_RETRY_S, self._schedules[name].failures)
         return False
 
     async def _sync(self, name: str) -> FeederRun:
@@ -260,6 +284,7 @@ class Daemon:
     def _finished(self, name: str, task: asyncio.Task[FeederRun]) -> None:
         self._running.pop(name, None)
         self._wake.set()
+        self._targets.finished(name, None if task.cancelled() or task.exception() else task.result())
         if task.cancelled() or name not in self._schedules:
             return
         now, interval = time.monotonic(), self.config.feeders[name].interval_s
@@ -270,7 +295,7 @@ class Daemon:
         run = None if exc is not None else task.result()
         previous = self._schedules[name]
         if run is not None and run.outcome is Outcome.PAUSED:  # asked again soon; its schedule in status stays
-            self._schedules[name] = FeederSchedule(now + min(interval, PAUSED_RECHECK_S), previous.failures)
+            self._schedules[name] = held(now + min(interval, PAUSED_RECHECK_S), previous.failures)
             return
         if run is not None:
             self._metrics.record(run)
@@ -278,7 +303,7 @@ class Daemon:
             self._schedules[name] = after_success(now, interval, self._rng)
             self._coordinator.loaded(name)  # a pending feeder: the coordinator is built again to read it there
         elif run is not None and run.outcome is Outcome.BUSY:
-            self._schedules[name] = FeederSchedule(now + _BUSY_RETRY_S, previous.failures)
+            self._schedules[name] = held(now + _BUSY_RETRY_S, previous.failures)
         else:
             self._schedules[name] = after_failure(now, interval, previous, self._rng)
             log.warning(
@@ -304,8 +329,12 @@ class Daemon:
             log.error("daemon.bookkeeping_crashed", task=task.get_name(), exc_info=exc)
 
     async def _sleep_until_next(self) -> None:
-        waiting = [s.next_at for name, s in self._schedules.items() if name not in self._running]
-        timeout = max(0.05, min(waiting, default=time.monotonic() + 60) - time.monotonic())
+        """Until the next feeder is due (its timer, its target), a run ends, or a signal; at most a minute. With
+        every lane taken, only a run's end can start another."""
+        now = time.monotonic()
+        lanes_full = len(self._running) >= self.config.superhub.max_parallel_feeders
+        waiting = [] if lanes_full else [due_at(c, now) for c in self._candidates(now)]
+        timeout = max(0.05, min(waiting, default=now + 60) - now)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), min(timeout, 60.0))
         self._wake.clear()

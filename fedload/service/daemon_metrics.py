@@ -118,6 +118,7 @@ class DaemonMetricsService:
         config = self._config()
         mine = self._mine(config)
         self.metrics.set_shards({name: feeder.shard for name, feeder in mine.items()})
+        self.metrics.set_targets({name: config.freshness_target_s(name) for name in mine})
         errors: list[str] = []
         for shard, feeders in config.by_shard(mine).items():  # one group, shard None, without shards
             try:

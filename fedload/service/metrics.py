@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
@@ -25,10 +25,12 @@ from prometheus_client import (
     ProcessCollector,
     start_http_server,
 )
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from fedload import __version__
 from fedload.errors import ConfigError, ErrorKind
 from fedload.results import FeederRun, Outcome
+from fedload.service.targets import Verdict
 from fedload.superhub.bookkeeping import FeederState
 
 __all__ = ["DaemonMetrics", "MetricsServer"]
@@ -102,6 +104,11 @@ class DaemonMetrics:
         )
         self.shard_up = self._gauge("shard_up", "1 if the last bookkeeping query on the shard worked.", ["shard"])
         self.workers = self._gauge("worker_processes", "Worker processes running feeders.")
+        self.target = self._gauge(
+            "feeder_freshness_target_seconds", "The feeder's freshness target (no series without one).", feeder
+        )
+        self.capacity = CapacityCollector()
+        self.registry.register(self.capacity)
         Info("fedload_build", "fedload's version.", registry=self.registry).info({"version": __version__})
         ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, process_resident_memory_bytes, ...
         PlatformCollector(registry=self.registry)
@@ -136,6 +143,12 @@ class DaemonMetrics:
                 _forget(gauge, name)
             self.set_displaced_by({name: None})
             _forget(self.data_time, name)
+            _forget(self.target, name)
+
+    def set_targets(self, targets: Mapping[str, float | None]) -> None:
+        """Each feeder's freshness target; None: no series."""
+        for feeder, target in targets.items():
+            _set(self.target, feeder, target)
 
     def set_shards(self, shards: dict[str, str | None]) -> None:
         """Each feeder's shard (None: no shards), replacing the feeders' earlier ones."""
@@ -197,6 +210,38 @@ class DaemonMetrics:
                 _forget(self.displaced_by, feeder, gone)
             for other, count in (by or {}).items():
                 self.displaced_by.labels(feeder, other).set(count)
+
+
+class CapacityCollector:
+    """The daemon's verdict on the freshness targets (docs/freshness.md); no series while it has none (no feeder
+    with a target, no run measured). `verdict` is replaced whole by the daemon's loop, read by the HTTP thread."""
+
+    def __init__(self) -> None:
+        self.verdict: Verdict | None = None
+
+    def describe(self) -> list[Metric]:
+        """Nothing to check against the registry's other names at registration."""
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        """The verdict's series, if there is one."""
+        v = self.verdict
+        if v is None:
+            return
+        yield GaugeMetricFamily(
+            "fedload_freshness_target_reachable",
+            "1 if the daemon's lanes hold every feeder within its freshness target, else 0.",
+            value=1 if v.reachable else 0,
+        )
+        yield GaugeMetricFamily(
+            "fedload_round_seconds", "The time to run every feeder once with the daemon's lanes.", value=v.round_s
+        )
+        if v.lanes_needed is not None:
+            yield GaugeMetricFamily(
+                "fedload_freshness_lanes_needed",
+                "The lanes (parallel runs) that would hold the smallest freshness target.",
+                value=v.lanes_needed,
+            )
 
 
 def _set(gauge: Gauge, feeder: str, value: float | None) -> None:

@@ -58,6 +58,11 @@ class PauseWatch:
         self._changed = changed
         self._paused: set[str] = set()
 
+    @property
+    def paused(self) -> frozenset[str]:
+        """The feeders found paused at their last due run."""
+        return frozenset(self._paused)
+
     async def skipped(self, job: Job) -> FeederRun | None:
         """The skipped run if the feeder is paused, else None (the run goes on)."""
         name = job.name

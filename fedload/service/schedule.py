@@ -1,11 +1,13 @@
-"""When each feeder runs next: its interval with jitter, exponential backoff after failures. Pure, no I/O."""
+"""When each feeder runs next: its interval with jitter, exponential backoff after failures, and the holds no
+freshness target overrides (a backoff, a busy or paused feeder). Pure, no I/O; which due feeder starts first is
+`fedload.service.targets`."""
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
 
-__all__ = ["FeederSchedule", "after_failure", "after_success", "first_run"]
+__all__ = ["FeederSchedule", "after_failure", "after_success", "first_run", "held"]
 
 MAX_BACKOFF_S = 3600.0
 _JITTER = 0.1  # +-10 % of the interval, so feeders configured alike spread out
@@ -14,10 +16,12 @@ _FIRST_RUN_SPREAD_S = 5.0
 
 @dataclass(frozen=True, slots=True)
 class FeederSchedule:
-    """A feeder's next run time (monotonic seconds) and how many runs in a row have failed."""
+    """A feeder's next run time (monotonic seconds), how many runs in a row have failed, and the time before which
+    it never starts, even past its freshness target (`not_before`: a backoff, a retry of a busy feeder)."""
 
     next_at: float
     failures: int = 0
+    not_before: float = float("-inf")
 
 
 def _jittered(seconds: float, rng: random.Random) -> float:
@@ -40,4 +44,9 @@ def after_failure(
     """Retry sooner than the interval at first, then back off exponentially up to `cap_s` (or the interval)."""
     failures = previous.failures + 1
     delay = min(max(cap_s, interval_s), min(interval_s, 30.0) * 2 ** (failures - 1))
-    return FeederSchedule(now + _jittered(delay, rng), failures)
+    return held(now + _jittered(delay, rng), failures)
+
+
+def held(until: float, failures: int = 0) -> FeederSchedule:
+    """Run at `until`, not before it even past the freshness target."""
+    return FeederSchedule(until, failures, not_before=until)

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from fedload.config import DEFAULT_RECEIVED_STATEMENT_BYTES
-from fedload.errors import DumpError
+from fedload.errors import DumpError, one_line
 from fedload.feeder.sections import CHUNK, END, HEAD, PART
 from fedload.log import get_logger
-from fedload.names import TableName
+from fedload.names import TableName, columns_refusal
 from fedload.superhub.schema import ident
 from fedload.superhub.statistics_section import StatisticsSection, is_statistics_head
 from transforms import CopyEnd, CopyRows, CopyStart, MetaCommand, Statement, TooLargeError, Verbatim
@@ -25,6 +25,7 @@ from transforms import CopyEnd, CopyRows, CopyStart, MetaCommand, Statement, Too
 __all__ = ["BinaryEnd", "BinaryRows", "BinaryStart", "SectionItem", "SectionSplitter", "UnchangedTable"]
 
 _MAX_HEAD_BYTES = 1 << 20
+_MAX_REASON_CHARS = 200
 # A piece of binary data at least this long goes on as a view of its block; shorter ones (psql's writes, a few KiB)
 # are joined with their neighbours: an item each would cost more than its bytes.
 _VIEW_BYTES = 1 << 16
@@ -217,7 +218,8 @@ class SectionSplitter:
             return UnchangedTable(table, unchanged["rows"], unchanged["digest"])
         if self._binary:
             return BinaryStart(table, columns, tuple(head["unsent"]), self._sections)
-        log.info("import.text_fallback", feeder=self._feeder, table=str(table), reason=head["reason"])
+        reason = one_line(head["reason"], _MAX_REASON_CHARS)  # the agent's words: a line, not a page of the head
+        log.info("import.text_fallback", feeder=self._feeder, table=str(table), reason=reason)
         written = ", ".join(map(ident, columns)).encode()
         return CopyStart(b"", self._sections, 0, table.sql.encode(), written)
 
@@ -248,6 +250,13 @@ def _head(body: bytes) -> dict[str, Any]:
     )
     if not valid:
         raise DumpError(f"a section head of the binary stream is not valid: {body[:80]!r}")
+    try:
+        TableName.claimed(head["schema"], head["name"])
+    except ValueError as exc:
+        raise DumpError(f"a section head of the binary stream names no table: {exc}") from None
+    for key in lists:
+        if (wrong := columns_refusal(head[key])) is not None:
+            raise DumpError(f"a section head of the binary stream lists {key} that are refused: {wrong}")
     return dict(head)
 
 

@@ -20,9 +20,12 @@ from fedload.names import TableName
 from fedload.superhub.schema import Column, ParentTable
 from transforms import Remap, TableRemap
 
-__all__ = ["TEXT_ONLY_TYPES", "binary_columns", "digest_requests"]
+__all__ = ["TEXT_ONLY_TYPES", "AskedColumns", "asked_columns", "binary_columns", "digest_requests"]
 
 TEXT_ONLY_TYPES = frozenset({3614, 3643})  # tsvector, tsvector[]
+# A table's columns as asked: (the feeder's name, the type OID here; 0: text only), in the superhub's order; None: the
+# whole table as text.
+AskedColumns = tuple[tuple[str, int], ...] | None
 
 log = get_logger()
 
@@ -42,13 +45,23 @@ def binary_columns(
     out = []
     for parent in sorted(parents, key=lambda p: p.table):
         rules = remap.for_table(parent.qualified_name) if remap is not None else None
-        whole = _text_reason(rules, rejects=rejects)
-        if whole:
+        if whole := _text_reason(rules, rejects=rejects):
             log.info("sync.binary_text_requested", feeder=feeder, table=parent.qualified_name, reason=whole)
-        source = {new: old for old, new in rules.rename.items()} if rules is not None else {}
-        columns = None if whole else [[source.get(c.name, c.name), _oid(c)] for c in _loaded(parent)]
+        asked = asked_columns(parent, remap=remap, rejects=rejects)
+        columns = None if asked is None else [list(column) for column in asked]
         out.append(_request(parent.table, columns, digests, counters))
     return out
+
+
+def asked_columns(parent: ParentTable, *, remap: Remap | None, rejects: bool) -> AskedColumns:
+    """What `binary_columns` asks of `parent`: its loaded columns under the feeder's names, each with its type OID
+    here (0: text only), or None (the whole table as text). The importer holds a binary section to it
+    (fedload.superhub.section_head_check)."""
+    rules = remap.for_table(parent.qualified_name) if remap is not None else None
+    if _text_reason(rules, rejects=rejects):
+        return None
+    source = {new: old for old, new in rules.rename.items()} if rules is not None else {}
+    return tuple((source.get(c.name, c.name), _oid(c)) for c in _loaded(parent))
 
 
 def digest_requests(

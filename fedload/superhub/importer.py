@@ -22,11 +22,15 @@ import asyncpg
 from fedload.config import DEFAULT_RECEIVED_STATEMENT_BYTES, BadRows, ExtraColumns
 from fedload.errors import DumpError
 from fedload.log import get_logger
-from fedload.names import TableName, TablePattern
+from fedload.names import TableName, TablePattern, columns_refusal
+from fedload.superhub.binary_framing import FIXED_WIDTHS, BinaryFraming
 from fedload.superhub.binary_receive import BinaryEnd, BinaryRows, BinaryStart, SectionItem, UnchangedTable
+from fedload.superhub.binary_request import asked_columns
+from fedload.superhub.data_refusals import is_data_refusal, refused_data
 from fedload.superhub.literal_copy import CSV_NULL, CSV_QUOTE, copy_rows_pattern, csv_rows
 from fedload.superhub.rejects import RejectWriter
 from fedload.superhub.schema import STAGE_SCHEMA, ParentTable, ident, key_literal
+from fedload.superhub.section_head_check import check_binary_head
 from fedload.superhub.staged import StagedTable
 from fedload.superhub.statistics import StatisticsCollector
 from transforms import (
@@ -212,12 +216,16 @@ class Importer:
         for staged in self.staged.values():
             if staged.kept is not None:
                 continue
-            for index in staged.parent.indexes:
-                if index.constraint_sql is not None:
-                    await self._conn.execute(f"ALTER TABLE {staged.stage_sql} ADD {index.constraint_sql}")
-                else:
-                    unique = "UNIQUE " if index.unique else ""
-                    await self._conn.execute(f"CREATE {unique}INDEX ON {staged.stage_sql} {index.body}")
+            with self._key_checked(staged):  # a duplicate key is the dump's
+                await self._build_indexes(staged)
+
+    async def _build_indexes(self, staged: StagedTable) -> None:
+        for index in staged.parent.indexes:
+            if index.constraint_sql is not None:
+                await self._conn.execute(f"ALTER TABLE {staged.stage_sql} ADD {index.constraint_sql}")
+            else:
+                unique = "UNIQUE " if index.unique else ""
+                await self._conn.execute(f"CREATE {unique}INDEX ON {staged.stage_sql} {index.body}")
 
     async def _create_stage(self, staged: StagedTable) -> None:
         """The staging table: the parent's columns with their types, collations, NOT NULLs, defaults and generated
@@ -286,6 +294,8 @@ class Importer:
         DumpError if they do not fit; nothing else changes."""
         names = [unquote_identifier(c) for c in written]
         parent = staged.parent
+        if (wrong := columns_refusal(names)) is not None:
+            raise DumpError(f"{_where(where)}: the columns of {parent.qualified_name}: {wrong}")
         if len(set(names)) != len(names):
             raise DumpError(f"{_where(where)}: a column of {parent.qualified_name} is listed twice")
         rules = self._remap.for_table(parent.qualified_name) if self._remap else None
@@ -321,16 +331,21 @@ class Importer:
 
     @contextlib.contextmanager
     def _key_checked(self, staged: StagedTable) -> Iterator[None]:
-        """A row whose feeder key is not this feeder's condemns the dump (a misconfigured or lying feeder)."""
+        """A row whose feeder key is not this feeder's condemns the dump (a misconfigured or lying feeder); so does
+        any other refusal of the data by PostgreSQL (fedload.superhub.data_refusals), in the feeder's and the
+        table's name."""
         try:
             yield
         except asyncpg.PostgresError as exc:
-            if not self._is_key_violation(exc):
-                raise
-            raise DumpError(
-                f"table {staged.parent.qualified_name}: the dump of feeder {self._feeder} carries the feeder key "
-                f"column {self._policy.feeder_key} with a value other than its key {self._key!r}"
-            ) from None
+            table = staged.parent.qualified_name
+            if self._is_key_violation(exc):
+                raise DumpError(
+                    f"table {table}: the dump of feeder {self._feeder} carries the feeder key "
+                    f"column {self._policy.feeder_key} with a value other than its key {self._key!r}"
+                ) from None
+            if is_data_refusal(exc):
+                raise refused_data(exc, feeder=self._feeder, table=table) from exc
+            raise
 
     async def _copy(self, start: CopyStart, items: AsyncIterator[AnyItem]) -> None:
         staged = await self._staged(start.table, start)
@@ -360,6 +375,8 @@ class Importer:
         if staged is None:
             await _skip_binary(items)
             return
+        asked = asked_columns(staged.parent, remap=self._remap, rejects=self._rejects is not None)
+        check_binary_head(start, asked, feeder=self._feeder)
         written = tuple(ident(c).encode() for c in start.columns)
         plan = self._plan(staged, written, start)
         as_sent = plan.sources == tuple(range(len(written)))  # every field where it is (renamed at most)
@@ -375,12 +392,24 @@ class Importer:
                 schema_name=STAGE_SCHEMA,
                 columns=staged.columns,
                 # asyncpg takes any buffer per item (its CopyData message copies it); its stubs say bytes
-                source=cast("AsyncIterator[bytes]", _binary_data(items, start)),
+                source=cast("AsyncIterator[bytes]", _binary_data(items, start, self._framing(start, staged))),
                 format="binary",
                 freeze=True,
             )
         staged.rows += int(status.rsplit(" ", 1)[1])
         self._log.info("import.table_loaded", table=staged.parent.qualified_name, rows=staged.rows, mode="binary")
+
+    def _framing(self, start: BinaryStart, staged: StagedTable) -> BinaryFraming:
+        """The check of a binary section's framing, its rows held to `max_statement_bytes`; the widths of its
+        columns' types here, where fixed (a faster check, if the data has them)."""
+        types = (column.binary_type_oid if (column := staged.parent.column(name)) else 0 for name in staged.columns)
+        return BinaryFraming(
+            columns=len(start.columns),
+            max_row_bytes=self._policy.max_statement_bytes,
+            feeder=self._feeder,
+            table=start.table,
+            widths=tuple(FIXED_WIDTHS.get(oid, 0) for oid in types),
+        )
 
     def _unsent_columns(self, staged: StagedTable, start: BinaryStart) -> None:
         """The feeder's columns the superhub lacks (so did not ask for): dropped with a warning, or an error, as
@@ -625,12 +654,16 @@ async def _skip_copy(items: AsyncIterator[AnyItem]) -> None:
             return
 
 
-async def _binary_data(items: AsyncIterator[AnyItem], start: BinaryStart) -> AsyncIterator[bytes | memoryview]:
-    """A binary section's data as it came, up to its end."""
+async def _binary_data(
+    items: AsyncIterator[AnyItem], start: BinaryStart, framing: BinaryFraming
+) -> AsyncIterator[bytes | memoryview]:
+    """A binary section's data as it came, up to its end, each piece's framing checked before it goes on."""
     async for item in items:
         if isinstance(item, BinaryEnd):
+            framing.close()
             return
         assert isinstance(item, BinaryRows)
+        framing.scan(item.data)
         yield item.data
     raise DumpError(f"the binary section of table {start.table} has no end")
 

@@ -22,7 +22,16 @@ from collections.abc import AsyncIterator, Iterable
 import asyncpg
 
 from fedload.config import DumpMode, FeederConfig, SwapMethod
-from fedload.errors import AgentRefusedError, ConfigError, DumpError, ErrorKind, FedloadError, internal_error, one_line
+from fedload.errors import (
+    AgentRefusedError,
+    ConfigError,
+    DumpError,
+    ErrorKind,
+    FedloadError,
+    capped_error,
+    internal_error,
+    one_line,
+)
 from fedload.log import get_logger
 from fedload.names import TableName
 from fedload.results import FeederRun, Outcome, Phase, Progress, ProgressCallback
@@ -311,7 +320,7 @@ class _FeederSync:
             process,
             framed=self.feeder.agent,
             feeder=self.name,
-            binary=binary,
+            dump_mode=self.feeder.dump_mode,
             max_statement_bytes=bound,
             statistics=self._carry,
             digests=self._skips is not None and not binary,
@@ -421,7 +430,8 @@ class _FeederSync:
 
     def _note_error(self, exc: BaseException) -> None:
         """Keep the reason a run fails, and its kind, in the words the caller will see."""
-        kind, error = self._failure(exc)
+        kind, failure = self._failure(exc)
+        error = capped_error(failure)  # a feeder's words in it (its agent's error, names) are bounded here
         parents_cache.forget()  # whatever failed, the next run reads the parents from the catalog again
         if self._committed:  # only what came after the swap failed
             error += "; the new data had been swapped in before"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from fedload.config import DEFAULT_RECEIVED_STATEMENT_BYTES
+from fedload.config import DEFAULT_RECEIVED_STATEMENT_BYTES, DumpMode
 from fedload.errors import AgentRefusedError, DumpError, FeederCommandError, one_line
 from fedload.feeder.wire import BINARY_PROTOCOL
 from fedload.names import TableName
@@ -34,19 +34,22 @@ class DumpReceiver:
         *,
         framed: bool = True,
         feeder: str = "",
-        binary: bool = False,
+        dump_mode: DumpMode = DumpMode.COPY,
         max_statement_bytes: int = DEFAULT_RECEIVED_STATEMENT_BYTES,
         statistics: bool = False,
         digests: bool = False,
     ) -> None:
-        """`binary`: the feeder was asked for dump_mode "binary", `statistics` for its tables' statistics,
-        `digests` for its tables' digests in copy or inserts mode (an agent too old for any is told apart)."""
+        """`dump_mode`: the mode the feeder was asked for, which the agent's header must state; `statistics`: it was
+        asked for its tables' statistics, `digests` for its tables' digests in copy or inserts mode (an agent too old
+        for any is told apart)."""
         self._process = process
         self._feeder = feeder
+        self._dump_mode, self._header_checked = dump_mode, False
         self._decoder: StreamDecoder | GzipDecoder = StreamDecoder(feeder) if framed else GzipDecoder()
         # errors after COPY data name the byte offset (its lines are not counted: a pass over every byte)
         self._splitter: DumpSplitter | SectionSplitter = DumpSplitter(max_statement_bytes, count_copy_lines=False)
-        self._binary, self._sections, self._max_statement_bytes = binary, False, max_statement_bytes
+        self._binary, self._sections = dump_mode == DumpMode.BINARY, False
+        self._max_statement_bytes = max_statement_bytes
         self._statistics = statistics
         self._digests = digests
         self.trailer: Trailer | None = None
@@ -77,8 +80,8 @@ class DumpReceiver:
         try:
             while raw := await self._process.read(READ_BYTES):
                 for text in self._decoder.texts(raw):  # inflated one block at a time: the splitter's bound holds
-                    if not self._sections and self.header is not None and self.header.dump_mode == "binary":
-                        self._splitter, self._sections = self._section_splitter(self.header), True
+                    if not self._header_checked:
+                        self._check_header()
                     for item in self._splitter.feed(text):
                         yield item
             await self._finish()
@@ -97,6 +100,21 @@ class DumpReceiver:
         if self.trailer is None or self._sections:
             return []
         return [UnchangedTable(TableName(s, n), rows, digest) for s, n, rows, digest in self.trailer.unchanged]
+
+    def _check_header(self) -> None:
+        """The header states the mode asked (DumpError if not), and a binary stream is read by its sections. Without
+        the agent there is no header."""
+        if (header := self.header) is None:
+            return
+        self._header_checked = True
+        if header.dump_mode != self._dump_mode:
+            where = f"feeder {self._feeder}" if self._feeder else "the feeder"
+            raise DumpError(
+                f"{where}: the agent's stream states dump_mode {header.dump_mode!r}, but the superhub asked for "
+                f"{self._dump_mode.value!r}: refused"
+            )
+        if header.dump_mode == DumpMode.BINARY:
+            self._splitter, self._sections = self._section_splitter(header), True
 
     def _section_splitter(self, header: Header) -> SectionSplitter:
         """The reader of a binary stream's sections; DumpError if the header's protocol predates them."""
@@ -120,6 +138,8 @@ class DumpReceiver:
         status = await self._process.wait()
         try:
             self.trailer = self._decoder.close()
+            if not self._header_checked:  # a stream of no dump text (every table unchanged)
+                self._check_header()
         except DumpError:
             arrived_trailer = getattr(self._decoder, "trailer", None) is not None
             if status != 0 and not arrived_trailer:  # then the command's own failure explains the cut-off stream

@@ -19,7 +19,7 @@ import asyncpg
 
 from fedload.errors import DumpError
 from fedload.log import get_logger
-from fedload.names import TableName
+from fedload.names import TableName, identifier_refusal
 from fedload.superhub.schema import PARTS_SCHEMA, STAGE_SCHEMA, ident
 from fedload.superhub.statistics_bounds import ColumnLimits, call_bytes_bound, column_refusal
 
@@ -155,6 +155,9 @@ def parse_statistics_call(text: str) -> StatisticsCall:
     args = _named_arguments(call.args or (), _RELATION_ARGS if function == _RELATION else _ATTRIBUTE_ARGS)
     if "schemaname" not in args or "relname" not in args:
         raise ValueError("the call does not name its relation (schemaname, relname)")
+    for name in ("schemaname", "relname", "attname"):
+        if name in args and (wrong := identifier_refusal(args[name])) is not None:
+            raise ValueError(f"its {name}: {wrong}")
     return StatisticsCall(function, args)
 
 

@@ -24,6 +24,7 @@ _VARHDRSZ = 4  # the width ANALYZE measures counts the value's 4-byte header
 _TEXT_FACTOR = 8  # a non-string value's text may be several times its stored width (hex bytea, timestamptz[])
 _ELEMENT_BYTES = 2048  # an element of most_common_elems: a tsvector's lexeme is at most 2047 bytes
 _TOLERANCE = 1e-3  # float4 rounding of up to 10,000 frequencies, each within 6e-8 of its value
+_SHOWN_CHARS = 40  # of a refused number, in the reason logged
 _CALL_BYTES = 64 << 10  # a call's names, identity arguments and scalars, generously
 _REAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|NaN|-?Infinity")
 # One element of a one-dimensional array literal as array_out writes it: quoted (backslash escapes) or bare.
@@ -69,17 +70,22 @@ def column_refusal(args: Mapping[str, str], limits: ColumnLimits) -> str | None:
 def _scalars(args: Mapping[str, str], limits: ColumnLimits) -> str | None:
     null_frac = _number(args.get("null_frac", "0"))
     if not 0 <= null_frac <= 1:
-        return f"null_frac {args['null_frac']} is not in [0, 1]"
+        return f"null_frac {_shown(args['null_frac'])} is not in [0, 1]"
     if "correlation" in args and not -1 <= _number(args["correlation"]) <= 1:
-        return f"correlation {args['correlation']} is not in [-1, 1]"
+        return f"correlation {_shown(args['correlation'])} is not in [-1, 1]"
     if "range_empty_frac" in args and not 0 <= _number(args["range_empty_frac"]) <= 1:
-        return f"range_empty_frac {args['range_empty_frac']} is not in [0, 1]"
+        return f"range_empty_frac {_shown(args['range_empty_frac'])} is not in [0, 1]"
     n_distinct = _number(args.get("n_distinct", "0"))
     if not -1 <= n_distinct <= max(limits.rows, 0):
-        return f"n_distinct {args['n_distinct']} is not in [-1, {limits.rows}] (the rows loaded)"
+        return f"n_distinct {_shown(args['n_distinct'])} is not in [-1, {limits.rows}] (the rows loaded)"
     if "avg_width" in args:
         return _width(int(args["avg_width"]), null_frac, limits)
     return None
+
+
+def _shown(text: str) -> str:
+    """A feeder's number as a reason shows it: its start (`\\d+` has no length, a call holds megabytes)."""
+    return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "..."
 
 
 def _width(avg_width: int, null_frac: float, limits: ColumnLimits) -> str | None:

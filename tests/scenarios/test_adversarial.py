@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,7 @@ import pytest_asyncio
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
-from fedload.errors import DumpError
+from fedload.errors import MAX_ERROR_CHARS, DumpError, ErrorKind
 from fedload.localpg import LocalCluster
 from fedload.results import Outcome
 from fedload.stream import GzipDecoder, Header, StreamDecoder, StreamEncoder
@@ -49,6 +49,7 @@ SYNTAX_ERROR = re.compile(r"line \d+ \(byte \d+\): \S.*")
 DUMP_FAULT = re.compile(
     r"dump (line|byte) \d+: |the dump is malformed at (line \d+ \(byte \d+\)|byte \d+): "
     r"|the superhub rejected a row: "
+    r"|table public\.\w+: the superhub refused the data of feeder hub1 \(SQLSTATE \w{5}\): "
     r"|the dump of feeder hub1 lacks table\(s\) |table public\.\w+: the feeder sent "
 )
 FUZZ = settings(
@@ -259,7 +260,7 @@ async def test_importer_loads_mutated_dumps_or_rejects_them(
     category.inputs()
     before = SuperhubState.of(synced)
     dump = data.draw(mutated(hub3_dumps[mode]), label="dump")
-    run = await sync_crafted(synced, crafted_stream(dump, mode=mode))
+    run = await sync_crafted(synced, crafted_stream(dump, mode=mode), dump_mode=mode)
     note(f"{run.outcome}: {run.error}")
     event(run.outcome)
     if run.outcome == Outcome.SUCCESS:
@@ -446,14 +447,16 @@ INJECTIONS = {
         b"COPY public.contexts (hostkey, tags) FROM stdin;\nk\t" + b"{" * 10_000 + b"}" * 10_000 + b"\n\\.\n",
         rejected=True,
         mode="copy",
-        message="the superhub rejected a row: number of array dimensions (7) exceeds the maximum allowed (6)",
+        message="table public.contexts: the superhub refused the data of feeder hub1 (SQLSTATE 54000): number of array "
+        "dimensions (7) exceeds the maximum allowed (6)",
         exclude_tables=(),
     ),
     "invalid utf-8 in a copy row": Attack(
         b"COPY public.hosts (hostkey, name) FROM stdin;\nk\tbad \xff\xfe here\n\\.\n",
         rejected=True,
         mode="copy",
-        message='the superhub rejected a row: invalid byte sequence for encoding "UTF8": 0xff',
+        message="table public.hosts: the superhub refused the data of feeder hub1 (SQLSTATE 22021): invalid byte "
+        'sequence for encoding "UTF8": 0xff',
     ),
     "invalid utf-8 in a value": Attack(
         ROW + b"('k', 'bad \xff\xfe here');\n", rejected=True, message="dump line 1: a VALUES tuple is not valid UTF-8"
@@ -475,6 +478,47 @@ INJECTIONS = {
     "nul byte": Attack(
         ROW + b"('k', 'a\x00b');\n", rejected=True, message="dump line 1: a VALUES tuple contains a NUL byte"
     ),
+    # Names past PostgreSQL's 63 bytes name nothing the superhub has: refused, where they were skipped or dropped.
+    "identifier: a 64-byte table name": Attack(
+        b"COPY public.hosts (hostkey) FROM stdin;\nk\n\\.\n"
+        b'COPY public."' + b"n" * 64 + b'" (hostkey) FROM stdin;\nk\n\\.\n',
+        rejected=True,
+        mode="copy",
+        message=f"dump byte 45: the name '{'n' * 63}...' (64 bytes) is no PostgreSQL identifier",
+    ),
+    "identifier: a 64-byte column name": Attack(
+        b'COPY public.hosts (hostkey, "' + b"n" * 64 + b'") FROM stdin;\nk\tv\n\\.\n',
+        rejected=True,
+        mode="copy",
+        message="dump line 1: the columns of public.hosts: the name 'nnn",
+    ),
+    "identifier: a column name of 64 bytes as written, not utf-8": Attack(
+        b'COPY public.hosts (hostkey, "' + b"n" * 62 + b'\xff\xfe") FROM stdin;\nk\tv\n\\.\n',
+        rejected=True,
+        mode="copy",
+        message="nn\\xff...' (64 bytes) is no PostgreSQL identifier",
+    ),
+    "identifier: a 63-byte column name": Attack(  # the control: a column the superhub does not have, dropped
+        b'COPY public.hosts (hostkey, "' + b"n" * 63 + b'") FROM stdin;\nk\tv\n\\.\n',
+        rejected=False,
+        mode="copy",
+        arrived=(("k", None),),
+    ),
+    "identifier: 1601 columns": Attack(
+        b"COPY public.hosts (hostkey, "
+        + b", ".join(b"c%d" % i for i in range(1600))
+        + b") FROM stdin;\nk"
+        + b"\tv" * 1600
+        + b"\n\\.\n",
+        rejected=True,
+        mode="copy",
+        message="dump line 1: the columns of public.hosts: 1601 columns, more than a PostgreSQL table can have",
+    ),
+    "identifier: a 64-byte column in an insert": Attack(
+        b'INSERT INTO public.hosts (hostkey, "' + b"n" * 64 + b"\") VALUES ('a', 'b');\n",
+        rejected=True,
+        message="dump line 1: the columns of public.hosts: the name 'nnn",
+    ),
 }
 
 
@@ -482,6 +526,8 @@ def category_of(attack: str) -> str:
     """The summary category of a corpus entry."""
     if "utf-8" in attack or "nul" in attack:
         return "adversarial:invalid utf-8"
+    if attack.startswith("identifier"):
+        return "adversarial:identifiers"
     if "deep" in attack:
         return "adversarial:deep nesting"
     if attack.startswith(("quote", "backslash", "escape", "quoted", "copy header")):
@@ -496,7 +542,10 @@ async def test_injection_corpus_loads_only_data(synced: Federation, category: Ca
     before = SuperhubState.of(synced)
     case = INJECTIONS[attack]
     run = await sync_crafted(
-        synced, crafted_stream(case.dump, mode=case.mode), exclude_tables=list(case.exclude_tables)
+        synced,
+        crafted_stream(case.dump, mode=case.mode),
+        dump_mode=case.mode,
+        exclude_tables=list(case.exclude_tables),
     )
     assert run.outcome == (Outcome.FAILED if case.rejected else Outcome.SUCCESS), run.error
     if case.rejected:
@@ -515,7 +564,8 @@ async def test_values_stay_data_when_the_superhub_defaults_to_backslash_escapes(
     before = SuperhubState.of(federation)
     federation.superhub_sql(f"ALTER DATABASE {federation.superhub} SET standard_conforming_strings = off")
     before.fingerprint = federation.superhub_sql(FINGERPRINT)
-    run = await sync_crafted(federation, crafted_stream(INJECTIONS["backslash before a quote"].dump, mode="inserts"))
+    stream = crafted_stream(INJECTIONS["backslash before a quote"].dump, mode="inserts")
+    run = await sync_crafted(federation, stream, dump_mode="inserts")
     assert run.outcome == Outcome.SUCCESS, run.error
     assert_only_hub1_data_changed(federation, before, run)
     assert federation.superhub_sql("SELECT name FROM hosts WHERE hub_id = 1") == ") ; DROP TABLE public.contexts; --"
@@ -545,3 +595,97 @@ async def test_a_100_mb_value_and_deep_arrays_load_intact(
             db, table, cols
         )
     assert federation.superhub_sql("SELECT max(length(name)) FROM hosts") == str(100 * 1024 * 1024)
+
+
+# --- every field of the stream's header and trailer (docs/trust.md, "Every field the feeder sends") --------------
+
+HOST_ROW = b"COPY public.hosts (hostkey, name) FROM stdin;\nk\tv\n\\.\n"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A stream of one host whose header or trailer claims what no agent would; the words of the refusal."""
+
+    message: str
+    header: dict[str, str] = field(default_factory=dict)  # agent_version, pg_dump_version
+    trailer: dict[str, object] = field(default_factory=dict)
+
+
+CLAIMS = {
+    "a page as agent_version": Claim(
+        "the header's agent_version is not a version", header={"agent_version": "9" * 10**5}
+    ),
+    "terminal controls in agent_version": Claim(
+        "the header's agent_version is not a version", header={"agent_version": "0.3\x1b]0;owned\x07"}
+    ),
+    "a page as pg_dump_version": Claim(
+        "the header's pg_dump_version is not a version", header={"pg_dump_version": "pg_dump " * 10**4}
+    ),
+    "half a megabyte of the agent's error": Claim(
+        "the feeder's agent failed: evil \\x1b[2Jevil \\x1b[2Jevil", trailer={"error": "evil\n\x1b[2J" * 50_000}
+    ),
+    "pg_dump's stderr": Claim(
+        "pg_dump failed on the feeder with exit status 1: ...",
+        trailer={"pg_dump_exit_status": 1, "stderr_tail": "x" * 10**5},
+    ),
+    "an exit status of 10^30": Claim(
+        "pg_dump_exit_status is not an exit status", trailer={"pg_dump_exit_status": 10**30}
+    ),
+    "negative rows": Claim("a count in rows is not from 0", trailer={"rows": [("public", "hosts", -1)]}),
+    "rows past bigint": Claim("a count in rows is not from 0", trailer={"rows": [("public", "hosts", 2**63)]}),
+    "a 64-byte name in tables": Claim(
+        "is no PostgreSQL identifier", trailer={"tables": [("public", "hosts"), ("public", "n" * 64)]}
+    ),
+    "a command as dump_program": Claim(
+        "dump_program is not one of pg_dump, psql", trailer={"dump_program": "sh -c 'touch /tmp/fedload-pwned'"}
+    ),
+    "an unchanged table's digest not in the agent's format": Claim(
+        "digest is not 64 lowercase hexadecimal digits", trailer={"unchanged": [("public", "hosts", 1, "x")]}
+    ),
+}
+
+
+def claiming(claim: Claim) -> bytes:
+    """The stream of HOST_ROW, as a hostile feeder could send it, with `claim`'s header and trailer fields."""
+    versions = {"agent_version": "0.3.0", "pg_dump_version": "pg_dump (PostgreSQL) 15.4", **claim.header}
+    encoder = StreamEncoder(
+        Header("zstd", "copy", versions["agent_version"], versions["pg_dump_version"], ["public.*"])
+    )
+    trailer: dict[str, object] = {"pg_dump_exit_status": 0, "rows": [("public", "hosts", 1)], **claim.trailer}
+    return encoder.start() + encoder.data(HOST_ROW) + encoder.finish(**trailer)
+
+
+@pytest.mark.parametrize("claim", list(CLAIMS))
+async def test_a_claim_out_of_bounds_fails_the_run_in_a_bounded_line(
+    synced: Federation, category: Category, claim: str
+) -> None:
+    """Each header or trailer field out of its bounds fails the run as a dump error; the run's error, as returned
+    and as fedload.runs keeps it, is one printable line of at most MAX_ERROR_CHARS (and a count of what was cut),
+    the agent version kept is none of the feeder's text, and nothing else changes."""
+    category("adversarial:stream claims")
+    before = SuperhubState.of(synced)
+    run = await sync_crafted(synced, claiming(CLAIMS[claim]))
+    error = one_line_error(run)
+    assert CLAIMS[claim].message in error, error
+    assert run.error_kind is ErrorKind.DUMP
+    assert error.isprintable()
+    assert len(error) <= MAX_ERROR_CHARS + 40
+    kept = json.loads(
+        synced.superhub_sql(
+            "SELECT json_build_array(error, agent_version) FROM fedload.runs WHERE feeder = 'hub1' ORDER BY id DESC "
+            "LIMIT 1"
+        )
+    )
+    assert kept[0] == error
+    assert kept[1] in (None, "0.3.0")
+    assert_only_hub1_data_changed(synced, before, run)
+
+
+async def test_the_claims_control_stream_loads(synced: Federation, category: Category) -> None:
+    """The control: the stream the claims above alter, unaltered, loads its one host."""
+    category("adversarial:stream claims")
+    before = SuperhubState.of(synced)
+    run = await sync_crafted(synced, claiming(Claim("")))
+    assert run.outcome == Outcome.SUCCESS, run.error
+    assert hub1_hosts(synced) == [["k", "v"]]
+    assert_only_hub1_data_changed(synced, before, run)

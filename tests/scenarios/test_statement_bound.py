@@ -41,7 +41,7 @@ WHAT = {"statement": "a statement", "row": "a COPY data row"}
 AGENT_SCRIPT = """#!{python}
 import sys
 from fedload.stream import MAX_BLOCK_BYTES, Header, StreamEncoder
-encoder = StreamEncoder(Header({compression!r}, "copy", "evil", "15", ["public.*"]))
+encoder = StreamEncoder(Header({compression!r}, {dump_mode!r}, "evil", "15", ["public.*"]))
 out = sys.stdout.buffer
 opening = {opening!r}
 out.write(encoder.start() + encoder.data((opening + b"x;" * MAX_BLOCK_BYTES)[:MAX_BLOCK_BYTES]))  # one block
@@ -72,7 +72,13 @@ def hostile_feeder(fed: Federation, mode: str, item: str) -> dict[str, object]:
     settings, template, compression = MODES[mode]
     script = fed.tmp / f"hostile-{mode}-{item}"
     script.write_text(
-        template.format(python=sys.executable, compression=compression, opening=OPENINGS[item], total=HOSTILE_BYTES)
+        template.format(
+            python=sys.executable,
+            compression=compression,
+            dump_mode=settings["dump_mode"],
+            opening=OPENINGS[item],
+            total=HOSTILE_BYTES,
+        )
     )
     script.chmod(0o755)
     where = {"agent_command": [str(script)]} if template is AGENT_SCRIPT else {"pg_dump": str(script)}

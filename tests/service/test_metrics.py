@@ -25,6 +25,7 @@ from fedload.config import parse_config
 from fedload.errors import ConfigError, ErrorKind
 from fedload.results import FeederRun, Outcome
 from fedload.service.metrics import DaemonMetrics
+from fedload.service.targets import Verdict
 from fedload.superhub.bookkeeping import FeederState, read_feeder_states
 from tests.support.federation import DaemonProcess, Federation, config_toml, runs_exist, successes, sync, write_script
 from tests.support.shards import sharded, sharded_toml
@@ -293,6 +294,7 @@ def test_deploy_files_name_only_exported_metrics() -> None:
     metrics.set_shards({"hub1": "s1"})
     metrics.shard_up.labels("s1").set(1)
     metrics.set_displaced_by({"hub1": {"hub2": 1}})
+    metrics.capacity.verdict = Verdict(reachable=False, round_s=90.0, lanes=1, lanes_needed=2, smallest_target_s=60.0)
     exported = {s.name for family in metrics.registry.collect() for s in family.samples}
     files = ("fedload-alerts.yml", "prometheus.yml", "grafana-dashboard.json")
     named = {name for f in files for name in re.findall(r"\bfedload_[a-z_]+", (DEPLOY / f).read_text())}

@@ -158,15 +158,15 @@ async def test_every_type_family_crosses_majors_exactly(
 @pytest.mark.parametrize(
     ("how", "error"),
     [
-        ("flip", "row field count is 32767, expected 5"),
-        ("cut", "table public.hosts: the feeder sent 301 rows but 300 were loaded"),
+        ("flip", "table public.hosts: the binary COPY data has a row of 32767 fields, not the 5 announced"),
+        ("cut", "table public.hosts: the binary COPY data ends before its trailer"),
     ],
 )
 async def test_a_damaged_binary_stream_fails_the_run_and_keeps_old_data(
     federation: Federation, category: Category, how: str, error: str
 ) -> None:
-    """Binary COPY data that is malformed, or cut at a row (which PostgreSQL itself accepts), fails the run; the
-    feeder's previous data stays."""
+    """Binary COPY data that is malformed, or cut at a row (which PostgreSQL itself accepts), fails the run as a bad
+    dump (fedload.superhub.binary_framing); the feeder's previous data stays."""
     category("fault:binary stream damaged")
     damaging = f'{AGENT} "$@" | {sys.executable} {binary_faults.__file__} {how}\n'
     run = await failing_after_first_sync(federation, damaging, dump_mode="binary")

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from fedload.config import DumpMode
 from fedload.errors import DumpError
 from fedload.feeder.sections import PART, SECTION_END, chunk, section_head
 from fedload.feeder.wire import BINARY_PROTOCOL, Header, StreamEncoder
@@ -125,7 +126,7 @@ def _stream(protocol: int) -> bytes:
 
 async def test_the_receiver_reads_a_binary_stream_by_its_sections() -> None:
     """A protocol 4 stream whose header says binary is read as sections, through the checked framing."""
-    receiver = DumpReceiver(Replay(_stream(BINARY_PROTOCOL)), feeder="hub1")
+    receiver = DumpReceiver(Replay(_stream(BINARY_PROTOCOL)), feeder="hub1", dump_mode=DumpMode.BINARY)
     items = [item async for item in receiver.items()]
     assert [type(item).__name__ for item in _merged(items)] == [
         "BinaryStart",
@@ -141,7 +142,7 @@ async def test_the_receiver_reads_a_binary_stream_by_its_sections() -> None:
 
 async def test_a_binary_header_of_an_older_protocol_is_refused() -> None:
     """dump_mode binary in a protocol 3 header is not a stream any agent writes: refused."""
-    receiver = DumpReceiver(Replay(_stream(3)), feeder="hub1")
+    receiver = DumpReceiver(Replay(_stream(3)), feeder="hub1", dump_mode=DumpMode.BINARY)
     with pytest.raises(DumpError, match="states dump_mode binary in stream protocol 3"):
         [item async for item in receiver.items()]
 

@@ -349,7 +349,7 @@ async def test_a_merged_dump_loads_in_one_pass_as_psql_loads_it(federation: Fede
     path = federation.tmp / "merged.bin"
     path.write_bytes(crafted_stream(dump, mode="inserts"))
     script = write_script(federation.tmp / "merged.sh", f"cat {path}\n")
-    config = federation.config(agent_command=[script], exclude_tables=["public.contexts"])
+    config = federation.config(agent_command=[script], exclude_tables=["public.contexts"], dump_mode="inserts")
     in_process = config.superhub.model_copy(update={"worker_processes": 0})  # where the test reads the log events
     with structlog.testing.capture_logs() as logs:
         (run,) = await sync(config.model_copy(update={"superhub": in_process}), "hub1")

@@ -13,6 +13,7 @@ import asyncpg
 import pytest
 
 from fedload import __version__
+from fedload.errors import ErrorKind
 from fedload.names import TablePattern
 from fedload.results import Outcome
 from fedload.service.sync import sync_feeders
@@ -109,8 +110,9 @@ async def test_bad_row_fails_the_run_and_keeps_old_data(federation: Federation, 
         f"psql -q -c \"UPDATE contexts SET score = 'not a number' WHERE score = '5'\" "
         f"'{federation.cluster.conninfo(federation.feeders['hub1'])}'\nexec {AGENT} \"$@\"\n",
     )
-    assert "the superhub rejected a row" in (run.error or "")
+    assert "table public.contexts: the superhub refused the data of feeder hub1 (SQLSTATE 22P02)" in (run.error or "")
     assert "not a number" in (run.error or "")
+    assert run.error_kind is ErrorKind.DUMP
 
 
 HOSTILE_DUMPS = {

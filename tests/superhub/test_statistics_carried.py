@@ -204,6 +204,8 @@ HOSTILE = {
     "'__hosts', 'attname', (SELECT 'site'), 'inherited', 'f'::boolean, 'null_frac', '1'::real);",
     "an argument off the allowlist": "SELECT * FROM pg_catalog.pg_restore_relation_stats('schemaname', 'public', "
     "'relname', '__hosts', 'relpages', '1'::integer, 'stakind1', '1'::integer);",
+    "a relname past 63 bytes": "SELECT * FROM pg_catalog.pg_restore_relation_stats('schemaname', 'public', "
+    f"'relname', '{'n' * 64}', 'relpages', '1'::integer);",  # no relation's: it would be set aside
 }
 
 
@@ -391,6 +393,16 @@ BEYOND_ANALYZE = {  # (call, words of the reason, the statistics target of the s
     "an avg_width of 10^9": (
         lambda: _hostname_call(avg_width="1000000000", most_common_vals="{host-1}", most_common_freqs="{0.002}"),
         "avg_width 1000000000",
+        None,
+    ),
+    "a NaN null_frac": (  # NaN is not outside [0, 1] to a comparison: `not 0 <= x <= 1` refuses it
+        lambda: _hostname_call(null_frac="NaN", most_common_vals="{host-1}", most_common_freqs="{0.002}"),
+        "null_frac NaN is not in [0, 1]",
+        None,
+    ),
+    "a NaN frequency": (
+        lambda: _hostname_call(null_frac="0", most_common_vals="{host-1}", most_common_freqs="{NaN}"),
+        "most_common_freqs has a frequency that is not in [0, 1]",
         None,
     ),
     "frequencies past 1": (

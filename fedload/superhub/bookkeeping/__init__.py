@@ -1,10 +1,12 @@
 """fedload's own tables on a superhub (`fedload.runs`, `fedload.rejects`, `fedload.schedule`, `fedload.moved`,
-`fedload.paused`): every statement that creates, reads or writes them is in this package, and everyone else calls it.
+`fedload.paused`, `fedload.capacity`): every statement that creates, reads or writes them is in this package, and
+everyone else calls it.
 
 The one connection a sync or daemon shares for its bookkeeping is `fedload.superhub.bookkeeping.connection`, not
 re-exported here: it opens superhub sessions, and the session module itself uses these statements.
 """
 
+from fedload.superhub.bookkeeping.capacity import CapacityReport, forget_capacity, read_capacity, store_capacity
 from fedload.superhub.bookkeeping.feeder_states import FeederState, read_feeder_states
 from fedload.superhub.bookkeeping.feeder_status import FeederStatus, read_feeder_statuses
 from fedload.superhub.bookkeeping.feeders import forget_feeder, known_feeders
@@ -26,6 +28,7 @@ from fedload.superhub.bookkeeping.tables import ensure_superhub, has_history
 
 __all__ = [
     "RUNS_FOR_PEOPLE",
+    "CapacityReport",
     "FeederState",
     "FeederStatus",
     "Pause",
@@ -34,6 +37,7 @@ __all__ = [
     "count_runs",
     "ensure_superhub",
     "finish_run",
+    "forget_capacity",
     "forget_feeder",
     "forget_move",
     "forget_rejects",
@@ -44,12 +48,14 @@ __all__ = [
     "moved_away",
     "note_moved",
     "pause_feeder",
+    "read_capacity",
     "read_feeder_states",
     "read_feeder_statuses",
     "read_pause",
     "record_reject",
     "resume_feeder",
     "start_run",
+    "store_capacity",
     "store_next_run",
     "try_feeder_lock",
     "unlock_feeder",

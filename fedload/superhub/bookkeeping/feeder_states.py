@@ -21,7 +21,9 @@ SELECT f.feeder,
        extract(epoch FROM s.finished_at)::float8 AS last_success_s,
        extract(epoch FROM r.finished_at)::float8 AS last_run_s,
        c.failures, c.swap_lock_failures, extract(epoch FROM p.paused_at)::float8 AS paused_since_s,
-       extract(epoch FROM coalesce(s.data_at, s.started_at))::float8 AS data_s
+       extract(epoch FROM coalesce(s.data_at, s.started_at))::float8 AS data_s,
+       extract(epoch FROM now() - s.started_at)::float8 AS success_age_s,
+       extract(epoch FROM s.finished_at - s.started_at)::float8 AS success_run_s
 FROM unnest($1::text[]) AS f (feeder)
 LEFT JOIN LATERAL (
     SELECT started_at, finished_at, data_at FROM fedload.runs
@@ -52,6 +54,8 @@ class FeederState:
     swap_lock_failures: int  # of those, runs whose swap never got its locks
     paused_since_s: float | None = None  # `fedload feeder pause`: since when; None when not paused
     data_s: float | None = None  # when the last success's data was true (`fedload.runs.data_at`; before it, start)
+    success_age_s: float | None = None  # how long ago the last success started, on the superhub's clock
+    success_run_s: float | None = None  # and how long it ran
     displaced_entities: int | None = None  # with superhub.entity_key: its entities shown by another feeder
     displaced_by: dict[str, int] | None = None  # and by which: per other feeder, how many of them it shows
 
@@ -72,6 +76,8 @@ async def read_feeder_states(conn: asyncpg.Connection, feeders: list[str]) -> li
             swap_lock_failures=r["swap_lock_failures"],
             paused_since_s=r["paused_since_s"],
             data_s=r["data_s"],
+            success_age_s=r["success_age_s"],
+            success_run_s=r["success_run_s"],
         )
         for r in records
     ]

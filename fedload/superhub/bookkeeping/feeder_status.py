@@ -11,6 +11,7 @@ import asyncpg
 
 from fedload.errors import ErrorKind
 from fedload.results import Outcome
+from fedload.superhub.bookkeeping.capacity import CapacityReport
 
 __all__ = ["FeederStatus", "read_feeder_statuses"]
 
@@ -85,6 +86,14 @@ class FeederStatus:
     unchanged_tables: int = 0  # of the last success's tables, those kept unchanged (their digest was)
     displaced_entities: int | None = None  # with superhub.entity_key: its entities shown by another feeder
     displaced_by: dict[str, int] | None = None  # and by which: per other feeder, how many of them it shows
+    freshness_target_s: float | None = None  # its freshness target, from the configuration (docs/freshness.md)
+    capacity: CapacityReport | None = None  # with a target: the daemon's last verdict on its lanes
+
+    @property
+    def behind_target(self) -> bool:
+        """Its data is older than its freshness target (never loaded counts)."""
+        target = self.freshness_target_s
+        return target is not None and (self.data_age_s is None or self.data_age_s > target)
 
     @property
     def overdue(self) -> bool:

@@ -75,6 +75,20 @@ CREATE TABLE IF NOT EXISTS fedload.digests (
     run_id bigint,
     PRIMARY KEY (feeder, table_schema, table_name)
 );
+-- The daemon's verdict on the freshness targets (docs/freshness.md): one row.
+CREATE TABLE IF NOT EXISTS fedload.capacity (
+    one boolean PRIMARY KEY DEFAULT true CHECK (one),
+    reachable boolean NOT NULL,
+    round_s double precision NOT NULL,
+    lanes integer NOT NULL,
+    lanes_needed integer,
+    cores integer NOT NULL,
+    smallest_target_s double precision NOT NULL,
+    behind jsonb NOT NULL DEFAULT '[]',
+    too_long jsonb NOT NULL DEFAULT '[]',
+    reported_by text,
+    reported_at timestamptz NOT NULL DEFAULT now()
+);
 CREATE TABLE IF NOT EXISTS fedload.paused (
     feeder text PRIMARY KEY,
     reason text,
@@ -91,7 +105,7 @@ _IS_CURRENT = f"""
 SELECT coalesce(obj_description(to_regclass('fedload.runs'), 'pg_class') = $1, false)
    AND to_regclass('fedload.rejects') IS NOT NULL AND to_regclass('fedload.schedule') IS NOT NULL
    AND to_regclass('fedload.moved') IS NOT NULL AND to_regclass('fedload.paused') IS NOT NULL
-   AND to_regclass('fedload.digests') IS NOT NULL
+   AND to_regclass('fedload.digests') IS NOT NULL AND to_regclass('fedload.capacity') IS NOT NULL
    AND to_regnamespace('{STAGE_SCHEMA}') IS NOT NULL AND to_regnamespace('{PARTS_SCHEMA}') IS NOT NULL
 """
 
