@@ -85,3 +85,15 @@ def test_link_check_finds_broken_links() -> None:
         "docs/index.md#no-such-heading",
         "file:///usr/share/doc/fedload/README.md",
     ]
+
+
+def unlisted_pages(index: Path, pages: list[Path]) -> list[str]:
+    """The pages of `pages` that `index` does not link to."""
+    linked = {(index.parent / target.partition("#")[0]).resolve() for target in links(index.read_text())}
+    return [str(page.relative_to(REPO)) for page in pages if page != index and page.resolve() not in linked]
+
+
+def test_the_index_lists_every_page() -> None:
+    """docs/index.md links every page of docs/ and every README, the CHANGELOG: the house has a plan."""
+    assert unlisted_pages(REPO / "docs" / "index.md", [p for p in PAGES if p != REPO / "README.md"]) == []
+    assert unlisted_pages(REPO / "docs" / "index.md", [*PAGES, REPO / "docs" / "nowhere.md"])[-1] == "docs/nowhere.md"
