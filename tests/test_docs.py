@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,10 +12,16 @@ import pytest
 from tools import gen_docs
 
 REPO = Path(__file__).resolve().parent.parent
-PAGES = sorted(
-    [REPO / "README.md", REPO / "CHANGELOG.md", *(REPO / "docs").glob("*.md")]
-    + [REPO / d / "README.md" for d in ("tests", "deploy", "bench")]
+# Every Markdown page of the repository, committed or not yet (ignored files aside: .pytest_cache's README).
+_LISTED = subprocess.run(
+    ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.md"],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    check=True,
+    timeout=30,
 )
+PAGES = sorted(REPO / name for name in _LISTED.stdout.splitlines() if (REPO / name).is_file())
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^#+ (.+)$", re.MULTILINE)
 
@@ -39,11 +46,15 @@ def anchors(page: Path) -> set[str]:
 
 
 def broken_links(page: Path, text: str) -> list[str]:
-    """Each link of `text` (the content of `page`) that is neither a web address nor a file of the repository (and
-    one of its headings, if it names one)."""
+    """Each link of `text` (the content of `page`) that is neither a public web address (http, https) nor a file of
+    the repository (and one of its headings, if it names one): a `file:` link or a path out of the repository
+    resolves on one machine only."""
     broken = []
     for target in links(text):
-        if re.match(r"[a-z]+:", target):
+        if re.match(r"https?://", target):
+            continue
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):
+            broken.append(f"{target} (not a web address)")
             continue
         path, _, fragment = target.partition("#")
         resolved = (page.parent / path).resolve() if path else page
@@ -62,11 +73,27 @@ def test_every_relative_link_resolves(page: Path) -> None:
 
 
 def test_link_check_finds_broken_links() -> None:
-    """The check refuses a link out of the repository (README's old ../shared/DESIGN.md), a missing file and a
-    missing heading, and takes a good one."""
-    text = "[a](../shared/DESIGN.md) [b](docs/nothing.md) [c](docs/index.md#no-such-heading) [d](docs/index.md)"
+    """The check refuses a link out of the repository (README's old ../shared/DESIGN.md), a missing file, a missing
+    heading and a file: address, and takes a good one and a web address."""
+    text = (
+        "[a](../shared/DESIGN.md) [b](docs/nothing.md) [c](docs/index.md#no-such-heading) [d](docs/index.md)"
+        " [e](file:///usr/share/doc/fedload/README.md) [f](https://docs.astral.sh/uv/)"
+    )
     assert [b.split()[0] for b in broken_links(REPO / "README.md", text)] == [
         "../shared/DESIGN.md",
         "docs/nothing.md",
         "docs/index.md#no-such-heading",
+        "file:///usr/share/doc/fedload/README.md",
     ]
+
+
+def unlisted_pages(index: Path, pages: list[Path]) -> list[str]:
+    """The pages of `pages` that `index` does not link to."""
+    linked = {(index.parent / target.partition("#")[0]).resolve() for target in links(index.read_text())}
+    return [str(page.relative_to(REPO)) for page in pages if page != index and page.resolve() not in linked]
+
+
+def test_the_index_lists_every_page() -> None:
+    """docs/index.md links every page of docs/ and every README, the CHANGELOG: the house has a plan."""
+    assert unlisted_pages(REPO / "docs" / "index.md", [p for p in PAGES if p != REPO / "README.md"]) == []
+    assert unlisted_pages(REPO / "docs" / "index.md", [*PAGES, REPO / "docs" / "nowhere.md"])[-1] == "docs/nowhere.md"

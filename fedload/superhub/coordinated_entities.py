@@ -1,41 +1,12 @@
 """One entity, one feeder across shards (docs/entities.md, "Across shards"): with `[shards]`, `[coordinator]` and
-`superhub.entity_key`, the decisions live in one registry on the coordinator, and the coordinator hides the copies
-that are not at home, so a reader of the coordinator sees each entity under one feeder. The shards move no rows.
+`superhub.entity_key`, the registry (`fedload.entity_copies`, `fedload.entity_pending`) lives on the coordinator,
+whose views hide the copies that are not at home; the shards move no rows.
 
-On the coordinator (created by its build, `fedload.scaleout.coordinator`):
-
-- `fedload.entity_copies` (feeder, entity, feeder key, newest value, `displaced_since`): every feeder's copy of
-  every entity as the coordinator reads it; a copy with `displaced_since` is hidden;
-- `fedload.entity_pending` (feeder): a change of the feeder's data prepared but not settled yet;
-- per parent with the key column, the partitioned parent under `fedload_all."<schema>.<table>"` (its foreign
-  partitions as before), `<schema>.<table>` a view of its rows whose copy is not hidden, and
-  `fedload_displaced."<schema>.<table>"` a view of the hidden ones, with their feeder and since when.
-
-A change of a feeder F's data on its shard (a swap, a removal) runs under the coordinator's entity lock (an advisory
-lock of one coordinator session, tried, not waited for) in this order:
-
-P. in one coordinator transaction, the hidden set is made right for F's old data and its new data alike: F's
-   copies of entities it gains are hidden where another feeder has the entity, and an entity F shows but will no
-   longer have is shown by its best other copy; F is noted pending;
-W1. the coordinator's transactions that started before P committed are waited for;
-C. the shard's transaction commits (the caller's);
-W2. the coordinator's transactions that started before C are waited for;
-R. F is settled from what the coordinator now reads of it (its foreign partitions): its copies replaced, each
-   touched entity's home decided (newest value first, NULLs last, then the feeder name in byte order), every other
-   copy hidden; F is no longer pending.
-
-Before P, under the lock, the feeder's staged newest values are ranked against the registry as R would rank them
-(`check_claims`): a change taking too many of another feeder's entities is a DumpError before P and before the
-shard commits; P and R rank a value past the coordinator's clock plus `entity_clock_skew_s` below every other copy
-(`forged_sql`), as on one superhub.
-
-A coordinator query takes its local snapshot before its shards' (postgres_fdw opens a remote REPEATABLE READ
-transaction at the first scan of a shard, and keeps it for the local transaction). So a query whose local snapshot
-predates P ended before C (W1): it saw the old hidden set with the old data; one taken between P and R sees P's
-set, right with either data; one taken after R reads the shard after C. A transaction whose statements take new
-local snapshots while its remote one stays (read committed, several statements) and that read the old data has
-ended before R (W2). A crash or failure after P leaves F pending, P's set holding for either data, until the next
-change under the lock settles it (after waiting as W2). Nothing here runs without the configuration.
+A change of a feeder's data on its shard runs under the coordinator's entity lock in the order P, W1, C, W2, R
+(docs/entities.md, "The order of a change"): the hidden set made right for the old data and the new (P), older
+coordinator transactions waited for (W1), the shard's commit (C, the caller's), those after it waited for (W2), the
+feeder settled from what the coordinator reads (R). Claims are ranked before P (`check_claims`, `forged_sql`).
+Nothing here runs without the configuration.
 """
 
 from __future__ import annotations

@@ -1,38 +1,12 @@
 """One entity, one feeder (`superhub.entity_key`, `superhub.entity_newest`; docs/entities.md): inside a feeder's swap,
-each entity (a host, named by the key column) is left in the partitions of exactly one feeder, the one whose
-newest value (`entity_newest`) is the greatest, ties to the feeder name first in byte order; the other copies
-wait in `fedload_displaced`, with their feeder and since when, until their feeder wins again.
+each entity is left in the partitions of the one feeder whose newest value is the greatest; the other copies wait in
+`fedload_displaced` until their feeder wins again.
 
-The registry: `fedload.entity_homes` (one row per entity: its home feeder; the row every decision about the entity
-locks) and `fedload.entity_copies` (one row per feeder that has the entity: its newest value, and since when it is
-displaced). A swap of feeder F, before its parents' locks (none needed):
-
-1. ensures the registry, and reads F's entities and their newest values from its staging tables, in byte order
-   (`stage_entities`);
-
-then, after its parents' locks and before its tables are swapped (`settle_entities`; a removal does both there,
-with no entity staged):
-
-2. locks the home rows of those entities and of F's former ones, in one statement, in entity order (an upsert
-   that inserts the new ones): two swaps wait for each other in that one order, never in a cycle;
-3. in one statement, decides every touched entity's home, writes F's copies where they changed, marks the
-   displaced copies, and returns what moves;
-4. per table that has the key column: drops F's old displaced rows, moves F's staged rows of entities it does
-   not win to the displaced table, moves the rows of entities F now wins out of their old home's partition
-   (DELETE on the parent: ROW EXCLUSIVE, which readers allow), and brings back the displaced rows of entities
-   F lost or left into their new home's partition; each move sent only when the decision found rows for it.
-
-No temporary table: the entities travel as arrays, so the step writes no catalog row.
-
-A feeder's claims are bounded (docs/entities.md, "What a feeder can claim"): a date or timestamp newest value past
-the superhub's clock plus `entity_clock_skew_s` ranks below every other copy (`forged_sql`, logged as
-`entities.future_newest`), and a decision that takes too many of another feeder's entities is a DumpError
-(`displacement_held`), the whole swap rolled back.
-
-Every row touched belongs to an entity whose home row this transaction holds; a swap touches another feeder's
-partition rows only for such entities, so it never waits on another swap's row that the other could not release.
-All of it commits with the swap: a reader's snapshot sees each entity in one feeder's partitions, or nowhere when
-no feeder has it. Without the configuration none of this runs and no query is sent.
+The registry is `fedload.entity_homes` (one row per entity, the row every decision about it locks) and
+`fedload.entity_copies`. A swap reads the feeder's entities before its parents' locks (`stage_entities`) and, after
+them, locks the home rows in entity order, decides, and moves the rows (`settle_entities`; docs/entities.md, "In
+the swap" and "Locks: no new waiting, no deadlock"). A feeder's claims are bounded (`forged_sql`,
+`displacement_held`; "What a feeder can claim"). Without the configuration none of this runs and no query is sent.
 """
 
 from __future__ import annotations

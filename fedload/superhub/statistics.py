@@ -1,29 +1,10 @@
-"""Planner statistics carried from a feeder instead of an ANALYZE on the superhub (PostgreSQL 18 at both ends).
+"""Planner statistics carried from a feeder instead of an ANALYZE on the superhub (PostgreSQL 18 at both ends;
+docs/statistics.md, "Statistics carried").
 
-pg_dump 18 (`--no-schema --statistics`) writes each table's statistics as calls of
-`pg_catalog.pg_restore_relation_stats(...)` and `pg_catalog.pg_restore_attribute_stats(...)` with literal,
-named arguments. That text is data like the rest of the dump: it is parsed with PostgreSQL's own grammar (pglast)
-and never run. A call is accepted only in exactly pg_dump's shape (`SELECT * FROM pg_catalog.<one of the two>(
-'name', 'value'[::type], ...)`), with argument names from an allowlist, each value a string constant of the
-expected type; anything else that names one of the two functions rejects the dump. Calls for this feeder's tables
-are kept; calls for a table fedload holds for someone else (a parent table that is not in this feeder's dump, any
-table of fedload's own schemas, where every feeder's partitions are) reject the dump; calls for other relations
-(the feeder's indexes, whose names the superhub cannot know, and which a configured pattern such as `public.__*`
-may well match) are checked the same way and set aside.
-
-After the load (and the index builds), `carry_statistics` makes the superhub's OWN calls, with bind parameters,
-on each staging table: relation-level numbers from the superhub's side (its pages, the rows loaded: the planner
-scales reltuples/relpages by the table's actual size, and the feeder's pages are not the superhub's; the all-visible
-pages, which only index-only scans read, stay as the index builds counted them), the feeder's column statistics
-under the superhub's column names (remap), a fixed-width type's width from the superhub's type, and the feeder
-key column's computed (a constant in a partition: no NULLs, one distinct value). What it could not
-carry is left to an ANALYZE after the commit, as narrow as it can be: the columns without the feeder's statistics
-(drift, remap's added columns, generated columns, a value the superhub's type does not read), or the whole table
-when the feeder sent none for it, its row count says they describe older data than the dump's, or it has an
-expression index (whose statistics ANALYZE gathers). A table whose statistics all came from the feeder gets
-autovacuum's analyze threshold above its size (`autovacuum_analyze_threshold` = its rows + 50, no scale factor),
-else autovacuum would analyze the same rows within minutes: it counts the loaded rows as changes since the last
-ANALYZE.
+pg_dump's `pg_restore_relation_stats`/`pg_restore_attribute_stats` calls are data: parsed with PostgreSQL's own
+grammar (pglast), accepted only in exactly pg_dump's shape and for this feeder's tables, never run
+(`StatisticsCollector`). After the load the superhub makes its own calls, with bind parameters, on each staging
+table, and leaves what it could not carry to an ANALYZE after the commit, as narrow as it can be.
 """
 
 from __future__ import annotations
@@ -346,6 +327,9 @@ _NO_AUTOANALYZE = (
     "ALTER TABLE {table} SET (autovacuum_analyze_scale_factor = 0, autovacuum_analyze_threshold = {threshold})"
 )
 _MAX_THRESHOLD = 2**31 - 1
+# The superhub's own pages and the rows loaded (the planner scales reltuples by the table's actual size; the
+# feeder's pages are not the superhub's); relallvisible, read by index-only scans alone, stays as the index builds
+# set it.
 _RELATION_CALL = """
 SELECT pg_catalog.pg_restore_relation_stats(
     'schemaname', $1::text, 'relname', $2::text,

@@ -14,7 +14,7 @@ What the agent sends to be stored is checked on receipt against what was asked a
 (fedload/feeder/binary_plan.py), its rows a bigint; anything else fails the run as a dump error, storing nothing. A
 digest is asked only where it is well formed and the feeder's partition it describes is here (`plan_skips`), and an
 agent that refuses the request makes the superhub forget the feeder's digests (`forget_refused`): the next run
-sends every table. docs/unchanged-tables.md says it for people.
+sends every table. docs/unchanged.md says it for people.
 """
 
 from __future__ import annotations

@@ -30,6 +30,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "deploy" / "README.md"
+UNIT = REPO / "deploy" / "fedload.service"
+DOCUMENTATION = re.compile(r"^Documentation=(.*)$", re.MULTILINE)
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 PYPI = "https://pypi.org/simple/pip/"
 STEP_TIMEOUT_S = 300.0
@@ -182,11 +184,15 @@ def version() -> str:
 
 
 def assert_installed_on_system_python(machine: Machine, output: str) -> None:
-    """fedload runs from /opt/fedload (through the link), a venv of /usr/bin/python3, and the docs are in place."""
+    """fedload runs from /opt/fedload (through the link), a venv of /usr/bin/python3, and the docs are in place: every
+    page the unit's Documentation= names."""
     assert f"fedload {version()}" in output
     assert "home = /usr/bin" in (machine.root / "opt/fedload/pyvenv.cfg").read_text()
     assert (machine.root / "usr/local/bin/fedload").resolve() == machine.root / "opt/fedload/bin/fedload"
     assert (machine.root / "usr/share/doc/fedload/INSTALL.md").read_text() == README.read_text()
+    pages = DOCUMENTATION.search(UNIT.read_text())
+    assert pages is not None, "deploy/fedload.service has no Documentation= line"
+    assert [page for page in pages[1].split() if not (machine.root / page.removeprefix("file:///")).is_file()] == []
 
 
 def configure(machine: Machine, blocks: dict[str, list[str]]) -> None:
