@@ -10,19 +10,28 @@ import sys
 import urllib.request
 from collections.abc import Callable
 
-from tests.support.federation import DaemonProcess, Federation, config_toml, sync
+from tests.support.federation import DaemonProcess, Federation, config_toml, sync, write_script
 
 # Per feeder: its target and its data's age when the daemon starts. Behind: hub2 by 60 times its target, hub3 by
 # 50, hub1 by 40: hub1's data is the oldest, hub2's the youngest, the names go hub1 first.
 _TARGETS_AGES = {"hub1": (3600.0, 144_000.0), "hub2": (0.5, 30.0), "hub3": (60.0, 3000.0)}
 _HISTORY_RUN_S = 0.4  # each feeder's last run time, as its history says: a round of 1.2 s on one lane
+# Each of the daemon's own runs waits this long first: longer than hub2's target, so that the verdict stays
+# unreachable once measured runs replace the history (runs of unchanged tables take ~0.1 s, a round 0.3 s < 0.5 s).
+_RUN_AT_LEAST_S = 0.6
 
 
 def _config(fed: Federation) -> str:
+    slow_agent = write_script(
+        fed.tmp / "slow-agent", f'sleep {_RUN_AT_LEAST_S}\nexec "{sys.executable}" -m fedload "$@"\n'
+    )
     text = config_toml(fed, interval_s=3600).replace("[superhub]\n", "[superhub]\nmax_parallel_feeders = 1\n")
     text = text.replace("[daemon]\n", '[daemon]\nmetrics_listen = "127.0.0.1:0"\n')
     for name, (target_s, _) in _TARGETS_AGES.items():
-        text = text.replace(f"[feeders.{name}]\n", f"[feeders.{name}]\nfreshness_target_s = {target_s}\n")
+        text = text.replace(
+            f"[feeders.{name}]\n",
+            f'[feeders.{name}]\nfreshness_target_s = {target_s}\nagent_command = ["{slow_agent}"]\n',
+        )
     return text
 
 
