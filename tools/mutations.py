@@ -251,7 +251,7 @@ SABOTAGES = (
         "fedload/feeder/digest.py",
         "        stored = [list(c) for c in facts.columns]",
         "        stored = [list(c)[1:4] for c in facts.columns]",
-        (_PROOF, "-k", "pg15 and each_change and drop"),
+        (_PROOF, "-k", "pg15 and added_again"),
     ),
     Sabotage(
         "output-settings-unhashed",
