@@ -52,6 +52,7 @@ DIGEST_VERSION = 2  # what the proofs hash and how: a change makes every stored 
 _TAG = "fedload table digest"  # first of what is hashed; version 1 hashed a list that began with the number 1
 _SEEDS = (0x5EED_F00D, 0x0DDB_A11)  # hashtextextended's seeds: two independent 64-bit hashes of an identity
 _XID_WRAP = 1 << 32
+_HASHTID_MAJOR = 13  # hashtidextended
 _LSN = re.compile("[0-9A-F]{1,8}/[0-9A-F]{1,8}")
 _DURABLE_WAIT_S = 1.0  # the WAL writer flushes an asynchronous commit within 3 x wal_writer_delay (200 ms)
 _DURABLE_POLL_S = 0.1
@@ -82,7 +83,7 @@ def table_digest(
         return None
     facts = context.tables.get((plan.schema, plan.name)) if context is not None else None
     if context is not None and facts is not None and proof_kind(facts, context, plan.columns)[0] is ProofKind.IDENTITY:
-        return parse_digest(query(identity_query(plan, context.snapshot_xmax)), plan, feeder, context)
+        return parse_digest(query(identity_query(plan, context.snapshot_xmax, context.major)), plan, feeder, context)
     if not (request.counters and request.counters == counters):
         return None
     return parse_digest(query(content_query(plan)), plan, feeder)
@@ -97,14 +98,20 @@ def _source(plan: TablePlan) -> str:
     return f"ONLY {quote_ident(plan.schema)}.{quote_ident(plan.name)} AS r"
 
 
-def identity_query(plan: TablePlan, snapshot_xmax: int) -> str:
+def identity_query(plan: TablePlan, snapshot_xmax: int, major: int) -> str:
     """One statement printing `count|sum of one hash|sum of the other` of the table's row versions' identities:
     xmin widened to the 64-bit transaction ID it is in the snapshot (the latest below the snapshot's xmax with
-    those 32 bits: exact for every tuple not frozen, and a frozen one's xmin is kept as it was), then its ctid."""
+    those 32 bits: exact for every tuple not frozen, and a frozen one's xmin is kept as it was), and ctid. From
+    PostgreSQL 13 `hashtidextended` hashes the ctid seeded by the ID; before, `hashtextextended` their text."""
     last = snapshot_xmax - 1
     full = f"({last} - (({last} - r.xmin::text::int8) % {_XID_WRAP} + {_XID_WRAP}) % {_XID_WRAP})"
-    sums = ", ".join(f"coalesce(sum(pg_catalog.hashtextextended(i, {seed})), 0)" for seed in _SEEDS)
-    rows = f"SELECT {full}::text || r.ctid::text AS i FROM {_source(plan)}"  # noqa: S608 - identifiers quoted
+    if major >= _HASHTID_MAJOR:
+        ids, hashed = f"r.ctid, {full} AS x", "pg_catalog.hashtidextended(ids.ctid, ids.x # {seed})"
+    else:
+        ids, hashed = f"{full}::text || r.ctid::text AS i", "pg_catalog.hashtextextended(ids.i, {seed})"
+    sums = ", ".join(f"coalesce(sum({hashed.format(seed=seed)}), 0)" for seed in _SEEDS)
+    # OFFSET 0 keeps the subquery apart: flattened, its identity would be computed once per hash.
+    rows = f"SELECT {ids} FROM {_source(plan)} OFFSET 0"  # noqa: S608 - identifiers quoted
     # No parallel workers: they cost the server more CPU than the scan they share (bench/digest_cost.py).
     serial = "SET max_parallel_workers_per_gather = 0;"
     restore = "RESET max_parallel_workers_per_gather;"

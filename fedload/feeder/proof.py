@@ -78,6 +78,7 @@ class ProofContext:
     wal_insert_lsn: str  # the WAL insert position at the snapshot ("" in recovery): durability is checked against it
     tables: dict[tuple[str, str], TableFacts]
     types: dict[int, TypeFacts]
+    major: int = IDENTITY_MIN_MAJOR  # the server's
 
 
 _SETTINGS = (
@@ -95,6 +96,7 @@ _SERVER = (
     "pg_catalog.pg_control_system()), extract(epoch FROM pg_catalog.pg_postmaster_start_time())::text, "
     "(SELECT oid::int8 FROM pg_catalog.pg_database WHERE datname = pg_catalog.current_database())), "
     "'settings', json_build_array(SETTINGS), 'in_recovery', pg_catalog.pg_is_in_recovery(), "
+    "'version_num', pg_catalog.current_setting('server_version_num')::int, "
     "'xmax', pg_catalog.txid_snapshot_xmax(pg_catalog.txid_current_snapshot()), "
     "'wal', CASE WHEN pg_catalog.pg_is_in_recovery() THEN '' "
     "ELSE pg_catalog.pg_current_wal_insert_lsn()::text END, 'tables', (TABLES), 'types', (TYPES));"
@@ -152,6 +154,7 @@ def parse_context(printed: bytes) -> ProofContext:
         wal_insert_lsn=str(found["wal"]),
         tables=tables,
         types=types,
+        major=int(found["version_num"]) // 10000,
     )
 
 

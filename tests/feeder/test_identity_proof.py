@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fedload.errors import ConfigError
+from fedload.feeder import digest
 from fedload.feeder.binary_plan import TableRequest, copy_command, plan_table
 from fedload.feeder.digest import durable, table_digest
 from fedload.feeder.proof import ProofKind
@@ -184,7 +185,7 @@ def assert_equal_digests_mean_equal_text(seen: list[Seen]) -> None:
 STEPS = st.lists(st.tuples(st.sampled_from(list(CHANGES)), st.integers(1, 12), st.integers(1, 2)), max_size=10)
 
 
-@settings(max_examples=8, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=STEPS)
 def test_an_equal_identity_proof_means_the_same_copy_text(
     feeder: tuple[LocalCluster, str], steps: list[tuple[str, int, int]]
@@ -290,3 +291,15 @@ def test_a_digest_is_durable_once_its_snapshots_wal_is_flushed(feeder: tuple[Loc
         assert not durable(ahead, session.query)
         session.finish()
     session.close()
+
+
+def test_servers_before_13_hash_the_identities_text(
+    feeder: tuple[LocalCluster, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The proof as PostgreSQL 11 and 12 take it (no hashtidextended: hashtextextended of the identities' text):
+    nothing changed, the same digest; a value updated, another."""
+    monkeypatch.setattr(digest, "_HASHTID_MAJOR", 99)
+    seen = run_steps(*feeder, [("nothing", 3, 1), ("update a value", 3, 1)])
+    assert seen[0].digest == seen[1].digest
+    assert seen[1].digest != seen[2].digest
+    assert seen[2].kind is ProofKind.IDENTITY
