@@ -110,3 +110,10 @@ def test_the_architecture_page_names_every_module() -> None:
     architecture = (REPO / "docs" / "architecture.md").read_text()
     assert unnamed_modules(architecture, modules) == []
     assert unnamed_modules(architecture, [REPO / "fedload" / "nowhere.py"]) == ["fedload/nowhere.py"]
+
+
+def test_every_bench_script_has_its_row() -> None:
+    """bench/README.md's table has a row for every script of bench/ (common.py is their library)."""
+    readme = (REPO / "bench" / "README.md").read_text()
+    scripts = sorted(p.name for p in (REPO / "bench").glob("*.py") if p.name != "common.py")
+    assert [name for name in scripts if f"bench/{name}" not in readme] == []
