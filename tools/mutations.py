@@ -384,6 +384,14 @@ SABOTAGES = (
         (f"{_BEYOND_ANALYZE}[pg18-a NaN null_frac-copy]",),
     ),
     Sabotage(
+        "statistics-version-believed",
+        "a carried call's version is a server version, not any number the superhub's cast would fail on",
+        "fedload/superhub/statistics_bounds.py",
+        'if "version" in args and not _is_server_version(args["version"]):',
+        "if False:",
+        ("tests/superhub/test_statistics_bounds.py::test_a_value_out_of_its_range_is_refused[version-99999999999]",),
+    ),
+    Sabotage(
         "binary-head-unchecked",
         "a binary section's head is held to what the superhub asked (issue 54 items 4, 7)",
         "fedload/superhub/importer.py",

@@ -46,6 +46,9 @@ class ColumnLimits:
     block_size: int = 8192
 
 
+_VERSIONS = (90200, 9_999_999)  # the server versions a carried call may name (pg_dump 18 reads 9.2 on)
+
+
 def call_bytes_bound(target: int) -> int:
     """The longest statistics call ANALYZE's output could need at statistics target `target` on the superhub: every
     list at its longest, every entry at the width rule, quoted with every character escaped. A longer call is not
@@ -68,6 +71,8 @@ def column_refusal(args: Mapping[str, str], limits: ColumnLimits) -> str | None:
 
 
 def _scalars(args: Mapping[str, str], limits: ColumnLimits) -> str | None:
+    if "version" in args and not _is_server_version(args["version"]):
+        return f"version {_shown(args['version'])} is not a server version from {_VERSIONS[0]} to {_VERSIONS[1]}"
     null_frac = _number(args.get("null_frac", "0"))
     if not 0 <= null_frac <= 1:
         return f"null_frac {_shown(args['null_frac'])} is not in [0, 1]"
@@ -81,6 +86,12 @@ def _scalars(args: Mapping[str, str], limits: ColumnLimits) -> str | None:
     if "avg_width" in args:
         return _width(int(args["avg_width"]), null_frac, limits)
     return None
+
+
+def _is_server_version(text: str) -> bool:
+    """Whether `text` is a `server_version_num` pg_dump 18 can dump statistics from (9.2 on): the call casts it to
+    integer on the superhub, where a number out of range would fail the call, not refuse it."""
+    return text.isascii() and text.isdigit() and len(text) <= 7 and _VERSIONS[0] <= int(text) <= _VERSIONS[1]
 
 
 def _shown(text: str) -> str:
