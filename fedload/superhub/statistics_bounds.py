@@ -64,15 +64,13 @@ def call_bytes_bound(target: int) -> int:
 def column_refusal(args: Mapping[str, str], limits: ColumnLimits) -> str | None:
     """Why a column's carried statistics (a pg_restore_attribute_stats call's arguments, as written) are more than
     ANALYZE could write on the superhub; None if they are within its bounds."""
-    for check in (_scalars, _values, _elements, _ranges):
+    for check in (_version, _scalars, _values, _elements, _ranges):
         if (reason := check(args, limits)) is not None:
             return reason
     return None
 
 
 def _scalars(args: Mapping[str, str], limits: ColumnLimits) -> str | None:
-    if "version" in args and not _is_server_version(args["version"]):
-        return f"version {_shown(args['version'])} is not a server version from {_VERSIONS[0]} to {_VERSIONS[1]}"
     null_frac = _number(args.get("null_frac", "0"))
     if not 0 <= null_frac <= 1:
         return f"null_frac {_shown(args['null_frac'])} is not in [0, 1]"
@@ -85,6 +83,12 @@ def _scalars(args: Mapping[str, str], limits: ColumnLimits) -> str | None:
         return f"n_distinct {_shown(args['n_distinct'])} is not in [-1, {limits.rows}] (the rows loaded)"
     if "avg_width" in args:
         return _width(int(args["avg_width"]), null_frac, limits)
+    return None
+
+
+def _version(args: Mapping[str, str], _limits: ColumnLimits) -> str | None:
+    if "version" in args and not _is_server_version(args["version"]):
+        return f"version {_shown(args['version'])} is not a server version from {_VERSIONS[0]} to {_VERSIONS[1]}"
     return None
 
 
