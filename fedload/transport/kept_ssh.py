@@ -32,7 +32,7 @@ log = get_logger()
 
 IDLE_S = 60.0  # as the superhub's kept sessions: a feeder run every minute or more often keeps its connection
 MAX_IDLE = 8  # per worker: with the pool's feeder affinity, ten feeders run every second on four workers find their
-# connection kept in 96% of their runs (bench/README.md)
+# connection kept in 95% of their runs (bench/README.md)
 _CLOSE_TIMEOUT_S = 10.0
 
 
