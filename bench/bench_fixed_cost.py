@@ -1,6 +1,7 @@
 """Where a run's fixed time goes: per phase, and the superhub's CPU against the feeders', pinned.
 
     uv run python bench/bench_fixed_cost.py [--feeders 100] [--rows 2000] [--parallel 2]
+    uv run python bench/bench_fixed_cost.py --ssh-reuse [--runs 20] [--repeat 3] [--rows 2000]
 
 bench_scale.py's feeders (two tables, ~2,000 rows, local transport), two `fedload sync` rounds into a fresh
 superhub database (round 1: every partition new; round 2: every partition swapped), in bench_e2e.py's pinned
@@ -18,15 +19,29 @@ Measured per round:
   apart), sorted into session (reset, locks, BEGIN, savepoints), COMMIT, bookkeeping checks, catalog reads, staging
   DDL, COPY, index/constraints, the swap, ANALYZE and the history writes; with the number of statements (round
   trips) per run.
+
+`--ssh-reuse`: the fixed cost of a small SSH feeder's run with and without its kept connection
+(fedload.transport.kept_ssh). One feeder of `--rows` rows reached over the loopback sshd (its sessions, the agents,
+on CPU 0), runs one after the other in this process as in a worker (superhub sessions kept, and the superhub on
+CPU 1 with this process): `--runs` runs each way after one warm-up run, the ways interleaved `--repeat` times. Per
+run: the wall, this process's CPU (the superhub side of the SSH handshake: key exchange, host key check, auth),
+the superhub server's and the feeder side's (sshd and its sessions: the agent, pg_dump). Then the pool's choice of
+worker (`workers._affine`) against the plain last-idle one, replayed on a daemon's schedule: the share of runs that
+find their feeder's connection kept in the worker they get.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import os
+import random
 import re
 import statistics
 import sys
+import time
+import tomllib
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -35,7 +50,12 @@ from pathlib import Path
 import bench_scale
 import common
 
+from fedload.config import parse_config
 from fedload.localpg import LocalCluster
+from fedload.log import configure_logging
+from fedload.results import Outcome
+from fedload.superhub.bookkeeping.connection import Bookkeeping, RunHistory
+from fedload.superhub.job import Job, feeder_job, parents_spec, superhub_target
 from transforms.cli import positive_int
 
 FEEDER_CPU, SUPERHUB_CPU = "0", "1"
@@ -199,12 +219,191 @@ def report(rounds: list[RoundResult], count: int) -> None:
     )
 
 
+@dataclass
+class ReuseRuns:
+    """The runs of one way (kept connections or not) of one repetition: per-run figures."""
+
+    walls: list[float]
+    cpu: dict[str, float]  # CPU seconds of the runs by side, summed
+
+
+async def ssh_runs(job: Job, runs: int, *, kept: bool, sides: dict[str, int], history: RunHistory) -> ReuseRuns:
+    """One warm-up run, then `runs` runs of the job one after the other, SSH connections kept or not."""
+    from fedload.superhub.pipeline import sync_feeder  # noqa: PLC0415 - after the pinning of this process
+    from fedload.transport.kept_ssh import SshKeeper, close_kept_ssh, keep_ssh  # noqa: PLC0415
+
+    def cpu() -> dict[str, float]:
+        return {name: common.tree_cpu_seconds(pid) for name, pid in sides.items()} | {"fedload": common.cpu_seconds()}
+
+    async def one() -> float:
+        started = time.monotonic()
+        run = await sync_feeder(job, history=history)
+        if run.outcome is not Outcome.SUCCESS:
+            sys.exit(f"a run failed: {run.error}")
+        return time.monotonic() - started
+
+    keep_ssh(SshKeeper() if kept else None)
+    try:
+        await one()  # warm-up: the parents' cache, and with `kept` the connection to keep
+        before = cpu()
+        walls = [await one() for _ in range(runs)]
+        after = cpu()
+    finally:
+        await close_kept_ssh()
+    return ReuseRuns(walls, {name: after[name] - before[name] for name in after})
+
+
+async def measure_reuse(job: Job, runs: int, repeat: int, sides: dict[str, int]) -> dict[bool, list[ReuseRuns]]:
+    """Both ways, interleaved, `repeat` times; the superhub's sessions kept as a worker keeps them, the history
+    written on one connection as the daemon's."""
+    from fedload.superhub.kept_sessions import close_kept, keep_sessions  # noqa: PLC0415
+
+    keep_sessions()
+    history = Bookkeeping()
+    results: dict[bool, list[ReuseRuns]] = {False: [], True: []}
+    try:
+        for number in range(repeat):
+            for kept in (False, True) if number % 2 == 0 else (True, False):
+                print(f"  repetition {number + 1}, {'kept' if kept else 'new'} connections ...", flush=True)
+                results[kept].append(await ssh_runs(job, runs, kept=kept, sides=sides, history=history))
+    finally:
+        await close_kept()
+        await history.close()
+    return results
+
+
+def report_reuse(results: dict[bool, list[ReuseRuns]], runs: int) -> None:
+    """Per run, median over the repetitions: wall and CPU by side, each way, and kept / new."""
+    sides = list(results[False][0].cpu)
+
+    def per_run(kept: bool, side: str | None) -> float:
+        if side is None:
+            return statistics.median(statistics.median(r.walls) for r in results[kept])
+        return statistics.median(r.cpu[side] / runs for r in results[kept])
+
+    rows = []
+    for label, side in [("wall (median)", None), *((f"CPU {s}", s) for s in sides)]:
+        new, kept = per_run(False, side), per_run(True, side)
+        rows.append([label, f"{new * 1000:.1f} ms", f"{kept * 1000:.1f} ms", f"{kept / new:.2f}x" if new else "-"])
+    superhub_new = per_run(False, "fedload") + per_run(False, "superhub server")
+    superhub_kept = per_run(True, "fedload") + per_run(True, "superhub server")
+    rows.append(
+        [
+            "CPU superhub side (fedload + server)",
+            f"{superhub_new * 1000:.1f} ms",
+            f"{superhub_kept * 1000:.1f} ms",
+            f"{superhub_kept / superhub_new:.2f}x",
+        ]
+    )
+    common.print_table(
+        f"per run of one small SSH feeder, {runs} runs x {len(results[False])} repetitions (median)",
+        ["", "new connection", "kept connection", "kept / new"],
+        rows,
+    )
+
+
+def placement_share(
+    feeders: int, workers: int, *, affinity: bool, interval_s: float, run_s: tuple[float, float], seed: int
+) -> float:
+    """The share of runs that find their feeder's connection kept in the worker they get, on a daemon's schedule
+    (each feeder due `interval_s` after its run ends, jitter 10 %; a free lane to the due feeder waiting longest;
+    lanes = workers), the worker chosen by the pool's `_affine` or, without affinity, the last idle one. A worker
+    keeps the connections of the `MAX_IDLE` feeders it ran last, each for `IDLE_S`."""
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    from fedload.service import workers as pool  # noqa: PLC0415
+    from fedload.transport.kept_ssh import IDLE_S, MAX_IDLE  # noqa: PLC0415
+
+    rng = random.Random(seed)
+    idle: list[SimpleNamespace] = [SimpleNamespace(recent=[], last={}) for _ in range(workers)]
+    due = {f: rng.uniform(0, interval_s) for f in range(feeders)}
+    running: list[tuple[float, int, SimpleNamespace]] = []
+    now, reused, total = 0.0, 0, 0
+    while total < 5000:
+        for end, feeder, worker in [r for r in running if r[0] <= now]:
+            running.remove((end, feeder, worker))
+            worker.recent = [*[f for f in worker.recent if f != feeder], feeder][-MAX_IDLE:]
+            worker.last[feeder] = end
+            idle.append(worker)
+            due[feeder] = end + interval_s * rng.uniform(0.9, 1.1)
+        busy = {f for _, f, _ in running}
+        for feeder in sorted((f for f in due if due[f] <= now and f not in busy), key=due.__getitem__):
+            if not idle:
+                break
+            worker = idle.pop(pool._affine(idle, feeder) if affinity else -1)  # type: ignore[arg-type]
+            total += 1
+            reused += feeder in worker.recent and now - worker.last.get(feeder, -IDLE_S) < IDLE_S
+            running.append((now + rng.uniform(*run_s), feeder, worker))
+        upcoming = [e for e, _, _ in running] + [d for f, d in due.items() if d > now and f not in busy]
+        now = max(now + 0.001, min(upcoming, default=now + 0.1))
+    return reused / total
+
+
+def report_placement() -> None:
+    """The share of runs on a kept connection, with and without the pool's feeder affinity."""
+    rows = []
+    for feeders, workers in ((10, 2), (10, 4), (40, 4), (100, 4)):
+        shares = [
+            statistics.mean(
+                placement_share(feeders, workers, affinity=a, interval_s=1.0, run_s=(0.1, 0.4), seed=s)
+                for s in range(5)
+            )
+            for a in (False, True)
+        ]
+        rows.append([feeders, workers, f"{shares[0]:.0%}", f"{shares[1]:.0%}"])
+    common.print_table(
+        "runs that find their feeder's connection kept (interval 1 s, runs 0.1-0.4 s, 5,000 runs x 5 seeds)",
+        ["feeders", "workers (lanes)", "last idle worker", "feeder affinity"],
+        rows,
+    )
+
+
+def run_ssh_reuse(args: argparse.Namespace) -> int:
+    """--ssh-reuse: one small SSH feeder's runs with and without its kept connection; then the placement."""
+    configure_logging(level="warning")
+    with common.Workspace(common.pick_install(args.pg_major), keep=args.keep) as work:
+        superhub = work.cluster("superhub")
+        feeders = bench_scale.Feeders([work.cluster("feeders1")])
+        feeders.create(1, args.rows)
+        sshd = work.sshd()
+        common.pin_tree(common.postmaster_pid(feeders.clusters[0]), FEEDER_CPU)
+        common.pin_tree(sshd.process.pid, FEEDER_CPU)
+        common.pin_tree(common.postmaster_pid(superhub), SUPERHUB_CPU)
+        common.pin_tree(os.getpid(), SUPERHUB_CPU)
+        superhub.psql("CREATE DATABASE superhub_fixed")
+        schema = work.dir / "schema.sql"
+        schema.write_text(bench_scale.SCHEMA)
+        text = feeders.config_toml([1], superhub, "superhub_fixed", schema, 1)
+        ssh = sshd.ssh_config()
+        agent = json.dumps([sys.executable, "-m", "fedload"])
+        text = text.replace('transport = "local"\n', f'transport = "ssh"\nagent_command = {agent}\n')
+        text += "[feeders.f1.ssh]\n" + "".join(
+            f"{key} = {json.dumps(str(value) if key in ('identity', 'known_hosts') else value)}\n"
+            for key, value in ssh.model_dump(exclude_none=True).items()
+        )
+        config = parse_config(tomllib.loads(text))
+        from fedload.superhub.session import prepare_superhub  # noqa: PLC0415
+
+        asyncio.run(prepare_superhub(superhub_target(config), parents_spec(config)))
+        sides = {"superhub server": common.postmaster_pid(superhub), "feeder side (sshd, agent)": sshd.process.pid}
+        results = asyncio.run(measure_reuse(feeder_job(config, "f1"), args.runs, args.repeat, sides))
+    report_reuse(results, args.runs)
+    report_placement()
+    print(f"\n{common.BUSY_NOTE}")
+    return 0
+
+
 def parse_args() -> argparse.Namespace:
     """The command line."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--feeders", type=positive_int, default=100, help="feeders (default 100)")
     parser.add_argument("--rows", type=positive_int, default=2000, help="rows per feeder (default 2000)")
     parser.add_argument("--parallel", type=positive_int, default=2, help="max_parallel_feeders (default 2)")
+    parser.add_argument(
+        "--ssh-reuse", action="store_true", help="one SSH feeder's runs with and without its kept connection"
+    )
+    parser.add_argument("--runs", type=positive_int, default=20, help="--ssh-reuse: runs each way (default 20)")
+    parser.add_argument("--repeat", type=positive_int, default=3, help="--ssh-reuse: repetitions (default 3)")
     common.add_common_arguments(parser)
     return parser.parse_args()
 
@@ -213,6 +412,8 @@ def main() -> int:
     """Create the feeders, pin, run two rounds, report."""
     args = parse_args()
     print(common.machine_line())
+    if args.ssh_reuse:
+        return run_ssh_reuse(args)
     with common.Workspace(common.pick_install(args.pg_major), keep=args.keep) as work:
         superhub = work.cluster("superhub")
         feeders = bench_scale.Feeders([work.cluster(f"feeders{c}") for c in range(1, 4)])

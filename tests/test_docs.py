@@ -97,3 +97,23 @@ def test_the_index_lists_every_page() -> None:
     """docs/index.md links every page of docs/ and every README, the CHANGELOG: the house has a plan."""
     assert unlisted_pages(REPO / "docs" / "index.md", [p for p in PAGES if p != REPO / "README.md"]) == []
     assert unlisted_pages(REPO / "docs" / "index.md", [*PAGES, REPO / "docs" / "nowhere.md"])[-1] == "docs/nowhere.md"
+
+
+def unnamed_modules(architecture: str, modules: list[Path]) -> list[str]:
+    """The modules of `modules` whose file name the architecture page does not name (as `name.py`)."""
+    return [str(m.relative_to(REPO)) for m in modules if f"`{m.name}`" not in architecture]
+
+
+def test_the_architecture_page_names_every_module() -> None:
+    """docs/architecture.md says in a sentence what each module of fedload/ is for: a new module gets its line."""
+    modules = sorted(p for p in (REPO / "fedload").rglob("*.py") if p.name != "__init__.py")
+    architecture = (REPO / "docs" / "architecture.md").read_text()
+    assert unnamed_modules(architecture, modules) == []
+    assert unnamed_modules(architecture, [REPO / "fedload" / "nowhere.py"]) == ["fedload/nowhere.py"]
+
+
+def test_every_bench_script_has_its_row() -> None:
+    """bench/README.md's table has a row for every script of bench/ (common.py is their library)."""
+    readme = (REPO / "bench" / "README.md").read_text()
+    scripts = sorted(p.name for p in (REPO / "bench").glob("*.py") if p.name != "common.py")
+    assert [name for name in scripts if f"bench/{name}" not in readme] == []

@@ -57,6 +57,8 @@ _CLAIM = "tests/scenarios/test_adversarial.py::test_a_claim_out_of_bounds_fails_
 
 _HOSTILE_BINARY = "tests/scenarios/test_hostile_binary.py"
 _PROOF = "tests/feeder/test_identity_proof.py"
+_KEPT_SSH = "tests/transport/test_kept_ssh.py"
+_DAEMON_KEPT_SSH = "tests/service/test_daemon_kept_ssh.py"
 _BEYOND_ANALYZE = (
     "tests/superhub/test_statistics_carried.py::test_statistics_beyond_analyze_are_dropped_and_the_table_analyzed"
 )
@@ -425,6 +427,14 @@ SABOTAGES = (
         (f"{_BEYOND_ANALYZE}[pg18-a NaN null_frac-copy]",),
     ),
     Sabotage(
+        "statistics-version-believed",
+        "a carried call's version is a server version, not any number the superhub's cast would fail on",
+        "fedload/superhub/statistics_bounds.py",
+        'if "version" in args and not _is_server_version(args["version"]):',
+        "if False:",
+        ("tests/superhub/test_statistics_bounds.py::test_a_value_out_of_its_range_is_refused[version-99999999999]",),
+    ),
+    Sabotage(
         "binary-head-unchecked",
         "a binary section's head is held to what the superhub asked (issue 54 items 4, 7)",
         "fedload/superhub/importer.py",
@@ -553,6 +563,86 @@ SABOTAGES = (
         "        reachable=round_s <= smallest_s and not behind,",
         "        reachable=True,",
         ("tests/service/test_daemon_targets.py", "tests/service/test_targets.py"),
+    ),
+    Sabotage(
+        "ssh-kept-after-failure",
+        "a run whose command failed or stopped mid-stream never gives its SSH connection back to the keeper",
+        "fedload/transport/ssh.py",
+        "        if keep is not None and self._clean and not self._conn.is_closed():",
+        "        if keep is not None and not self._conn.is_closed():",
+        (_KEPT_SSH, "-k", "failed_run_keeps_nothing"),
+    ),
+    Sabotage(
+        "ssh-kept-not-remade",
+        "a kept SSH connection on which the command's channel does not open is replaced, the run goes on",
+        "fedload/transport/ssh.py",
+        "            if not kept:\n                raise exc.error from exc.error.__cause__",
+        "            if True:\n                raise exc.error from exc.error.__cause__",
+        (_KEPT_SSH, "-k", "gone_silent or nothing_of_it_ran"),
+    ),
+    Sabotage(
+        "ssh-command-started-twice",
+        "a command whose channel had opened on a kept connection is never started again on another",
+        "fedload/transport/ssh.py",
+        "        if opened:\n            raise error from error.__cause__\n",
+        "",
+        (_KEPT_SSH, "-k", "nothing_of_it_ran"),
+    ),
+    Sabotage(
+        "ssh-kept-other-settings",
+        "a kept SSH connection serves only a run with the same ssh settings",
+        "fedload/transport/kept_ssh.py",
+        "        if idle.config != lease.config:",
+        "        if False:",
+        (_KEPT_SSH, "-k", "other_settings"),
+    ),
+    Sabotage(
+        "ssh-kept-unbounded",
+        "a worker keeps at most MAX_IDLE SSH connections, each at most IDLE_S",
+        "fedload/transport/kept_ssh.py",
+        "        while len(self._idle) > self._max_idle:",
+        "        while len(self._idle) > 1000:",
+        (_KEPT_SSH, "-k", "bounded"),
+    ),
+    Sabotage(
+        "ssh-forget-ignores-run",
+        "a feeder forgotten during its run (paused, reconfigured) keeps no connection of that run",
+        "fedload/transport/kept_ssh.py",
+        "        if self._generations.get(lease.feeder, 0) != lease.generation:",
+        "        if False:",
+        (_KEPT_SSH, "-k", "forgotten"),
+    ),
+    Sabotage(
+        "daemon-pause-keeps-ssh",
+        "a paused feeder's kept SSH connection is closed",
+        "fedload/service/daemon.py",
+        '                self._pool.forget(name, "paused")',
+        "                pass",
+        (_DAEMON_KEPT_SSH, "-k", "changes"),
+    ),
+    Sabotage(
+        "daemon-reload-keeps-ssh",
+        "a reload that changes a feeder's ssh settings, or removes it, closes its kept SSH connection",
+        "fedload/service/daemon.py",
+        "        if self._pool is None:\n            return\n        for name in removed:",
+        "        if True:\n            return\n        for name in removed:",
+        (_DAEMON_KEPT_SSH, "-k", "changes"),
+    ),
+    Sabotage(
+        "pool-no-feeder-affinity",
+        "a feeder's run goes to the idle worker that ran it last (where its SSH connection is kept)",
+        "fedload/service/workers.py",
+        "    return min(ran)[1] if ran else -1",
+        "    return -1",
+        ("tests/service/test_workers.py", "-k", "ran_it_last"),
+    ),
+    Sabotage(
+        "worker-end-keeps-ssh",
+        "a worker closes the SSH connections it keeps when it ends (the daemon's shutdown)",
+        "fedload/service/worker.py",
+        "        await asyncio.shield(close_kept_ssh())\n",
+        "",
+        (_DAEMON_KEPT_SSH, "-k", "at_its_end"),
     ),
 )
 

@@ -4,7 +4,8 @@ socket pair.
 Only fedload's parent and the workers it started are at either end (the socket is inherited, never named), so
 pickle carries runs, progress and results as they are. Feeder data never crosses it.
 
-    parent -> worker: Run, then HistoryWritten or HistoryFailed for each history request; Cancel
+    parent -> worker: Run, then HistoryWritten or HistoryFailed for each history request; Cancel; Forget (at any
+                      time, a run under way or not)
     worker -> parent: Ready once; for each run Progressed, StartRun and FinishRun (history requests), then
                       Done, Cancelled or Crashed
 """
@@ -26,6 +27,7 @@ __all__ = [
     "Crashed",
     "Done",
     "FinishRun",
+    "Forget",
     "HistoryFailed",
     "HistoryWritten",
     "Progressed",
@@ -76,7 +78,16 @@ class Cancel:
     """Cancel the run under way (its transaction rolls back, its record says so)."""
 
 
-ToWorker = Run | HistoryWritten | HistoryFailed | Cancel
+@dataclass(frozen=True, slots=True)
+class Forget:
+    """Close the feeder's kept SSH connection, and keep none of its run under way (paused, removed, reconfigured:
+    fedload.transport.kept_ssh)."""
+
+    feeder: str
+    reason: str
+
+
+ToWorker = Run | HistoryWritten | HistoryFailed | Cancel | Forget
 
 
 # From a worker to the parent.
@@ -142,7 +153,7 @@ def frame(message: ToWorker | ToParent) -> bytes:
 async def for_worker(reader: asyncio.StreamReader) -> ToWorker:
     """The parent's next message to this worker (see `_receive`); TypeError if it is not one."""
     message = await _receive(reader)
-    if not isinstance(message, Run | HistoryWritten | HistoryFailed | Cancel):
+    if not isinstance(message, Run | HistoryWritten | HistoryFailed | Cancel | Forget):
         raise TypeError(f"not a message for a worker: {type(message).__name__}")
     return message
 

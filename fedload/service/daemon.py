@@ -8,6 +8,9 @@
 - SIGTERM/SIGINT: two-phase shutdown. Start nothing new, let running syncs finish for `shutdown_grace_s`, then
   cancel them (their transactions roll back: old data intact, no staging left).
 - SIGHUP: reload the configuration file; an invalid one is logged and the running configuration kept.
+- The workers keep each feeder's SSH connection for its next run (fedload.transport.kept_ssh); the daemon has them
+  close it when it finds the feeder paused, when a reload removes the feeder or changes its SSH settings, and at
+  its end.
 - A paused feeder (`fedload feeder pause`) is skipped: each due run asks its superhub first, and a paused one is
   asked again at its interval, at most `PAUSED_RECHECK_S` later (a resume takes effect within that); a run under
   way finishes.
@@ -214,6 +217,7 @@ class Daemon:
             removed = sorted(set(self._feeders(self.config)) - set(self._feeders(new)))
             for name in removed:
                 self._schedules.pop(name, None)
+            self._forget_connections(removed, new)
             for name in added:
                 self._schedules[name] = first_run(now, new.feeders[name].interval_s, self._rng)
             self.config, self._jobs = new, feeder_jobs(new)
@@ -222,6 +226,17 @@ class Daemon:
             self._coordinator.reconfigured(new)  # feeders may have moved between shards' lists
             self._spawn(self._targets.read_history(), name="freshness-history")  # new feeders, new targets
         systemd.notify("READY=1")
+
+    def _forget_connections(self, removed: list[str], new: Config) -> None:
+        """Close the kept SSH connections of the feeders a reload removed or gave other SSH settings."""
+        if self._pool is None:
+            return
+        for name in removed:
+            self._pool.forget(name, "removed from the configuration")
+        old = self._feeders(self.config)
+        for name, feeder in self._feeders(new).items():
+            if name in old and (old[name].transport, old[name].ssh) != (feeder.transport, feeder.ssh):
+                self._pool.forget(name, "its ssh settings changed")
 
     def _load(self) -> Config:
         """The configuration file again; ConfigError also if this daemon's shard is gone from it."""
@@ -276,6 +291,8 @@ class Daemon:
         """One run of a feeder, in a worker process if the daemon has them."""
         job = self._jobs[name]  # with shards, the feeder's shard is its superhub
         if (skipped := await self._pauses.skipped(job)) is not None:
+            if self._pool is not None:  # no connection to a feeder under maintenance
+                self._pool.forget(name, "paused")
             return skipped
         if self._pool is None:
             return await sync_feeder(job, history=self._history)

@@ -2,9 +2,10 @@
 it, one at a time, on its own core. Started as `python -m fedload.service.worker FD LEVEL FORMAT [MODULE ...]` with FD
 one end of a Unix socket pair and MODULEs to import before it says it is ready (those its runs would import lazily, so a
 worker started ahead does not pay for them in its first run). The messages are fedload.service._pipe's: from the
-parent `Run` (answered by `Done`), `HistoryWritten` or `HistoryFailed` (the answer to a run-history request) and
-`Cancel`; to the parent `Ready` once imported, `Progressed` (at most every 0.2 s, and at each phase), `StartRun` and
-`FinishRun` (run-history requests), and at the end of each run `Done`, `Cancelled` or `Crashed`.
+parent `Run` (answered by `Done`), `HistoryWritten` or `HistoryFailed` (the answer to a run-history request),
+`Cancel` and `Forget` (a feeder's kept SSH connection); to the parent `Ready` once imported, `Progressed` (at most
+every 0.2 s, and at each phase), `StartRun` and `FinishRun` (run-history requests), and at the end of each run `Done`,
+`Cancelled` or `Crashed`.
 The run history stays in the parent's one bookkeeping connection. When the parent goes away, the worker cancels
 its run and exits.
 """
@@ -34,6 +35,7 @@ from fedload.service._pipe import (
     Crashed,
     Done,
     FinishRun,
+    Forget,
     HistoryFailed,
     HistoryWritten,
     Progressed,
@@ -49,6 +51,7 @@ from fedload.superhub.bookkeeping import RunRecord
 from fedload.superhub.kept_sessions import close_kept, keep_sessions
 from fedload.superhub.pipeline import sync_feeder
 from fedload.superhub.session import SuperhubTarget
+from fedload.transport.kept_ssh import SshKeeper, close_kept_ssh, forget_kept_ssh, keep_ssh
 from fedload.transport.warm import ZYGOTE_MODULE, close_warm_agents, use_warm_agents
 
 log = get_logger()
@@ -122,14 +125,17 @@ class _Progress:
 
 
 async def serve(fd: int, preload: tuple[str, ...] = ()) -> None:
-    """Run what the parent sends until it closes its end; a run's superhub connection is kept for the next, and
-    local agents are forked from a warm process (fedload.transport.warm)."""
+    """Run what the parent sends until it closes its end; a run's superhub connection is kept for the next, so
+    is a feeder's SSH connection for its next run (fedload.transport.kept_ssh), and local agents are forked from a
+    warm process (fedload.transport.warm)."""
     keep_sessions()
+    keep_ssh(SshKeeper())
     use_warm_agents(start_now=ZYGOTE_MODULE in preload)
     try:
         await _serve(fd)
     finally:
         await asyncio.shield(close_kept())
+        await asyncio.shield(close_kept_ssh())
         await asyncio.shield(close_warm_agents())
 
 
@@ -147,6 +153,8 @@ async def _serve(fd: int) -> None:
                     history.answer(answer)
                 case Cancel() if run is not None:
                     run.cancel()
+                case Forget(feeder, reason):
+                    forget_kept_ssh(feeder, reason)
     except (asyncio.IncompleteReadError, ConnectionError):  # the parent has gone: nobody wants the run any more
         pass
     except Exception as exc:  # a message this worker cannot read: it can no longer follow its parent

@@ -47,6 +47,7 @@ from fedload.service._pipe import (
     Crashed,
     Done,
     FinishRun,
+    Forget,
     HistoryFailed,
     HistoryWritten,
     Progressed,
@@ -65,6 +66,7 @@ from fedload.superhub.job import Job
 from fedload.superhub.session import best_effort
 from fedload.superhub.statistics import statistics_modules
 from fedload.transport.command import transport_modules
+from fedload.transport.kept_ssh import MAX_IDLE
 
 if TYPE_CHECKING:
     from fedload.config import FeederConfig
@@ -242,6 +244,7 @@ class _Worker:
     def __init__(self, process: _Process, reader: asyncio.StreamReader, writer: Any) -> None:
         self.process, self._reader, self._writer = process, reader, writer
         self.inbox: asyncio.Queue[ToParent | _Exited] = asyncio.Queue()
+        self.recent: list[str] = []  # the feeders it ran last, most recent last: those it may keep connections of
         self._reading = asyncio.create_task(self._read())
 
     @classmethod
@@ -300,6 +303,12 @@ class _Worker:
 
     def send(self, message: ToWorker) -> None:
         self._writer.write(frame(message))
+
+    def ran(self, feeder: str) -> None:
+        """Note a run of `feeder` (its SSH connection may be kept here: fedload.transport.kept_ssh)."""
+        with contextlib.suppress(ValueError):
+            self.recent.remove(feeder)
+        self.recent = [*self.recent, feeder][-MAX_IDLE:]
 
     async def exit_status(self) -> str:
         """How the process ended, in words (it is killed if it has not ended within 5 s)."""
@@ -382,7 +391,7 @@ class WorkerPool:
         feeder, started = job.name, time.monotonic()
         async with self._slots:
             try:
-                worker = await self._take()
+                worker = await self._take(feeder)
             except WorkerError as exc:
                 return _failed(feeder, str(exc), started)
             except Exception as exc:  # a worker that cannot start fails this run, whatever the cause
@@ -392,16 +401,27 @@ class WorkerPool:
                 run = _WorkerRun(worker, job, history=history, progress=progress or (lambda _: None), started=started)
                 return await run.result(dry_run)
             finally:
+                worker.ran(feeder)
                 if worker.alive:
                     self._idle.append(worker)
                 else:
                     self._all.discard(worker)
                     await asyncio.shield(worker.close())
 
-    async def _take(self) -> _Worker:
-        """An idle worker if one is alive, else one started ahead, else a new one; WorkerError if it cannot start."""
+    def forget(self, feeder: str, reason: str) -> None:
+        """Have every worker close the feeder's kept SSH connection and keep none of a run of it under way
+        (paused, removed from the configuration, its SSH settings changed)."""
+        for worker in self._all:  # a busy one too: the run under way then keeps nothing
+            if worker.alive:
+                with contextlib.suppress(ValueError):
+                    worker.recent.remove(feeder)
+                worker.send(Forget(feeder, reason))
+
+    async def _take(self, feeder: str) -> _Worker:
+        """An idle worker if one is alive (the one that ran `feeder` last if idle: its SSH connection is kept
+        there), else one started ahead, else a new one; WorkerError if it cannot start."""
         while self._idle:
-            if (worker := self._idle.pop()).alive:
+            if (worker := self._idle.pop(_affine(self._idle, feeder))).alive:
                 return worker
             self._all.discard(worker)
             await asyncio.shield(worker.close())
@@ -421,6 +441,13 @@ class WorkerPool:
         for result in await asyncio.gather(*(w.close() for w in workers), return_exceptions=True):
             if isinstance(result, Exception):
                 log.error("worker.close_failed", error=internal_error(result), exc_info=result)
+
+
+def _affine(idle: list[_Worker], feeder: str) -> int:
+    """The index in `idle` of the worker to run `feeder`: the one that ran it most recently, else the worker idle
+    the shortest (the last)."""
+    ran = [(w.recent[::-1].index(feeder), i) for i, w in enumerate(idle) if feeder in w.recent]
+    return min(ran)[1] if ran else -1
 
 
 def worker_pool(

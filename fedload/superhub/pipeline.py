@@ -110,7 +110,7 @@ class _FeederSync:
         self.feeder = job.feeder
         self.state = Progress(job.name)
         self._report = report
-        self._transport = transport or transport_for(self.feeder)
+        self._transport = transport or transport_for(self.feeder, job.name)
         self.record = RunRecord(outcome=Outcome.FAILED)
         self.run_id: int | None = None
         self.stage_prefix = ""

@@ -46,6 +46,9 @@ class ColumnLimits:
     block_size: int = 8192
 
 
+_VERSIONS = (90200, 9_999_999)  # the server versions a carried call may name (pg_dump 18 reads 9.2 on)
+
+
 def call_bytes_bound(target: int) -> int:
     """The longest statistics call ANALYZE's output could need at statistics target `target` on the superhub: every
     list at its longest, every entry at the width rule, quoted with every character escaped. A longer call is not
@@ -61,7 +64,7 @@ def call_bytes_bound(target: int) -> int:
 def column_refusal(args: Mapping[str, str], limits: ColumnLimits) -> str | None:
     """Why a column's carried statistics (a pg_restore_attribute_stats call's arguments, as written) are more than
     ANALYZE could write on the superhub; None if they are within its bounds."""
-    for check in (_scalars, _values, _elements, _ranges):
+    for check in (_version, _scalars, _values, _elements, _ranges):
         if (reason := check(args, limits)) is not None:
             return reason
     return None
@@ -81,6 +84,18 @@ def _scalars(args: Mapping[str, str], limits: ColumnLimits) -> str | None:
     if "avg_width" in args:
         return _width(int(args["avg_width"]), null_frac, limits)
     return None
+
+
+def _version(args: Mapping[str, str], _limits: ColumnLimits) -> str | None:
+    if "version" in args and not _is_server_version(args["version"]):
+        return f"version {_shown(args['version'])} is not a server version from {_VERSIONS[0]} to {_VERSIONS[1]}"
+    return None
+
+
+def _is_server_version(text: str) -> bool:
+    """Whether `text` is a `server_version_num` pg_dump 18 can dump statistics from (9.2 on): the call casts it to
+    integer on the superhub, where a number out of range would fail the call, not refuse it."""
+    return text.isascii() and text.isdigit() and len(text) <= 7 and _VERSIONS[0] <= int(text) <= _VERSIONS[1]
 
 
 def _shown(text: str) -> str:

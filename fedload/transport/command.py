@@ -58,11 +58,12 @@ def transport_modules(feeders: Iterable[FeederConfig]) -> tuple[str, ...]:
     return (*(["fedload.transport.ssh"] if ssh else []), *([ZYGOTE_MODULE] if warm else []))
 
 
-def transport_for(feeder: FeederConfig) -> Transport:
-    """How the superhub reaches `feeder`: a local subprocess or SSH, as configured."""
+def transport_for(feeder: FeederConfig, name: str | None = None) -> Transport:
+    """How the superhub reaches `feeder`: a local subprocess or SSH, as configured; with its `name`, over SSH on
+    the connection its last run left where the process keeps them (fedload.transport.kept_ssh)."""
     if feeder.transport == "local":
         return LocalTransport(read_timeout_s=feeder.read_timeout_s, warm=True)
     from fedload.transport.ssh import SshTransport  # noqa: PLC0415 - asyncssh is heavy
 
     assert feeder.ssh is not None
-    return SshTransport(feeder.ssh)
+    return SshTransport(feeder.ssh, name)

@@ -2,6 +2,10 @@
 
 Every asyncssh and socket failure is translated here into the FeederError subclass that says what the operator
 can do: fix DNS or the network (unreachable), the keys (auth), known_hosts (host key), or wait (timeout, lost).
+
+In a worker process a feeder's connection is kept from one run to the next (fedload.transport.kept_ssh): a command
+that ended cleanly gives its connection back; a kept one that cannot open the next command's channel is dropped
+and the command started on a new connection, once.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from fedload.errors import (
 )
 from fedload.log import get_logger, without_passwords
 from fedload.transport._asyncssh import asyncssh
+from fedload.transport.kept_ssh import Lease, SshKeeper, close_connection, kept_ssh
 
 __all__ = ["SshProcess", "SshTransport"]
 
@@ -41,11 +46,16 @@ log = get_logger()
 class SshProcess:
     """The dump command running on a feeder over one SSH connection."""
 
-    def __init__(self, conn: Any, process: Any, config: SshConfig, where: str) -> None:
+    def __init__(
+        self, conn: Any, process: Any, config: SshConfig, where: str, keep: tuple[SshKeeper, Lease] | None = None
+    ) -> None:
         self._conn = conn
         self._process = process
         self._config = config
         self._where = where
+        self._keep = keep  # where the connection goes back if the command ends cleanly
+        self._eof = False  # stdout was read to its end
+        self._clean = False  # ... and the command exited with status 0: the connection may serve another
         self._stderr = Tail()
         self._stderr_task = asyncio.create_task(self._drain_stderr())
 
@@ -67,6 +77,7 @@ class SshProcess:
             raise FeederConnectionLostError(f"the connection to {self._where} broke during the dump: {exc}") from exc
         if not data and self._conn.is_closed() and self._process.exit_status is None:
             raise FeederConnectionLostError(f"the connection to {self._where} closed before the command finished")
+        self._eof = not data
         return data
 
     async def wait(self) -> int:
@@ -81,7 +92,9 @@ class SshProcess:
             ) from None
         except (asyncssh.Error, OSError) as exc:
             raise FeederConnectionLostError(f"the connection to {self._where} broke at the end: {exc}") from exc
-        return self._status(completed)
+        status = self._status(completed)
+        self._clean = self._eof and status == 0
+        return status
 
     def _status(self, completed: Any) -> int:
         if completed.exit_status is not None and completed.exit_status >= 0:
@@ -105,30 +118,47 @@ class SshProcess:
         return self._stderr.text()
 
     async def cancel(self) -> None:
-        """Close the channel and the connection; idempotent, never raises."""
+        """Close the channel, and the connection unless the command ended cleanly where connections are kept
+        (then it goes back to the keeper); idempotent, never raises."""
+        keep, self._keep = self._keep, None
         with contextlib.suppress(Exception):
             self._process.close()
-        with contextlib.suppress(Exception):
-            self._conn.close()
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(_CLOSE_TIMEOUT_S):
-                await self._conn.wait_closed()
+        if keep is not None and self._clean and not self._conn.is_closed():
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(_CLOSE_TIMEOUT_S):
+                    await self._process.wait_closed()
+            keeper, lease = keep
+            keeper.give_back(lease, self._conn)
+        else:
+            await close_connection(self._conn)
         self._stderr_task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):  # its own failure must not hide the run's
             await self._stderr_task
         log.debug("transport.closed", feeder=self._where)
 
 
-class SshTransport:
-    """Reaches one feeder over SSH, through its bastion (`jump`) if it has one."""
+class _NotStarted(Exception):  # noqa: N818 - not an error of its own: carries the one `open` raises
+    """The command's channel never opened on the connection: nothing of the command ran."""
 
-    def __init__(self, config: SshConfig) -> None:
+    def __init__(self, error: FeederError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class SshTransport:
+    """Reaches one feeder over SSH, through its bastion (`jump`) if it has one; with `feeder` (its name), on the
+    connection its last run left where this process keeps them (fedload.transport.kept_ssh)."""
+
+    def __init__(self, config: SshConfig, feeder: str | None = None) -> None:
         self._config = config
         self._jump = config.jump_host
         self._bastion = f"bastion {self._jump.host}:{self._jump.port}" if self._jump else ""
         via = f" via {self._bastion}" if self._jump else ""
         self._where = f"feeder {config.host}:{config.port}{via}"
-        self._ahead: asyncio.Task[Any] | None = None  # the connection `connect_ahead` started, for `open`
+        self._ahead: asyncio.Future[Any] | None = None  # the connection `connect_ahead` started or took, for `open`
+        self._ahead_kept = False  # `_ahead` is a kept connection
+        keeper = kept_ssh() if feeder is not None else None
+        self._keep = (keeper, keeper.lease(feeder, config)) if keeper is not None and feeder is not None else None
 
     def _options(self, *, port: int, user: str, tunnel: Any = ()) -> dict[str, Any]:
         """asyncssh's options for the feeder or its bastion: the same key, known_hosts and timeouts for both."""
@@ -154,14 +184,20 @@ class SshTransport:
         }
 
     def connect_ahead(self) -> None:
-        """Start the connection now (its handshake, ~0.07 s on a LAN), for the next `open`: a run's own steps on
-        the superhub before it starts the dump (~0.04 s) then overlap it."""
-        if self._ahead is None:
-            self._ahead = asyncio.get_running_loop().create_task(self._connect())
+        """Take the feeder's kept connection, or start a new one now (its handshake, ~0.07 s on a LAN), for the
+        next `open`: a run's own steps on the superhub before it starts the dump (~0.04 s) then overlap it."""
+        if self._ahead is not None:
+            return
+        if (kept := self._take_kept()) is not None:
+            self._ahead, self._ahead_kept = asyncio.get_running_loop().create_future(), True
+            self._ahead.set_result(kept)
+            return
+        self._ahead, self._ahead_kept = asyncio.get_running_loop().create_task(self._connect()), False
 
     async def close(self) -> None:
-        """Close the connection `connect_ahead` started if no `open` took it (a run that ended before its dump:
-        busy, or a failure on the superhub); a failure to connect is nobody's to see then."""
+        """Release the connection `connect_ahead` started or took if no `open` took it (a run that ended before
+        its dump: busy, or a failure on the superhub): kept again where connections are kept, else closed; a
+        failure to connect is nobody's to see then."""
         ahead, self._ahead = self._ahead, None
         if ahead is None:
             return
@@ -170,31 +206,81 @@ class SshTransport:
             conn = await ahead
         except BaseException:  # noqa: BLE001 - cancelled or failed: nothing is open
             return
-        conn.close()
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(_CLOSE_TIMEOUT_S):
-                await conn.wait_closed()
+        if self._keep is not None and not conn.is_closed():  # nothing ran on it: as good as before
+            keeper, lease = self._keep
+            keeper.give_back(lease, conn)
+            return
+        await close_connection(conn)
 
     async def open(self, argv: list[str]) -> SshProcess:
-        """Connect (or take the connection `connect_ahead` started) and start `argv` (quoted for the remote
-        shell); a FeederError subclass if that fails."""
+        """Connect (or take the connection `connect_ahead` started, or the feeder's kept one) and start `argv`
+        (quoted for the remote shell); a FeederError subclass if that fails. A kept connection on which the
+        command's channel does not open (the feeder closed it, the network broke while it was idle) is dropped and
+        the command started on a new connection, once: nothing of it ran on the kept one."""
+        conn, kept = await self._connection()
+        try:
+            process = await self._start(conn, argv)
+        except _NotStarted as exc:
+            if not kept:
+                raise exc.error from exc.error.__cause__
+            assert self._keep is not None
+            log.info("transport.kept_connection_dropped", feeder=self._keep[1].feeder, reason=str(exc.error))
+            conn = await self._connect()  # `_start` closed the kept one
+            try:
+                process = await self._start(conn, argv)
+            except _NotStarted as again:
+                raise again.error from again.error.__cause__
+        log.debug("transport.started", feeder=self._where, argv=[without_passwords(a) for a in argv])
+        return SshProcess(conn, process, self._config, self._where, self._keep)
+
+    async def _connection(self) -> tuple[Any, bool]:
+        """The connection for `open`, and whether a run before kept it: `connect_ahead`'s, the kept one, or new."""
         ahead, self._ahead = self._ahead, None
-        conn = await (ahead if ahead is not None else self._connect())
+        if ahead is not None:
+            kept, self._ahead_kept = self._ahead_kept, False
+            return await ahead, kept
+        if (conn := self._take_kept()) is not None:
+            return conn, True
+        return await self._connect(), False
+
+    def _take_kept(self) -> Any | None:
+        if self._keep is None:
+            return None
+        keeper, lease = self._keep
+        return keeper.take(lease)
+
+    async def _start(self, conn: Any, argv: list[str]) -> Any:
+        """Start `argv` on `conn` (closed if that fails): the FeederError, or `_NotStarted` with it when the
+        command's channel never opened (asyncssh makes the session only once the feeder confirms the channel, and
+        asks for the command after that)."""
+        opened = False
+
+        def session() -> Any:
+            nonlocal opened
+            opened = True
+            return asyncssh.SSHClientProcess()
+
+        error: FeederError
         try:
             async with asyncio.timeout(self._config.connect_timeout_s):
-                process = await conn.create_process(shlex.join(argv), encoding=None, stdin=asyncssh.DEVNULL)
-        except (asyncssh.Error, OSError) as exc:
-            conn.close()
-            raise FeederCommandError(f"cannot start the dump command on {self._where}: {exc}") from exc
-        except TimeoutError:
+                _, process = await conn.create_session(session, shlex.join(argv), encoding=None)
+                await process.redirect(asyncssh.DEVNULL, asyncssh.PIPE, asyncssh.PIPE)
+        except TimeoutError:  # before OSError, of which it is a subclass
             conn.close()
             limit = self._config.connect_timeout_s
-            raise FeederTimeoutError(f"{self._where} did not start the dump command within {limit:g} s") from None
+            error = FeederTimeoutError(f"{self._where} did not start the dump command within {limit:g} s")
+        except (asyncssh.Error, OSError) as exc:
+            conn.close()
+            error = FeederCommandError(f"cannot start the dump command on {self._where}: {exc}")
+            error.__cause__ = exc
         except BaseException:  # cancelled while it starts: the connection (and the command) must not outlive it
             conn.close()
             raise
-        log.debug("transport.started", feeder=self._where, argv=[without_passwords(a) for a in argv])
-        return SshProcess(conn, process, self._config, self._where)
+        else:
+            return process
+        if opened:
+            raise error from error.__cause__
+        raise _NotStarted(error)
 
     async def _connect(self) -> Any:
         """The connection to the feeder, through its bastion if it has one (then closed with it); both handshakes

@@ -292,6 +292,7 @@ def test_deploy_files_name_only_exported_metrics() -> None:
         [FeederState("hub1", last_success_s=1.0, last_run_s=1.0, failures=0, swap_lock_failures=0, data_s=0.5)]
     )
     metrics.set_shards({"hub1": "s1"})
+    metrics.set_targets({"hub1": 60.0})
     metrics.shard_up.labels("s1").set(1)
     metrics.set_displaced_by({"hub1": {"hub2": 1}})
     metrics.capacity.verdict = Verdict(reachable=False, round_s=90.0, lanes=1, lanes_needed=2, smallest_target_s=60.0)

@@ -13,7 +13,8 @@ import sys
 import time
 from collections.abc import MutableMapping
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import asyncpg
 import pytest
@@ -688,3 +689,16 @@ async def test_negative_control_a_worker_left_alive_after_the_wait_is_seen(
     seconds, gone, logs = await cancel_a_stopped_worker(federation, monkeypatch)
     with pytest.raises(AssertionError):
         assert_killed_after_the_wait(seconds, gone, logs)
+
+
+def test_a_feeder_runs_on_the_idle_worker_that_ran_it_last() -> None:
+    """The pool gives a feeder's run to the idle worker that ran the feeder most recently (its SSH connection is
+    kept there), else to the worker idle the shortest, as before."""
+
+    def idle(*recent: list[str]) -> list[_Worker]:
+        return [cast(_Worker, SimpleNamespace(recent=r)) for r in recent]
+
+    assert workers._affine(idle(["hub1", "hub2"], ["hub3"], ["hub4"]), "hub1") == 0
+    assert workers._affine(idle(["hub1", "hub2"], ["hub2", "hub1"], ["hub4"]), "hub1") == 1
+    assert workers._affine(idle(["hub1"], ["hub2"]), "hub5") == -1
+    assert workers._affine([], "hub1") == -1

@@ -20,8 +20,13 @@ WITHIN = {  # what ANALYZE could write for a text[] column of 1000 rows
     "most_common_elem_freqs": "{0.4,0.3,0.3,0.4,0}",
     "elem_count_histogram": "{1,1.5,2}",
     "range_empty_frac": "0",
+    "version": "180000",
 }
 BEYOND = [
+    *(
+        ("version", value)
+        for value in ("99999999999", "-180000", "0", "90100", "1" + "0" * 5000, "\uff11\uff18\uff10\uff10\uff10\uff10")
+    ),
     *((name, value) for name in ("null_frac", "range_empty_frac") for value in ("NaN", "Infinity", "-0.1", "1.5")),
     *(("correlation", value) for value in ("NaN", "-Infinity", "1.01", "1e999")),
     *(("n_distinct", value) for value in ("NaN", "Infinity", "-1.5", "1001")),
