@@ -9,14 +9,16 @@ contexts that changes every cycle (20%) and a small host table. Rounds, each rep
 
 - today: `skip_unchanged = false`, every table sent (the cost of a round before #46);
 - unchanged: nothing changed, every table kept (two rounds, the second counted: after a round that changed
-  everything the first computes the digests the second keeps by);
+  everything, the content digest's first round computes the digests the second keeps by; the identity proof's
+  first round keeps already);
 - cfengine: one row of contexts and every host changed, the inventory kept (80% of the rows unchanged);
 - all changed: one row of every table changed, every table sent.
 
 Prints the minimum over the repetitions of each round's CPU, and the superhub's (server + sync) against today's.
 The agent runs as a warm local process, whose CPU is not counted here (see bench/digest_cost.py for the feeder's
 cost of a digest). Run with another tree's interpreter (`TREE/.venv/bin/python bench/unchanged_round.py --rounds
-today` from that tree) to measure its round of today.
+today` from that tree) to measure its round of today, or this interpreter with that tree first on the path
+(`cd TREE && PYTHONPATH=TREE python bench/unchanged_round.py`: the agents it starts inherit it) for all its rounds.
 """
 
 from __future__ import annotations

@@ -334,8 +334,8 @@ class FeederConfig(_Model):
     )
     skip_unchanged: bool = Field(
         True,
-        description="With the agent: a table whose content digest is the one stored at its last load is not sent "
-        "again (docs/unchanged.md).",
+        description="With the agent: a table whose digest (of its tuples' identities, or of its content) is the one "
+        "stored at its last load is not sent again (docs/unchanged.md).",
     )
     skip_unchanged_min_rows: Annotated[int, Field(ge=0)] = Field(
         20_000,

@@ -56,6 +56,7 @@ _INJECTION = "tests/scenarios/test_adversarial.py::test_injection_corpus_loads_o
 _CLAIM = "tests/scenarios/test_adversarial.py::test_a_claim_out_of_bounds_fails_the_run_in_a_bounded_line"
 
 _HOSTILE_BINARY = "tests/scenarios/test_hostile_binary.py"
+_PROOF = "tests/feeder/test_identity_proof.py"
 _KEPT_SSH = "tests/transport/test_kept_ssh.py"
 _DAEMON_KEPT_SSH = "tests/service/test_daemon_kept_ssh.py"
 _BEYOND_ANALYZE = (
@@ -229,6 +230,46 @@ SABOTAGES = (
         "    if skips is None:\n        if trailer.digests:",
         "    if skips is None:\n        if False:",
         ("tests/superhub/test_unchanged.py", "-k", "not_asked_for"),
+    ),
+    Sabotage(
+        "enum-labels-unhashed",
+        "the identity proof covers the labels of the enums a table's columns use (RENAME VALUE writes no tuple)",
+        "fedload/feeder/digest.py",
+        "        labels = enum_labels(facts, context.types)\n",
+        "        labels: list[Any] = []\n",
+        (_PROOF, "-k", "pg15 and each_change and rename"),
+    ),
+    Sabotage(
+        "reg-types-proven-by-identity",
+        "a column whose text prints names (reg* types) or settings (money) gets the content digest",
+        "fedload/feeder/proof.py",
+        '    if found.name.startswith("reg") or found.name in _NAME_PRINTING:',
+        "    if False:",
+        (_PROOF, "-k", "pg15 and regclass"),
+    ),
+    Sabotage(
+        "stored-columns-unhashed",
+        "the identity proof covers the columns as stored: a column dropped and added again with another default",
+        "fedload/feeder/digest.py",
+        "        stored = [list(c) for c in facts.columns]",
+        "        stored = [list(c)[1:4] for c in facts.columns]",
+        (_PROOF, "-k", "pg15 and added_again"),
+    ),
+    Sabotage(
+        "output-settings-unhashed",
+        "the identity proof covers the session's output settings (TimeZone changes timestamptz text)",
+        "fedload/feeder/digest.py",
+        "        covered = [list(context.server), list(context.settings), facts.oid, stored, labels]",
+        "        covered = [list(context.server), [], facts.oid, stored, labels]",
+        (_PROOF, "-k", "pg15 and each_change and time"),
+    ),
+    Sabotage(
+        "identity-digest-not-durable",
+        "an identity digest is stored only once the WAL its snapshot sees is flushed",
+        "fedload/feeder/digest.py",
+        '    statement = f"SELECT {flushed} >= {at} - CASE WHEN {header} <= 40 THEN {header} ELSE 0 END;"',
+        '    statement = "SELECT true;"',
+        (_PROOF, "-k", "pg15 and durable"),
     ),
     Sabotage(
         "statistics-call-unbounded",

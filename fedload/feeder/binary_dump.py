@@ -13,16 +13,17 @@ from typing import BinaryIO
 
 from fedload import __version__
 from fedload.feeder.agent_options import AgentOptions
-from fedload.feeder.binary_plan import FeederColumn, TableRequest, copy_command, plan_table, quote_ident
+from fedload.feeder.binary_plan import TableRequest, copy_command, plan_table, quote_ident
 from fedload.feeder.binary_plan import read_requests as _read_requests
 from fedload.feeder.child import StderrTail, killed_when_reader_leaves, write_frames
 from fedload.feeder.compress import choose_compressor
-from fedload.feeder.digest import table_digest, unchanged
+from fedload.feeder.digest import durable, table_digest, unchanged
 from fedload.feeder.errors import AgentError, AgentUsageError
 from fedload.feeder.logs import get_logger
 from fedload.feeder.pg_dump import VersionProbe, ask_version
+from fedload.feeder.proof import ProofKind
 from fedload.feeder.sections import PART, SECTION_END, chunk_head, section_head
-from fedload.feeder.snapshot import SessionEnded, SnapshotSession, psql_beside, read_tables
+from fedload.feeder.snapshot import SessionEnded, SnapshotSession, SnapshotTables, psql_beside, read_tables
 from fedload.feeder.statistics_dump import CarriedStatistics, StatisticsDumpError, asked_statistics
 from fedload.feeder.wire import DIGEST_PROTOCOL, MAX_BLOCK_BYTES, PROTOCOL_VERSION, Header, StreamEncoder, dump_failure
 
@@ -142,6 +143,7 @@ class _Sent:
         self.rows: list[tuple[str, str, int]] = []
         self.digests: list[tuple[str, str, str, int, str]] = []
         self.unchanged = 0
+        self.fresh: list[int] = []  # the indices in `digests` of identity digests of tables sent: stored if durable
         self.snapshot_epoch_s: float | None = None  # the server's now() in the snapshot, once the catalog is read
 
 
@@ -164,7 +166,11 @@ def _tables(
     for request in seen.present:
         table = (request.schema, request.name)
         now = seen.counters.get(table, "")
-        _table(session, request, seen.catalog[table], encoder=encoder, out=out, sent=sent, counters=now)
+        _table(session, request, seen, encoder=encoder, out=out, sent=sent, counters=now)
+    if sent.fresh and seen.context is not None and not durable(seen.context, session.query):
+        log.info("agent.digests_not_durable", tables=len(sent.fresh), wal_insert_lsn=seen.context.wal_insert_lsn)
+        for at in sent.fresh:  # sent without a digest: the next round computes it
+            sent.digests[at] = (*sent.digests[at][:2], "", *sent.digests[at][3:])
     if statistics is not None:
         statistics.send(encoder, out)
     return seen.server_version
@@ -173,7 +179,7 @@ def _tables(
 def _table(
     session: SnapshotSession,
     request: TableRequest,
-    feeder: list[FeederColumn],
+    seen: SnapshotTables,
     *,
     encoder: StreamEncoder,
     out: BinaryIO,
@@ -181,10 +187,11 @@ def _table(
     counters: str,
 ) -> None:
     """One table's section: its data, or, where its digest is the one the superhub holds, that it is unchanged. The
-    digest is not computed where the table's counters say it changed for sure (fedload/feeder/digest.py)."""
+    content digest is not computed where the table's counters say it changed for sure (fedload/feeder/digest.py)."""
+    table = (request.schema, request.name)
+    feeder = seen.catalog[table]
     plan = plan_table(request, feeder)
-    table = (plan.schema, plan.name)
-    digest = table_digest(request, plan, feeder, counters, session.query)
+    digest = table_digest(request, plan, feeder, counters, context=seen.context, query=session.query)
     kept = unchanged(digest, request)
     head = section_head(table, plan.columns, binary=plan.binary, reason=plan.reason, unsent=plan.unsent, unchanged=kept)
     write_frames(out, encoder.data(head))
@@ -200,6 +207,8 @@ def _table(
         raise ValueError(f"table {plan.schema}.{plan.name}: {copied} rows copied but {digest.rows} digested")
     sent.rows.append((plan.schema, plan.name, copied))
     if request.wants_digest:
+        if kept is None and digest is not None and digest.kind is ProofKind.IDENTITY:
+            sent.fresh.append(len(sent.digests))
         sent.digests.append((plan.schema, plan.name, digest.digest if digest else "", copied, counters))
 
 

@@ -1,53 +1,70 @@
-"""A table's content digest, computed by the agent in the dump's own snapshot (the binary mode's psql session), so a
-table whose digest the superhub already holds need not be sent again (issue #46; docs/stream-format.md, "Unchanged
-tables").
+"""A table's digest, computed by the agent in the dump's own snapshot (the binary mode's psql session, or the one
+whose snapshot pg_dump reads), so a table whose digest the superhub already holds need not be sent again (issues #46,
+#55; docs/unchanged.md, "How a table is proven unchanged", says why each proof is safe).
 
-The digest covers what the superhub's load depends on from the feeder's side: the feeder's columns (names, types,
-order), the columns sent, and every row's exact text: `md5(ROW(col, ...)::text)` per row, where a record's text
-tells NULL (nothing) from '' (`""`) and 1 from 1.0. The rows' 128-bit hashes are summed as two 64-bit halves into
-exact numerics: the sum does not depend on the rows' order (a seq scan may start anywhere: synchronize_seqscans).
-Count, sums and columns are then hashed into one SHA-256 hex string.
+Two proofs, told apart in what is hashed (`ProofKind`, fedload/feeder/proof.py decides):
 
-The digest reads the whole table, so it is computed only where it may save the table's dump: the table's counters
-(its file node and its inserted, updated and deleted tuples, `pg_stat_get_tuples_*`) are only a hint, but one that
-can only say "changed for sure": where they differ from those the superhub stored with its digest, or where it
-stored none (a table's first load), the table is sent without one, so a first round costs no more than a dump.
-They prove nothing the other way (PostgreSQL 15+ reports a backend's counts late; `track_counts` may be off):
-where they are equal, the digest decides.
+- the tuple identities: the count and two exact sums of a 64-bit hash (two seeds) of every row version's
+  (xmin as a 64-bit transaction ID, ctid), with the server, the output settings, the columns as stored and the
+  labels of the enums they use. It reads no values: a table is asked it whenever the superhub asks for a digest;
+- the content, where a column's output could change with no tuple written (reg* types, money, types not built in)
+  or the identities prove nothing (a standby, a table access method other than heap, a server older than 11):
+  every row's exact text, `md5(ROW(col, ...)::text)` (a record's text tells NULL from '' and 1 from 1.0), its
+  halves summed into exact numerics (the sums do not depend on the rows' order). It reads the whole table, so it is
+  computed only where the table's counters (its file node and inserted, updated and deleted tuples,
+  `pg_stat_get_tuples_*`) are those the superhub stored with its digest: they can only say "changed for sure".
 
-Pure apart from the statements' text and `table_digest`'s one query, run by its caller's session: no process of its
-own. Standard library only (the zipapp).
+Count, sums and what else the proof covers are hashed into one SHA-256 hex string, tagged with the proof and
+DIGEST_VERSION: a digest of an older agent never equals one of these (the first round after an upgrade sends the
+table). An identity digest is stored only once the WAL of every transaction its snapshot sees is flushed
+(`durable`): a commit lost in a crash would let its transaction ID be given again.
+
+Pure apart from the statements' text and the queries run by its caller's session: no process of its own. Standard
+library only (the zipapp).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Optional
 
 from fedload.feeder.binary_plan import FeederColumn, TablePlan, TableRequest, quote_ident
+from fedload.feeder.proof import ProofContext, ProofKind, enum_labels, proof_kind
 
 __all__ = [
     "DIGEST_VERSION",
     "TableDigest",
+    "content_query",
     "counters_query",
-    "digest_query",
+    "durable",
+    "identity_query",
     "parse_counters",
     "parse_digest",
     "table_digest",
     "unchanged",
 ]
 
-DIGEST_VERSION = 1  # what `digest_query` hashes and how: a change makes every stored digest differ
+DIGEST_VERSION = 2  # what the proofs hash and how: a change makes every stored digest differ
+_TAG = "fedload table digest"  # first of what is hashed; version 1 hashed a list that began with the number 1
+_SEEDS = (0x5EED_F00D, 0x0DDB_A11)  # hashtextextended's seeds: two independent 64-bit hashes of an identity
+_XID_WRAP = 1 << 32
+_HASHTID_MAJOR = 13  # hashtidextended
+_LSN = re.compile("[0-9A-F]{1,8}/[0-9A-F]{1,8}")
+_DURABLE_WAIT_S = 1.0  # the WAL writer flushes an asynchronous commit within 3 x wal_writer_delay (200 ms)
+_DURABLE_POLL_S = 0.1
 
 
 @dataclass(frozen=True)
 class TableDigest:
-    """A table's content in the snapshot: its rows, and the digest of them and of its columns."""
+    """A table's proof in the snapshot: its rows, the digest, and which proof it is."""
 
     rows: int
     digest: str
+    kind: ProofKind = ProofKind.CONTENT
 
 
 def table_digest(
@@ -55,14 +72,21 @@ def table_digest(
     plan: TablePlan,
     feeder: Sequence[FeederColumn],
     counters: str,
+    *,
+    context: Optional[ProofContext],  # noqa: UP045 - the zipapp runs on Python 3.9
     query: Callable[[str], bytes],
 ) -> TableDigest | None:
-    """The table's digest, computed by `query` (a statement run in the dump's snapshot) only where it may spare the
-    table's dump: asked for, and the table's `counters` now are those the superhub stored; None elsewhere (the table
-    is sent without one)."""
-    if not (request.wants_digest and request.counters and request.counters == counters):
+    """The table's digest, computed by `query` (a statement run in the dump's snapshot) where it is asked for: the
+    identity proof always, the content digest only where the table's `counters` now are those the superhub stored;
+    None elsewhere (the table is sent without one)."""
+    if not request.wants_digest:
         return None
-    return parse_digest(query(digest_query(plan)), plan, feeder)
+    facts = context.tables.get((plan.schema, plan.name)) if context is not None else None
+    if context is not None and facts is not None and proof_kind(facts, context, plan.columns)[0] is ProofKind.IDENTITY:
+        return parse_digest(query(identity_query(plan, context.snapshot_xmax, context.major)), plan, feeder, context)
+    if not (request.counters and request.counters == counters):
+        return None
+    return parse_digest(query(content_query(plan)), plan, feeder)
 
 
 def unchanged(digest: TableDigest | None, request: TableRequest) -> tuple[int, str] | None:
@@ -70,29 +94,76 @@ def unchanged(digest: TableDigest | None, request: TableRequest) -> tuple[int, s
     return (digest.rows, digest.digest) if digest is not None and digest.digest == request.digest else None
 
 
-def digest_query(plan: TablePlan) -> str:
-    """One statement printing `count|sum of the hashes' high halves|sum of their low halves` for the plan's table and
-    columns (identifiers quoted here)."""
-    columns = ", ".join(map(quote_ident, plan.columns))
-    source = f"{quote_ident(plan.schema)}.{quote_ident(plan.name)}"
+def _source(plan: TablePlan) -> str:
+    return f"ONLY {quote_ident(plan.schema)}.{quote_ident(plan.name)} AS r"
+
+
+def identity_query(plan: TablePlan, snapshot_xmax: int, major: int) -> str:
+    """One statement printing `count|sum of one hash|sum of the other` of the table's row versions' identities:
+    xmin widened to the 64-bit transaction ID it is in the snapshot (the latest below the snapshot's xmax with
+    those 32 bits: exact for every tuple not frozen, and a frozen one's xmin is kept as it was), and ctid. From
+    PostgreSQL 13 `hashtidextended` hashes the ctid seeded by the ID; before, `hashtextextended` their text."""
+    last = snapshot_xmax - 1
+    full = f"({last} - (({last} - r.xmin::text::int8) % {_XID_WRAP} + {_XID_WRAP}) % {_XID_WRAP})"
+    if major >= _HASHTID_MAJOR:
+        ids, hashed = f"r.ctid, {full} AS x", "pg_catalog.hashtidextended(ids.ctid, ids.x # {seed})"
+    else:
+        ids, hashed = f"{full}::text || r.ctid::text AS i", "pg_catalog.hashtextextended(ids.i, {seed})"
+    sums = ", ".join(f"coalesce(sum({hashed.format(seed=seed)}), 0)" for seed in _SEEDS)
+    # OFFSET 0 keeps the subquery apart: flattened, its identity would be computed once per hash.
+    rows = f"SELECT {ids} FROM {_source(plan)} OFFSET 0"  # noqa: S608 - identifiers quoted
+    # No parallel workers: they cost the server more CPU than the scan they share (bench/digest_cost.py).
+    serial = "SET max_parallel_workers_per_gather = 0;"
+    restore = "RESET max_parallel_workers_per_gather;"
+    return f"{serial} SELECT count(*), {sums} FROM ({rows}) AS ids; {restore}"  # noqa: S608 - built above
+
+
+def content_query(plan: TablePlan) -> str:
+    """One statement printing `count|sum of the hashes' high halves|sum of their low halves` of the rows' text for
+    the plan's table and columns (identifiers quoted here)."""
+    columns = ", ".join(f"r.{quote_ident(c)}" for c in plan.columns)
     halves = ", ".join(f"coalesce(sum(('x' || substr(h, {start}, 16))::bit(64)::int8), 0)" for start in (1, 17))
-    rows = f"SELECT md5(ROW({columns})::text) AS h FROM ONLY {source}"  # noqa: S608 - identifiers quoted here
+    rows = f"SELECT md5(ROW({columns})::text) AS h FROM {_source(plan)}"  # noqa: S608 - identifiers quoted here
     return f"SELECT count(*), {halves} FROM ({rows}) AS hashed;"  # noqa: S608 - built above
 
 
-def parse_digest(printed: bytes, plan: TablePlan, feeder: Sequence[FeederColumn]) -> TableDigest:
-    """The digest from what `digest_query` printed; ValueError if it is not its answer."""
-    count, high, low = printed.decode().strip().split("|")
-    content = [
-        DIGEST_VERSION,
-        [[c.name, c.type_oid, c.type_sql] for c in feeder],
-        list(plan.columns),
-        int(count),
-        int(high),
-        int(low),
-    ]
+def parse_digest(
+    printed: bytes,
+    plan: TablePlan,
+    feeder: Sequence[FeederColumn],
+    context: Optional[ProofContext] = None,  # noqa: UP045 - the zipapp runs on Python 3.9
+) -> TableDigest:
+    """The digest from what `identity_query` (with the `context` it was run in) or `content_query` (without)
+    printed; ValueError if it is not its answer."""
+    count, first, second = (int(n) for n in printed.decode().strip().split("|"))
+    kind = ProofKind.CONTENT if context is None else ProofKind.IDENTITY
+    covered: list[Any] = [[c.name, c.type_oid, c.type_sql] for c in feeder]
+    if context is not None:
+        facts = context.tables[plan.schema, plan.name]
+        labels = enum_labels(facts, context.types)
+        stored = [list(c) for c in facts.columns]
+        covered = [list(context.server), list(context.settings), facts.oid, stored, labels]
+    content = [_TAG, DIGEST_VERSION, kind.value, covered, list(plan.columns), count, first, second]
     digest = hashlib.sha256(json.dumps(content).encode()).hexdigest()
-    return TableDigest(int(count), digest)
+    return TableDigest(count, digest, kind)
+
+
+def durable(context: ProofContext, query: Callable[[str], bytes]) -> bool:
+    """Whether the WAL up to the snapshot's insert position is flushed (waiting up to `_DURABLE_WAIT_S`), so no
+    transaction the snapshot sees can be lost in a crash and its ID given again; False in recovery."""
+    lsn = context.wal_insert_lsn
+    if not _LSN.fullmatch(lsn):
+        return False
+    # The insert position may lie just past a page header that nothing flushed yet: the records end before it.
+    at = f"(pg_catalog.pg_lsn '{lsn}' - pg_catalog.pg_lsn '0/0')"
+    header = f"({at} % pg_catalog.current_setting('wal_block_size')::numeric)"
+    flushed = "(pg_catalog.pg_current_wal_flush_lsn() - pg_catalog.pg_lsn '0/0')"
+    statement = f"SELECT {flushed} >= {at} - CASE WHEN {header} <= 40 THEN {header} ELSE 0 END;"
+    for _ in range(round(_DURABLE_WAIT_S / _DURABLE_POLL_S)):
+        if query(statement).strip() == b"t":
+            return True
+        query(f"SELECT pg_catalog.pg_sleep({_DURABLE_POLL_S});")
+    return query(statement).strip() == b"t"
 
 
 _COUNTERS = (

@@ -19,11 +19,12 @@ import select
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Optional
 
 from fedload.feeder.binary_plan import FeederColumn, TableRequest, catalog_query, parse_catalog, quote_ident
 from fedload.feeder.digest import counters_query, parse_counters
 from fedload.feeder.pipes import PIPE_BYTES, Pace, widen_pipe
+from fedload.feeder.proof import IDENTITY_MIN_MAJOR, ProofContext, context_query, parse_context
 
 __all__ = ["SessionEnded", "SnapshotSession", "SnapshotTables", "psql_beside", "read_tables"]
 
@@ -196,11 +197,13 @@ class SnapshotTables:
     catalog: dict[tuple[str, str], list[FeederColumn]]  # the feeder's columns of each table it has
     present: list[TableRequest]  # the requests of the tables it has, in the request's order
     counters: dict[tuple[str, str], str]  # of the tables asked digests of (fedload/feeder/digest.py)
+    context: Optional[ProofContext] = None  # noqa: UP045 - what their identity proofs cover (fedload/feeder/proof.py)
 
 
 def read_tables(session: SnapshotSession, requests: Sequence[TableRequest]) -> SnapshotTables:
     """Check the request against the catalog in the snapshot, lock what is there (ACCESS SHARE, as pg_dump does),
-    read the counters of the tables asked digests of; ValueError for an answer that is not one."""
+    read the counters of the tables asked digests of, and what their proofs cover (on PostgreSQL 11 and later);
+    ValueError for an answer that is not one."""
     server_version, snapshot_epoch_s, catalog = parse_catalog(session.query(catalog_query(requests)))
     present = [r for r in requests if (r.schema, r.name) in catalog]
     if present:
@@ -208,4 +211,15 @@ def read_tables(session: SnapshotSession, requests: Sequence[TableRequest]) -> S
         session.query(f"LOCK TABLE {names} IN ACCESS SHARE MODE;")
     digested = [r for r in present if r.wants_digest]
     counters = parse_counters(session.query(counters_query(digested))) if digested else {}
-    return SnapshotTables(server_version, snapshot_epoch_s, catalog, present, counters)
+    context = None
+    if digested and _major(server_version) >= IDENTITY_MIN_MAJOR:
+        context = parse_context(session.query(context_query(digested)))
+    return SnapshotTables(server_version, snapshot_epoch_s, catalog, present, counters, context)
+
+
+def _major(server_version: str) -> int:
+    """The major of a server_version ("15.4 (Debian ...)", "9.6.24": 9); ValueError for none."""
+    found = re.match(r"\d+", server_version)
+    if found is None:
+        raise ValueError(f"the server's version {server_version[:40]!r} does not begin with its major")
+    return int(found[0])

@@ -14,6 +14,7 @@ without digests, as an agent older than them would.
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 from collections.abc import Iterable
 from typing import BinaryIO
@@ -21,9 +22,10 @@ from typing import BinaryIO
 from fedload.feeder.agent_options import AgentOptions
 from fedload.feeder.binary_plan import TableRequest, plan_table, read_requests
 from fedload.feeder.child import StderrTail, killed_when_reader_leaves
-from fedload.feeder.digest import table_digest, unchanged
+from fedload.feeder.digest import durable, table_digest, unchanged
 from fedload.feeder.errors import AgentError, AgentUsageError
 from fedload.feeder.logs import get_logger
+from fedload.feeder.proof import ProofKind
 from fedload.feeder.snapshot import SessionEnded, SnapshotSession, psql_beside, read_tables
 from fedload.feeder.snapshot_plan import DigestedTable, SnapshotPlan
 from fedload.feeder.table_patterns import exact_name
@@ -85,15 +87,23 @@ def _plan(session: SnapshotSession, requests: list[TableRequest], tables: Iterab
     """Each present table's digest where it may pay (fedload/feeder/digest.py), the tables whose digest is the
     superhub's kept out of pg_dump's, and the snapshot exported for pg_dump."""
     seen = read_tables(session, requests)
-    digested = []
+    digested: list[DigestedTable] = []
+    fresh: list[int] = []
     for request in seen.present:
         table = (request.schema, request.name)
         feeder = seen.catalog[table]
         counters = seen.counters.get(table, "")
-        digest = table_digest(request, plan_table(request, feeder), feeder, counters, session.query)
+        plan = plan_table(request, feeder)
+        digest = table_digest(request, plan, feeder, counters, context=seen.context, query=session.query)
         kept = unchanged(digest, request) is not None
         rows, text = (digest.rows, digest.digest) if digest is not None else (0, "")
+        if not kept and digest is not None and digest.kind is ProofKind.IDENTITY:
+            fresh.append(len(digested))
         digested.append(DigestedTable(request.schema, request.name, counters, text, rows, kept))
+    if fresh and seen.context is not None and not durable(seen.context, session.query):
+        log.info("agent.digests_not_durable", tables=len(fresh), wal_insert_lsn=seen.context.wal_insert_lsn)
+        for at in fresh:  # sent without a digest: the next round computes it
+            digested[at] = dataclasses.replace(digested[at], digest="", digest_rows=0)
     sent = {(t.schema, t.name) for t in digested if not t.kept}
     dumped = tuple(t for t in tables if tuple(exact_name(t)) in sent)  # one absent is missed by the superhub
     log.debug("agent.digests_taken", tables=len(digested), kept=len(digested) - len(sent))

@@ -284,13 +284,17 @@ def test_a_round_without_changes_sends_nothing(pair: Pair) -> None:
     assert status.unchanged_tables == 2
 
 
-def test_counters_that_moved_spare_the_digest(pair: Pair) -> None:
-    """With track_counts on, a table whose counters moved is sent without computing its digest (stored empty); the
-    next round computes it (counters still), and the one after keeps the table."""
+def test_counters_that_moved_spare_the_content_digest(pair: Pair) -> None:
+    """With track_counts on, a table that gets the content digest (a money column: its text follows lc_monetary)
+    and whose counters moved is sent without computing it (stored empty); the next round computes it (counters
+    still), and the one after keeps the table. Table u, proven by its tuples' identities, is kept throughout."""
     digest_of_t = "SELECT digest <> '' FROM fedload.digests WHERE table_name = 't'"
+    pair.feeder("ALTER TABLE t ADD COLUMN cash money")
+    pair.superhub("ALTER TABLE t ADD COLUMN cash money")
     pair.cluster.psql(f"ALTER DATABASE {pair.feeder_db} SET track_counts = on")
     try:
-        pair.sync()  # the counters stored
+        rounds = [kept(pair.sync()) for _ in range(3)]  # the parent changed: counters, then the digest, then kept
+        assert rounds == [{"public.u"}, {"public.u"}, {"public.t", "public.u"}], rounds
         pair.feeder(CHANGES["insert"])
         assert kept(pair.sync()) == {"public.u"}
         assert pair.superhub(digest_of_t).strip() == "f"
@@ -299,21 +303,34 @@ def test_counters_that_moved_spare_the_digest(pair: Pair) -> None:
         assert kept(pair.sync()) == {"public.t", "public.u"}
     finally:
         pair.cluster.psql(f"ALTER DATABASE {pair.feeder_db} SET track_counts = off")
+        pair.feeder("ALTER TABLE t DROP COLUMN cash")
+        pair.superhub("ALTER TABLE t DROP COLUMN cash")
 
 
-def test_a_first_load_computes_no_digest(pair: Pair) -> None:
-    """A table the superhub holds no digest of (a new feeder or table, digests forgotten) is sent without one: a
-    first round costs no more than a dump. The next round computes it (its counters stored and still), the one
-    after keeps the table."""
+def test_a_first_load_computes_the_identity_proof(pair: Pair) -> None:
+    """A table the superhub holds no digest of (a new feeder or table, digests forgotten) gets its identity proof
+    at its first load, which costs a fraction of its dump: the next round keeps it."""
     pair.superhub("DELETE FROM fedload.digests")
     digests = "SELECT string_agg(table_name || '=' || digest, ',' ORDER BY table_name) FROM fedload.digests"
-    assert kept(pair.sync()) == set()
-    assert pair.superhub(digests).strip() == "t=,u="
     assert kept(pair.sync()) == set()
     computed = pair.superhub(digests).strip()
     assert "=," not in computed
     assert not computed.endswith("=")
     assert kept(pair.sync()) == {"public.t", "public.u"}
+
+
+def test_a_renamed_enum_label_sends_the_table(cluster: LocalCluster) -> None:
+    """End to end: a table whose enum column's label is renamed (no tuple written) is sent, with the new label,
+    and the untouched table is kept; the next round keeps both."""
+    made = make_pair(cluster, "binary", "_enum")
+    made.feeder("CREATE TYPE mood AS ENUM ('calm', 'glad'); ALTER TABLE u ADD COLUMN m mood DEFAULT 'glad'")
+    made.superhub("ALTER TABLE u ADD COLUMN m text")
+    made.sync()
+    assert kept(made.sync()) == {"public.t", "public.u"}
+    made.feeder("ALTER TYPE mood RENAME VALUE 'glad' TO 'happy'")
+    assert kept(made.sync()) == {"public.t"}
+    assert made.superhub("SELECT DISTINCT m FROM u").strip() == "happy"
+    assert kept(made.sync()) == {"public.t", "public.u"}
 
 
 @PG_DUMP_MODES
@@ -411,8 +428,8 @@ def test_an_agent_refusing_digests_is_told_apart(pair: Pair, tmp_path: Path) -> 
     plain = asyncio.run(sync_feeder(feeder_job(pair.config(agent_command=[old], skip_unchanged=False), "f")))
     assert "no dump here" in (plain.error or "")
     assert "skip_unchanged" not in (plain.error or "")
-    rounds = [kept(pair.sync()) for _ in range(3)]  # none stored, then computed, then kept
-    assert rounds == [set(), set(), {"public.t", "public.u"}], rounds
+    rounds = [kept(pair.sync()) for _ in range(2)]  # none stored, then the identity proofs computed at once: kept
+    assert rounds == [set(), {"public.t", "public.u"}], rounds
 
 
 def test_a_feeder_below_the_floor_asks_no_digests(pair: Pair) -> None:
