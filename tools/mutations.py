@@ -427,6 +427,14 @@ SABOTAGES = (
         (f"{_BEYOND_ANALYZE}[pg18-a NaN null_frac-copy]",),
     ),
     Sabotage(
+        "ctrl-c-main-thread-only",
+        "fedload sync takes Ctrl-C through the loop's wakeup fd, whichever thread the kernel hands it to",
+        "fedload/commands/sync.py",
+        "    return asyncio.run(_cancelled_by_sigint(main))",
+        "    return asyncio.run(main)",
+        ("tests/commands/test_interrupt.py",),
+    ),
+    Sabotage(
         "statistics-version-believed",
         "a carried call's version is a server version, not any number the superhub's cast would fail on",
         "fedload/superhub/statistics_bounds.py",

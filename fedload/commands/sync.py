@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+import signal
+from collections.abc import Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fedload.config import Config
 from fedload.errors import ConfigError, FedloadError, UsageError
@@ -22,9 +23,11 @@ from fedload.superhub.session import superhub_session
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["expected_sizes", "run_sync", "sync_with_display"]
+__all__ = ["expected_sizes", "run_interruptibly", "run_sync", "sync_with_display"]
 
 log = get_logger()
+
+T = TypeVar("T")
 
 
 async def expected_sizes(config: Config, names: Sequence[str]) -> dict[str, int]:
@@ -60,7 +63,9 @@ def run_sync(config: Config, names: Sequence[str], *, as_json: bool = False, dry
     forked = fork_workers(workers, preload)  # before the event loop: see fork_workers
     try:
         if as_json:
-            runs = asyncio.run(sync_feeders(config, selected, dry_run=dry_run, forked=forked, skip_paused=skip_paused))
+            runs = run_interruptibly(
+                sync_feeders(config, selected, dry_run=dry_run, forked=forked, skip_paused=skip_paused)
+            )
             print(json.dumps([dataclasses.asdict(run) for run in runs]))
         else:
             from rich.console import Console  # noqa: PLC0415 - the display's; `--json` (scripts) spares its import
@@ -68,10 +73,41 @@ def run_sync(config: Config, names: Sequence[str], *, as_json: bool = False, dry
             display = sync_with_display(
                 config, selected, Console(), dry_run=dry_run, forked=forked, skip_paused=skip_paused
             )
-            runs = asyncio.run(display)
+            runs = run_interruptibly(display)
     finally:
         reap_forked(forked)  # those the pool never took (it did not start: Ctrl-C, no superhub)
     return 0 if all(run.succeeded or run.outcome is Outcome.PAUSED for run in runs) else 1
+
+
+def run_interruptibly(main: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(main)`, Ctrl-C (SIGINT) cancelling it once: the runs in the workers are cancelled, their records
+    say so, and KeyboardInterrupt is raised when it has ended. The handler goes through the loop's wakeup fd, which
+    whichever thread the kernel hands the signal to writes: asyncio.run's own handler runs only in the main thread
+    once it runs Python code, and a loop waiting on a silent feeder (no fd ready, no timer due) may never."""
+    return asyncio.run(_cancelled_by_sigint(main))
+
+
+async def _cancelled_by_sigint(main: Coroutine[Any, Any, T]) -> T:
+    task, loop = asyncio.current_task(), asyncio.get_running_loop()
+    assert task is not None
+    interrupted = False
+
+    def interrupt() -> None:
+        nonlocal interrupted
+        if not interrupted:
+            log.info("sync.interrupted")
+        interrupted = True
+        task.cancel()
+
+    loop.add_signal_handler(signal.SIGINT, interrupt)
+    try:
+        return await main
+    except asyncio.CancelledError:
+        if interrupted:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)  # back to Python's default: KeyboardInterrupt
 
 
 async def sync_with_display(

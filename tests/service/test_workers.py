@@ -427,6 +427,7 @@ async def test_ctrl_c_of_fedload_sync_cancels_the_runs_in_its_workers(federation
         await _end_everything(sync_process, stderr_path)
     stderr = stderr_path.read_text()
     assert "Traceback" not in stderr, stderr
+    assert "sync.interrupted" in stderr, stderr
     assert sync_process.returncode != 0
     assert feeder_rows(federation) == before
     assert staging_leftovers(federation) == 0
