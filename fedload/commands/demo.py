@@ -6,7 +6,6 @@ directory holds a `fedload.toml` for its clusters, and `fedload demo --stop DIR`
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shlex
@@ -21,7 +20,7 @@ from typing import Any
 
 from rich.console import Console
 
-from fedload.commands.sync import sync_with_display
+from fedload.commands.sync import run_interruptibly, sync_with_display
 from fedload.config import parse_config
 from fedload.english import counted
 from fedload.errors import ConfigError, FedloadError, UsageError
@@ -254,7 +253,7 @@ def run_demo(*, keep: bool = False, hosts: int = 500, shards: int = 0) -> int:
         document = _document(superhub, feeders, base, shards)
         (base / "fedload.toml").write_text(_toml(document), encoding="utf-8")
         config = parse_config(document, source="demo")
-        runs = asyncio.run(sync_with_display(config, [f.name for f in feeders], console))
+        runs = run_interruptibly(sync_with_display(config, [f.name for f in feeders], console))
         _explain(superhub, console, shards)
         _next_steps(superhub, base, console, keep=keep)
         return 0 if all(r.succeeded for r in runs) else 1
