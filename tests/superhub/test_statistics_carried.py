@@ -430,6 +430,16 @@ def _hostile_pg_dump(tmp: Path, pg18: LocalCluster, call: str) -> str:
     return write_script(tmp / "pg_dump", body)
 
 
+def _clear_hostname_statistics(feeder: LocalCluster, db: str) -> None:
+    """__hosts.hostname without statistics on the feeder, and kept so: autovacuum's ANALYZE would give pg_dump
+    them again, and the hostile call would then be the column's second (a refused dump)."""
+    feeder.psql(
+        "ALTER TABLE public.__hosts SET (autovacuum_enabled = off); "
+        "SELECT pg_clear_attribute_stats('public', '__hosts', 'hostname', false)",
+        dbname=db,
+    )
+
+
 def _hub_column(hub: LocalCluster, db: str, key: int, column: str, stats: str) -> str:
     """`stats` (pg_stats' columns) of a column of feeder `key`'s partition of __hosts."""
     partition = partition_of(hub, db, "__hosts", key)
@@ -454,7 +464,7 @@ async def test_statistics_beyond_analyze_are_dropped_and_the_table_analyzed(
     other = column_stats(pg18, db, "fedload_parts", partition_of(pg18, db, "__hosts", 2))
     before = analyzed(pg18, db, partition_of(pg18, db, "__hosts", 1))
     feeder_db = feeder_database(config, "hub1")
-    pg18.psql("SELECT pg_clear_attribute_stats('public', '__hosts', 'hostname', false)", dbname=feeder_db)
+    _clear_hostname_statistics(pg18, feeder_db)
     if target is not None:
         pg18.psql(f"ALTER TABLE public.__hosts ALTER COLUMN hostname SET STATISTICS {target}", dbname=db)
     hub1 = config.feeders["hub1"].model_copy(update={"pg_dump": _hostile_pg_dump(tmp_path, pg18, make())})
@@ -487,7 +497,7 @@ async def test_carried_statistics_reach_only_the_feeders_new_partition(pg18: Loc
     feeder_db = feeder_database(config, "hub1")
     # autovacuum's ANALYZE of the feeder's table would give the cleared statistics back (seen under CI's load)
     pg18.psql("ALTER TABLE public.__hosts SET (autovacuum_enabled = off)", dbname=feeder_db)
-    pg18.psql("SELECT pg_clear_attribute_stats('public', '__hosts', 'hostname', false)", dbname=feeder_db)
+    _clear_hostname_statistics(pg18, feeder_db)
     call = _hostname_call(
         null_frac="0", avg_width="9", n_distinct="-1", most_common_vals="{planted}", most_common_freqs="{0.5}"
     )
