@@ -223,18 +223,22 @@ async def test_a_failing_bastion_is_named(
     bastion = bastion_for(feeder_sshd, tmp_path / "bastion")
     address = f"{BASTION_ADDRESS}:{bastion.port}"
     config = through(bastion, feeder_sshd)
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.callback(bastion.stop)
         if change == "host_key":
             feeder_sshd.known_hosts.write_text(feeder_sshd.known_hosts_line)
         elif change == "key":
             config = config.model_copy(update={"jump": f"nobody@{address}"})
         else:
             bastion.stop()
+            # The port held, bound but not listening: refused, and no other test's server can take it meanwhile
+            # (one did, under two suites at once: "connection reset by peer").
+            held = stack.enter_context(socket.socket())
+            held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past the probes' TIME_WAIT, not a listener
+            held.bind((BASTION_ADDRESS, bastion.port))
         with pytest.raises(error, match="^" + re.escape(message.format(bastion=address))):
             await run(config, ["true"])
         assert logins(feeder_sshd) == 0
-    finally:
-        bastion.stop()
 
 
 @pytest.mark.parametrize("frozen", ["bastion", "feeder"])
