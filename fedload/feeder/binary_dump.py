@@ -13,10 +13,12 @@ from typing import BinaryIO
 
 from fedload import __version__
 from fedload.feeder.agent_options import AgentOptions
-from fedload.feeder.binary_plan import TableRequest, copy_command, plan_table, quote_ident
+from fedload.feeder.binary_plan import TablePlan, TableRequest, copy_command, plan_table, quote_ident
 from fedload.feeder.binary_plan import read_requests as _read_requests
 from fedload.feeder.child import StderrTail, killed_when_reader_leaves, write_frames
 from fedload.feeder.compress import choose_compressor
+from fedload.feeder.delta import PROBE_QUERY, delta_copy_command
+from fedload.feeder.delta_plan import TableDelta, delta_head, table_delta
 from fedload.feeder.digest import durable, table_digest, unchanged
 from fedload.feeder.errors import AgentError, AgentUsageError
 from fedload.feeder.logs import get_logger
@@ -145,6 +147,13 @@ class _Sent:
         self.unchanged = 0
         self.fresh: list[int] = []  # the indices in `digests` of identity digests of tables sent: stored if durable
         self.snapshot_epoch_s: float | None = None  # the server's now() in the snapshot, once the catalog is read
+        self._probe: str | None = None
+
+    def probe(self, session: SnapshotSession) -> str:
+        """The feeder's bucket hash of a fixed text (fedload/feeder/delta.py), asked once."""
+        if self._probe is None:
+            self._probe = session.query(PROBE_QUERY).decode("ascii").strip()
+        return self._probe
 
 
 def _tables(
@@ -193,15 +202,24 @@ def _table(
     plan = plan_table(request, feeder)
     digest = table_digest(request, plan, feeder, counters, context=seen.context, query=session.query)
     kept = unchanged(digest, request)
-    head = section_head(table, plan.columns, binary=plan.binary, reason=plan.reason, unsent=plan.unsent, unchanged=kept)
+    delta = None
+    if kept is None and request.delta is not None:
+        delta = table_delta(request, plan, feeder, context=seen.context, probe=sent.probe(session), query=session.query)
+    head = section_head(
+        table,
+        plan.columns,
+        binary=plan.binary,
+        reason=plan.reason,
+        unsent=plan.unsent,
+        unchanged=kept,
+        delta=delta_head(delta),
+    )
     write_frames(out, encoder.data(head))
     if kept is not None:
         copied = kept[0]
         sent.unchanged += 1
     else:
-        parts = _Parts(encoder, out)
-        copied = session.copy(copy_command(plan), parts.add)
-        parts.flush()
+        copied = _copy(session, plan, delta, _Parts(encoder, out))
     write_frames(out, encoder.data(SECTION_END))
     if digest is not None and copied != digest.rows:  # one snapshot: cannot differ, unless the session is not one
         raise ValueError(f"table {plan.schema}.{plan.name}: {copied} rows copied but {digest.rows} digested")
@@ -210,6 +228,21 @@ def _table(
         if kept is None and digest is not None and digest.kind is ProofKind.IDENTITY:
             sent.fresh.append(len(sent.digests))
         sent.digests.append((plan.schema, plan.name, digest.digest if digest else "", copied, counters))
+
+
+def _copy(session: SnapshotSession, plan: TablePlan, delta: TableDelta | None, parts: _Parts) -> int:
+    """Send the table's data (where `delta` says so, only its changed buckets' rows); the table's rows."""
+    if delta is None or delta.dirty is None:
+        copied = session.copy(copy_command(plan), parts.add)
+        parts.flush()
+        return copied
+    table, key, buckets = (plan.schema, plan.name), delta.key, delta.state.buckets
+    command = delta_copy_command(table, plan.columns, key, delta.dirty, buckets=buckets, binary=plan.binary)
+    copied = session.copy(command, parts.add)
+    parts.flush()
+    if copied != delta.sent:  # one snapshot: cannot differ
+        raise ValueError(f"table {plan.schema}.{plan.name}: {copied} rows copied but {delta.sent} counted in buckets")
+    return delta.rows
 
 
 class _Parts:

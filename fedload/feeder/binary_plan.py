@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from fedload.feeder.delta import DeltaRequest, parse_delta_request
 from fedload.feeder.errors import AgentUsageError
+from fedload.feeder.sql_text import quote_ident
 from fedload.feeder.table_patterns import exact_name
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "copy_command",
     "parse_catalog",
     "plan_table",
+    "quote_ident",
     "read_requests",
 ]
 
@@ -52,6 +55,8 @@ class TableRequest:
     wants_digest: bool = False
     digest: str = ""
     counters: str = ""  # the table's counters when that digest was computed ("": none): others mean changed for sure
+    # Its changed rows only, by buckets (fedload/feeder/delta.py): a DeltaRequest, where the superhub asks for them.
+    delta: Optional[DeltaRequest] = None  # noqa: UP045
 
 
 @dataclass(frozen=True)
@@ -110,12 +115,23 @@ def _request(text: str) -> TableRequest:
         raise AgentUsageError(f"--columns of {found['name']!r}: digest must be 64 hexadecimal digits or null")
     if not isinstance(counters, str) or (counters and not COUNTERS_FORMAT.fullmatch(counters)):
         raise AgentUsageError(f"--columns of {found['name']!r}: counters must be numbers separated by spaces")
+    delta = _delta(found)
     if columns is None:
-        return TableRequest(found["schema"], found["name"], None, wants_digest, digest, counters)
+        return TableRequest(found["schema"], found["name"], None, wants_digest, digest, counters, delta)
     if not isinstance(columns, list) or not all(_is_column(column) for column in columns):
         raise AgentUsageError(f"--columns of {found['name']!r}: columns must be a list of [name, type OID] pairs")
     pairs = tuple((name, oid) for name, oid in columns)
-    return TableRequest(found["schema"], found["name"], pairs, wants_digest, digest, counters)
+    return TableRequest(found["schema"], found["name"], pairs, wants_digest, digest, counters, delta)
+
+
+def _delta(found: dict[str, Any]) -> DeltaRequest | None:
+    """The request's DeltaRequest (fedload/feeder/delta.py), None where it asks none."""
+    if found.get("delta") is None:
+        return None
+    try:
+        return parse_delta_request(found["delta"])
+    except ValueError as exc:
+        raise AgentUsageError(f"--columns of {found['name']!r}: {exc}") from None
 
 
 def _is_column(column: object) -> bool:
@@ -198,11 +214,6 @@ def _not_binary(column: FeederColumn, superhub_oid: int) -> str:
     if not column.has_send:
         return f"column {column.name}: its type {column.type_name} has no binary output"
     return ""
-
-
-def quote_ident(name: str) -> str:
-    """`name` as a quoted SQL identifier."""
-    return '"' + name.replace('"', '""') + '"'
 
 
 def copy_command(plan: TablePlan) -> str:

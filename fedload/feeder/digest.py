@@ -40,12 +40,14 @@ __all__ = [
     "TableDigest",
     "content_query",
     "counters_query",
+    "covered",
     "durable",
     "identity_query",
     "parse_counters",
     "parse_digest",
     "table_digest",
     "unchanged",
+    "widened_xmin",
 ]
 
 DIGEST_VERSION = 2  # what the proofs hash and how: a change makes every stored digest differ
@@ -103,8 +105,7 @@ def identity_query(plan: TablePlan, snapshot_xmax: int, major: int) -> str:
     xmin widened to the 64-bit transaction ID it is in the snapshot (the latest below the snapshot's xmax with
     those 32 bits: exact for every tuple not frozen, and a frozen one's xmin is kept as it was), and ctid. From
     PostgreSQL 13 `hashtidextended` hashes the ctid seeded by the ID; before, `hashtextextended` their text."""
-    last = snapshot_xmax - 1
-    full = f"({last} - (({last} - r.xmin::text::int8) % {_XID_WRAP} + {_XID_WRAP}) % {_XID_WRAP})"
+    full = widened_xmin(snapshot_xmax)
     if major >= _HASHTID_MAJOR:
         ids, hashed = f"r.ctid, {full} AS x", "pg_catalog.hashtidextended(ids.ctid, ids.x # {seed})"
     else:
@@ -116,6 +117,23 @@ def identity_query(plan: TablePlan, snapshot_xmax: int, major: int) -> str:
     serial = "SET max_parallel_workers_per_gather = 0;"
     restore = "RESET max_parallel_workers_per_gather;"
     return f"{serial} SELECT count(*), {sums} FROM ({rows}) AS ids; {restore}"  # noqa: S608 - built above
+
+
+def widened_xmin(snapshot_xmax: int, alias: str = "r") -> str:
+    """SQL of a row version's xmin as the 64-bit transaction ID it is in a snapshot whose xmax is `snapshot_xmax`:
+    the latest ID below that xmax with those 32 bits, never older than the true one (a tuple frozen long ago may
+    show a later one)."""
+    last = snapshot_xmax - 1
+    return f"({last} - (({last} - {alias}.xmin::text::int8) % {_XID_WRAP} + {_XID_WRAP}) % {_XID_WRAP})"
+
+
+def covered(plan: TablePlan, context: ProofContext) -> list[Any]:
+    """What an identity proof of the plan's table covers besides its rows: the server, the output settings, the
+    table's OID, its columns as stored and the labels of the enums they use."""
+    facts = context.tables[plan.schema, plan.name]
+    labels = enum_labels(facts, context.types)
+    stored = [list(c) for c in facts.columns]
+    return [list(context.server), list(context.settings), facts.oid, stored, labels]
 
 
 def content_query(plan: TablePlan) -> str:
@@ -137,13 +155,10 @@ def parse_digest(
     printed; ValueError if it is not its answer."""
     count, first, second = (int(n) for n in printed.decode().strip().split("|"))
     kind = ProofKind.CONTENT if context is None else ProofKind.IDENTITY
-    covered: list[Any] = [[c.name, c.type_oid, c.type_sql] for c in feeder]
+    covering: list[Any] = [[c.name, c.type_oid, c.type_sql] for c in feeder]
     if context is not None:
-        facts = context.tables[plan.schema, plan.name]
-        labels = enum_labels(facts, context.types)
-        stored = [list(c) for c in facts.columns]
-        covered = [list(context.server), list(context.settings), facts.oid, stored, labels]
-    content = [_TAG, DIGEST_VERSION, kind.value, covered, list(plan.columns), count, first, second]
+        covering = covered(plan, context)
+    content = [_TAG, DIGEST_VERSION, kind.value, covering, list(plan.columns), count, first, second]
     digest = hashlib.sha256(json.dumps(content).encode()).hexdigest()
     return TableDigest(count, digest, kind)
 

@@ -79,6 +79,7 @@ class ProofContext:
     tables: dict[tuple[str, str], TableFacts]
     types: dict[int, TypeFacts]
     major: int = IDENTITY_MIN_MAJOR  # the server's
+    snapshot_xmin: int = 0  # the snapshot's oldest transaction ID still running (64-bit): all below it had ended
 
 
 _SETTINGS = (
@@ -98,6 +99,7 @@ _SERVER = (
     "'settings', json_build_array(SETTINGS), 'in_recovery', pg_catalog.pg_is_in_recovery(), "
     "'version_num', pg_catalog.current_setting('server_version_num')::int, "
     "'xmax', pg_catalog.txid_snapshot_xmax(pg_catalog.txid_current_snapshot()), "
+    "'xmin', pg_catalog.txid_snapshot_xmin(pg_catalog.txid_current_snapshot()), "
     "'wal', CASE WHEN pg_catalog.pg_is_in_recovery() THEN '' "
     "ELSE pg_catalog.pg_current_wal_insert_lsn()::text END, 'tables', (TABLES), 'types', (TYPES));"
 )
@@ -155,6 +157,7 @@ def parse_context(printed: bytes) -> ProofContext:
         tables=tables,
         types=types,
         major=int(found["version_num"]) // 10000,
+        snapshot_xmin=int(found.get("xmin", 0)),
     )
 
 

@@ -32,9 +32,11 @@ def section_head(
     reason: str,
     unsent: Sequence[str],
     unchanged: tuple[int, str] | None = None,
+    delta: dict[str, object] | None = None,
 ) -> bytes:
     """The part that opens a table's section; `unchanged` (rows, digest): the table is not sent, its digest is the
-    one the superhub holds, and the section holds no data (protocol 5)."""
+    one the superhub holds, and the section holds no data (protocol 5); `delta`: the table's delta state and, where
+    only its changed buckets are sent, which ones (fedload/feeder/delta_plan.py)."""
     head: dict[str, object] = {
         "schema": table[0],
         "name": table[1],
@@ -45,6 +47,8 @@ def section_head(
     }
     if unchanged is not None:
         head["unchanged"] = {"rows": unchanged[0], "digest": unchanged[1]}
+    if delta is not None:
+        head["delta"] = delta
     body = json.dumps(head).encode()
     return PART.pack(HEAD, len(body)) + body
 

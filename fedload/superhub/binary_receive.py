@@ -41,6 +41,7 @@ class BinaryStart:
     columns: tuple[str, ...]
     unsent: tuple[str, ...]
     section: int  # 1 for the stream's first
+    delta: object = None  # the head's `delta` as sent: checked by the importer (fedload.superhub.delta)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +218,7 @@ class SectionSplitter:
             self._unchanged = True
             return UnchangedTable(table, unchanged["rows"], unchanged["digest"])
         if self._binary:
-            return BinaryStart(table, columns, tuple(head["unsent"]), self._sections)
+            return BinaryStart(table, columns, tuple(head["unsent"]), self._sections, head.get("delta"))
         reason = one_line(head["reason"], _MAX_REASON_CHARS)  # the agent's words: a line, not a page of the head
         log.info("import.text_fallback", feeder=self._feeder, table=str(table), reason=reason)
         written = ", ".join(map(ident, columns)).encode()

@@ -15,6 +15,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from fedload.feeder.delta import DeltaRequest
 from fedload.log import get_logger
 from fedload.names import TableName
 from fedload.superhub.schema import Column, ParentTable
@@ -38,10 +39,12 @@ def binary_columns(
     feeder: str = "",
     digests: Mapping[TableName, str] | None = None,
     counters: Mapping[TableName, str] | None = None,
+    deltas: Mapping[TableName, DeltaRequest] | None = None,
 ) -> list[str]:
     """The `--columns` values for `parents` (sorted by table, as `dump_command` sorts `--table`); with `digests`
     (skipping unchanged tables), each asks for the table's digest and states the one held here, if any (null), and
-    the table's counters on the feeder when this superhub last loaded it (`counters`, where known)."""
+    the table's counters on the feeder when this superhub last loaded it (`counters`, where known); with `deltas`,
+    the changed rows of the tables asked in binary (fedload.superhub.delta)."""
     out = []
     for parent in sorted(parents, key=lambda p: p.table):
         rules = remap.for_table(parent.qualified_name) if remap is not None else None
@@ -49,7 +52,8 @@ def binary_columns(
             log.info("sync.binary_text_requested", feeder=feeder, table=parent.qualified_name, reason=whole)
         asked = asked_columns(parent, remap=remap, rejects=rejects)
         columns = None if asked is None else [list(column) for column in asked]
-        out.append(_request(parent.table, columns, digests, counters))
+        delta = (deltas or {}).get(parent.table) if asked is not None else None
+        out.append(_request(parent.table, columns, digests, counters, delta))
     return out
 
 
@@ -77,14 +81,18 @@ def _request(
     columns: list[list[Any]] | None,
     digests: Mapping[TableName, str] | None,
     counters: Mapping[TableName, str] | None,
+    delta: DeltaRequest | None = None,
 ) -> str:
     """One table's request: its columns; with `digests`, the digest held here (null for none), and its counters where
-    they are known."""
+    they are known; its changed rows by `delta`'s buckets, where asked."""
     request: dict[str, Any] = {"schema": table.schema, "name": table.name, "columns": columns}
     if digests is not None:
         request["digest"] = digests.get(table)
         if counters and table in counters:
             request["counters"] = counters[table]
+    if delta is not None:
+        state = delta.state.to_json() if delta.state is not None else None
+        request["delta"] = {"key": list(delta.key), "buckets": delta.buckets, "state": state}
     return json.dumps(request)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import cast
 
@@ -21,12 +21,14 @@ import asyncpg
 
 from fedload.config import DEFAULT_RECEIVED_STATEMENT_BYTES, BadRows, ExtraColumns
 from fedload.errors import DumpError
+from fedload.feeder.delta import DeltaRequest
 from fedload.log import get_logger
 from fedload.names import TableName, TablePattern, columns_refusal
 from fedload.superhub.binary_framing import FIXED_WIDTHS, BinaryFraming
 from fedload.superhub.binary_receive import BinaryEnd, BinaryRows, BinaryStart, SectionItem, UnchangedTable
 from fedload.superhub.binary_request import asked_columns
 from fedload.superhub.data_refusals import is_data_refusal, refused_data
+from fedload.superhub.delta import StagedDelta, checked_delta
 from fedload.superhub.literal_copy import CSV_NULL, CSV_QUOTE, copy_rows_pattern, csv_rows
 from fedload.superhub.rejects import RejectWriter
 from fedload.superhub.schema import STAGE_SCHEMA, ParentTable, ident, key_literal
@@ -109,8 +111,12 @@ class Importer:
         run_id: int | None = None,
         remap: Remap | None = None,
         statistics: StatisticsCollector | None = None,
+        deltas: Mapping[TableName, DeltaRequest] | None = None,
+        stored_rows: Mapping[TableName, int] | None = None,
     ) -> None:
         self._conn = conn
+        self._deltas = deltas or {}  # the changed rows asked for (fedload.superhub.delta)
+        self._stored_rows = stored_rows or {}  # of those tables, the rows their partitions held when last stored
         self._statistics = statistics  # takes the dump's statistics calls (fedload.superhub.statistics)
         self._feeder = feeder
         self._key = key
@@ -214,7 +220,7 @@ class Importer:
         An index that backs the parent's primary key or unique constraint is built as such a constraint: ATTACH
         matches a constraint only with a constraint, and would otherwise build the index again."""
         for staged in self.staged.values():
-            if staged.kept is not None:
+            if staged.kept is not None or staged.changes_only:  # its rows go into the partition, indexed there
                 continue
             with self._key_checked(staged):  # a duplicate key is the dump's
                 await self._build_indexes(staged)
@@ -377,6 +383,7 @@ class Importer:
             return
         asked = asked_columns(staged.parent, remap=self._remap, rejects=self._rejects is not None)
         check_binary_head(start, asked, feeder=self._feeder)
+        self._note_delta(staged, start)
         written = tuple(ident(c).encode() for c in start.columns)
         plan = self._plan(staged, written, start)
         as_sent = plan.sources == tuple(range(len(written)))  # every field where it is (renamed at most)
@@ -398,6 +405,16 @@ class Importer:
             )
         staged.rows += int(status.rsplit(" ", 1)[1])
         self._log.info("import.table_loaded", table=staged.parent.qualified_name, rows=staged.rows, mode="binary")
+
+    def _note_delta(self, staged: StagedTable, start: BinaryStart) -> None:
+        """The section's delta, checked against the one asked (DumpError otherwise), on its staged table."""
+        table = staged.parent.table
+        asked = self._deltas.get(table)
+        head = checked_delta(start.delta, asked, table=start.table, feeder=self._feeder)
+        if head is not None:
+            assert asked is not None
+            stored = self._stored_rows.get(table, 0)
+            staged.delta = StagedDelta(staged.parent, staged.stage_sql, asked.key, head, stored)
 
     def _framing(self, start: BinaryStart, staged: StagedTable) -> BinaryFraming:
         """The check of a binary section's framing, its rows held to `max_statement_bytes`; the widths of its

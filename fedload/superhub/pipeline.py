@@ -41,7 +41,9 @@ from fedload.superhub.binary_receive import SectionItem
 from fedload.superhub.binary_request import binary_columns, digest_requests
 from fedload.superhub.bookkeeping import RunRecord, ensure_superhub, forget_rejects, has_history, moved_away
 from fedload.superhub.bookkeeping.connection import Bookkeeping, RunHistory
+from fedload.superhub.bookkeeping.digests import forget_digests
 from fedload.superhub.coordinated_entities import CoordinatedChange, coordinated_change
+from fedload.superhub.delta import DeltaRefusedError
 from fedload.superhub.freshness import stated_snapshot
 from fedload.superhub.importer import Importer
 from fedload.superhub.job import Job
@@ -65,6 +67,7 @@ from fedload.superhub.unchanged import (
     forget_on_failure,
     forget_refused,
     keep_unchanged,
+    loaded_rows,
     plan_skips,
     store_digests,
 )
@@ -179,6 +182,9 @@ class _FeederSync:
                 except KeptPartitionError as exc:
                     await forget_on_failure(conn, self.name, exc)
                     raise
+                except DeltaRefusedError as exc:
+                    await forget_digests(conn, self.name, [exc.table])
+                    raise
                 except AgentRefusedError as exc:
                     if (forgotten := await forget_refused(conn, self.name, self._skips, exc)) is None:
                         raise
@@ -196,7 +202,8 @@ class _FeederSync:
         async with self._dump(parents) as receiver, entities as change, conn.transaction():
             importer = await self._load(conn, receiver, parents, remap)
             unchanged = await keep_unchanged(conn, importer, self._skips, feeder=self.name, key=self.feeder.key)
-            self._kept = frozenset(s.parent.table for s in importer.staged.values() if s.kept is not None)
+            kept = (s for s in importer.staged.values() if s.kept is not None or s.changes_only)
+            self._kept = frozenset(s.parent.table for s in kept)  # changed in place: autovacuum analyzes them
             self.record.unchanged_tables = unchanged
             digests = digests_to_store(importer, receiver.trailer, self._skips, self.name)  # checked in any case
             if self._skips is not None:  # before the swap, which may fail: in its transaction all the same
@@ -293,7 +300,13 @@ class _FeederSync:
         asked, counters = (skips.asked, skips.counters) if skips is not None else (None, None)
         rejects = self.job.imports.bad_rows == "reject"
         columns = binary_columns(
-            parents.values(), remap=self._remap, rejects=rejects, feeder=self.name, digests=asked, counters=counters
+            parents.values(),
+            remap=self._remap,
+            rejects=rejects,
+            feeder=self.name,
+            digests=asked,
+            counters=counters,
+            deltas=skips.deltas if skips is not None else None,
         )
         return dump_command(self.feeder, self.job.transform, parents, columns, statistics=self._carry)
 
@@ -355,6 +368,8 @@ class _FeederSync:
             run_id=self.run_id,
             remap=remap,
             statistics=statistics,
+            deltas=self._skips.deltas if self._skips is not None else None,
+            stored_rows={t: s.rows for t, s in self._skips.stored.items()} if self._skips is not None else None,
         )
         receiver.read_tuples_with(importer.tuples_pattern)
         await importer.load(self._tracked(receiver, importer))
@@ -374,7 +389,9 @@ class _FeederSync:
         tables = [
             s
             for s in importer.staged.values()
-            if s.kept is None and swap.method_for(s.parent) is SwapMethod.PARTITION  # a kept partition keeps its own
+            if s.kept is None
+            and not s.changes_only  # a kept partition keeps its own
+            and swap.method_for(s.parent) is SwapMethod.PARTITION
         ]
         return await carry_statistics(conn, tables, statistics, feeder_key=self.job.imports.feeder_key)
 
@@ -476,7 +493,7 @@ def _counts(importer: Importer) -> tuple[dict[str, int], dict[str, int]]:
     """Rows loaded (or kept unchanged: the digest's count, which their partition holds), and rows rejected (where
     any were), per table (`str(TableName)`)."""
     staged = importer.staged.values()
-    return {s.parent.qualified_name: s.kept.rows if s.kept is not None else s.rows for s in staged}, {
+    return {s.parent.qualified_name: loaded_rows(s) for s in staged}, {
         s.parent.qualified_name: s.rejected for s in staged if s.rejected
     }
 
@@ -524,6 +541,11 @@ def _verify_counts(importer: Importer, trailer: Trailer | None) -> None:
         if (table := staged.get(key)) is not None and table.kept is not None:
             if table.kept.rows != rows:
                 raise DumpError(f"table {table.parent.qualified_name}: the feeder's counts of it disagree")
+        elif table is not None and table.delta is not None and table.changes_only:
+            head = table.delta.head
+            if head.rows != rows or head.sent != table.rows:
+                name = table.parent.qualified_name
+                raise DumpError(f"table {name}: the feeder's counts of its changed rows disagree")
         elif table is not None and table.rows + table.rejected != rows:
             name = table.parent.qualified_name
             raise DumpError(f"table {name}: the feeder sent {rows} rows but {table.rows} were loaded")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fedload.superhub.binary_receive import UnchangedTable
+from fedload.superhub.delta import StagedDelta
 from fedload.superhub.schema import STAGE_SCHEMA, ParentTable, qualified
 
 __all__ = ["StagedTable"]
@@ -29,6 +30,12 @@ class StagedTable:
     loaded: bool = False  # its data arrived (a second time rejects the dump)
     kept: UnchangedTable | None = None  # the feeder says it is unchanged: its partition stays (no staging table)
     created: bool = False  # its staging table exists: created at the table's first data, or at the dump's end
+    delta: StagedDelta | None = None  # the section sent a delta state (fedload.superhub.delta), and maybe changes only
+
+    @property
+    def changes_only(self) -> bool:
+        """It holds the rows of the table's changed buckets only: the swap applies them to its partition."""
+        return self.delta is not None and self.delta.head.dirty is not None
 
     @property
     def stage_sql(self) -> str:

@@ -28,10 +28,11 @@ from typing import TypeVar
 import asyncpg
 
 from fedload.config import SuperhubConfig, SwapMethod, SwapOnTimeout
-from fedload.errors import SuperhubError, SwapLockError
+from fedload.errors import DumpError, SuperhubError, SwapLockError
 from fedload.log import get_logger
 from fedload.names import TableName
 from fedload.superhub.blockers import BlockerWatch, CancelRules, watch_blockers
+from fedload.superhub.delta import apply_delta
 from fedload.superhub.entities import EntityRule, EntityTable, settle_entities, stage_entities
 from fedload.superhub.schema import PARTS_SCHEMA, ParentTable, ident, key_literal, qualified
 from fedload.superhub.staged import StagedTable
@@ -304,7 +305,11 @@ async def _polite(conn: asyncpg.Connection, plan: _SwapPlan, stats: SwapStats) -
 
 async def _attempt(conn: asyncpg.Connection, plan: _SwapPlan, stats: SwapStats, lock_timeout_s: float) -> None:
     """One try, in a savepoint: a lock timeout undoes the swap, not the load."""
-    exclusive = [t.parent.table for t in plan.tables if plan.policy.method_for(t.parent) is SwapMethod.PARTITION]
+    exclusive = [  # a table changed in place by its changed rows takes row locks only, as "mvcc" does
+        t.parent.table
+        for t in plan.tables
+        if plan.policy.method_for(t.parent) is SwapMethod.PARTITION and not t.changes_only
+    ]
     in_place: set[TableName] = set()
     async with conn.transaction():
         await local_lock_timeout(conn, lock_timeout_s)
@@ -396,6 +401,13 @@ async def _swap_table(
     INSERT whatever the method, into a new, empty partition if the feeder has none."""
     started = time.monotonic()
     parent, feeder, key = table.parent, plan.feeder, plan.key
+    if table.delta is not None and table.changes_only:
+        old = await feeder_partition(conn, parent.table, feeder, key)
+        if old is None:
+            raise DumpError(f"table {parent.qualified_name}: the feeder sent its changed rows, but it has no partition")
+        await apply_delta(conn, table.delta, old)
+        log.debug("swap.table", table=parent.qualified_name, method="changed rows", ms=_ms_since(started))
+        return old
     rows = in_place or method is SwapMethod.MVCC
     if rows and (old := await feeder_partition(conn, parent.table, feeder, key)) is not None:
         await _replace_rows(conn, table, old)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import TYPE_CHECKING
 
 import asyncpg
@@ -31,12 +31,14 @@ from fedload import __version__
 from fedload.config import DumpMode, FeederConfig
 from fedload.errors import AgentRefusedError, DumpError, one_line
 from fedload.feeder.binary_plan import COUNTERS_FORMAT, DIGEST_FORMAT
+from fedload.feeder.delta import DeltaRequest
 from fedload.feeder.digest import DIGEST_VERSION
 from fedload.log import get_logger
 from fedload.names import TableName
 from fedload.stream import Trailer
 from fedload.superhub.bookkeeping.digests import StoredDigest, forget_digests, read_digests, write_digests
 from fedload.superhub.bookkeeping.runs import last_load
+from fedload.superhub.delta import delta_key, probe_here, stored_state
 from fedload.superhub.importer import Importer
 from fedload.superhub.schema import ParentTable
 from fedload.superhub.staged import StagedTable
@@ -54,6 +56,7 @@ __all__ = [
     "forget_on_failure",
     "forget_refused",
     "keep_unchanged",
+    "loaded_rows",
     "plan_skips",
     "received_digests",
     "skips_unchanged",
@@ -81,6 +84,7 @@ class Skips:
     stored: dict[TableName, StoredDigest]
     asked: dict[TableName, str]  # the digest sent with each table's request, where one is
     counters: dict[TableName, str]  # the counters sent (the digest's, or those of a table sent without one)
+    deltas: dict[TableName, DeltaRequest] = field(default_factory=dict)  # binary mode: the changed rows asked for
 
 
 def fingerprint(parent: ParentTable, remap: Remap | None, job: Job) -> str:
@@ -133,7 +137,30 @@ async def plan_skips(
     valid = {t: s for t, s in stored.items() if fingerprints.get(t) == s.fingerprint and _sendable(job.name, t, s)}
     valid = {t: s for t, s in valid.items() if await _held(conn, job, t)}
     asked = {t: s.digest for t, s in valid.items() if s.digest}
-    return Skips(fingerprints, stored, asked, {t: s.counters for t, s in valid.items() if s.counters})
+    deltas = await _deltas(conn, job, parents, remap, valid)
+    return Skips(fingerprints, stored, asked, {t: s.counters for t, s in valid.items() if s.counters}, deltas)
+
+
+async def _deltas(
+    conn: asyncpg.Connection,
+    job: Job,
+    parents: Mapping[TableName, ParentTable],
+    remap: Remap | None,
+    valid: Mapping[TableName, StoredDigest],
+) -> dict[TableName, DeltaRequest]:
+    """The tables asked for their changed rows (binary mode, `send_changed_rows`): those whose load here is the
+    one a digest was stored with, not remapped, with a key to bucket their rows by (fedload.superhub.delta)."""
+    if job.feeder.dump_mode != DumpMode.BINARY or not job.feeder.send_changed_rows or not valid:
+        return {}
+    probe = await probe_here(conn)
+    deltas = {}
+    for table, held in valid.items():
+        parent = parents.get(table)
+        if parent is None or (remap is not None and remap.for_table(parent.qualified_name) is not None):
+            continue
+        if (key := delta_key(parent, job.imports.feeder_key)) is not None:
+            deltas[table] = stored_state(held.delta, key, held.rows, probe)
+    return deltas
 
 
 def _sendable(feeder: str, table: TableName, stored: StoredDigest) -> bool:
@@ -247,9 +274,25 @@ def digests_to_store(
         staged = importer.staged.get(table)
         if staged is None or staged.rejected:
             continue
-        if rows == (staged.kept.rows if staged.kept is not None else staged.rows):
-            stored[table] = StoredDigest(digest, rows, skips.fingerprints[table], counters)
+        if rows == loaded_rows(staged):
+            stored[table] = StoredDigest(digest, rows, skips.fingerprints[table], counters, _delta_state(staged, skips))
     return stored
+
+
+def loaded_rows(staged: StagedTable) -> int:
+    """The rows the feeder's partition of `staged` holds after the swap: those kept, those of the table where only
+    its changes came, else those loaded."""
+    if staged.kept is not None:
+        return staged.kept.rows
+    return staged.delta.head.rows if staged.delta is not None and staged.changes_only else staged.rows
+
+
+def _delta_state(staged: StagedTable, skips: Skips) -> str:
+    """The delta state to keep of `staged`: the one its section sent, or for a table kept the one stored."""
+    if staged.delta is not None:
+        return json.dumps(staged.delta.head.state.to_json())
+    held = skips.stored.get(staged.parent.table)
+    return held.delta if staged.kept is not None and held is not None else ""
 
 
 async def store_digests(

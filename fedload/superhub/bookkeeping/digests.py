@@ -22,17 +22,19 @@ class StoredDigest:
     rows: int
     fingerprint: str
     counters: str = ""  # the table's counters on the feeder then
+    delta: str = ""  # its delta state as JSON (fedload/feeder/delta.py), "" for none
 
 
 async def read_digests(conn: asyncpg.Connection, feeder: str) -> dict[TableName, StoredDigest]:
     """The feeder's stored digests, by table."""
     found = await conn.fetch(
-        "SELECT table_schema, table_name, digest, rows, fingerprint, counters FROM fedload.digests WHERE feeder = $1",
+        "SELECT table_schema, table_name, digest, rows, fingerprint, counters, delta FROM fedload.digests "
+        "WHERE feeder = $1",
         feeder,
     )
     return {
         TableName(r["table_schema"], r["table_name"]): StoredDigest(
-            r["digest"], r["rows"], r["fingerprint"], r["counters"]
+            r["digest"], r["rows"], r["fingerprint"], r["counters"], r["delta"]
         )
         for r in found
     }
@@ -45,9 +47,9 @@ async def write_digests(
     await conn.execute("DELETE FROM fedload.digests WHERE feeder = $1", feeder)
     tables = sorted(digests)
     await conn.execute(
-        "INSERT INTO fedload.digests (feeder, table_schema, table_name, digest, rows, fingerprint, counters, run_id) "
-        "SELECT $1, s, n, d, r, f, c, $8 FROM unnest($2::text[], $3::text[], $4::text[], $5::int8[], $6::text[], "
-        "$7::text[]) AS t(s, n, d, r, f, c)",
+        "INSERT INTO fedload.digests (feeder, table_schema, table_name, digest, rows, fingerprint, counters, delta, "
+        "run_id) SELECT $1, s, n, d, r, f, c, x, $9 FROM unnest($2::text[], $3::text[], $4::text[], $5::int8[], "
+        "$6::text[], $7::text[], $8::text[]) AS t(s, n, d, r, f, c, x)",
         feeder,
         [t.schema for t in tables],
         [t.name for t in tables],
@@ -55,6 +57,7 @@ async def write_digests(
         [digests[t].rows for t in tables],
         [digests[t].fingerprint for t in tables],
         [digests[t].counters for t in tables],
+        [digests[t].delta for t in tables],
         run_id,
     )
 

@@ -75,6 +75,8 @@ CREATE TABLE IF NOT EXISTS fedload.digests (
     run_id bigint,
     PRIMARY KEY (feeder, table_schema, table_name)
 );
+-- A table's delta state (fedload/feeder/delta.py) as JSON text: '' none.
+ALTER TABLE fedload.digests ADD COLUMN IF NOT EXISTS delta text NOT NULL DEFAULT '';
 -- The daemon's verdict on the freshness targets (docs/freshness.md): one row.
 CREATE TABLE IF NOT EXISTS fedload.capacity (
     one boolean PRIMARY KEY DEFAULT true CHECK (one),

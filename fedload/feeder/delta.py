@@ -1,0 +1,264 @@
+"""A changed table sent as the buckets of it that changed (issue #55; docs/unchanged.md, "Changed rows only").
+
+A table's rows fall into `buckets` buckets by a hash of their key's text (the superhub's primary key, less the
+feeder key): `hashtextextended(ROW(key...)::text, BUCKET_SEED) & (buckets - 1)`, the same expression on both
+sides. After a run, the superhub keeps the table's *delta state*: how many rows each bucket held, the oldest
+transaction still running in the snapshot they came from (`xmin`), and a `basis` hashing what else the rows' values
+depend on (fedload/feeder/digest.py's `covered`: the server and its start, the output settings, the table as
+stored). The next run sends that state back, and the agent counts each bucket's rows in its own snapshot: those
+written by transactions older than the stored `xmin` (`old`: ended before that snapshot, so in it and unchanged
+since, as any change writes a new row version) and the others (`new`). A bucket is unchanged when it has no new
+row and as many old ones as it held: it then holds exactly the rows the superhub has. The other buckets (the
+`dirty` ones) are sent whole, and the superhub replaces its rows of them, in the swap's transaction.
+
+Standard library only (the zipapp); pure apart from the statements' text, run by the caller's session.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import re
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from fedload.feeder.sql_text import quote_ident
+
+__all__ = [
+    "BUCKET_SEED",
+    "DELTA_VERSION",
+    "KEY_TYPE_OIDS",
+    "MAX_BUCKETS",
+    "MAX_SENT_SHARE",
+    "PROBE_QUERY",
+    "DeltaRequest",
+    "DeltaState",
+    "bucket_sql",
+    "buckets_query",
+    "decode_bits",
+    "decode_counts",
+    "delta_basis",
+    "delta_copy_command",
+    "dirty_buckets",
+    "encode_bits",
+    "encode_counts",
+    "parse_buckets",
+    "parse_delta_request",
+    "parse_state",
+]
+
+DELTA_VERSION = 1  # what the basis and the buckets mean: a change makes every stored state differ
+BUCKET_SEED = 0x5EED_B0C7
+MIN_BUCKETS, MAX_BUCKETS = 2, 1 << 14
+MAX_SENT_SHARE = 0.25  # past this share of the table's buckets, the whole table goes (a fresh partition is cheaper)
+# Key types whose text is the same on every server and in every setting: int2, int4, int8, text, varchar, uuid.
+KEY_TYPE_OIDS = frozenset({21, 23, 20, 25, 1043, 2950})
+PROBE_QUERY = f"SELECT pg_catalog.hashtextextended('fedload bucket probe', {BUCKET_SEED});"
+_TAG = "fedload delta basis"
+_MAX_COUNT = 2**63 - 1
+_IDENT = re.compile(r"[0-9a-f]{64}")
+_PROBE = re.compile(r"-?[0-9]{1,20}")
+
+
+@dataclass(frozen=True)
+class DeltaState:
+    """A table's delta state as a run leaves it: what the next run's agent compares its snapshot with."""
+
+    basis: str  # SHA-256 hex of what the rows' values depend on besides their tuples
+    buckets: int
+    xmin: int  # the snapshot's oldest running transaction (64-bit)
+    counts: tuple[int, ...]  # rows per bucket
+    probe: str  # hashtextextended of a fixed text on the feeder: the superhub asks deltas only where its own is
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "basis": self.basis,
+            "buckets": self.buckets,
+            "xmin": self.xmin,
+            "counts": encode_counts(self.counts),
+            "probe": self.probe,
+        }
+
+
+@dataclass(frozen=True)
+class DeltaRequest:
+    """What the superhub asks of a table: its key and bucket count, and the state it holds (None: none yet)."""
+
+    key: tuple[str, ...]
+    buckets: int
+    state: Optional[DeltaState] = None  # noqa: UP045 - Python 3.9 evaluates dataclass fields' types
+
+
+def parse_delta_request(found: object) -> DeltaRequest:
+    """A request's `delta` object; ValueError saying what is wrong."""
+    if not isinstance(found, dict):
+        raise ValueError("delta must be a JSON object")  # noqa: TRY004 - the request is wrong, as for any value
+    key, buckets = found.get("key"), found.get("buckets")
+    if not isinstance(key, list) or not key or not all(isinstance(k, str) for k in key):
+        raise ValueError("delta.key must be a list of column names")
+    _check_buckets(buckets)
+    assert isinstance(buckets, int)
+    state = parse_state(found["state"], buckets) if found.get("state") is not None else None
+    return DeltaRequest(tuple(key), buckets, state)
+
+
+def parse_state(found: object, buckets: int) -> DeltaState:
+    """A delta state sent as JSON (`DeltaState.to_json`) for a table of `buckets` buckets; ValueError if it is not
+    one."""
+    if not isinstance(found, dict):
+        raise ValueError("a delta state must be a JSON object")  # noqa: TRY004 - as in parse_delta_request
+    _check_buckets(buckets)
+    basis, xmin, probe = found.get("basis"), found.get("xmin"), found.get("probe")
+    if not isinstance(basis, str) or not _IDENT.fullmatch(basis):
+        raise ValueError("its basis is not 64 lowercase hexadecimal digits")
+    if found.get("buckets") != buckets:
+        raise ValueError(f"its buckets are not the {buckets} asked")
+    if type(xmin) is not int or not 0 <= xmin <= _MAX_COUNT:
+        raise ValueError("its xmin is not a transaction ID")
+    if not isinstance(probe, str) or not _PROBE.fullmatch(probe):
+        raise ValueError("its probe is not a 64-bit number")
+    counts = found.get("counts")
+    if not isinstance(counts, str):
+        raise ValueError("its counts are not a string")  # noqa: TRY004 - as above
+    return DeltaState(basis, buckets, xmin, decode_counts(counts, buckets), probe)
+
+
+def _check_buckets(buckets: object) -> None:
+    if type(buckets) is not int or not MIN_BUCKETS <= buckets <= MAX_BUCKETS or buckets & (buckets - 1):
+        raise ValueError(f"delta.buckets must be a power of two from {MIN_BUCKETS} to {MAX_BUCKETS}")
+
+
+def encode_counts(counts: Sequence[int]) -> str:
+    """Rows per bucket as base64 of zlib of LEB128 varints."""
+    out = bytearray()
+    for count in counts:
+        n = count
+        while n >= 0x80:
+            out.append(0x80 | (n & 0x7F))
+            n >>= 7
+        out.append(n)
+    return base64.b64encode(zlib.compress(bytes(out), 9)).decode("ascii")
+
+
+def decode_counts(text: str, buckets: int) -> tuple[int, ...]:
+    """`encode_counts`'s text of exactly `buckets` counts; ValueError for anything else (bounded: at most ten bytes
+    a count are inflated)."""
+    raw = _inflate(text, buckets * 10)
+    counts: list[int] = []
+    value = shift = 0
+    for byte in raw:
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte & 0x80:
+            if shift > 63:
+                raise ValueError("a count is longer than 64 bits")
+            continue
+        if value > _MAX_COUNT:
+            raise ValueError("a count is past a bigint")
+        counts.append(value)
+        value = shift = 0
+    if shift or len(counts) != buckets:
+        raise ValueError(f"the counts are not {buckets} numbers")
+    return tuple(counts)
+
+
+def encode_bits(indices: Iterable[int], buckets: int) -> str:
+    """A set of buckets as base64 of zlib of a bitmap: bucket n is bit n % 8 of byte n // 8 (PostgreSQL's
+    `get_bit(bytea, n)`)."""
+    return base64.b64encode(zlib.compress(bitmap(indices, buckets), 9)).decode("ascii")
+
+
+def bitmap(indices: Iterable[int], buckets: int) -> bytes:
+    """The bitmap `encode_bits` compresses."""
+    bits = bytearray((buckets + 7) // 8)
+    for n in indices:
+        bits[n // 8] |= 1 << (n % 8)
+    return bytes(bits)
+
+
+def decode_bits(text: str, buckets: int) -> frozenset[int]:
+    """`encode_bits`'s set; ValueError if it is not a bitmap of `buckets` bits."""
+    raw = _inflate(text, (buckets + 7) // 8)
+    if len(raw) != (buckets + 7) // 8:
+        raise ValueError(f"the bitmap is not of {buckets} buckets")
+    return frozenset(n for n in range(buckets) if raw[n // 8] >> (n % 8) & 1)
+
+
+def _inflate(text: str, limit: int) -> bytes:
+    """base64 then zlib, at most `limit` bytes out; ValueError for anything else."""
+    try:
+        packed = base64.b64decode(text.encode("ascii"), validate=True)
+        inflater = zlib.decompressobj()
+        raw = inflater.decompress(packed, limit + 1)
+    except (UnicodeEncodeError, binascii.Error, zlib.error) as exc:
+        raise ValueError(f"not base64 of zlib data ({exc})") from None
+    if len(raw) > limit or not inflater.eof or inflater.unconsumed_tail or inflater.unused_data:
+        raise ValueError("longer than its buckets need, or incomplete")
+    return raw
+
+
+def bucket_sql(key: Sequence[str], buckets: int, alias: str = "r") -> str:
+    """SQL of a row's bucket (int4) from its `key` columns; identifiers quoted here."""
+    row = ", ".join(f"{alias}.{quote_ident(c)}" for c in key)
+    return f"(pg_catalog.hashtextextended(ROW({row})::text, {BUCKET_SEED}) & {buckets - 1})::int4"
+
+
+def buckets_query(table: tuple[str, str], key: Sequence[str], buckets: int, widened_xmin: str, older_than: int) -> str:
+    """One statement printing `bucket|old|new` for each bucket of `table` holding rows: `old` the rows written by
+    transactions before `older_than` (64-bit; 0: none is old), `new` the others. `widened_xmin`: the SQL of a row's
+    64-bit xmin."""
+    source = f"ONLY {quote_ident(table[0])}.{quote_ident(table[1])} AS r"
+    rows = f"SELECT {bucket_sql(key, buckets)} AS b, {widened_xmin} < {older_than} AS old FROM {source} OFFSET 0"  # noqa: S608
+    counted = "count(*) FILTER (WHERE s.old), count(*) FILTER (WHERE NOT s.old)"
+    serial = "SET max_parallel_workers_per_gather = 0;"
+    restore = "RESET max_parallel_workers_per_gather;"
+    return f"{serial} SELECT s.b, {counted} FROM ({rows}) AS s GROUP BY s.b; {restore}"  # noqa: S608 - built above
+
+
+def parse_buckets(printed: bytes, buckets: int) -> dict[int, tuple[int, int]]:
+    """(old, new) by bucket from what `buckets_query` printed; ValueError if it is not its answer."""
+    found: dict[int, tuple[int, int]] = {}
+    for line in printed.decode("ascii").split("\n"):
+        if not line:
+            continue
+        bucket, old, new = (int(n) for n in line.split("|"))
+        if not 0 <= bucket < buckets or bucket in found:
+            raise ValueError(f"bucket {bucket} is not one of {buckets}, or is there twice")
+        found[bucket] = (old, new)
+    return found
+
+
+def dirty_buckets(stored: Sequence[int], found: dict[int, tuple[int, int]]) -> list[int]:
+    """The buckets whose rows may differ from those the superhub holds: a new row, or not the old rows it held."""
+    return [b for b in range(len(stored)) if found.get(b, (0, 0))[1] or found.get(b, (0, 0))[0] != stored[b]]
+
+
+def delta_basis(covered: list[Any], columns: Sequence[str], key: Sequence[str], buckets: int) -> str:
+    """The basis of a table's delta state: `covered` (fedload/feeder/digest.py), the `columns` sent, the key and the
+    bucket count, hashed."""
+    content = [_TAG, DELTA_VERSION, covered, list(columns), list(key), buckets, BUCKET_SEED]
+    return hashlib.sha256(json.dumps(content).encode()).hexdigest()
+
+
+def delta_copy_command(
+    table: tuple[str, str],
+    columns: Sequence[str],
+    key: Sequence[str],
+    dirty: Iterable[int],
+    *,
+    buckets: int,
+    binary: bool,
+) -> str:
+    """psql's `\\copy` of `columns` of the rows of `table` in the `dirty` buckets (as binary_plan's `copy_command`)."""
+    if any("\n" in name or "\r" in name for name in (*table, *columns, *key)):
+        raise ValueError(f"table {table[0]}.{table[1]} has a name with a line break, which \\copy cannot take")
+    listed = ", ".join(f"r.{quote_ident(c)}" for c in columns)
+    source = f"ONLY {quote_ident(table[0])}.{quote_ident(table[1])} AS r"
+    mask = bitmap(dirty, buckets).hex()
+    where = f"pg_catalog.get_bit(pg_catalog.decode('{mask}', 'hex'), {bucket_sql(key, buckets)}) = 1"
+    options = " (FORMAT binary)" if binary else ""
+    return f"\\copy (SELECT {listed} FROM {source} WHERE {where}) TO PSTDOUT{options}\n"  # noqa: S608 - quoted

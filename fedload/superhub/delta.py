@@ -1,0 +1,210 @@
+"""Changed rows only (issue #55; docs/unchanged.md, "Changed rows only"): in binary mode, a changed table whose
+parent has a primary key of fixed-text types is asked as buckets (fedload/feeder/delta.py); where the agent sends
+only the changed buckets, the swap's transaction replaces the feeder's rows of those buckets in its partition, in
+place, and the partition then holds exactly the feeder's rows, or the run fails.
+
+What the agent says is checked before it is believed: a delta only where one was asked, counted against the very
+state this superhub sent, its bucket count the one asked, its counts and bitmap of exactly that many buckets, the
+rows sent those its counts give the dirty buckets. In the swap the superhub checks what it holds against its own
+stored counts (the partition's rows, and the rows of the dirty buckets it deletes), that every row sent falls in a
+dirty bucket by its own hash, and that the partition ends with the feeder's rows: a dump error otherwise, the
+run's transaction rolled back and the table's state forgotten (the next run sends it whole). A feeder can only ever
+touch its own partition this way, as with any other data it sends.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from fedload.errors import DumpError
+from fedload.feeder.delta import (
+    KEY_TYPE_OIDS,
+    MAX_BUCKETS,
+    MIN_BUCKETS,
+    PROBE_QUERY,
+    DeltaRequest,
+    DeltaState,
+    bitmap,
+    bucket_sql,
+    decode_bits,
+    parse_state,
+)
+from fedload.log import get_logger
+from fedload.names import TableName
+from fedload.superhub.schema import ParentTable, ident
+
+__all__ = [
+    "MAX_STATE_CHARS",
+    "AppliedDelta",
+    "DeltaHead",
+    "DeltaRefusedError",
+    "StagedDelta",
+    "apply_delta",
+    "buckets_for",
+    "checked_delta",
+    "delta_key",
+    "probe_here",
+    "stored_state",
+]
+
+MAX_STATE_CHARS = 24_000  # a state past this (its counts' text) is not sent back: the command line has its bounds
+_ROWS_PER_BUCKET = 4  # a new state's buckets: about this many rows each, within MIN_BUCKETS..MAX_BUCKETS
+_PLAIN_KEY = re.compile(r"PRIMARY KEY \(([a-z_][a-z0-9_]*(?:, [a-z_][a-z0-9_]*)*)\)")
+_MAX_ROWS = 2**63 - 1
+log = get_logger()
+
+
+@dataclass(frozen=True, slots=True)
+class DeltaHead:
+    """A binary section's `delta`, checked: the state to keep, and where only some buckets came, which."""
+
+    state: DeltaState
+    rows: int  # the table's rows on the feeder
+    dirty: frozenset[int] | None  # None: the section holds the whole table
+    sent: int  # rows the section holds
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedDelta:
+    """What the swap did with a delta."""
+
+    partition: str
+    deleted: int
+    inserted: int
+
+
+def delta_key(parent: ParentTable, feeder_key: str) -> tuple[str, ...] | None:
+    """The columns a parent's rows are bucketed by: its primary key less the feeder key, each of a type whose text
+    is the same on every server (KEY_TYPE_OIDS); None where there is none such."""
+    spelled = next((i.constraint_sql for i in parent.indexes if (i.constraint_sql or "").startswith("PRIMARY")), None)
+    found = _PLAIN_KEY.fullmatch(spelled or "")
+    if found is None:
+        return None
+    key = tuple(name for name in found[1].split(", ") if name != feeder_key)
+    columns = [parent.column(name) for name in key]
+    if not key or any(
+        c is None or c.generated_sql is not None or c.binary_type_oid not in KEY_TYPE_OIDS for c in columns
+    ):
+        return None
+    return key
+
+
+def buckets_for(rows: int) -> int:
+    """A new state's bucket count for a table of `rows` rows: a power of two near rows / _ROWS_PER_BUCKET."""
+    want = max(MIN_BUCKETS, min(MAX_BUCKETS, rows // _ROWS_PER_BUCKET))
+    return 1 << (want - 1).bit_length()
+
+
+async def probe_here(conn: asyncpg.Connection) -> str:
+    """This superhub's bucket hash of the fixed text: a state is sent back only where the feeder's is the same."""
+    return str(await conn.fetchval(PROBE_QUERY.rstrip(";")))
+
+
+def stored_state(text: str, key: tuple[str, ...], rows: int, probe: str) -> DeltaRequest:
+    """The request for a table whose stored state is `text` ("" for none), `rows` rows when last loaded: the state
+    sent back where it is sound, of this superhub's probe and not too long; a new state asked otherwise."""
+    if text and len(text) <= MAX_STATE_CHARS:
+        try:
+            found = json.loads(text)
+            buckets = found.get("buckets") if isinstance(found, dict) else None
+            state = parse_state(found, buckets if type(buckets) is int else 0)
+        except ValueError:
+            state = None
+        if state is not None and state.probe == probe:
+            return DeltaRequest(key, state.buckets, state)
+    return DeltaRequest(key, buckets_for(rows))
+
+
+def checked_delta(head: Any, asked: DeltaRequest | None, *, table: TableName, feeder: str) -> DeltaHead | None:
+    """A section head's `delta` (None: none sent), held to what this superhub asked; DumpError naming the feeder
+    and the table otherwise."""
+    if head is None:
+        return None
+    try:
+        return _checked(head, asked)
+    except ValueError as exc:
+        raise DumpError(f"table {table}: feeder {feeder} sent a delta that is refused: {exc}") from None
+
+
+def _checked(head: Any, asked: DeltaRequest | None) -> DeltaHead:
+    if asked is None:
+        raise ValueError("this superhub asked for none")
+    if not isinstance(head, dict):
+        raise ValueError("it is not a JSON object")  # noqa: TRY004 - the feeder's data is wrong, not a type
+    state = parse_state(head.get("state"), asked.buckets)
+    rows = head.get("rows")
+    if type(rows) is not int or rows != sum(state.counts) or not 0 <= rows <= _MAX_ROWS:
+        raise ValueError("its rows are not the sum of its counts")
+    if head.get("dirty") is None:
+        return DeltaHead(state, rows, None, rows)
+    if asked.state is None or head.get("since") != asked.state.basis:
+        raise ValueError("its changed buckets are not counted against the state this superhub sent")
+    dirty = head["dirty"]
+    if not isinstance(dirty, str):
+        raise ValueError("its changed buckets are not a bitmap")  # noqa: TRY004 - as above
+    buckets = decode_bits(dirty, asked.buckets)
+    sent = head.get("sent")
+    if type(sent) is not int or sent != sum(state.counts[b] for b in buckets):
+        raise ValueError("the rows it sends are not those of its changed buckets")
+    return DeltaHead(state, rows, buckets, sent)
+
+
+@dataclass(frozen=True, slots=True)
+class StagedDelta:
+    """A staged table that holds a delta: its parent, staging table, key and checked head, and the rows its
+    partition held when this superhub stored the state the delta is counted against."""
+
+    parent: ParentTable
+    stage_sql: str
+    key: tuple[str, ...]
+    head: DeltaHead
+    stored_rows: int
+
+
+async def apply_delta(conn: asyncpg.Connection, table: StagedDelta, partition: str) -> AppliedDelta:
+    """Replace the partition's rows of the delta's dirty buckets by the staging table's (in the swap's
+    transaction), checked: DumpError where the partition does not hold what this superhub stored, a row sent is
+    not in a dirty bucket, or the partition would not hold the feeder's rows."""
+    delta, stored_rows = table.head, table.stored_rows
+    assert delta.dirty is not None
+    parent, stage, key = table.parent, table.stage_sql, table.key
+    buckets = delta.state.buckets
+    mask = bitmap(delta.dirty, buckets)
+    where = f"pg_catalog.get_bit($1::bytea, {bucket_sql(key, buckets)}) = 1"
+    outside = await conn.fetchval(f"SELECT count(*) FROM {stage} AS r WHERE NOT {where}", mask)  # noqa: S608
+    if outside:
+        raise _refused(table, f"{outside} row(s) sent are not in a changed bucket by this superhub's hash")
+    held = await conn.fetchval(f"SELECT count(*) FROM {partition}")  # noqa: S608 - catalog name
+    if held != stored_rows:
+        raise _refused(table, f"its partition holds {held} rows, not the {stored_rows} this superhub stored")
+    status = await conn.execute(f"DELETE FROM {partition} AS r WHERE {where}", mask)  # noqa: S608 - built here
+    deleted = int(status.rsplit(" ", 1)[1])
+    columns = ", ".join(ident(c.name) for c in parent.columns if c.generated_sql is None)
+    status = await conn.execute(f"INSERT INTO {partition} ({columns}) SELECT {columns} FROM {stage}")  # noqa: S608
+    inserted = int(status.rsplit(" ", 1)[1])
+    await conn.execute(f"DROP TABLE {stage}")
+    if (after := held - deleted + inserted) != delta.rows:
+        raise _refused(table, f"its partition would hold {after} rows, the feeder has {delta.rows}")
+    log.debug("swap.delta", table=parent.qualified_name, deleted=deleted, inserted=inserted, buckets=len(delta.dirty))
+    return AppliedDelta(partition, deleted, inserted)
+
+
+class DeltaRefusedError(DumpError):
+    """A delta that does not add up here: the table's state is forgotten, and the next run sends it whole."""
+
+    def __init__(self, message: str, table: TableName) -> None:
+        super().__init__(message)
+        self.table = table
+
+
+def _refused(table: StagedDelta, why: str) -> DeltaRefusedError:
+    return DeltaRefusedError(
+        f"table {table.parent.qualified_name}: the changed rows the feeder sent do not add up here: {why}; "
+        "its delta state is forgotten and the next run sends it whole",
+        table.parent.table,
+    )

@@ -1,0 +1,209 @@
+"""Changed rows only (#55): in binary mode a changed table with a primary key goes as the buckets of its rows that
+changed, applied to the feeder's partition in the swap's transaction; after every run the superhub holds exactly
+the feeder's rows, whatever the changes (docs/unchanged.md, "Changed rows only")."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fedload.config import Config, parse_config
+from fedload.errors import ErrorKind
+from fedload.localpg import LocalCluster
+from fedload.results import FeederRun, Outcome
+from fedload.superhub.job import feeder_job
+from fedload.superhub.pipeline import sync_feeder
+from tests.support.federation import write_script
+
+FEEDER_SCHEMA = """
+CREATE TABLE k (name text PRIMARY KEY, n int NOT NULL, v text);
+CREATE TABLE p (a int, b varchar(20), v text, PRIMARY KEY (a, b));
+INSERT INTO k SELECT 'host-' || i, i, md5(i::text) FROM generate_series(1, 3000) AS i;
+INSERT INTO p SELECT i % 100, 'b' || i, md5(i::text) FROM generate_series(1, 3000) AS i;
+"""
+SUPERHUB_SCHEMA = """
+CREATE TABLE k (hub_id int NOT NULL, name text NOT NULL, n int NOT NULL, v text, PRIMARY KEY (hub_id, name))
+    PARTITION BY LIST (hub_id);
+CREATE TABLE p (hub_id int NOT NULL, a int NOT NULL, b varchar(20) NOT NULL, v text, PRIMARY KEY (hub_id, a, b))
+    PARTITION BY LIST (hub_id);
+"""
+CONTENT = {"k": ("name", "name, n, v"), "p": ("a, b", "a, b, v")}
+_names = itertools.count(10_000)
+
+
+@dataclass
+class Pair:
+    """A feeder database and a superhub database on one cluster, and the configuration that syncs them."""
+
+    cluster: LocalCluster
+    feeder_db: str
+    superhub_db: str
+
+    def config(self, **more: Any) -> Config:
+        feeder = {
+            "key": 1,
+            "transport": "local",
+            "database": self.cluster.conninfo(self.feeder_db),
+            "pg_dump": self.cluster.install.tool("pg_dump"),
+            "dump_mode": "binary",
+            "skip_unchanged_min_rows": 0,
+        } | more
+        superhub = {"dsn": self.cluster.dsn(self.superhub_db), "tables": ["public.k", "public.p"]}
+        return parse_config({"superhub": superhub, "feeders": {"f": feeder}})
+
+    def feeder(self, sql: str) -> str:
+        return self.cluster.psql(sql, dbname=self.feeder_db)
+
+    def superhub(self, sql: str) -> str:
+        return self.cluster.psql(sql, dbname=self.superhub_db)
+
+    def run(self, **more: Any) -> FeederRun:
+        return asyncio.run(sync_feeder(feeder_job(self.config(**more), "f")))
+
+    def sync(self, **more: Any) -> FeederRun:
+        """One run, succeeded, the superhub's rows of both tables exactly the feeder's."""
+        run = self.run(**more)
+        assert run.outcome == Outcome.SUCCESS, run.error
+        self.assert_equal()
+        return run
+
+    def assert_equal(self) -> None:
+        for table, (order, columns) in CONTENT.items():
+            rows = f"SELECT md5(coalesce(string_agg(ROW({columns})::text, E'\\n' ORDER BY {order}), '-')) FROM {table}"
+            assert self.superhub(rows + " WHERE hub_id = 1") == self.feeder(rows), table
+
+    def states(self) -> int:
+        """How many tables the superhub holds a delta state of."""
+        return int(self.superhub("SELECT count(*) FROM fedload.digests WHERE delta <> ''"))
+
+    def partition_oid(self, table: str) -> str:
+        return self.superhub(
+            f"SELECT c.oid FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = '{table}'::regclass"
+        )
+
+
+@pytest.fixture(scope="module")
+def pair(cluster: LocalCluster) -> Pair:
+    """The module's pair, synced until the superhub holds both tables' delta states."""
+    cluster.psql("CREATE DATABASE changedfeeder")
+    cluster.psql("CREATE DATABASE changedhub")
+    made = Pair(cluster, "changedfeeder", "changedhub")
+    made.feeder(FEEDER_SCHEMA)
+    made.superhub(SUPERHUB_SCHEMA)
+    made.sync()  # the first run asks no digest
+    made.sync()  # the second stores them
+    made.feeder("UPDATE k SET n = n WHERE name = 'host-1'; UPDATE p SET v = v WHERE a = 1 AND b = 'b1'")
+    made.sync()  # the tables changed: sent whole, with their delta states
+    assert made.states() == 2
+    return made
+
+
+def change_sql(kind: str, n: int) -> str:
+    """One change of the feeder's tables, of `kind`, at row `n` (1..3000, where it still is)."""
+    name = f"'host-{n}'"
+    return {
+        "insert": f"INSERT INTO k VALUES ('new-{next(_names)}', {n}, 'fresh'); INSERT INTO p VALUES ({n}, 'n{next(_names)}', 'x')",
+        "update": f"UPDATE k SET v = coalesce(v, '') || 'u' WHERE name = {name}; UPDATE p SET v = 'u' WHERE a = {n % 100}",
+        "update the key": f"UPDATE k SET name = 'moved-{next(_names)}' WHERE name = {name}",
+        "delete": f"DELETE FROM k WHERE name = {name}; DELETE FROM p WHERE b = 'b{n}'",
+        "delete and insert the same key": f"DELETE FROM k WHERE name = {name}; INSERT INTO k VALUES ({name}, -1, 'again')",
+        "in a subtransaction": (
+            f"BEGIN; SAVEPOINT s; INSERT INTO k VALUES ('sub-{next(_names)}', {n}, 's'); RELEASE s; "
+            f"UPDATE k SET n = n + 1 WHERE name = {name}; COMMIT"
+        ),
+        "a rolled back change": f"BEGIN; DELETE FROM k WHERE name = {name}; ROLLBACK",
+        "set null": f"UPDATE k SET v = NULL WHERE name = {name}",
+        "none": "",
+    }[kind]
+
+
+KINDS = [
+    "insert",
+    "update",
+    "update the key",
+    "delete",
+    "delete and insert the same key",
+    "in a subtransaction",
+    "a rolled back change",
+    "set null",
+    "none",
+]
+
+
+@settings(max_examples=6, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rounds=st.lists(st.lists(st.tuples(st.sampled_from(KINDS), st.integers(1, 3000)), max_size=6), max_size=3))
+def test_after_any_changes_the_superhub_holds_the_feeders_rows(pair: Pair, rounds: list[list[tuple[str, int]]]) -> None:
+    """Random changes (inserts, updates of keys and values, deletes, a key deleted and inserted again, writes in a
+    subtransaction, a change rolled back), several per round: after each run the superhub holds exactly the feeder's
+    rows, and the partitions were changed in place (their tables are the same)."""
+    oids = {t: pair.partition_oid(t) for t in CONTENT}
+    for changes in rounds:
+        for kind, n in changes:
+            if sql := change_sql(kind, n):
+                pair.feeder(sql)
+        pair.sync()
+    assert pair.states() == 2
+    assert {t: pair.partition_oid(t) for t in CONTENT} == oids
+
+
+def test_one_changed_row_sends_a_small_part_of_the_table(pair: Pair) -> None:
+    """One row updated: the run sends a few buckets of one table, not the table (a tenth of the bytes at most)."""
+    pair.sync()
+    pair.feeder("TRUNCATE k; INSERT INTO k SELECT 'host-' || i, i, md5(i::text) FROM generate_series(1, 3000) AS i")
+    whole = pair.sync()  # a truncated table has a new basis: sent whole
+    pair.feeder("UPDATE k SET v = 'changed' WHERE name = 'host-7'")
+    changed = pair.sync()
+    assert changed.rows["public.k"] == 3000
+    assert changed.raw_bytes * 10 < whole.raw_bytes, (changed.raw_bytes, whole.raw_bytes)
+
+
+def test_truncate_and_refill_sends_the_table_whole(pair: Pair) -> None:
+    pair.feeder("TRUNCATE p; INSERT INTO p SELECT i % 50, 'r' || i, 'refilled' FROM generate_series(1, 500) AS i")
+    pair.sync()
+    assert pair.feeder("SELECT count(*) FROM p") == pair.superhub("SELECT count(*) FROM p WHERE hub_id = 1")
+
+
+# An agent that leaves out the first changed bucket it finds: the superhub's counts then do not add up.
+LIAR = """
+import sys
+import fedload.feeder.delta_plan as plan
+from fedload.__main__ import main
+honest = plan.dirty_buckets
+plan.dirty_buckets = lambda stored, found: honest(stored, found)[1:]
+sys.exit(main())
+"""
+
+
+def test_a_delta_that_does_not_add_up_is_refused_and_the_next_run_sends_all(pair: Pair, tmp_path: Path) -> None:
+    """A feeder that sends fewer changed rows than its counts say: the run fails as a dump error, the old rows stay,
+    the table's state is forgotten, and the next (honest) run sends it whole and is exact."""
+    pair.sync()
+    before = pair.superhub("SELECT md5(string_agg(name, ',' ORDER BY name)) FROM k")
+    (tmp_path / "liar.py").write_text(LIAR)
+    liar = write_script(tmp_path / "liar", f'exec {sys.executable} {tmp_path / "liar.py"} "$@"\n')
+    pair.feeder(f"INSERT INTO k VALUES ('lied-{next(_names)}', 1, 'x')")
+    run = pair.run(agent_command=[liar])
+    assert run.outcome == Outcome.FAILED
+    assert run.error_kind == ErrorKind.DUMP, run.error
+    assert "do not add up" in (run.error or "")
+    assert pair.superhub("SELECT md5(string_agg(name, ',' ORDER BY name)) FROM k") == before
+    assert pair.states() == 1  # k's forgotten
+    pair.sync()  # k whole: its digest stored
+    pair.feeder("UPDATE k SET v = 'again' WHERE name = 'host-3'")
+    pair.sync()  # k whole again, with its state
+    assert pair.states() == 2
+
+
+def test_send_changed_rows_off_sends_tables_whole(pair: Pair) -> None:
+    pair.feeder("UPDATE k SET v = 'off' WHERE name = 'host-9'")
+    oid = pair.partition_oid("k")
+    pair.sync(send_changed_rows=False)
+    assert pair.partition_oid("k") != oid
