@@ -344,9 +344,10 @@ class FeederConfig(_Model):
     )
     send_changed_rows: bool = Field(
         True,
-        description="Binary mode, with skip_unchanged: a changed table whose parent has a primary key of integer, "
-        "text or uuid columns goes as the buckets of its rows that changed, applied to the feeder's partition in "
-        'the swap\'s transaction (docs/unchanged.md, "Changed rows only"); false: a changed table goes whole.',
+        description="Binary mode, with skip_unchanged: a changed table whose parent has a primary key (or NOT NULL "
+        "columns) of integer, text or uuid types goes as the buckets of its rows that changed, applied to the "
+        "feeder's partition in the swap's transaction (docs/unchanged.md, \"Changed rows only\"); false: a changed "
+        "table goes whole.",
     )
     remap: Path | None = Field(
         None, description="A column remap file on the superhub, applied there whatever the feeder runs."

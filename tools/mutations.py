@@ -443,6 +443,32 @@ SABOTAGES = (
         ("tests/superhub/test_statistics_bounds.py::test_a_value_out_of_its_range_is_refused[version-99999999999]",),
     ),
     Sabotage(
+        "changed-rows-unchecked",
+        "a delta must leave the feeder's partition with the feeder's rows, or the run fails (issue 55)",
+        "fedload/superhub/delta.py",
+        "    if (after := held - deleted + inserted) != delta.rows:",
+        "    if (after := held - deleted + inserted) is None:",
+        (
+            "tests/superhub/test_changed_rows.py::test_a_delta_that_does_not_add_up_is_refused_and_the_next_run_sends_all",
+        ),
+    ),
+    Sabotage(
+        "changed-rows-by-new-rows-only",
+        "a bucket that lost rows is dirty, not only one with new rows (issue 55)",
+        "fedload/feeder/delta.py",
+        "found.get(b, (0, 0))[1] or found.get(b, (0, 0))[0] != stored[b]",
+        "found.get(b, (0, 0))[1]",
+        ("tests/superhub/test_changed_rows.py::test_each_kind_of_change_alone_is_applied_in_place",),
+    ),
+    Sabotage(
+        "changed-rows-old-by-any-xmin",
+        "only rows of transactions older than the stored snapshot's xmin are old (issue 55)",
+        "fedload/feeder/delta_plan.py",
+        "    older_than = stored.xmin if stored is not None else 0",
+        "    older_than = stored.xmin + 10**9 if stored is not None else 0",
+        ("tests/superhub/test_changed_rows.py::test_each_kind_of_change_alone_is_applied_in_place",),
+    ),
+    Sabotage(
         "binary-head-unchecked",
         "a binary section's head is held to what the superhub asked (issue 54 items 4, 7)",
         "fedload/superhub/importer.py",

@@ -79,19 +79,22 @@ class AppliedDelta:
 
 
 def delta_key(parent: ParentTable, feeder_key: str) -> tuple[str, ...] | None:
-    """The columns a parent's rows are bucketed by: its primary key less the feeder key, each of a type whose text
-    is the same on every server (KEY_TYPE_OIDS); None where there is none such."""
+    """The columns a parent's rows are bucketed by, each of a type whose text is the same on every server
+    (KEY_TYPE_OIDS): its primary key less the feeder key, or without one its NOT NULL columns of such types (a
+    bucket needs no unique key: it is all the rows whose key hashes to it); None where there is none such."""
     spelled = next((i.constraint_sql for i in parent.indexes if (i.constraint_sql or "").startswith("PRIMARY")), None)
-    found = _PLAIN_KEY.fullmatch(spelled or "")
-    if found is None:
-        return None
-    key = tuple(name for name in found[1].split(", ") if name != feeder_key)
-    columns = [parent.column(name) for name in key]
-    if not key or any(
-        c is None or c.generated_sql is not None or c.binary_type_oid not in KEY_TYPE_OIDS for c in columns
-    ):
-        return None
-    return key
+    if spelled is not None:
+        found = _PLAIN_KEY.fullmatch(spelled)
+        key = tuple(n for n in found[1].split(", ") if n != feeder_key) if found is not None else ()
+        columns = [parent.column(name) for name in key]
+        fixed = all(c is not None and c.generated_sql is None and c.binary_type_oid in KEY_TYPE_OIDS for c in columns)
+        return key if key and fixed else None
+    chosen = tuple(
+        c.name
+        for c in parent.columns
+        if c.not_null and c.generated_sql is None and c.binary_type_oid in KEY_TYPE_OIDS and c.name != feeder_key
+    )
+    return chosen or None
 
 
 def buckets_for(rows: int) -> int:
@@ -185,12 +188,17 @@ async def apply_delta(conn: asyncpg.Connection, table: StagedDelta, partition: s
     status = await conn.execute(f"DELETE FROM {partition} AS r WHERE {where}", mask)  # noqa: S608 - built here
     deleted = int(status.rsplit(" ", 1)[1])
     columns = ", ".join(ident(c.name) for c in parent.columns if c.generated_sql is None)
-    status = await conn.execute(f"INSERT INTO {partition} ({columns}) SELECT {columns} FROM {stage}")  # noqa: S608
+    try:
+        status = await conn.execute(f"INSERT INTO {partition} ({columns}) SELECT {columns} FROM {stage}")  # noqa: S608
+    except asyncpg.IntegrityConstraintViolationError as exc:  # a key twice: the feeder's rows, as in a whole load
+        raise DumpError(f"table {parent.qualified_name}: the feeder's changed rows break a constraint: {exc}") from None
     inserted = int(status.rsplit(" ", 1)[1])
     await conn.execute(f"DROP TABLE {stage}")
     if (after := held - deleted + inserted) != delta.rows:
         raise _refused(table, f"its partition would hold {after} rows, the feeder has {delta.rows}")
-    log.debug("swap.delta", table=parent.qualified_name, deleted=deleted, inserted=inserted, buckets=len(delta.dirty))
+    log.info(
+        "swap.changed_rows", table=parent.qualified_name, deleted=deleted, inserted=inserted, buckets=len(delta.dirty)
+    )
     return AppliedDelta(partition, deleted, inserted)
 
 

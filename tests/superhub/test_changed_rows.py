@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -86,7 +87,8 @@ class Pair:
 
     def partition_oid(self, table: str) -> str:
         return self.superhub(
-            f"SELECT c.oid FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = '{table}'::regclass"
+            "SELECT c.oid FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            f"WHERE i.inhparent = '{table}'::regclass"
         )
 
 
@@ -108,13 +110,17 @@ def pair(cluster: LocalCluster) -> Pair:
 
 def change_sql(kind: str, n: int) -> str:
     """One change of the feeder's tables, of `kind`, at row `n` (1..3000, where it still is)."""
-    name = f"'host-{n}'"
+    name, fresh = f"'host-{n}'", next(_names)
     return {
-        "insert": f"INSERT INTO k VALUES ('new-{next(_names)}', {n}, 'fresh'); INSERT INTO p VALUES ({n}, 'n{next(_names)}', 'x')",
-        "update": f"UPDATE k SET v = coalesce(v, '') || 'u' WHERE name = {name}; UPDATE p SET v = 'u' WHERE a = {n % 100}",
+        "insert": f"INSERT INTO k VALUES ('new-{fresh}', {n}, 'fresh'); INSERT INTO p VALUES ({n}, 'n{fresh}', 'x')",
+        "update": (
+            f"UPDATE k SET v = coalesce(v, '') || 'u' WHERE name = {name}; UPDATE p SET v = 'u' WHERE a = {n % 100}"
+        ),
         "update the key": f"UPDATE k SET name = 'moved-{next(_names)}' WHERE name = {name}",
         "delete": f"DELETE FROM k WHERE name = {name}; DELETE FROM p WHERE b = 'b{n}'",
-        "delete and insert the same key": f"DELETE FROM k WHERE name = {name}; INSERT INTO k VALUES ({name}, -1, 'again')",
+        "delete and insert the same key": (
+            f"DELETE FROM k WHERE name = {name}; INSERT INTO k VALUES ({name}, -1, 'again')"
+        ),
         "in a subtransaction": (
             f"BEGIN; SAVEPOINT s; INSERT INTO k VALUES ('sub-{next(_names)}', {n}, 's'); RELEASE s; "
             f"UPDATE k SET n = n + 1 WHERE name = {name}; COMMIT"
@@ -151,6 +157,16 @@ def test_after_any_changes_the_superhub_holds_the_feeders_rows(pair: Pair, round
                 pair.feeder(sql)
         pair.sync()
     assert pair.states() == 2
+    assert {t: pair.partition_oid(t) for t in CONTENT} == oids
+
+
+@pytest.mark.parametrize("kind", [k for k in KINDS if k != "none"])
+def test_each_kind_of_change_alone_is_applied_in_place(pair: Pair, kind: str) -> None:
+    """Each kind of change alone, at a row that is there: the next run applies it in place and is exact."""
+    pair.sync()
+    oids = {t: pair.partition_oid(t) for t in CONTENT}
+    pair.feeder(change_sql(kind, 1 + next(_names) % 3000))
+    pair.sync()
     assert {t: pair.partition_oid(t) for t in CONTENT} == oids
 
 
@@ -207,3 +223,46 @@ def test_send_changed_rows_off_sends_tables_whole(pair: Pair) -> None:
     oid = pair.partition_oid("k")
     pair.sync(send_changed_rows=False)
     assert pair.partition_oid("k") != oid
+
+
+def test_a_reader_sees_the_old_rows_or_the_new_never_a_mix(pair: Pair) -> None:
+    """A reader counting the feeder's rows of k (and summing a column) again and again while rounds of changes are
+    applied in place sees only the states the feeder had at the rounds' snapshots: never a mix of two."""
+    pair.sync()
+    probe = "SELECT count(*), sum(n) FROM k"
+    states = {tuple(pair.feeder(probe).split("|"))}
+    seen: list[tuple[str, ...]] = []
+
+    async def rounds() -> None:
+        config = pair.config()
+        for i in range(4):
+            pair.feeder(
+                f"UPDATE k SET n = n + 1 WHERE name LIKE 'host-1%'; INSERT INTO k VALUES ('r{next(_names)}', {i}, '')"
+            )
+            run = await sync_feeder(feeder_job(config, "f"))
+            assert run.outcome == Outcome.SUCCESS, run.error
+            states.add(tuple(pair.feeder(probe).split("|")))
+
+    async def read(done: asyncio.Event) -> None:
+        conn = await asyncpg.connect(pair.cluster.dsn(pair.superhub_db))
+        try:
+            while not done.is_set():
+                row = await conn.fetchrow(probe + " WHERE hub_id = 1")
+                assert row is not None
+                seen.append((str(row[0]), str(row[1])))
+                await asyncio.sleep(0.005)
+        finally:
+            await conn.close()
+
+    async def both() -> None:
+        done = asyncio.Event()
+        reader = asyncio.create_task(read(done))
+        try:
+            await rounds()
+        finally:
+            done.set()
+            await asyncio.wait_for(reader, 30)
+
+    asyncio.run(both())
+    assert len(seen) > 20
+    assert set(seen) <= states, set(seen) - states
