@@ -18,6 +18,7 @@ from fedload.config import SshConfig
 from fedload.errors import FeederCommandError
 from fedload.transport.kept_ssh import SshKeeper, keep_ssh
 from fedload.transport.ssh import SshTransport
+from tests.support.relay import pipe
 from tests.support.sshd import OpenSshServer, SshServer
 from tests.transport.test_ssh import read_all, through_relay
 
@@ -53,22 +54,10 @@ class Relay:
         entry = (writer, up_writer, silent)
         self._open.append(entry)
         try:
-            await asyncio.gather(self._pipe(reader, up_writer, silent), self._pipe(up_reader, writer, silent))
+            await asyncio.gather(pipe(reader, up_writer, silent), pipe(up_reader, writer, silent))
         finally:
             self._open.remove(entry)
             self._tasks.discard(task)
-
-    @staticmethod
-    async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, silent: asyncio.Event) -> None:
-        try:
-            while data := await reader.read(1 << 16):
-                if not silent.is_set():
-                    writer.write(data)
-                    await writer.drain()
-        except ConnectionError:
-            pass
-        finally:
-            writer.close()
 
     def cut(self) -> None:
         """End every open connection (both sides see it close)."""
