@@ -341,12 +341,7 @@ class Bench:
                 f"database = {json.dumps(self.feeders.conninfo(f'{prefix}{i}'))}",
                 f"pg_dump = {json.dumps(self.feeders.install.tool('pg_dump'))}",
                 f"agent_command = {json.dumps(agent)}",
-                f"[feeders.hub{i}.ssh]",
-                f"host = {json.dumps(ssh.host)}",
-                f"port = {ssh.port}",
-                f"user = {json.dumps(ssh.user)}",
-                f"identity = {json.dumps(str(ssh.identity))}",
-                f"known_hosts = {json.dumps(str(ssh.known_hosts))}",
+                *common.ssh_feeder_lines(f"hub{i}", ssh),
             ]
         return "\n".join(lines) + "\n"
 

@@ -97,12 +97,7 @@ class BoundBench(Bench):
                 f"pg_dump = {json.dumps(self.feeders.install.tool('pg_dump'))}",
                 f"agent_command = {json.dumps([sys.executable, '-m', 'fedload'])}",
                 f"exclude_tables = {json.dumps(excluded)}",
-                f"[feeders.part{i}.ssh]",
-                f"host = {json.dumps(ssh.host)}",
-                f"port = {ssh.port}",
-                f"user = {json.dumps(ssh.user)}",
-                f"identity = {json.dumps(str(ssh.identity))}",
-                f"known_hosts = {json.dumps(str(ssh.known_hosts))}",
+                *common.ssh_feeder_lines(f"part{i}", ssh),
             ]
         return "\n".join(lines) + "\n"
 

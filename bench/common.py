@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import os
 import resource
@@ -60,6 +61,7 @@ __all__ = [
     "run_measured",
     "run_shell",
     "shell_output",
+    "ssh_feeder_lines",
     "timed",
     "tree_cpu_seconds",
     "verdict",
@@ -343,6 +345,18 @@ class SshServer(OpenSshServer):
         """A shell snippet running the bash `pipeline` (with pipefail) on the "feeder" over this server."""
         remote_command = shlex.join(["bash", "-o", "pipefail", "-c", pipeline])
         return f"{shlex.join(self.ssh_argv())} {shlex.quote(remote_command)}"
+
+
+def ssh_feeder_lines(section: str, ssh: SshConfig) -> list[str]:
+    """The fedload.toml lines of feeder `section`'s `[feeders.<section>.ssh]` table, reaching it through `ssh`."""
+    return [
+        f"[feeders.{section}.ssh]",
+        f"host = {json.dumps(ssh.host)}",
+        f"port = {ssh.port}",
+        f"user = {json.dumps(ssh.user)}",
+        f"identity = {json.dumps(str(ssh.identity))}",
+        f"known_hosts = {json.dumps(str(ssh.known_hosts))}",
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------------------

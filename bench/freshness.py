@@ -262,12 +262,7 @@ class _DaemonWay(_Way):
                 f"database = {json.dumps(self.h.feeders.conninfo(db))}",
                 f"pg_dump = {json.dumps(self.h.feeders.install.tool('pg_dump'))}",
                 f"agent_command = {json.dumps([sys.executable, '-m', 'fedload'])}",
-                f"[feeders.hub{i}.ssh]",
-                f"host = {json.dumps(ssh.host)}",
-                f"port = {ssh.port}",
-                f"user = {json.dumps(ssh.user)}",
-                f"identity = {json.dumps(str(ssh.identity))}",
-                f"known_hosts = {json.dumps(str(ssh.known_hosts))}",
+                *common.ssh_feeder_lines(f"hub{i}", ssh),
             ]
         return "\n".join(lines) + "\n"
 

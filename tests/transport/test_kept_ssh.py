@@ -17,7 +17,8 @@ from structlog.testing import capture_logs
 from fedload.config import SshConfig
 from fedload.errors import FeederCommandError
 from fedload.transport.kept_ssh import SshKeeper, keep_ssh
-from fedload.transport.ssh import SshTransport
+from fedload.transport.ssh import SshProcess, SshTransport
+from tests.support.relay import pipe
 from tests.support.sshd import OpenSshServer, SshServer
 from tests.transport.test_ssh import read_all, through_relay
 
@@ -53,22 +54,10 @@ class Relay:
         entry = (writer, up_writer, silent)
         self._open.append(entry)
         try:
-            await asyncio.gather(self._pipe(reader, up_writer, silent), self._pipe(up_reader, writer, silent))
+            await asyncio.gather(pipe(reader, up_writer, silent), pipe(up_reader, writer, silent))
         finally:
             self._open.remove(entry)
             self._tasks.discard(task)
-
-    @staticmethod
-    async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, silent: asyncio.Event) -> None:
-        try:
-            while data := await reader.read(1 << 16):
-                if not silent.is_set():
-                    writer.write(data)
-                    await writer.drain()
-        except ConnectionError:
-            pass
-        finally:
-            writer.close()
 
     def cut(self) -> None:
         """End every open connection (both sides see it close)."""
@@ -118,19 +107,26 @@ def keeper() -> Iterator[SshKeeper]:
     keep_ssh(None)
 
 
-async def run(config: SshConfig, feeder: str, argv: list[str] | None = None) -> tuple[bytes, int]:
-    """One run's use of the transport, as the pipeline's: connect ahead, open, read all, wait, close."""
+@contextlib.asynccontextmanager
+async def opened(config: SshConfig, feeder: str, argv: list[str], *, ahead: bool = False) -> AsyncIterator[SshProcess]:
+    """`argv` started on a transport of `feeder`'s own (connected ahead first if `ahead`), all within 30 s; at the
+    end the process cancelled and the transport closed, as the pipeline ends a run."""
     transport = SshTransport(config, feeder)
-    transport.connect_ahead()
+    if ahead:
+        transport.connect_ahead()
     async with asyncio.timeout(30):
-        process = await transport.open(argv or ["echo", "hello"])
+        process = await transport.open(argv)
         try:
-            data = await read_all(process)
-            status = await process.wait()
+            yield process
         finally:
             await process.cancel()
             await transport.close()
-    return data, status
+
+
+async def run(config: SshConfig, feeder: str, argv: list[str] | None = None) -> tuple[bytes, int]:
+    """One run's use of the transport, as the pipeline's: connect ahead, open, read all, wait, close."""
+    async with opened(config, feeder, argv or ["echo", "hello"], ahead=True) as process:
+        return await read_all(process), await process.wait()
 
 
 def events(logs: list[MutableMapping[str, Any]], name: str) -> list[MutableMapping[str, Any]]:
@@ -202,17 +198,13 @@ async def test_a_connection_gone_silent_while_idle_is_made_anew(
 async def test_a_failed_run_keeps_nothing(sshd: SshServer, tmp_path: Path, keeper: SshKeeper, how: str) -> None:
     """A run that stops reading mid-stream, or whose command fails, closes its connection: nothing is kept."""
     async with relayed(sshd, tmp_path) as (relay, config):
-        transport = SshTransport(config, "hub1")
-        async with asyncio.timeout(30):
-            if how == "mid-stream":
-                process = await transport.open(["sh", "-c", "head -c 10000000 /dev/zero"])
+        if how == "mid-stream":
+            async with opened(config, "hub1", ["sh", "-c", "head -c 10000000 /dev/zero"]) as process:
                 assert await process.read(1024)
-            else:
-                process = await transport.open(["sh", "-c", "echo out; exit 3"])
+        else:
+            async with opened(config, "hub1", ["sh", "-c", "echo out; exit 3"]) as process:
                 assert await read_all(process) == b"out\n"
                 assert await process.wait() == 3
-            await process.cancel()
-            await transport.close()
         assert len(keeper) == 0
         await relay.wait_open(0)
         assert await run(config, "hub1") == (b"hello\n", 0)
@@ -256,14 +248,10 @@ async def test_a_forgotten_feeder_keeps_nothing(sshd: SshServer, tmp_path: Path,
         assert await run(config, "hub1") == (b"hello\n", 0)
         keeper.forget("hub1", "paused")
         await relay.wait_open(0)
-        transport = SshTransport(config, "hub1")
-        async with asyncio.timeout(30):
-            process = await transport.open(["echo", "during"])
+        async with opened(config, "hub1", ["echo", "during"]) as process:
             keeper.forget("hub1", "its ssh settings changed")  # while the run goes on
             assert await read_all(process) == b"during\n"
             assert await process.wait() == 0
-            await process.cancel()
-            await transport.close()
         assert len(keeper) == 0
         await relay.wait_open(0)
 

@@ -41,6 +41,7 @@ from tests.support.federation import (
     sync,
 )
 from tests.support.fix_tally import Category
+from tests.support.relay import pipe
 from tests.support.sshd import AsyncsshServer, OpenSshServer, SshServer, keygen, require_openssh
 
 
@@ -247,18 +248,6 @@ async def one_connection_relay(port: int) -> AsyncIterator[tuple[int, asyncio.Ev
     port, and events set once it has accepted that connection and once the connection has ended."""
     accepted, ended = asyncio.Event(), asyncio.Event()
     relays: list[asyncio.Task[None]] = []
-
-    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while data := await reader.read(1 << 16):
-                writer.write(data)
-                await writer.drain()
-        except ConnectionError:
-            pass
-        finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
 
     async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         server.close()
