@@ -230,7 +230,7 @@ def test_a_reader_sees_the_old_rows_or_the_new_never_a_mix(pair: Pair) -> None:
     applied in place sees only the states the feeder had at the rounds' snapshots: never a mix of two."""
     pair.sync()
     probe = "SELECT count(*), sum(n) FROM k"
-    states = {tuple(pair.feeder(probe).split("|"))}
+    states = {tuple(pair.feeder(probe).strip().split("|"))}
     seen: list[tuple[str, ...]] = []
 
     async def rounds() -> None:
@@ -241,7 +241,7 @@ def test_a_reader_sees_the_old_rows_or_the_new_never_a_mix(pair: Pair) -> None:
             )
             run = await sync_feeder(feeder_job(config, "f"))
             assert run.outcome == Outcome.SUCCESS, run.error
-            states.add(tuple(pair.feeder(probe).split("|")))
+            states.add(tuple(pair.feeder(probe).strip().split("|")))
 
     async def read(done: asyncio.Event) -> None:
         conn = await asyncpg.connect(pair.cluster.dsn(pair.superhub_db))
