@@ -453,6 +453,14 @@ SABOTAGES = (
         ),
     ),
     Sabotage(
+        "changed-rows-state-not-durable",
+        "a delta state is kept only from a snapshot whose WAL is flushed (issue 55)",
+        "fedload/superhub/unchanged.py",
+        'delta = _delta_state(staged, skips) if digest else ""',
+        "delta = _delta_state(staged, skips)",
+        ("tests/superhub/test_changed_rows.py::test_no_state_is_kept_from_a_snapshot_whose_wal_is_not_flushed",),
+    ),
+    Sabotage(
         "changed-rows-by-new-rows-only",
         "a bucket that lost rows is dirty, not only one with new rows (issue 55)",
         "fedload/feeder/delta.py",

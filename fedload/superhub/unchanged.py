@@ -275,7 +275,8 @@ def digests_to_store(
         if staged is None or staged.rejected:
             continue
         if rows == loaded_rows(staged):
-            stored[table] = StoredDigest(digest, rows, skips.fingerprints[table], counters, _delta_state(staged, skips))
+            delta = _delta_state(staged, skips) if digest else ""  # blank: its snapshot's WAL not yet durable
+            stored[table] = StoredDigest(digest, rows, skips.fingerprints[table], counters, delta)
     return stored
 
 

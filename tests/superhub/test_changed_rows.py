@@ -266,3 +266,28 @@ def test_a_reader_sees_the_old_rows_or_the_new_never_a_mix(pair: Pair) -> None:
     asyncio.run(both())
     assert len(seen) > 20
     assert set(seen) <= states, set(seen) - states
+
+
+NOT_DURABLE = """
+import sys
+import fedload.feeder.binary_dump as dump
+from fedload.__main__ import main
+dump.durable = lambda context, query: False
+sys.exit(main())
+"""
+
+
+def test_no_state_is_kept_from_a_snapshot_whose_wal_is_not_flushed(pair: Pair, tmp_path: Path) -> None:
+    """Where the agent cannot see its snapshot's WAL flushed, it blanks the changed tables' digests, and the superhub
+    keeps no delta state of them: after a crash restart their transaction IDs could be given again."""
+    pair.sync()
+    (tmp_path / "agent.py").write_text(NOT_DURABLE)
+    agent = write_script(tmp_path / "agent", f'exec {sys.executable} {tmp_path / "agent.py"} "$@"\n')
+    pair.feeder("UPDATE k SET v = 'not flushed' WHERE name = 'host-11'")
+    pair.sync(agent_command=[agent])
+    assert pair.states() == 1  # p, unchanged, keeps its state
+    pair.feeder("UPDATE k SET v = 'flushed' WHERE name = 'host-12'")
+    pair.sync()  # k sent whole, with a new state
+    pair.feeder("UPDATE k SET v = 'flushed again' WHERE name = 'host-12'")
+    pair.sync()
+    assert pair.states() == 2
