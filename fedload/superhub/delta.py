@@ -167,6 +167,7 @@ class StagedDelta:
     key: tuple[str, ...]
     head: DeltaHead
     stored_rows: int
+    stored_counts: tuple[int, ...]  # rows per bucket of the state the delta is counted against
 
 
 async def apply_delta(conn: asyncpg.Connection, table: StagedDelta, partition: str) -> AppliedDelta:
@@ -187,6 +188,8 @@ async def apply_delta(conn: asyncpg.Connection, table: StagedDelta, partition: s
         raise _refused(table, f"its partition holds {held} rows, not the {stored_rows} this superhub stored")
     status = await conn.execute(f"DELETE FROM {partition} AS r WHERE {where}", mask)  # noqa: S608 - built here
     deleted = int(status.rsplit(" ", 1)[1])
+    if deleted != (stored := sum(table.stored_counts[b] for b in delta.dirty)):
+        raise _refused(table, f"its changed buckets held {deleted} rows here, not the {stored} stored")
     columns = ", ".join(ident(c.name) for c in parent.columns if c.generated_sql is None)
     try:
         status = await conn.execute(f"INSERT INTO {partition} ({columns}) SELECT {columns} FROM {stage}")  # noqa: S608

@@ -414,7 +414,8 @@ class Importer:
         if head is not None:
             assert asked is not None
             stored = self._stored_rows.get(table, 0)
-            staged.delta = StagedDelta(staged.parent, staged.stage_sql, asked.key, head, stored)
+            counts = asked.state.counts if asked.state is not None else ()
+            staged.delta = StagedDelta(staged.parent, staged.stage_sql, asked.key, head, stored, counts)
 
     def _framing(self, start: BinaryStart, staged: StagedTable) -> BinaryFraming:
         """The check of a binary section's framing, its rows held to `max_statement_bytes`; the widths of its
