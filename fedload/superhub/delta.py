@@ -39,6 +39,7 @@ from fedload.names import TableName
 from fedload.superhub.schema import ParentTable, ident
 
 __all__ = [
+    "MAX_REQUEST_STATES_CHARS",
     "MAX_STATE_CHARS",
     "AppliedDelta",
     "DeltaHead",
@@ -53,6 +54,9 @@ __all__ = [
 ]
 
 MAX_STATE_CHARS = 24_000  # a state past this (its counts' text) is not sent back: the command line has its bounds
+# All the states of one request: Linux takes one argument (sshd's `sh -c COMMAND`, or SSH_ORIGINAL_COMMAND) of at
+# most 128 KiB; the rest of the request needs room too.
+MAX_REQUEST_STATES_CHARS = 64_000
 _ROWS_PER_BUCKET = 4  # a new state's buckets: about this many rows each, within MIN_BUCKETS..MAX_BUCKETS
 _PLAIN_KEY = re.compile(r"PRIMARY KEY \(([a-z_][a-z0-9_]*(?:, [a-z_][a-z0-9_]*)*)\)")
 _MAX_ROWS = 2**63 - 1

@@ -38,7 +38,7 @@ from fedload.names import TableName
 from fedload.stream import Trailer
 from fedload.superhub.bookkeeping.digests import StoredDigest, forget_digests, read_digests, write_digests
 from fedload.superhub.bookkeeping.runs import last_load
-from fedload.superhub.delta import delta_key, probe_here, stored_state
+from fedload.superhub.delta import MAX_REQUEST_STATES_CHARS, delta_key, probe_here, stored_state
 from fedload.superhub.importer import Importer
 from fedload.superhub.schema import ParentTable
 from fedload.superhub.staged import StagedTable
@@ -154,12 +154,14 @@ async def _deltas(
         return {}
     probe = await probe_here(conn)
     deltas = {}
-    for table, held in valid.items():
+    room = MAX_REQUEST_STATES_CHARS  # the request goes on the feeder's command line: the largest tables first
+    for table, held in sorted(valid.items(), key=lambda item: -item[1].rows):
         parent = parents.get(table)
         if parent is None or (remap is not None and remap.for_table(parent.qualified_name) is not None):
             continue
-        if (key := delta_key(parent, job.imports.feeder_key)) is not None:
+        if (key := delta_key(parent, job.imports.feeder_key)) is not None and len(held.delta) <= room:
             deltas[table] = stored_state(held.delta, key, held.rows, probe)
+            room -= len(held.delta)
     return deltas
 
 
