@@ -51,13 +51,19 @@ __all__ = [
     "parse_state",
 ]
 
-DELTA_VERSION = 1  # what the basis and the buckets mean: a change makes every stored state differ
+DELTA_VERSION = 2  # what the basis and the buckets mean: a change makes every stored state differ
 BUCKET_SEED = 0x5EED_B0C7
 MIN_BUCKETS, MAX_BUCKETS = 2, 1 << 14
 MAX_SENT_SHARE = 0.25  # past this share of the table's buckets, the whole table goes (a fresh partition is cheaper)
 # Key types whose text is the same on every server and in every setting: int2, int4, int8, text, varchar, uuid.
-KEY_TYPE_OIDS = frozenset({21, 23, 20, 25, 1043, 2950})
-PROBE_QUERY = f"SELECT pg_catalog.hashtextextended('fedload bucket probe', {BUCKET_SEED});"
+_INTEGER_OIDS, _UUID_OID = frozenset({21, 23, 20}), 2950
+KEY_TYPE_OIDS = frozenset({*_INTEGER_OIDS, 25, 1043, _UUID_OID})
+# The three hashes of fixed values, XORed: the superhub asks deltas only where its servers hash as the feeder's.
+PROBE_QUERY = (
+    f"SELECT pg_catalog.hashtextextended('fedload bucket probe', {BUCKET_SEED}) "
+    f"# pg_catalog.hashint8extended(-1234567890123, {BUCKET_SEED}) "
+    f"# pg_catalog.uuid_hash_extended('a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', {BUCKET_SEED});"
+)
 _TAG = "fedload delta basis"
 _MAX_COUNT = 2**63 - 1
 _IDENT = re.compile(r"[0-9a-f]{64}")
@@ -201,13 +207,26 @@ def _inflate(text: str, limit: int) -> bytes:
     return raw
 
 
-def bucket_sql(key: Sequence[str], buckets: int, alias: str = "r") -> str:
-    """SQL of a row's bucket (int4) from its `key` columns; identifiers quoted here."""
-    row = ", ".join(f"{alias}.{quote_ident(c)}" for c in key)
-    return f"(pg_catalog.hashtextextended(ROW({row})::text, {BUCKET_SEED}) & {buckets - 1})::int4"
+def bucket_sql(key: Sequence[tuple[str, int]], buckets: int, alias: str = "r") -> str:
+    """SQL of a row's bucket (int4) from its `key` columns, (name, type OID) each: each column hashed by its type's
+    own 64-bit hash, seeded by its place (text bytewise, as collation "C" compares it; integers as int8, so int2,
+    int4 and int8 hash alike), the hashes XORed; NULL hashes as 0. Identifiers quoted here."""
+    hashes = []
+    for i, (name, oid) in enumerate(key):
+        column, seed = f"{alias}.{quote_ident(name)}", BUCKET_SEED + i
+        if oid in _INTEGER_OIDS:
+            hashed = f"pg_catalog.hashint8extended({column}::int8, {seed})"
+        elif oid == _UUID_OID:
+            hashed = f"pg_catalog.uuid_hash_extended({column}, {seed})"
+        else:
+            hashed = f'pg_catalog.hashtextextended({column}::text COLLATE "C", {seed})'
+        hashes.append(f"coalesce({hashed}, 0)")
+    return f"(({' # '.join(hashes)}) & {buckets - 1})::int4"
 
 
-def buckets_query(table: tuple[str, str], key: Sequence[str], buckets: int, widened_xmin: str, older_than: int) -> str:
+def buckets_query(
+    table: tuple[str, str], key: Sequence[tuple[str, int]], buckets: int, widened_xmin: str, older_than: int
+) -> str:
     """One statement printing `bucket|old|new` for each bucket of `table` holding rows: `old` the rows written by
     transactions before `older_than` (64-bit; 0: none is old), `new` the others. `widened_xmin`: the SQL of a row's
     64-bit xmin."""
@@ -247,14 +266,14 @@ def delta_basis(covered: list[Any], columns: Sequence[str], key: Sequence[str], 
 def delta_copy_command(
     table: tuple[str, str],
     columns: Sequence[str],
-    key: Sequence[str],
+    key: Sequence[tuple[str, int]],
     dirty: Iterable[int],
     *,
     buckets: int,
     binary: bool,
 ) -> str:
     """psql's `\\copy` of `columns` of the rows of `table` in the `dirty` buckets (as binary_plan's `copy_command`)."""
-    if any("\n" in name or "\r" in name for name in (*table, *columns, *key)):
+    if any("\n" in name or "\r" in name for name in (*table, *columns, *(name for name, _ in key))):
         raise ValueError(f"table {table[0]}.{table[1]} has a name with a line break, which \\copy cannot take")
     listed = ", ".join(f"r.{quote_ident(c)}" for c in columns)
     source = f"ONLY {quote_ident(table[0])}.{quote_ident(table[1])} AS r"

@@ -33,7 +33,7 @@ class TableDelta:
     """A changed table's delta in the snapshot: the state it leaves, and the buckets sent (None: all of it)."""
 
     state: DeltaState
-    key: tuple[str, ...]
+    key: tuple[tuple[str, int], ...]  # (name, type OID) on the feeder: how its rows are bucketed
     dirty: Optional[tuple[int, ...]]  # noqa: UP045 - Python 3.9 evaluates dataclass fields' types
     since: str  # the basis of the state the dirty buckets are counted against ("" where all goes)
     rows: int  # the table's rows in the snapshot
@@ -57,18 +57,20 @@ def table_delta(
     stored = ask.state
     older_than = stored.xmin if stored is not None else 0
     table = (plan.schema, plan.name)
+    types = {c.name: c.type_oid for c in feeder}
+    key = tuple((name, types[name]) for name in ask.key)
     widened = widened_xmin(context.snapshot_xmax)
-    found = parse_buckets(query(buckets_query(table, ask.key, ask.buckets, widened, older_than)), ask.buckets)
+    found = parse_buckets(query(buckets_query(table, key, ask.buckets, widened, older_than)), ask.buckets)
     counts = tuple(sum(found.get(b, (0, 0))) for b in range(ask.buckets))
     basis = delta_basis(covered(plan, context), plan.columns, ask.key, ask.buckets)
     state = DeltaState(basis, ask.buckets, context.snapshot_xmin, counts, probe)
     rows = sum(counts)
     if stored is None or stored.basis != basis or stored.probe != probe:
-        return TableDelta(state, ask.key, None, "", rows, rows)
+        return TableDelta(state, key, None, "", rows, rows)
     dirty = dirty_buckets(stored.counts, found)
     if len(dirty) > MAX_SENT_SHARE * ask.buckets:
-        return TableDelta(state, ask.key, None, "", rows, rows)
-    return TableDelta(state, ask.key, tuple(dirty), stored.basis, rows, sum(counts[b] for b in dirty))
+        return TableDelta(state, key, None, "", rows, rows)
+    return TableDelta(state, key, tuple(dirty), stored.basis, rows, sum(counts[b] for b in dirty))
 
 
 def _why_not(ask: DeltaRequest, plan: TablePlan, feeder: Sequence[FeederColumn], context: ProofContext) -> str:

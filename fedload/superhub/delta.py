@@ -168,7 +168,7 @@ class StagedDelta:
 
     parent: ParentTable
     stage_sql: str
-    key: tuple[str, ...]
+    key: tuple[tuple[str, int], ...]  # (name, type OID) here: how its rows are bucketed
     head: DeltaHead
     stored_rows: int
     stored_counts: tuple[int, ...]  # rows per bucket of the state the delta is counted against

@@ -415,7 +415,8 @@ class Importer:
             assert asked is not None
             stored = self._stored_rows.get(table, 0)
             counts = asked.state.counts if asked.state is not None else ()
-            staged.delta = StagedDelta(staged.parent, staged.stage_sql, asked.key, head, stored, counts)
+            key = tuple((name, _type_oid(staged.parent, name)) for name in asked.key)
+            staged.delta = StagedDelta(staged.parent, staged.stage_sql, key, head, stored, counts)
 
     def _framing(self, start: BinaryStart, staged: StagedTable) -> BinaryFraming:
         """The check of a binary section's framing, its rows held to `max_statement_bytes`; the widths of its
@@ -703,6 +704,12 @@ def _check_statement(item: Statement) -> None:
         raise DumpError(f"{_where(item)}: the dump sets {setting_text}, which fedload refuses")
     if _HARMLESS.fullmatch(text) is None:
         raise DumpError(f"{_where(item)}: the dump contains a statement fedload does not accept: {_snippet(text)}")
+
+
+def _type_oid(parent: ParentTable, name: str) -> int:
+    """The type OID of a column of `parent` (0 for none)."""
+    column = parent.column(name)
+    return column.binary_type_oid if column is not None else 0
 
 
 def _check_meta(item: MetaCommand) -> None:
