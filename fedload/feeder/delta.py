@@ -1,8 +1,7 @@
 """A changed table sent as the buckets of it that changed (issue #55; docs/unchanged.md, "Changed rows only").
 
-A table's rows fall into `buckets` buckets by a hash of their key's text (the superhub's primary key, less the
-feeder key): `hashtextextended(ROW(key...)::text, BUCKET_SEED) & (buckets - 1)`, the same expression on both
-sides. After a run, the superhub keeps the table's *delta state*: how many rows each bucket held, the oldest
+A table's rows fall into `buckets` buckets by a hash of their key (the superhub's primary key less the feeder key,
+or its NOT NULL columns), `bucket_sql`: the same expression on both sides. After a run, the superhub keeps the table's *delta state*: how many rows each bucket held, the oldest
 transaction still running in the snapshot they came from (`xmin`), and a `basis` hashing what else the rows' values
 depend on (fedload/feeder/digest.py's `covered`: the server and its start, the output settings, the table as
 stored). The next run sends that state back, and the agent counts each bucket's rows in its own snapshot: those
