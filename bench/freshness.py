@@ -144,7 +144,7 @@ class Harness:
 
     async def sample(self, read_ages: _AgeReader, stop: asyncio.Event) -> tuple[float, list[float]]:
         """Sample every feeder's age until `stop`: the seconds to the first full load, and the worst age of each
-        sample after it."""
+        sample from --warmup-s after it."""
         started = time.monotonic()
         first_full: float | None = None
         worst: list[float] = []
@@ -152,7 +152,7 @@ class Harness:
             ages = await read_ages()
             if first_full is None and all(a is not None and a < time.monotonic() - started + 1 for a in ages):
                 first_full = time.monotonic() - started
-            if first_full is not None:
+            if first_full is not None and time.monotonic() - started >= first_full + self.args.warmup_s:
                 worst.append(max(a for a in ages if a is not None))
             await _sleep_or_stop(stop, self.args.sample_s)
         return (first_full if first_full is not None else float("nan")), worst
@@ -470,6 +470,7 @@ def report(results: Sequence[WayResult], args: argparse.Namespace) -> None:
         f"Data age on the superhub (s), {args.feeders} feeders x {args.rows} rows, a commit per feeder every "
         f"{args.commit_s} s, {args.seconds:.0f} s per way, {'shared CPUs' if args.shared else 'pinned'}, "
         f"{args.lanes} lanes"
+        + (f", ages from {args.warmup_s:.0f} s after the first full load" if args.warmup_s else "")
     )
     headers = ["way", "worst", "p99", "median", "loads", "first full load", "equal", "worst vs"]
     common.print_table(title, headers, rows)
@@ -486,6 +487,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--feeders", type=int, default=10)
     parser.add_argument("--rows", type=int, default=300_000, help="rows per feeder (default 300000)")
     parser.add_argument("--seconds", type=float, default=180.0, help="how long each way runs (default 180)")
+    parser.add_argument(
+        "--warmup-s",
+        type=float,
+        default=0.0,
+        help="ages count from this long after the first full load (0; the steady state: e.g. 60, past the first "
+        "runs of a new superhub, which store the digests and delta states)",
+    )
     parser.add_argument("--commit-s", type=float, default=2.0, help="each feeder commits every so often (2)")
     parser.add_argument("--sample-s", type=float, default=0.5, help="the reader samples every so often (0.5)")
     parser.add_argument("--interval-s", type=float, default=1.0, help="the daemon ways' interval_s (1)")

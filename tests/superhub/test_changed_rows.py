@@ -291,3 +291,102 @@ def test_no_state_is_kept_from_a_snapshot_whose_wal_is_not_flushed(pair: Pair, t
     pair.feeder("UPDATE k SET v = 'flushed again' WHERE name = 'host-12'")
     pair.sync()
     assert pair.states() == 2
+
+
+# A schema of other shapes: a uuid key, an int8 key, a composite of int2 and varchar with non-ASCII values, a table
+# without a primary key (bucketed by its NOT NULL columns), and an enum column (whose table goes as text: whole).
+OTHER_FEEDER = """
+CREATE TYPE mood AS ENUM ('ok', 'bad');
+CREATE TABLE a (id uuid PRIMARY KEY, payload jsonb, at timestamptz);
+CREATE TABLE b (id bigint PRIMARY KEY, n numeric, tags text[]);
+CREATE TABLE c (x smallint, y varchar(30), z bytea, PRIMARY KEY (x, y));
+CREATE TABLE d (hostkey text NOT NULL, seen timestamptz, note text);
+CREATE TABLE e (id int PRIMARY KEY, m mood);
+INSERT INTO a SELECT md5(i::text)::uuid, jsonb_build_object('i', i), '2024-01-01'::timestamptz + i * interval '1 s'
+    FROM generate_series(1, 2000) AS i;
+INSERT INTO b SELECT i::bigint * 1000000007, i / 7.0, ARRAY['t' || i] FROM generate_series(1, 2000) AS i;
+INSERT INTO c SELECT i % 300, 'ключ-' || i, decode(md5(i::text), 'hex') FROM generate_series(1, 2000) AS i;
+INSERT INTO d SELECT 'SHA=' || (i % 500), now(), NULL FROM generate_series(1, 2000) AS i;
+INSERT INTO e SELECT i, 'ok' FROM generate_series(1, 2000) AS i;
+"""
+OTHER_SUPERHUB = """
+CREATE TYPE mood AS ENUM ('ok', 'bad');
+CREATE TABLE a (hub int NOT NULL, id uuid NOT NULL, payload jsonb, at timestamptz, PRIMARY KEY (hub, id))
+    PARTITION BY LIST (hub);
+CREATE TABLE b (hub int NOT NULL, id bigint NOT NULL, n numeric, tags text[], PRIMARY KEY (id, hub))
+    PARTITION BY LIST (hub);
+CREATE TABLE c (hub int NOT NULL, x smallint NOT NULL, y varchar(30) NOT NULL, z bytea, PRIMARY KEY (hub, x, y))
+    PARTITION BY LIST (hub);
+CREATE TABLE d (hub int NOT NULL, hostkey text NOT NULL, seen timestamptz, note text) PARTITION BY LIST (hub);
+CREATE TABLE e (hub int NOT NULL, id int NOT NULL, m mood, PRIMARY KEY (hub, id)) PARTITION BY LIST (hub);
+"""
+OTHER_CHANGES = """
+UPDATE a SET payload = payload || '{"x": 1}' WHERE id = md5('7')::uuid;
+DELETE FROM b WHERE id = 3::bigint * 1000000007;
+INSERT INTO c VALUES (7, 'ключ-новый', NULL);
+UPDATE d SET note = 'n' WHERE hostkey = 'SHA=3';
+DELETE FROM d WHERE hostkey = 'SHA=4';
+UPDATE e SET m = 'bad' WHERE id = 5;
+"""
+OTHER_CONTENT = {
+    "a": "md5(string_agg(ROW(id, payload, at)::text, ',' ORDER BY id))",
+    "b": "md5(string_agg(ROW(id, n, tags)::text, ',' ORDER BY id))",
+    "c": "md5(string_agg(ROW(x, y, z)::text, ',' ORDER BY x, y))",
+    "d": "md5(string_agg(ROW(hostkey, seen, note)::text, ',' ORDER BY hostkey, seen, note))",
+    "e": "md5(string_agg(ROW(id, m)::text, ',' ORDER BY id))",
+}
+
+
+@pytest.mark.pg_major(15, 17, 18)
+def test_a_schema_of_other_shapes_from_each_major_is_applied_in_place(
+    major_cluster: LocalCluster, cluster: LocalCluster, pg_major: int
+) -> None:
+    """A feeder on PostgreSQL 15, 17 and 18, the superhub on 15: the uuid, int8, composite and key-less tables go
+    as their changed buckets (their partitions stay), the enum table whole (text), and all are exact."""
+    feeder_db, superhub_db = f"otherfeeder{pg_major}", f"otherhub{pg_major}"
+    major_cluster.psql(f"CREATE DATABASE {feeder_db}")
+    cluster.psql(f"CREATE DATABASE {superhub_db}")
+    major_cluster.psql(OTHER_FEEDER, dbname=feeder_db)
+    cluster.psql(OTHER_SUPERHUB, dbname=superhub_db)
+    feeder = {
+        "key": 1,
+        "transport": "local",
+        "database": major_cluster.conninfo(feeder_db),
+        "pg_dump": major_cluster.install.tool("pg_dump"),
+        "dump_mode": "binary",
+        "skip_unchanged_min_rows": 0,
+    }
+    superhub = {"dsn": cluster.dsn(superhub_db), "tables": [f"public.{t}" for t in OTHER_CONTENT], "feeder_key": "hub"}
+    config = parse_config({"superhub": superhub, "feeders": {"f": feeder}})
+
+    def partitions() -> str:
+        return cluster.psql(
+            "SELECT string_agg(c.relname || '=' || c.oid, ',' ORDER BY c.relname) FROM pg_inherits i "
+            "JOIN pg_class c ON c.oid = i.inhrelid",
+            dbname=superhub_db,
+        )
+
+    def sync() -> None:
+        run = asyncio.run(sync_feeder(feeder_job(config, "f")))
+        assert run.outcome == Outcome.SUCCESS, run.error
+        for table, digest in OTHER_CONTENT.items():
+            here = cluster.psql(f"SELECT {digest} FROM {table} WHERE hub = 1", dbname=superhub_db)
+            assert here == major_cluster.psql(f"SELECT {digest} FROM {table}", dbname=feeder_db), table
+
+    sync()
+    sync()
+    major_cluster.psql(OTHER_CHANGES, dbname=feeder_db)
+    sync()  # whole, with the delta states
+    states = cluster.psql(
+        "SELECT string_agg(table_name, ',' ORDER BY table_name) FROM fedload.digests WHERE delta <> ''",
+        dbname=superhub_db,
+    )
+    assert states.strip() == "a,b,c,d"
+    before = partitions().strip()
+    major_cluster.psql(OTHER_CHANGES.replace("'n'", "'m'").replace("новый", "новее"), dbname=feeder_db)
+    sync()
+    kept = {"public.a__f", "public.b__f", "public.c__f", "public.d__f"}  # changed in place; e (text) whole
+    assert {p for p in before.split(",") if p.split("=")[0] in kept} == {
+        p for p in partitions().strip().split(",") if p.split("=")[0] in kept
+    }
+    assert len(kept & {p.split("=")[0] for p in before.split(",")}) == 4
