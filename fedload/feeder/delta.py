@@ -1,14 +1,15 @@
 """A changed table sent as the buckets of it that changed (issue #55; docs/unchanged.md, "Changed rows only").
 
 A table's rows fall into `buckets` buckets by a hash of their key (the superhub's primary key less the feeder key,
-or its NOT NULL columns), `bucket_sql`: the same expression on both sides. After a run, the superhub keeps the table's *delta state*: how many rows each bucket held, the oldest
-transaction still running in the snapshot they came from (`xmin`), and a `basis` hashing what else the rows' values
-depend on (fedload/feeder/digest.py's `covered`: the server and its start, the output settings, the table as
-stored). The next run sends that state back, and the agent counts each bucket's rows in its own snapshot: those
-written by transactions older than the stored `xmin` (`old`: ended before that snapshot, so in it and unchanged
-since, as any change writes a new row version) and the others (`new`). A bucket is unchanged when it has no new
-row and as many old ones as it held: it then holds exactly the rows the superhub has. The other buckets (the
-`dirty` ones) are sent whole, and the superhub replaces its rows of them, in the swap's transaction.
+or its NOT NULL columns), `bucket_sql`: the same expression on both sides. After a run, the superhub keeps the
+table's *delta state*: how many rows each bucket held, the oldest transaction still running in the snapshot they
+came from (`xmin`), and a `basis` hashing what else the rows' values depend on (fedload/feeder/digest.py's
+`covered`: the server and its start, the output settings, the table as stored). The next run sends that state
+back, and the agent counts each bucket's rows in its own snapshot: those written by transactions older than the
+stored `xmin` (`old`: ended before that snapshot, so in it and unchanged since, as any change writes a new row
+version) and the others (`new`). A bucket is unchanged when it has no new row and as many old ones as it held: it
+then holds exactly the rows the superhub has. The other buckets (the `dirty` ones) are sent whole, and the
+superhub replaces its rows of them, in the swap's transaction.
 
 Standard library only (the zipapp); pure apart from the statements' text, run by the caller's session.
 """
