@@ -107,9 +107,13 @@ def buckets_for(rows: int) -> int:
     return 1 << (want - 1).bit_length()
 
 
-async def probe_here(conn: asyncpg.Connection) -> str:
-    """This superhub's bucket hash of the fixed text: a state is sent back only where the feeder's is the same."""
-    return str(await conn.fetchval(PROBE_QUERY.rstrip(";")))
+async def probe_here(conn: asyncpg.Connection) -> str | None:
+    """This superhub's bucket hashes of the fixed values: a state is sent back only where the feeder's are the
+    same; None on a server without them (before PostgreSQL 11: no delta is asked)."""
+    try:
+        return str(await conn.fetchval(PROBE_QUERY.rstrip(";")))
+    except asyncpg.UndefinedFunctionError:
+        return None
 
 
 def stored_state(text: str, key: tuple[str, ...], rows: int, probe: str) -> DeltaRequest:

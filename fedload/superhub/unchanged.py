@@ -152,7 +152,8 @@ async def _deltas(
     one a digest was stored with, not remapped, with a key to bucket their rows by (fedload.superhub.delta)."""
     if job.feeder.dump_mode != DumpMode.BINARY or not job.feeder.send_changed_rows or not valid:
         return {}
-    probe = await probe_here(conn)
+    if (probe := await probe_here(conn)) is None:
+        return {}
     deltas = {}
     room = MAX_REQUEST_STATES_CHARS  # the request goes on the feeder's command line: the largest tables first
     for table, held in sorted(valid.items(), key=lambda item: -item[1].rows):
