@@ -70,6 +70,7 @@ class FeederRun:
     cancelled_backends: int | None = None  # queries the swap cancelled to get its locks
     error_kind: ErrorKind | None = None  # what kind of failure `error` is (None when the run did not fail)
     unchanged_tables: tuple[str, ...] = ()  # "schema.table" kept as they were: their digest was unchanged
+    changed_rows_tables: tuple[str, ...] = ()  # "schema.table" changed in place by their changed rows only
 
     @classmethod
     def failed(cls, feeder: str, error: str, *, kind: ErrorKind, seconds: float) -> FeederRun:

@@ -211,10 +211,13 @@ def _capacity_line(shard: str | None, r: CapacityReport) -> Text:
 
 
 def _rows(s: FeederStatus) -> str:
-    """The rows of the last success, and how many of its tables were kept unchanged (not sent)."""
+    """The rows of the last success, and how many of its tables were kept unchanged (not sent) or sent their
+    changed rows only."""
     if s.rows is None:
         return "-"
-    return f"{s.rows:,}" + (f" ({s.unchanged_tables} tables unchanged)" if s.unchanged_tables else "")
+    notes = [f"{s.unchanged_tables} tables unchanged"] if s.unchanged_tables else []
+    notes += [f"{s.changed_rows_tables} changed rows only"] if s.changed_rows_tables else []
+    return f"{s.rows:,}" + (f" ({', '.join(notes)})" if notes else "")
 
 
 def _age(s: FeederStatus, age: str) -> Text | str:

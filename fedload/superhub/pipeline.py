@@ -205,6 +205,8 @@ class _FeederSync:
             kept = (s for s in importer.staged.values() if s.kept is not None or s.changes_only)
             self._kept = frozenset(s.parent.table for s in kept)  # changed in place: autovacuum analyzes them
             self.record.unchanged_tables = unchanged
+            changed = (s.parent.qualified_name for s in importer.staged.values() if s.changes_only)
+            self.record.changed_rows_tables = sorted(changed)
             digests = digests_to_store(importer, receiver.trailer, self._skips, self.name)  # checked in any case
             if self._skips is not None:  # before the swap, which may fail: in its transaction all the same
                 await store_digests(conn, self.name, self.run_id, digests)
@@ -486,6 +488,7 @@ class _FeederSync:
             cancelled_backends=record.cancelled_backends,
             error_kind=record.error_kind if record.outcome is Outcome.FAILED else None,
             unchanged_tables=tuple(record.unchanged_tables or ()),
+            changed_rows_tables=tuple(record.changed_rows_tables or ()),
         )
 
 

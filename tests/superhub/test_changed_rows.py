@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fedload.commands.status import _rows, read_status
 from fedload.config import Config, parse_config
 from fedload.errors import ErrorKind
 from fedload.localpg import LocalCluster
@@ -80,6 +81,11 @@ class Pair:
         for table, (order, columns) in CONTENT.items():
             rows = f"SELECT md5(coalesce(string_agg(ROW({columns})::text, E'\\n' ORDER BY {order}), '-')) FROM {table}"
             assert self.superhub(rows + " WHERE hub_id = 1") == self.feeder(rows), table
+
+    def superhub_status_rows(self) -> str:
+        """What `fedload status` shows in the feeder's rows column."""
+        (feeder,) = asyncio.run(read_status(self.config()))
+        return _rows(feeder)
 
     def states(self) -> int:
         """How many tables the superhub holds a delta state of."""
@@ -178,6 +184,8 @@ def test_one_changed_row_sends_a_small_part_of_the_table(pair: Pair) -> None:
     pair.feeder("UPDATE k SET v = 'changed' WHERE name = 'host-7'")
     changed = pair.sync()
     assert changed.rows["public.k"] == 3000
+    assert changed.changed_rows_tables == ("public.k",)
+    assert "1 changed rows only" in pair.superhub_status_rows()
     assert changed.raw_bytes * 10 < whole.raw_bytes, (changed.raw_bytes, whole.raw_bytes)
 
 

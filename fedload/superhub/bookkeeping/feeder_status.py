@@ -24,7 +24,8 @@ WITH feeders AS (
     UNION SELECT feeder FROM fedload.paused
 ), last_success AS (
     SELECT DISTINCT ON (feeder) feeder, finished_at, rows, extract(epoch FROM finished_at - started_at) AS seconds,
-           jsonb_array_length(unchanged_tables) AS unchanged, coalesce(data_at, started_at) AS data_at
+           jsonb_array_length(unchanged_tables) AS unchanged, jsonb_array_length(changed_rows_tables) AS changed,
+           coalesce(data_at, started_at) AS data_at
     FROM fedload.runs WHERE outcome = $2 ORDER BY feeder, finished_at DESC
 ), last_run AS (
     SELECT DISTINCT ON (feeder) feeder, outcome, error, error_kind FROM fedload.runs WHERE outcome <> $3
@@ -34,7 +35,7 @@ WITH feeders AS (
     WHERE swap_attempts IS NOT NULL ORDER BY feeder, started_at DESC
 )
 SELECT f.feeder, s.finished_at AS last_success, extract(epoch FROM now() - s.data_at) AS data_age_s, s.data_at,
-       s.rows, s.unchanged, s.seconds AS duration_s, r.outcome AS last_outcome, r.error AS last_error,
+       s.rows, s.unchanged, s.changed, s.seconds AS duration_s, r.outcome AS last_outcome, r.error AS last_error,
        r.error_kind AS last_error_kind,
        sc.next_run_at AS next_run, coalesce(sc.failures, 0) AS failures, f.feeder = ANY($1::text[]) AS configured,
        EXISTS (SELECT FROM fedload.runs x WHERE x.feeder = f.feeder AND x.outcome = $3) AS running,
@@ -84,6 +85,7 @@ class FeederStatus:
     # from it); the start of a success recorded before fedload kept it.
     data_at: datetime | None = None
     unchanged_tables: int = 0  # of the last success's tables, those kept unchanged (their digest was)
+    changed_rows_tables: int = 0  # and those changed in place by their changed rows only
     displaced_entities: int | None = None  # with superhub.entity_key: its entities shown by another feeder
     displaced_by: dict[str, int] | None = None  # and by which: per other feeder, how many of them it shows
     freshness_target_s: float | None = None  # its freshness target, from the configuration (docs/freshness.md)
@@ -140,6 +142,7 @@ def _status(r: asyncpg.Record, stale_after_s: float, shard: str | None) -> Feede
         cancelled_backends=r["cancelled_backends"],
         swap_lock_failures=r["swap_lock_failures"],
         unchanged_tables=r["unchanged"] or 0,
+        changed_rows_tables=r["changed"] or 0,
         shard=shard,
         paused=r["paused"],
         paused_reason=r["paused_reason"],

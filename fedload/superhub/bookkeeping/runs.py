@@ -38,6 +38,7 @@ class RunRecord:
     agent_version: str | None = None  # the feeder's agent, as its stream's header says (None without the agent)
     error_kind: ErrorKind | None = None  # what kind of failure `error` is
     unchanged_tables: list[str] | None = None  # tables kept as they were: the feeder's digest was unchanged
+    changed_rows_tables: list[str] | None = None  # tables whose changed buckets were applied in place
     # When the feeder's dump's snapshot was taken, as its agent states it (None: it states none). A success's
     # `data_at`, when its data was true, is the earlier of this and the run's start (`_DATA_AT`).
     snapshot_at: datetime | None = None
@@ -59,7 +60,7 @@ async def start_run(conn: asyncpg.Connection, feeder: str) -> int:
     return run_id
 
 
-_JSON_COLUMNS = frozenset({"rows", "rejected", "unchanged_tables"})
+_JSON_COLUMNS = frozenset({"rows", "rejected", "unchanged_tables", "changed_rows_tables"})
 _RECORD_COLUMNS = tuple(f.name for f in fields(RunRecord))
 _PARAMETERS = {column: f"${i}" for i, column in enumerate(_RECORD_COLUMNS, start=2)}
 # A success's data is as old as its snapshot, never younger than the run's start on the superhub's clock: a feeder

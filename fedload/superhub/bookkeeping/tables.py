@@ -38,7 +38,8 @@ ALTER TABLE fedload.runs ADD COLUMN IF NOT EXISTS swap_attempts integer,
     ADD COLUMN IF NOT EXISTS swap_lock_failed boolean NOT NULL DEFAULT false,
     ADD COLUMN IF NOT EXISTS agent_version text,
     ADD COLUMN IF NOT EXISTS error_kind text,
-    ADD COLUMN IF NOT EXISTS unchanged_tables jsonb;
+    ADD COLUMN IF NOT EXISTS unchanged_tables jsonb,
+    ADD COLUMN IF NOT EXISTS changed_rows_tables jsonb;
 CREATE INDEX IF NOT EXISTS runs_feeder_started ON fedload.runs (feeder, started_at DESC);
 -- When a run's data was true (docs/freshness.md): the feeder's snapshot as stated, and a success's data time.
 ALTER TABLE fedload.runs ADD COLUMN IF NOT EXISTS snapshot_at timestamptz, ADD COLUMN IF NOT EXISTS data_at timestamptz;
