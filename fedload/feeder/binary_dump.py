@@ -150,7 +150,7 @@ class _Sent:
         self._probe: str | None = None
 
     def probe(self, session: SnapshotSession) -> str:
-        """The feeder's bucket hash of a fixed text (fedload/feeder/delta.py), asked once."""
+        """The feeder's bucket hashes of fixed values (fedload/feeder/delta.py), asked once."""
         if self._probe is None:
             self._probe = session.query(PROBE_QUERY).decode("ascii").strip()
         return self._probe

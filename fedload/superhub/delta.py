@@ -1,7 +1,8 @@
 """Changed rows only (issue #55; docs/unchanged.md, "Changed rows only"): in binary mode, a changed table whose
-parent has a primary key of fixed-text types is asked as buckets (fedload/feeder/delta.py); where the agent sends
-only the changed buckets, the swap's transaction replaces the feeder's rows of those buckets in its partition, in
-place, and the partition then holds exactly the feeder's rows, or the run fails.
+parent has a key of fixed-text types (its primary key, or its NOT NULL columns) is asked as buckets
+(fedload/feeder/delta.py); where the agent sends only the changed buckets, the swap's transaction replaces the
+feeder's rows of those buckets in its partition, in place, and the partition then holds exactly the feeder's rows,
+or the run fails.
 
 What the agent says is checked before it is believed: a delta only where one was asked, counted against the very
 state this superhub sent, its bucket count the one asked, its counts and bitmap of exactly that many buckets, the
@@ -41,7 +42,6 @@ from fedload.superhub.schema import ParentTable, ident
 __all__ = [
     "MAX_REQUEST_STATES_CHARS",
     "MAX_STATE_CHARS",
-    "AppliedDelta",
     "DeltaHead",
     "DeltaRefusedError",
     "StagedDelta",
@@ -71,15 +71,6 @@ class DeltaHead:
     rows: int  # the table's rows on the feeder
     dirty: frozenset[int] | None  # None: the section holds the whole table
     sent: int  # rows the section holds
-
-
-@dataclass(frozen=True, slots=True)
-class AppliedDelta:
-    """What the swap did with a delta."""
-
-    partition: str
-    deleted: int
-    inserted: int
 
 
 def delta_key(parent: ParentTable, feeder_key: str) -> tuple[str, ...] | None:
@@ -178,39 +169,45 @@ class StagedDelta:
     stored_counts: tuple[int, ...]  # rows per bucket of the state the delta is counted against
 
 
-async def apply_delta(conn: asyncpg.Connection, table: StagedDelta, partition: str) -> AppliedDelta:
+async def apply_delta(conn: asyncpg.Connection, table: StagedDelta, partition: str) -> None:
     """Replace the partition's rows of the delta's dirty buckets by the staging table's (in the swap's
-    transaction), checked: DumpError where the partition does not hold what this superhub stored, a row sent is
-    not in a dirty bucket, or the partition would not hold the feeder's rows."""
-    delta, stored_rows = table.head, table.stored_rows
+    transaction), checked: DumpError where a row sent is not in a dirty bucket, the partition does not hold what
+    this superhub stored, or it would not hold the feeder's rows."""
+    delta = table.head
     assert delta.dirty is not None
-    parent, stage, key = table.parent, table.stage_sql, table.key
-    buckets = delta.state.buckets
-    mask = bitmap(delta.dirty, buckets)
-    where = f"pg_catalog.get_bit($1::bytea, {bucket_sql(key, buckets)}) = 1"
-    outside = await conn.fetchval(f"SELECT count(*) FROM {stage} AS r WHERE NOT {where}", mask)  # noqa: S608
+    mask = bitmap(delta.dirty, delta.state.buckets)
+    where = f"pg_catalog.get_bit($1::bytea, {bucket_sql(table.key, delta.state.buckets)}) = 1"
+    outside = await conn.fetchval(f"SELECT count(*) FROM {table.stage_sql} AS r WHERE NOT {where}", mask)  # noqa: S608
     if outside:
         raise _refused(table, f"{outside} row(s) sent are not in a changed bucket by this superhub's hash")
     held = await conn.fetchval(f"SELECT count(*) FROM {partition}")  # noqa: S608 - catalog name
-    if held != stored_rows:
-        raise _refused(table, f"its partition holds {held} rows, not the {stored_rows} this superhub stored")
+    if held != table.stored_rows:
+        raise _refused(table, f"its partition holds {held} rows, not the {table.stored_rows} this superhub stored")
     status = await conn.execute(f"DELETE FROM {partition} AS r WHERE {where}", mask)  # noqa: S608 - built here
     deleted = int(status.rsplit(" ", 1)[1])
     if deleted != (stored := sum(table.stored_counts[b] for b in delta.dirty)):
         raise _refused(table, f"its changed buckets held {deleted} rows here, not the {stored} stored")
-    columns = ", ".join(ident(c.name) for c in parent.columns if c.generated_sql is None)
-    try:
-        status = await conn.execute(f"INSERT INTO {partition} ({columns}) SELECT {columns} FROM {stage}")  # noqa: S608
-    except asyncpg.IntegrityConstraintViolationError as exc:  # a key twice: the feeder's rows, as in a whole load
-        raise DumpError(f"table {parent.qualified_name}: the feeder's changed rows break a constraint: {exc}") from None
-    inserted = int(status.rsplit(" ", 1)[1])
-    await conn.execute(f"DROP TABLE {stage}")
+    inserted = await _insert_sent(conn, table, partition)
     if (after := held - deleted + inserted) != delta.rows:
         raise _refused(table, f"its partition would hold {after} rows, the feeder has {delta.rows}")
-    log.info(
-        "swap.changed_rows", table=parent.qualified_name, deleted=deleted, inserted=inserted, buckets=len(delta.dirty)
-    )
-    return AppliedDelta(partition, deleted, inserted)
+    name, buckets = table.parent.qualified_name, len(delta.dirty)
+    log.info("swap.changed_rows", table=name, deleted=deleted, inserted=inserted, buckets=buckets)
+
+
+async def _insert_sent(conn: asyncpg.Connection, table: StagedDelta, partition: str) -> int:
+    """Insert the staging table's rows into the partition and drop it; the rows inserted. DumpError where they
+    break a constraint (a key twice): the feeder's rows, as in a whole load."""
+    columns = ", ".join(ident(c.name) for c in table.parent.columns if c.generated_sql is None)
+    try:
+        status = await conn.execute(
+            f"INSERT INTO {partition} ({columns}) SELECT {columns} FROM {table.stage_sql}"  # noqa: S608 - built here
+        )
+    except asyncpg.IntegrityConstraintViolationError as exc:
+        raise DumpError(
+            f"table {table.parent.qualified_name}: the feeder's changed rows break a constraint: {exc}"
+        ) from None
+    await conn.execute(f"DROP TABLE {table.stage_sql}")
+    return int(status.rsplit(" ", 1)[1])
 
 
 class DeltaRefusedError(DumpError):
