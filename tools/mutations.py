@@ -48,9 +48,9 @@ await asyncio.sleep(1.0)
 await conn.execute(f"DELETE FROM {partition}")  # noqa: S608 - catalog name"""
 
 _EMPTIED_FIRST = """for parent in sorted(parents.values(), key=lambda p: p.qualified_name)[:1]:
-                    key_column = self.job.parents.feeder_key
-                    await conn.execute(f"DELETE FROM {parent.sql_name} WHERE {key_column} = {self.feeder.key!r}")
-                async with self._dump(parents) as receiver, conn.transaction():"""
+            key_column = self.job.parents.feeder_key
+            await conn.execute(f"DELETE FROM {parent.sql_name} WHERE {key_column} = {self.feeder.key!r}")
+        async with self._dump(parents) as receiver, entities as change, conn.transaction():"""
 
 _INJECTION = "tests/scenarios/test_adversarial.py::test_injection_corpus_loads_only_data"
 _CLAIM = "tests/scenarios/test_adversarial.py::test_a_claim_out_of_bounds_fails_the_run_in_a_bounded_line"
@@ -156,15 +156,15 @@ SABOTAGES = (
         "password-logged",
         "a password in a dsn is in no log",
         "fedload/transport/local.py",
-        "argv=[without_passwords(a) for a in argv]",
-        "argv=argv",
+        'log.debug("transport.local_forked", argv=[without_passwords(a) for a in argv], pid=agent.pid)',
+        'log.debug("transport.local_forked", argv=argv, pid=agent.pid)',
         ("tests/scaleout/test_coordinator_auth.py", "-k", "password_in_a_dsn"),
     ),
     Sabotage(
         "old-contexts-emptied",
         "old data intact after each fault (every table)",
         "fedload/superhub/pipeline.py",
-        "async with self._dump(parents) as receiver, conn.transaction():",
+        "async with self._dump(parents) as receiver, entities as change, conn.transaction():",
         _EMPTIED_FIRST,
         (
             "tests/scenarios/test_faults.py",
@@ -211,7 +211,7 @@ SABOTAGES = (
         "removal-keeps-digests",
         "feeder remove --table forgets the tables' digests with their partitions",
         "fedload/superhub/removal.py",
-        "                await forget_digests(conn, self.name, self.tables)\n",
+        "            await forget_digests(conn, self.name, self.tables)\n",
         "",
         ("tests/superhub/test_unchanged.py", "-k", "removed_is_sent"),
     ),
@@ -235,8 +235,8 @@ SABOTAGES = (
         "enum-labels-unhashed",
         "the identity proof covers the labels of the enums a table's columns use (RENAME VALUE writes no tuple)",
         "fedload/feeder/digest.py",
-        "        labels = enum_labels(facts, context.types)\n",
-        "        labels: list[Any] = []\n",
+        "    labels = enum_labels(facts, context.types)\n",
+        "    labels: list[Any] = []\n",
         (_PROOF, "-k", "pg15 and each_change and rename"),
     ),
     Sabotage(
@@ -251,16 +251,16 @@ SABOTAGES = (
         "stored-columns-unhashed",
         "the identity proof covers the columns as stored: a column dropped and added again with another default",
         "fedload/feeder/digest.py",
-        "        stored = [list(c) for c in facts.columns]",
-        "        stored = [list(c)[1:4] for c in facts.columns]",
+        "    stored = [list(c) for c in facts.columns]",
+        "    stored = [list(c)[1:4] for c in facts.columns]",
         (_PROOF, "-k", "pg15 and added_again"),
     ),
     Sabotage(
         "output-settings-unhashed",
         "the identity proof covers the session's output settings (TimeZone changes timestamptz text)",
         "fedload/feeder/digest.py",
-        "        covered = [list(context.server), list(context.settings), facts.oid, stored, labels]",
-        "        covered = [list(context.server), [], facts.oid, stored, labels]",
+        "    return [list(context.server), list(context.settings), facts.oid, stored, labels]",
+        "    return [list(context.server), [], facts.oid, stored, labels]",
         (_PROOF, "-k", "pg15 and each_change and time"),
     ),
     Sabotage(
