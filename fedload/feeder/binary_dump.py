@@ -17,7 +17,7 @@ from fedload.feeder.binary_plan import TablePlan, TableRequest, copy_command, pl
 from fedload.feeder.binary_plan import read_requests as _read_requests
 from fedload.feeder.child import StderrTail, killed_when_reader_leaves, write_frames
 from fedload.feeder.compress import choose_compressor
-from fedload.feeder.delta import PROBE_QUERY, delta_copy_command
+from fedload.feeder.delta import PROBE_QUERY, changed_rows_where
 from fedload.feeder.delta_plan import TableDelta, delta_head, table_delta
 from fedload.feeder.digest import durable, table_digest, unchanged
 from fedload.feeder.errors import AgentError, AgentUsageError
@@ -236,9 +236,8 @@ def _copy(session: SnapshotSession, plan: TablePlan, delta: TableDelta | None, p
         copied = session.copy(copy_command(plan), parts.add)
         parts.flush()
         return copied
-    table, key, buckets = (plan.schema, plan.name), delta.key, delta.state.buckets
-    command = delta_copy_command(table, plan.columns, key, delta.dirty, buckets=buckets, binary=plan.binary)
-    copied = session.copy(command, parts.add)
+    where = changed_rows_where(delta.key, delta.dirty, delta.state.buckets)  # the key is sent: in plan.columns
+    copied = session.copy(copy_command(plan, where), parts.add)
     parts.flush()
     if copied != delta.sent:  # one snapshot: cannot differ
         raise ValueError(f"table {plan.schema}.{plan.name}: {copied} rows copied but {delta.sent} counted in buckets")

@@ -216,13 +216,15 @@ def _not_binary(column: FeederColumn, superhub_oid: int) -> str:
     return ""
 
 
-def copy_command(plan: TablePlan) -> str:
-    """psql's `\\copy` of the plan's columns to psql's stdout (one line: psql reads a meta-command to its end);
-    ValueError for a name with a line break, which that line cannot hold."""
+def copy_command(plan: TablePlan, where: str = "") -> str:
+    """psql's `\\copy` of the plan's columns to psql's stdout (one line: psql reads a meta-command to its end), of
+    the rows `where` holds for (SQL on the table as `r`; "": all); ValueError for a name with a line break, which
+    that line cannot hold."""
     if any("\n" in name or "\r" in name for name in (plan.schema, plan.name, *plan.columns)):
         where = f"table {plan.schema}.{plan.name}"
         raise ValueError(f"{where} has a name with a line break, which psql's \\copy cannot take")
     columns = ", ".join(map(quote_ident, plan.columns))
     source = f"{quote_ident(plan.schema)}.{quote_ident(plan.name)}"
     options = " (FORMAT binary)" if plan.binary else ""
-    return f"\\copy (SELECT {columns} FROM ONLY {source}) TO PSTDOUT{options}\n"  # noqa: S608 - quoted here
+    rows = f"ONLY {source}" + (f" AS r WHERE {where}" if where else "")
+    return f"\\copy (SELECT {columns} FROM {rows}) TO PSTDOUT{options}\n"  # noqa: S608 - quoted here

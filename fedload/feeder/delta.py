@@ -39,10 +39,10 @@ __all__ = [
     "DeltaState",
     "bucket_sql",
     "buckets_query",
+    "changed_rows_where",
     "decode_bits",
     "decode_counts",
     "delta_basis",
-    "delta_copy_command",
     "dirty_buckets",
     "encode_bits",
     "encode_counts",
@@ -263,21 +263,7 @@ def delta_basis(covered: list[Any], columns: Sequence[str], key: Sequence[str], 
     return hashlib.sha256(json.dumps(content).encode()).hexdigest()
 
 
-def delta_copy_command(
-    table: tuple[str, str],
-    columns: Sequence[str],
-    key: Sequence[tuple[str, int]],
-    dirty: Iterable[int],
-    *,
-    buckets: int,
-    binary: bool,
-) -> str:
-    """psql's `\\copy` of `columns` of the rows of `table` in the `dirty` buckets (as binary_plan's `copy_command`)."""
-    if any("\n" in name or "\r" in name for name in (*table, *columns, *(name for name, _ in key))):
-        raise ValueError(f"table {table[0]}.{table[1]} has a name with a line break, which \\copy cannot take")
-    listed = ", ".join(f"r.{quote_ident(c)}" for c in columns)
-    source = f"ONLY {quote_ident(table[0])}.{quote_ident(table[1])} AS r"
+def changed_rows_where(key: Sequence[tuple[str, int]], dirty: Iterable[int], buckets: int) -> str:
+    """SQL that holds for the rows (as `r`) in the `dirty` buckets: binary_plan's `copy_command` copies those."""
     mask = bitmap(dirty, buckets).hex()
-    where = f"pg_catalog.get_bit(pg_catalog.decode('{mask}', 'hex'), {bucket_sql(key, buckets)}) = 1"
-    options = " (FORMAT binary)" if binary else ""
-    return f"\\copy (SELECT {listed} FROM {source} WHERE {where}) TO PSTDOUT{options}\n"  # noqa: S608 - quoted
+    return f"pg_catalog.get_bit(pg_catalog.decode('{mask}', 'hex'), {bucket_sql(key, buckets)}) = 1"
