@@ -220,7 +220,7 @@ class Importer:
         An index that backs the parent's primary key or unique constraint is built as such a constraint: ATTACH
         matches a constraint only with a constraint, and would otherwise build the index again."""
         for staged in self.staged.values():
-            if staged.kept is not None or staged.changes_only:  # its rows go into the partition, indexed there
+            if staged.kept is not None or staged.changes_only is not None:  # changes go to the indexed partition
                 continue
             with self._key_checked(staged):  # a duplicate key is the dump's
                 await self._build_indexes(staged)
@@ -421,7 +421,7 @@ class Importer:
     def _framing(self, start: BinaryStart, staged: StagedTable) -> BinaryFraming:
         """The check of a binary section's framing, its rows held to `max_statement_bytes`; the widths of its
         columns' types here, where fixed (a faster check, if the data has them)."""
-        types = (column.binary_type_oid if (column := staged.parent.column(name)) else 0 for name in staged.columns)
+        types = (_type_oid(staged.parent, name) for name in staged.columns)
         return BinaryFraming(
             columns=len(start.columns),
             max_row_bytes=self._policy.max_statement_bytes,

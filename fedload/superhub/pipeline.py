@@ -202,10 +202,10 @@ class _FeederSync:
         async with self._dump(parents) as receiver, entities as change, conn.transaction():
             importer = await self._load(conn, receiver, parents, remap)
             unchanged = await keep_unchanged(conn, importer, self._skips, feeder=self.name, key=self.feeder.key)
-            kept = (s for s in importer.staged.values() if s.kept is not None or s.changes_only)
+            kept = (s for s in importer.staged.values() if s.kept is not None or s.changes_only is not None)
             self._kept = frozenset(s.parent.table for s in kept)  # changed in place: autovacuum analyzes them
             self.record.unchanged_tables = unchanged
-            changed = (s.parent.qualified_name for s in importer.staged.values() if s.changes_only)
+            changed = (s.parent.qualified_name for s in importer.staged.values() if s.changes_only is not None)
             self.record.changed_rows_tables = sorted(changed)
             digests = digests_to_store(importer, receiver.trailer, self._skips, self.name)  # checked in any case
             if self._skips is not None:  # before the swap, which may fail: in its transaction all the same
@@ -392,7 +392,7 @@ class _FeederSync:
             s
             for s in importer.staged.values()
             if s.kept is None
-            and not s.changes_only  # a kept partition keeps its own
+            and s.changes_only is None  # a kept partition keeps its own
             and swap.method_for(s.parent) is SwapMethod.PARTITION
         ]
         return await carry_statistics(conn, tables, statistics, feeder_key=self.job.imports.feeder_key)
@@ -544,8 +544,8 @@ def _verify_counts(importer: Importer, trailer: Trailer | None) -> None:
         if (table := staged.get(key)) is not None and table.kept is not None:
             if table.kept.rows != rows:
                 raise DumpError(f"table {table.parent.qualified_name}: the feeder's counts of it disagree")
-        elif table is not None and table.delta is not None and table.changes_only:
-            head = table.delta.head
+        elif table is not None and (changes := table.changes_only) is not None:
+            head = changes.head
             if head.rows != rows or head.sent != table.rows:
                 name = table.parent.qualified_name
                 raise DumpError(f"table {name}: the feeder's counts of its changed rows disagree")

@@ -33,9 +33,10 @@ class StagedTable:
     delta: StagedDelta | None = None  # the section sent a delta state (fedload.superhub.delta), and maybe changes only
 
     @property
-    def changes_only(self) -> bool:
-        """It holds the rows of the table's changed buckets only: the swap applies them to its partition."""
-        return self.delta is not None and self.delta.head.dirty is not None
+    def changes_only(self) -> StagedDelta | None:
+        """Its delta where it holds the rows of the table's changed buckets only (the swap applies them to its
+        partition); None where it holds the whole table."""
+        return self.delta if self.delta is not None and self.delta.head.dirty is not None else None
 
     @property
     def stage_sql(self) -> str:

@@ -308,7 +308,7 @@ async def _attempt(conn: asyncpg.Connection, plan: _SwapPlan, stats: SwapStats, 
     exclusive = [  # a table changed in place by its changed rows takes row locks only, as "mvcc" does
         t.parent.table
         for t in plan.tables
-        if plan.policy.method_for(t.parent) is SwapMethod.PARTITION and not t.changes_only
+        if plan.policy.method_for(t.parent) is SwapMethod.PARTITION and t.changes_only is None
     ]
     in_place: set[TableName] = set()
     async with conn.transaction():
@@ -401,11 +401,11 @@ async def _swap_table(
     INSERT whatever the method, into a new, empty partition if the feeder has none."""
     started = time.monotonic()
     parent, feeder, key = table.parent, plan.feeder, plan.key
-    if table.delta is not None and table.changes_only:
+    if (changes := table.changes_only) is not None:
         old = await feeder_partition(conn, parent.table, feeder, key)
         if old is None:
             raise DumpError(f"table {parent.qualified_name}: the feeder sent its changed rows, but it has no partition")
-        await apply_delta(conn, table.delta, old)
+        await apply_delta(conn, changes, old)
         log.debug("swap.table", table=parent.qualified_name, method="changed rows", ms=_ms_since(started))
         return old
     rows = in_place or method is SwapMethod.MVCC

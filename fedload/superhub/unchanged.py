@@ -288,7 +288,7 @@ def loaded_rows(staged: StagedTable) -> int:
     its changes came, else those loaded."""
     if staged.kept is not None:
         return staged.kept.rows
-    return staged.delta.head.rows if staged.delta is not None and staged.changes_only else staged.rows
+    return changes.head.rows if (changes := staged.changes_only) is not None else staged.rows
 
 
 def _delta_state(staged: StagedTable, skips: Skips) -> str:
