@@ -52,12 +52,12 @@ def table_delta(
     """The table's delta where the superhub asks for one and the table can have one (`_why_not`); None elsewhere
     (the table goes whole, and the superhub keeps no state of it)."""
     ask = request.delta
-    if ask is None or context is None or _why_not(ask, plan, feeder, context):
+    types = {c.name: c.type_oid for c in feeder}
+    if ask is None or context is None or _why_not(ask, plan, types, context):
         return None
     stored = ask.state
     older_than = stored.xmin if stored is not None else 0
     table = (plan.schema, plan.name)
-    types = {c.name: c.type_oid for c in feeder}
     key = tuple((name, types[name]) for name in ask.key)
     widened = widened_xmin(context.snapshot_xmax)
     found = parse_buckets(query(buckets_query(table, key, ask.buckets, widened, older_than)), ask.buckets)
@@ -73,7 +73,7 @@ def table_delta(
     return TableDelta(state, key, tuple(dirty), stored.basis, rows, sum(counts[b] for b in dirty))
 
 
-def _why_not(ask: DeltaRequest, plan: TablePlan, feeder: Sequence[FeederColumn], context: ProofContext) -> str:
+def _why_not(ask: DeltaRequest, plan: TablePlan, types: dict[str, int], context: ProofContext) -> str:
     """Why the table can have no delta ("" where it can): its rows' identities must prove them (the identity
     proof's conditions), the key must be sent, of types whose text is the same everywhere."""
     if not plan.binary:
@@ -84,7 +84,6 @@ def _why_not(ask: DeltaRequest, plan: TablePlan, feeder: Sequence[FeederColumn],
     kind, why = proof_kind(facts, context, plan.columns)
     if kind is not ProofKind.IDENTITY:
         return why
-    types = {c.name: c.type_oid for c in feeder}
     for name in ask.key:
         if name not in plan.columns or types.get(name) not in KEY_TYPE_OIDS:
             return f"key column {name} is not sent, or not of a type whose text is fixed"
