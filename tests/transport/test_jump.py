@@ -233,12 +233,29 @@ async def test_a_failing_bastion_is_named(
             bastion.stop()
             # The port held, bound but not listening: refused, and no other test's server can take it meanwhile
             # (one did, under two suites at once: "connection reset by peer").
-            held = stack.enter_context(socket.socket())
-            held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # past the probes' TIME_WAIT, not a listener
-            held.bind((BASTION_ADDRESS, bastion.port))
+            stack.enter_context(held_port(BASTION_ADDRESS, bastion.port))
         with pytest.raises(error, match="^" + re.escape(message.format(bastion=address))):
             await run(config, ["true"])
         assert logins(feeder_sshd) == 0
+
+
+@contextlib.contextmanager
+def held_port(address: str, port: int, timeout_s: float = 10.0) -> Iterator[socket.socket]:
+    """A socket bound to the port, not listening (SO_REUSEADDR: past the probes' TIME_WAIT): connections are refused
+    and no other server takes it. Bound once the stopped server's listener is gone: its process may still be ending
+    (CI saw EADDRINUSE once); within `timeout_s`."""
+    with socket.socket() as held:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                held.bind((address, port))
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield held
 
 
 @pytest.mark.parametrize("frozen", ["bastion", "feeder"])
