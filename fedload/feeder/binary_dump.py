@@ -18,7 +18,7 @@ from fedload.feeder.binary_plan import read_requests as _read_requests
 from fedload.feeder.child import StderrTail, killed_when_reader_leaves, write_frames
 from fedload.feeder.compress import choose_compressor
 from fedload.feeder.delta import PROBE_QUERY, changed_rows_where
-from fedload.feeder.delta_plan import TableDelta, delta_head, table_delta
+from fedload.feeder.delta_plan import TableDelta, counted_buckets, delta_head, table_delta
 from fedload.feeder.digest import durable, table_digest, unchanged
 from fedload.feeder.errors import AgentError, AgentUsageError
 from fedload.feeder.logs import get_logger
@@ -203,8 +203,10 @@ def _table(
     digest = table_digest(request, plan, feeder, counters, context=seen.context, query=session.query)
     kept = unchanged(digest, request)
     delta = None
-    if kept is None and request.delta is not None:
-        delta = table_delta(request, plan, feeder, context=seen.context, probe=sent.probe(session), query=session.query)
+    if kept is None and seen.context is not None:
+        counted = counted_buckets(request, plan, feeder, context=seen.context, query=session.query)
+        if counted is not None:
+            delta = table_delta(request, plan, counted, context=seen.context, probe=sent.probe(session))
     head = section_head(
         table,
         plan.columns,

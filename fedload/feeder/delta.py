@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from fedload.feeder.sql_text import quote_ident
+from fedload.feeder.sql_text import quote_ident, serially
 
 __all__ = [
     "BUCKET_SEED",
@@ -140,6 +140,8 @@ def _check_buckets(buckets: object) -> None:
 
 def encode_counts(counts: Sequence[int]) -> str:
     """Rows per bucket as base64 of zlib of LEB128 varints."""
+    if not counts or (min(counts) >= 0 and max(counts) < 0x80):  # the usual: a byte each
+        return base64.b64encode(zlib.compress(bytes(counts), 9)).decode("ascii")
     out = bytearray()
     for count in counts:
         n = count
@@ -154,6 +156,8 @@ def decode_counts(text: str, buckets: int) -> tuple[int, ...]:
     """`encode_counts`'s text of exactly `buckets` counts; ValueError for anything else (bounded: at most ten bytes
     a count are inflated)."""
     raw = _inflate(text, buckets * 10)
+    if len(raw) == buckets and max(raw, default=0) < 0x80:  # a byte each
+        return tuple(raw)
     counts: list[int] = []
     value = shift = 0
     for byte in raw:
@@ -224,36 +228,36 @@ def bucket_sql(key: Sequence[tuple[str, int]], buckets: int, alias: str = "r") -
     return f"(({' # '.join(hashes)}) & {buckets - 1})::int4"
 
 
-def buckets_query(
-    table: tuple[str, str], key: Sequence[tuple[str, int]], buckets: int, widened_xmin: str, older_than: int
-) -> str:
-    """One statement printing `bucket|old|new` for each bucket of `table` holding rows: `old` the rows written by
-    transactions before `older_than` (64-bit; 0: none is old), `new` the others. `widened_xmin`: the SQL of a row's
-    64-bit xmin."""
+def buckets_query(table: tuple[str, str], key: Sequence[tuple[str, int]], buckets: int, old: str) -> str:
+    """One statement printing `bucket|old|new` for each bucket of `table` holding rows: `old` the rows for which
+    the SQL `old` holds (fedload/feeder/delta_plan.py's `old_rows_sql`: written before the stored state's
+    snapshot), `new` the others."""
     source = f"ONLY {quote_ident(table[0])}.{quote_ident(table[1])} AS r"
-    rows = f"SELECT {bucket_sql(key, buckets)} AS b, {widened_xmin} < {older_than} AS old FROM {source} OFFSET 0"  # noqa: S608
+    rows = f"SELECT {bucket_sql(key, buckets)} AS b, {old} AS old FROM {source} OFFSET 0"  # noqa: S608
     counted = "count(*) FILTER (WHERE s.old), count(*) FILTER (WHERE NOT s.old)"
-    serial = "SET max_parallel_workers_per_gather = 0;"
-    restore = "RESET max_parallel_workers_per_gather;"
-    return f"{serial} SELECT s.b, {counted} FROM ({rows}) AS s GROUP BY s.b; {restore}"  # noqa: S608 - built above
+    return serially(f"SELECT s.b, {counted} FROM ({rows}) AS s GROUP BY s.b;")  # noqa: S608 - built above
 
 
 def parse_buckets(printed: bytes, buckets: int) -> dict[int, tuple[int, int]]:
     """(old, new) by bucket from what `buckets_query` printed; ValueError if it is not its answer."""
-    found: dict[int, tuple[int, int]] = {}
-    for line in printed.decode("ascii").split("\n"):
-        if not line:
-            continue
-        bucket, old, new = (int(n) for n in line.split("|"))
-        if not 0 <= bucket < buckets or bucket in found:
-            raise ValueError(f"bucket {bucket} is not one of {buckets}, or is there twice")
-        found[bucket] = (old, new)
+    fields = printed.decode("ascii").replace("\n", "|").split("|")
+    if fields[-1] == "":
+        fields.pop()
+    if len(fields) % 3:
+        raise ValueError("the bucket counts are not lines of 3 numbers")
+    values = list(map(int, fields))
+    numbers = values[0::3]
+    found = dict(zip(numbers, zip(values[1::3], values[2::3])))
+    if len(found) != len(numbers) or (numbers and not 0 <= min(numbers) <= max(numbers) < buckets):
+        raise ValueError(f"a bucket is not one of {buckets}, or is there twice")
     return found
 
 
 def dirty_buckets(stored: Sequence[int], found: dict[int, tuple[int, int]]) -> list[int]:
     """The buckets whose rows may differ from those the superhub holds: a new row, or not the old rows it held."""
-    return [b for b in range(len(stored)) if found.get(b, (0, 0))[1] or found.get(b, (0, 0))[0] != stored[b]]
+    dirty = {b for b, (old, new) in found.items() if new or old != stored[b]}
+    dirty.update(b for b, held in enumerate(stored) if held and b not in found)
+    return sorted(dirty)
 
 
 def delta_basis(covered: list[Any], columns: Sequence[str], key: Sequence[str], buckets: int) -> str:

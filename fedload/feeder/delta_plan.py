@@ -25,7 +25,11 @@ from fedload.feeder.delta import (
 from fedload.feeder.digest import covered, widened_xmin
 from fedload.feeder.proof import ProofContext, ProofKind, proof_kind
 
-__all__ = ["TableDelta", "delta_head", "table_delta"]
+__all__ = ["CountedBuckets", "TableDelta", "counted_buckets", "delta_head", "old_rows_sql", "table_delta"]
+
+_XID_WRAP = 1 << 32
+_FIRST_NORMAL_XID = 3  # 0 to 2: invalid, bootstrap, frozen, whose age() is INT_MAX
+_AGE_EXACT = 1 << 30  # far below 2^31, where age() wraps: the transactions begun since the snapshot count too
 
 
 @dataclass(frozen=True)
@@ -40,37 +44,78 @@ class TableDelta:
     sent: int  # of them, those in the dirty buckets (all where all goes)
 
 
-def table_delta(
+@dataclass(frozen=True)
+class CountedBuckets:
+    """A table's rows counted by bucket in the snapshot, old and new against the stored state's xmin."""
+
+    key: tuple[tuple[str, int], ...]  # (name, type OID) on the feeder: how its rows are bucketed
+    found: dict[int, tuple[int, int]]  # (old, new) by bucket holding rows
+
+
+def counted_buckets(
     request: TableRequest,
     plan: TablePlan,
     feeder: Sequence[FeederColumn],
     *,
-    context: Optional[ProofContext],  # noqa: UP045 - the zipapp runs on Python 3.9
-    probe: str,
+    context: ProofContext,
     query: Callable[[str], bytes],
-) -> TableDelta | None:
-    """The table's delta where the superhub asks for one and the table can have one (`_why_not`); None elsewhere
-    (the table goes whole, and the superhub keeps no state of it)."""
+) -> CountedBuckets | None:
+    """The table's buckets counted, where the superhub asks for a delta and the table can have one (`_why_not`);
+    None elsewhere (the table goes whole, and the superhub keeps no state of it)."""
     ask = request.delta
     types = {c.name: c.type_oid for c in feeder}
-    if ask is None or context is None or _why_not(ask, plan, types, context):
+    if ask is None or _why_not(ask, plan, types, context):
         return None
-    stored = ask.state
-    older_than = stored.xmin if stored is not None else 0
-    table = (plan.schema, plan.name)
+    older_than = ask.state.xmin if ask.state is not None else 0
     key = tuple((name, types[name]) for name in ask.key)
-    widened = widened_xmin(context.snapshot_xmax)
-    found = parse_buckets(query(buckets_query(table, key, ask.buckets, widened, older_than)), ask.buckets)
-    counts = tuple(sum(found.get(b, (0, 0))) for b in range(ask.buckets))
+    old = old_rows_sql(older_than, context.snapshot_xmax)
+    found = parse_buckets(query(buckets_query((plan.schema, plan.name), key, ask.buckets, old)), ask.buckets)
+    return CountedBuckets(key, found)
+
+
+def old_rows_sql(older_than: int, snapshot_xmax: int) -> str:
+    """SQL true for a row version (as `r`) written by a transaction older than `older_than` (64-bit; 0: none is
+    old), in a snapshot whose xmax is `snapshot_xmax`. Where the stored xmin is less than 2^30 transactions behind,
+    by `age()`, which costs a row a subtraction, against the xmin widened through its text: a row is new where its
+    age is from 1 to the stored xmin's (a transaction since), old past it, and old where its 32-bit age wraps
+    negative or is 0 (2^31 transactions or more ago: only a frozen tuple, older than any stored xmin). A tuple
+    frozen more than 2^32 transactions ago may look new, as with the widened xmin: its bucket is sent, no more."""
+    if older_than <= 0:
+        return "false"
+    low = older_than % _XID_WRAP
+    if low < _FIRST_NORMAL_XID or not 0 <= snapshot_xmax - older_than < _AGE_EXACT:
+        return f"{widened_xmin(snapshot_xmax)} < {older_than}"
+    # The threshold's age, once per statement: age() counts from the same transaction ID through the statement.
+    threshold = f"(SELECT pg_catalog.age('{low}'::xid)::int8)"
+    return f"(pg_catalog.age(r.xmin)::int8 + {_XID_WRAP - 1}) % {_XID_WRAP} >= {threshold}"
+
+
+def table_delta(
+    request: TableRequest,
+    plan: TablePlan,
+    counted: CountedBuckets,
+    *,
+    context: ProofContext,
+    probe: str,
+) -> TableDelta:
+    """The table's delta from its `counted` buckets: the state it leaves, and the dirty buckets to send, counted
+    against the state the superhub holds (all of the table where there is none, or it is not comparable, or too
+    much changed)."""
+    ask = request.delta
+    assert ask is not None  # counted_buckets counts only where a delta is asked
+    stored = ask.state
+    counts = [0] * ask.buckets
+    for bucket, (old, new) in counted.found.items():
+        counts[bucket] = old + new
     basis = delta_basis(covered(plan, context), plan.columns, ask.key, ask.buckets)
-    state = DeltaState(basis, ask.buckets, context.snapshot_xmin, counts, probe)
+    state = DeltaState(basis, ask.buckets, context.snapshot_xmin, tuple(counts), probe)
     rows = sum(counts)
     if stored is None or stored.basis != basis or stored.probe != probe:
-        return TableDelta(state, key, None, "", rows, rows)
-    dirty = dirty_buckets(stored.counts, found)
+        return TableDelta(state, counted.key, None, "", rows, rows)
+    dirty = dirty_buckets(stored.counts, counted.found)
     if len(dirty) > MAX_SENT_SHARE * ask.buckets:
-        return TableDelta(state, key, None, "", rows, rows)
-    return TableDelta(state, key, tuple(dirty), stored.basis, rows, sum(counts[b] for b in dirty))
+        return TableDelta(state, counted.key, None, "", rows, rows)
+    return TableDelta(state, counted.key, tuple(dirty), stored.basis, rows, sum(counts[b] for b in dirty))
 
 
 def _why_not(ask: DeltaRequest, plan: TablePlan, types: dict[str, int], context: ProofContext) -> str:

@@ -34,6 +34,7 @@ from typing import Any, Optional
 
 from fedload.feeder.binary_plan import FeederColumn, TablePlan, TableRequest, quote_ident
 from fedload.feeder.proof import ProofContext, ProofKind, enum_labels, proof_kind
+from fedload.feeder.sql_text import serially
 
 __all__ = [
     "DIGEST_VERSION",
@@ -113,10 +114,7 @@ def identity_query(plan: TablePlan, snapshot_xmax: int, major: int) -> str:
     sums = ", ".join(f"coalesce(sum({hashed.format(seed=seed)}), 0)" for seed in _SEEDS)
     # OFFSET 0 keeps the subquery apart: flattened, its identity would be computed once per hash.
     rows = f"SELECT {ids} FROM {_source(plan)} OFFSET 0"  # noqa: S608 - identifiers quoted
-    # No parallel workers: they cost the server more CPU than the scan they share (bench/digest_cost.py).
-    serial = "SET max_parallel_workers_per_gather = 0;"
-    restore = "RESET max_parallel_workers_per_gather;"
-    return f"{serial} SELECT count(*), {sums} FROM ({rows}) AS ids; {restore}"  # noqa: S608 - built above
+    return serially(f"SELECT count(*), {sums} FROM ({rows}) AS ids;")  # noqa: S608 - built above
 
 
 def widened_xmin(snapshot_xmax: int, alias: str = "r") -> str:

@@ -17,6 +17,7 @@ from fedload.feeder.delta import (
     dirty_buckets,
     encode_bits,
     encode_counts,
+    parse_buckets,
     parse_delta_request,
     parse_state,
 )
@@ -27,6 +28,13 @@ POWERS = st.sampled_from([2**n for n in range(1, 10)])  # hypothesis draws lists
 @given(buckets=POWERS, data=st.data())
 def test_counts_and_bitmaps_come_back_as_they_went(buckets: int, data: st.DataObject) -> None:
     counts = data.draw(st.lists(st.integers(0, 2**63 - 1), min_size=buckets, max_size=buckets))
+    assert decode_counts(encode_counts(counts), buckets) == tuple(counts)
+
+
+@given(buckets=POWERS, data=st.data())
+def test_small_counts_come_back_as_they_went(buckets: int, data: st.DataObject) -> None:
+    """Counts around 127, where a count takes one byte or two: a state of one-byte counts is encoded a byte each."""
+    counts = data.draw(st.lists(st.integers(0, 130), min_size=buckets, max_size=buckets))
     assert decode_counts(encode_counts(counts), buckets) == tuple(counts)
     dirty = data.draw(st.sets(st.integers(0, buckets - 1)))
     assert decode_bits(encode_bits(dirty, buckets), buckets) == dirty
@@ -94,3 +102,16 @@ def test_a_bucket_is_dirty_with_a_new_row_or_not_the_old_rows_it_held() -> None:
     stored = (2, 0, 3, 1, 0)
     found = {0: (2, 0), 1: (0, 1), 2: (2, 0), 3: (1, 1)}  # bucket 4: still empty
     assert dirty_buckets(stored, found) == [1, 2, 3]
+    assert dirty_buckets(stored, {1: (0, 0), 2: (3, 0), 3: (1, 0)}) == [0]  # bucket 0 emptied
+
+
+def test_bucket_counts_are_read_as_printed() -> None:
+    assert parse_buckets(b"3|1|2\n0|4|0\n", 4) == {3: (1, 2), 0: (4, 0)}
+    assert parse_buckets(b"", 2) == {}
+
+
+@pytest.mark.parametrize("printed", [b"4|1|0\n", b"-1|1|0\n", b"1|1|0\n1|2|0\n", b"1|1\n", b"1|1|0|9\n", b"x|1|0\n"])
+def test_bucket_counts_that_are_not_the_answer_are_refused(printed: bytes) -> None:
+    """A bucket past the count or twice, lines of other widths, a field not a number."""
+    with pytest.raises(ValueError, match=r"bucket|invalid literal"):
+        parse_buckets(printed, 4)
