@@ -477,6 +477,14 @@ SABOTAGES = (
         ("tests/superhub/test_changed_rows.py::test_each_kind_of_change_alone_is_applied_in_place",),
     ),
     Sabotage(
+        "changed-rows-old-by-age-off-by-one",
+        "a row is old by age() exactly where its 64-bit xmin is below the stored xmin (issue 55)",
+        "fedload/feeder/delta_plan.py",
+        "% {_XID_WRAP} >= {threshold}",
+        "% {_XID_WRAP} > {threshold}",
+        ("tests/feeder/test_old_rows.py",),
+    ),
+    Sabotage(
         "binary-head-unchecked",
         "a binary section's head is held to what the superhub asked (issue 54 items 4, 7)",
         "fedload/superhub/importer.py",
