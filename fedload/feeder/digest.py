@@ -43,6 +43,7 @@ __all__ = [
     "counters_query",
     "covered",
     "durable",
+    "full_xmin",
     "identity_query",
     "parse_counters",
     "parse_digest",
@@ -55,6 +56,7 @@ DIGEST_VERSION = 2  # what the proofs hash and how: a change makes every stored 
 _TAG = "fedload table digest"  # first of what is hashed; version 1 hashed a list that began with the number 1
 _SEEDS = (0x5EED_F00D, 0x0DDB_A11)  # hashtextextended's seeds: two independent 64-bit hashes of an identity
 _XID_WRAP = 1 << 32
+_INT_MAX = 2**31 - 1  # age() of a special xid
 _HASHTID_MAJOR = 13  # hashtidextended
 _LSN = re.compile("[0-9A-F]{1,8}/[0-9A-F]{1,8}")
 _DURABLE_WAIT_S = 1.0  # the WAL writer flushes an asynchronous commit within 3 x wal_writer_delay (200 ms)
@@ -103,10 +105,9 @@ def _source(plan: TablePlan) -> str:
 
 def identity_query(plan: TablePlan, snapshot_xmax: int, major: int) -> str:
     """One statement printing `count|sum of one hash|sum of the other` of the table's row versions' identities:
-    xmin widened to the 64-bit transaction ID it is in the snapshot (the latest below the snapshot's xmax with
-    those 32 bits: exact for every tuple not frozen, and a frozen one's xmin is kept as it was), and ctid. From
-    PostgreSQL 13 `hashtidextended` hashes the ctid seeded by the ID; before, `hashtextextended` their text."""
-    full = widened_xmin(snapshot_xmax)
+    xmin as the 64-bit transaction ID it is in the snapshot (`full_xmin`), and ctid. From PostgreSQL 13
+    `hashtidextended` hashes the ctid seeded by the ID; before, `hashtextextended` their text."""
+    full = full_xmin(snapshot_xmax)
     if major >= _HASHTID_MAJOR:
         ids, hashed = f"r.ctid, {full} AS x", "pg_catalog.hashtidextended(ids.ctid, ids.x # {seed})"
     else:
@@ -117,10 +118,25 @@ def identity_query(plan: TablePlan, snapshot_xmax: int, major: int) -> str:
     return serially(f"SELECT count(*), {sums} FROM ({rows}) AS ids;")  # noqa: S608 - built above
 
 
+def full_xmin(snapshot_xmax: int, alias: str = "r") -> str:
+    """SQL of a row version's xmin as the 64-bit transaction ID it is, in a snapshot whose xmax is `snapshot_xmax`:
+    the ID `age()` counts from, less the row's age. age() counts from the next ID when the statement's
+    transaction first asked (at or past the snapshot's xmax, and the same through the transaction) and costs a row a
+    subtraction, where the xmin's text (xidout, then int8in) cost a third of a scan. Exact for every tuple less
+    than 2^31 transactions old, so for every tuple not frozen (the server freezes them before); one frozen longer
+    ago shows the ID with its 32 bits within 2^31 of the next, which moves once past 2^31 more. A special xid
+    (bootstrap; frozen by a release before 9.4: 2), whose age is INT_MAX, is its 32 bits."""
+    low = snapshot_xmax % _XID_WRAP
+    ahead = f"((pg_catalog.age('3'::xid)::int8 + 3 - {low}) % {_XID_WRAP} + {_XID_WRAP}) % {_XID_WRAP}"
+    counted_from = f"(SELECT {snapshot_xmax} + {ahead})"  # once per statement
+    age = f"NULLIF(pg_catalog.age({alias}.xmin), {_INT_MAX})"
+    return f"coalesce({counted_from} - {age}, {alias}.xmin::text::int8)"
+
+
 def widened_xmin(snapshot_xmax: int, alias: str = "r") -> str:
     """SQL of a row version's xmin as the 64-bit transaction ID it is in a snapshot whose xmax is `snapshot_xmax`:
     the latest ID below that xmax with those 32 bits, never older than the true one (a tuple frozen long ago may
-    show a later one)."""
+    show a later one). Through the xmin's text: where `full_xmin`'s age cannot count (a stored xmin far behind)."""
     last = snapshot_xmax - 1
     return f"({last} - (({last} - {alias}.xmin::text::int8) % {_XID_WRAP} + {_XID_WRAP}) % {_XID_WRAP})"
 

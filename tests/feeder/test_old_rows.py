@@ -1,6 +1,8 @@
-"""Which rows a changed-rows pass counts as old (fedload/feeder/delta_plan.py, `old_rows_sql`): by `age()`, the
-same rows as by the xmin widened through its text, and the rows truly older than the stored xmin, on real servers
-of each major, for thresholds at, before and past every row's transaction."""
+"""A row's transaction ID as the agent's queries take it, by `age()`, on real servers of each major: the identity
+proof's 64-bit xmin (fedload/feeder/digest.py, `full_xmin`) is each row's transaction ID, frozen or not; the rows a
+changed-rows pass counts as old (fedload/feeder/delta_plan.py, `old_rows_sql`) are those truly older than the
+stored xmin, as by the xmin widened through its text, for thresholds at, before and past every row's
+transaction."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from fedload.feeder.delta_plan import old_rows_sql
-from fedload.feeder.digest import widened_xmin
+from fedload.feeder.digest import full_xmin, widened_xmin
 from fedload.localpg import LocalCluster
 
 pytestmark = pytest.mark.pg_major(15, 17, 18)
@@ -55,6 +57,17 @@ def test_old_rows_by_age_are_those_by_the_widened_xmin(rows: tuple[LocalCluster,
             truly = {i: written[i] < older_than for i in range(WRITES)}
             assert {i: by_age for i, (by_age, _) in found.items()} == truly, older_than
             assert {i: by_text for i, (_, by_text) in found.items()} == truly, older_than
+
+
+def test_the_identity_proofs_xmin_is_each_rows_transaction_id(rows: tuple[LocalCluster, list[int]]) -> None:
+    """Rows frozen (their xmin kept) and not, in one statement and across two transactions."""
+    cluster, written = rows
+    for _ in range(2):
+        xmax = int(cluster.psql("SELECT txid_snapshot_xmax(txid_current_snapshot())", dbname="old_rows"))
+        printed = cluster.psql(f"SELECT r.id, {full_xmin(xmax)} FROM t AS r", dbname="old_rows")
+        found = {int(row): int(xid) for row, xid in (line.split("|") for line in printed.split())}
+        assert found == dict(enumerate(written))
+        cluster.psql("SELECT txid_current()", dbname="old_rows")
 
 
 def test_a_stored_xmin_far_behind_or_special_is_taken_through_the_widened_xmin() -> None:
