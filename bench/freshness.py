@@ -20,7 +20,8 @@ full load", also printed). Feeder side (the feeder cluster, the sshd and what it
 superhub side (the superhub cluster, the daemon or the shell pipelines' local half) to CPU 1, unless --shared.
 After --seconds the writer stops and each way must converge: the superhub then holds exactly the feeders' rows
 (counted per table and feeder), or the script fails. `--tree PATH` runs the fedload ways a second time with the
-fedload of another checkout (e.g. `git worktree add /tmp/main main`), for a ratio to it in the same run.
+fedload of another checkout (e.g. `git worktree add /tmp/main main`), for a ratio to it in the same run: its daemon
+and its agents (sshd's sessions start without the daemon's environment: the agent command sets PYTHONPATH).
 """
 
 from __future__ import annotations
@@ -261,10 +262,16 @@ class _DaemonWay(_Way):
                 'transport = "ssh"',
                 f"database = {json.dumps(self.h.feeders.conninfo(db))}",
                 f"pg_dump = {json.dumps(self.h.feeders.install.tool('pg_dump'))}",
-                f"agent_command = {json.dumps([sys.executable, '-m', 'fedload'])}",
+                f"agent_command = {json.dumps(self.agent_command())}",
                 *common.ssh_feeder_lines(f"hub{i}", ssh),
             ]
         return "\n".join(lines) + "\n"
+
+    def agent_command(self) -> list[str]:
+        """The agent sshd runs: this interpreter's fedload, or the tree's (sshd's sessions get a fresh environment:
+        the daemon's PYTHONPATH does not reach them)."""
+        python = [sys.executable, "-m", "fedload"]
+        return python if self.tree is None else ["env", f"PYTHONPATH={self.tree}", *python]
 
     def start(self) -> None:
         env = dict(os.environ)
