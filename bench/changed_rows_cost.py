@@ -5,10 +5,12 @@ between runs (three of its commits: a tenth of the hosts report in each), `fedlo
 postmaster's own, its reaped children's and its live children's times) and of fedload (`fedload sync`, the agent,
 psql), the run's seconds and the bytes of dump text.
 
-    uv run python bench/changed_rows_cost.py [--rows 300000] [--runs 5]
+    uv run python bench/changed_rows_cost.py [--rows 300000] [--runs 5] [--tree PATH [--rounds 3]]
 
 The first runs of each way (a new superhub: no digest, then no delta state) are not counted; prints the mean over
---runs and the ratio of changed rows only to whole tables.
+--runs and the ratio of changed rows only to whole tables. With `--tree PATH` (another checkout, e.g. `git worktree
+add --detach /tmp/base REV`): changed rows only with this checkout's fedload against the tree's (its sync and its
+local agents: PYTHONPATH and the working directory), in turn, --rounds times.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -73,10 +76,14 @@ send_changed_rows = {json.dumps(changed_rows)}
     return path
 
 
-def one_run(path: Path, feeders: LocalCluster, superhub: LocalCluster) -> tuple[float, ...]:
-    """One `fedload sync` and what it cost; SystemExit if it failed."""
+def one_run(path: Path, feeders: LocalCluster, superhub: LocalCluster, tree: Path | None = None) -> tuple[float, ...]:
+    """One `fedload sync` (of `tree`'s fedload, with its local agents, where given) and what it cost; SystemExit if
+    it failed."""
     feeders.psql("CHECKPOINT")
     time.sleep(0.3)  # the checkpoint's and the last run's backends reaped
+    env = dict(os.environ)
+    if tree is not None:  # a local agent is this interpreter's `-m fedload`, with the sync's environment
+        env["PYTHONPATH"] = f"{tree}{os.pathsep}{env.get('PYTHONPATH', '')}"
     before = (cluster_cpu(feeders), cluster_cpu(superhub), children_cpu())
     started = time.monotonic()
     done = subprocess.run(
@@ -84,6 +91,8 @@ def one_run(path: Path, feeders: LocalCluster, superhub: LocalCluster) -> tuple[
         check=False,
         capture_output=True,
         text=True,
+        env=env,
+        cwd=tree,
     )
     time.sleep(0.3)
     after = (cluster_cpu(feeders), cluster_cpu(superhub), children_cpu())
@@ -94,8 +103,15 @@ def one_run(path: Path, feeders: LocalCluster, superhub: LocalCluster) -> tuple[
     return (*(b - a for a, b in zip(before, after, strict=True)), min(wall, run["seconds"]), run["dump_bytes"] / 1e6)
 
 
-def way(args: argparse.Namespace, work: Path, clusters: tuple[LocalCluster, LocalCluster], *, on: bool) -> list[float]:
-    """The mean costs of --runs runs after the warm ones, with `send_changed_rows = on`."""
+def way(
+    args: argparse.Namespace,
+    work: Path,
+    clusters: tuple[LocalCluster, LocalCluster],
+    *,
+    on: bool,
+    tree: Path | None = None,
+) -> list[float]:
+    """The mean costs of --runs runs after the warm ones, with `send_changed_rows = on` (of `tree`'s fedload)."""
     feeders, superhub = clusters
     superhub.psql("DROP DATABASE IF EXISTS hub")
     superhub.psql("CREATE DATABASE hub")
@@ -104,7 +120,7 @@ def way(args: argparse.Namespace, work: Path, clusters: tuple[LocalCluster, Loca
     for i in range(WARM_RUNS + args.runs):
         for commit in range(3):
             feeders.psql(freshness._WRITER_SQL.replace("$1", str((3 * i + commit) % 10)), "f1")
-        cost = one_run(path, feeders, superhub)
+        cost = one_run(path, feeders, superhub, tree)
         if i >= WARM_RUNS:
             measured.append(cost)
     return [sum(m[k] for m in measured) / len(measured) for k in range(len(MEASURES))]
@@ -114,6 +130,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=300_000, help="rows of the feeder (default 300000)")
     parser.add_argument("--runs", type=int, default=5, help="runs measured per way (default 5)")
+    parser.add_argument("--tree", type=Path, help="changed rows only against this checkout's fedload, in turn")
+    parser.add_argument("--rounds", type=int, default=3, help="with --tree: rounds of both sides (default 3)")
     common.add_common_arguments(parser)
     args = parser.parse_args()
     print(common.machine_line())
@@ -124,6 +142,9 @@ def main() -> None:
         sql, _ = common.dataset_sql(args.rows, hub=1)
         feeders.psql(common.SCHEMA_SQL + sql, "f1")
         feeders.psql("VACUUM (FREEZE, ANALYZE)", "f1")
+        if args.tree is not None:
+            against_tree(args, work.dir, (feeders, superhub))
+            return
         changed = way(args, work.dir, (feeders, superhub), on=True)
         whole = way(args, work.dir, (feeders, superhub), on=False)
     finally:
@@ -134,6 +155,28 @@ def main() -> None:
     ]
     title = f"Per run, mean of {args.runs}, {args.rows} rows, three writer commits between runs (binary mode)"
     common.print_table(title, ["", "changed rows only", "whole tables", "ratio"], rows)
+
+
+def against_tree(args: argparse.Namespace, work: Path, clusters: tuple[LocalCluster, LocalCluster]) -> None:
+    """Changed rows only, this checkout's fedload against --tree's, --rounds times in turn (the order reversed
+    every other round); the medians over the rounds and the ratio."""
+    assert args.tree is not None
+    tree = args.tree.resolve()
+    sides: dict[str, list[list[float]]] = {"this": [], tree.name: []}
+    for i in range(args.rounds):
+        order = [("this", None), (tree.name, tree)]
+        for name, side in order if i % 2 == 0 else order[::-1]:
+            sides[name].append(way(args, work, clusters, on=True, tree=side))
+    this, other = ([statistics.median(m[k] for m in sides[name]) for k in range(len(MEASURES))] for name in sides)
+    rows = [
+        [name, f"{a:.3f}", f"{b:.3f}", f"{a / b:.2f}x" if b else "-"]
+        for name, a, b in zip(MEASURES, this, other, strict=True)
+    ]
+    title = (
+        f"Per run with changed rows only, median of {args.rounds} rounds of {args.runs} runs' means, "
+        f"{args.rows} rows (binary mode)"
+    )
+    common.print_table(title, ["", "this checkout", tree.name, "ratio"], rows)
 
 
 if __name__ == "__main__":
