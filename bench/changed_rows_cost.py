@@ -81,9 +81,7 @@ def one_run(path: Path, feeders: LocalCluster, superhub: LocalCluster, tree: Pat
     it failed."""
     feeders.psql("CHECKPOINT")
     time.sleep(0.3)  # the checkpoint's and the last run's backends reaped
-    env = dict(os.environ)
-    if tree is not None:  # a local agent is this interpreter's `-m fedload`, with the sync's environment
-        env["PYTHONPATH"] = f"{tree}{os.pathsep}{env.get('PYTHONPATH', '')}"
+    env = common.tree_environment(tree)  # a local agent is this interpreter's `-m fedload`, in the sync's environment
     before = (cluster_cpu(feeders), cluster_cpu(superhub), children_cpu())
     started = time.monotonic()
     done = subprocess.run(

@@ -347,6 +347,15 @@ class SshServer(OpenSshServer):
         return f"{shlex.join(self.ssh_argv())} {shlex.quote(remote_command)}"
 
 
+def tree_environment(tree: Path | None) -> dict[str, str]:
+    """This process's environment, with `tree` (another checkout) first on PYTHONPATH where given: this
+    interpreter then imports that tree's fedload, as do the children started with it."""
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = f"{tree}{os.pathsep}{env.get('PYTHONPATH', '')}"
+    return env
+
+
 def ssh_feeder_lines(section: str, ssh: SshConfig) -> list[str]:
     """The fedload.toml lines of feeder `section`'s `[feeders.<section>.ssh]` table, reaching it through `ssh`."""
     return [

@@ -274,9 +274,7 @@ class _DaemonWay(_Way):
         return python if self.tree is None else ["env", f"PYTHONPATH={self.tree}", *python]
 
     def start(self) -> None:
-        env = dict(os.environ)
-        if self.tree is not None:
-            env["PYTHONPATH"] = f"{self.tree}{os.pathsep}{env.get('PYTHONPATH', '')}"
+        env = common.tree_environment(self.tree)
         argv = self.h.superhub_side([sys.executable, "-m", "fedload", "daemon", "--config", str(self.config)])
         log = (self.h.work.dir / f"{self.db}.log").open("wb")
         self.process = subprocess.Popen(argv, stdout=log, stderr=log, env=env)

@@ -480,8 +480,8 @@ SABOTAGES = (
         "changed-rows-old-by-age-off-by-one",
         "a row is old by age() exactly where its 64-bit xmin is below the stored xmin (issue 55)",
         "fedload/feeder/delta_plan.py",
-        "% {_XID_WRAP} >= {threshold}",
-        "% {_XID_WRAP} > {threshold}",
+        "% {XID_WRAP} >= {threshold}",
+        "% {XID_WRAP} > {threshold}",
         ("tests/feeder/test_old_rows.py",),
     ),
     Sabotage(

@@ -22,13 +22,11 @@ from fedload.feeder.delta import (
     encode_bits,
     parse_buckets,
 )
-from fedload.feeder.digest import covered, widened_xmin
+from fedload.feeder.digest import FIRST_NORMAL_XID, XID_WRAP, covered, widened_xmin
 from fedload.feeder.proof import ProofContext, ProofKind, proof_kind
 
 __all__ = ["CountedBuckets", "TableDelta", "counted_buckets", "delta_head", "old_rows_sql", "table_delta"]
 
-_XID_WRAP = 1 << 32
-_FIRST_NORMAL_XID = 3  # 0 to 2: invalid, bootstrap, frozen, whose age() is INT_MAX
 _AGE_EXACT = 1 << 30  # far below 2^31, where age() wraps: the transactions begun since the snapshot count too
 
 
@@ -82,12 +80,12 @@ def old_rows_sql(older_than: int, snapshot_xmax: int) -> str:
     frozen more than 2^32 transactions ago may look new, as with the widened xmin: its bucket is sent, no more."""
     if older_than <= 0:
         return "false"
-    low = older_than % _XID_WRAP
-    if low < _FIRST_NORMAL_XID or not 0 <= snapshot_xmax - older_than < _AGE_EXACT:
+    low = older_than % XID_WRAP
+    if low < FIRST_NORMAL_XID or not 0 <= snapshot_xmax - older_than < _AGE_EXACT:
         return f"{widened_xmin(snapshot_xmax)} < {older_than}"
     # The threshold's age, once per statement: age() counts from the same transaction ID through the statement.
     threshold = f"(SELECT pg_catalog.age('{low}'::xid)::int8)"
-    return f"(pg_catalog.age(r.xmin)::int8 + {_XID_WRAP - 1}) % {_XID_WRAP} >= {threshold}"
+    return f"(pg_catalog.age(r.xmin)::int8 + {XID_WRAP - 1}) % {XID_WRAP} >= {threshold}"
 
 
 def table_delta(

@@ -38,6 +38,8 @@ from fedload.feeder.sql_text import serially
 
 __all__ = [
     "DIGEST_VERSION",
+    "FIRST_NORMAL_XID",
+    "XID_WRAP",
     "TableDigest",
     "content_query",
     "counters_query",
@@ -55,7 +57,8 @@ __all__ = [
 DIGEST_VERSION = 2  # what the proofs hash and how: a change makes every stored digest differ
 _TAG = "fedload table digest"  # first of what is hashed; version 1 hashed a list that began with the number 1
 _SEEDS = (0x5EED_F00D, 0x0DDB_A11)  # hashtextextended's seeds: two independent 64-bit hashes of an identity
-_XID_WRAP = 1 << 32
+XID_WRAP = 1 << 32  # 32-bit transaction IDs wrap
+FIRST_NORMAL_XID = 3  # 0 to 2: invalid, bootstrap, frozen, whose age() is INT_MAX
 _INT_MAX = 2**31 - 1  # age() of a special xid
 _HASHTID_MAJOR = 13  # hashtidextended
 _LSN = re.compile("[0-9A-F]{1,8}/[0-9A-F]{1,8}")
@@ -126,8 +129,9 @@ def full_xmin(snapshot_xmax: int, alias: str = "r") -> str:
     than 2^31 transactions old, so for every tuple not frozen (the server freezes them before); one frozen longer
     ago shows the ID with its 32 bits within 2^31 of the next, which moves once past 2^31 more. A special xid
     (bootstrap; frozen by a release before 9.4: 2), whose age is INT_MAX, is its 32 bits."""
-    low = snapshot_xmax % _XID_WRAP
-    ahead = f"((pg_catalog.age('3'::xid)::int8 + 3 - {low}) % {_XID_WRAP} + {_XID_WRAP}) % {_XID_WRAP}"
+    low = snapshot_xmax % XID_WRAP
+    known = FIRST_NORMAL_XID  # an xid whose age gives the ID age() counts from
+    ahead = f"((pg_catalog.age('{known}'::xid)::int8 + {known} - {low}) % {XID_WRAP} + {XID_WRAP}) % {XID_WRAP}"
     counted_from = f"(SELECT {snapshot_xmax} + {ahead})"  # once per statement
     age = f"NULLIF(pg_catalog.age({alias}.xmin), {_INT_MAX})"
     return f"coalesce({counted_from} - {age}, {alias}.xmin::text::int8)"
@@ -138,7 +142,7 @@ def widened_xmin(snapshot_xmax: int, alias: str = "r") -> str:
     the latest ID below that xmax with those 32 bits, never older than the true one (a tuple frozen long ago may
     show a later one). Through the xmin's text: where `full_xmin`'s age cannot count (a stored xmin far behind)."""
     last = snapshot_xmax - 1
-    return f"({last} - (({last} - {alias}.xmin::text::int8) % {_XID_WRAP} + {_XID_WRAP}) % {_XID_WRAP})"
+    return f"({last} - (({last} - {alias}.xmin::text::int8) % {XID_WRAP} + {XID_WRAP}) % {XID_WRAP})"
 
 
 def covered(plan: TablePlan, context: ProofContext) -> list[Any]:
