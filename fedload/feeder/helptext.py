@@ -28,6 +28,14 @@ examples:
   fedload agent dump --database cfdb --table 'public.__*' > /dev/null && echo 'this feeder can dump'
   fedload agent dump --database cfdb --table public.__hosts -- --host /run/postgresql | wc -c""",
     ),
+    "serve": CommandHelp(
+        "run the dumps a kept SSH connection asks for, one process for many runs",
+        "Started by the superhub on its kept SSH connection to this feeder (through `agent ssh-command` where the "
+        "key has a forced command, which checks every request against its allowlist), it reads one `agent dump` "
+        "request per line on stdin, runs each in a child forked from this process (no interpreter start per run) "
+        "and writes its stream on stdout in frames, each dump ending with its exit status and stderr's tail. It "
+        "ends when stdin does. Not for use by hand.",
+    ),
     "ssh-command": CommandHelp(
         "the forced command for the superhub's key in a feeder's authorized_keys",
         'Run by sshd for the superhub\'s key (command="..." in authorized_keys), it reads the request from '

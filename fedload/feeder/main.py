@@ -19,7 +19,7 @@ import sys
 import textwrap
 import threading
 from collections.abc import Callable
-from typing import NoReturn
+from typing import TYPE_CHECKING, BinaryIO, NoReturn, cast
 
 from fedload import __version__
 from fedload.feeder.agent_options import AgentOptions
@@ -27,6 +27,9 @@ from fedload.feeder.agent_options import add_arguments as add_dump_arguments
 from fedload.feeder.errors import EXIT_USAGE, AgentError, AgentUsageError, one_line
 from fedload.feeder.helptext import AGENT_COMMANDS
 from fedload.feeder.logs import LOG_FORMATS, configure
+
+if TYPE_CHECKING:
+    from fedload.feeder import ssh_command
 
 __all__ = ["add_dump_arguments", "dump_options_of", "exit_now", "for_the_agent", "main", "run_dump"]
 
@@ -58,19 +61,49 @@ def _forced(args: argparse.Namespace) -> int:
 
     allowed = ssh_command.Allowlist.from_args(args)
     request = ssh_command.read_request(os.environ.get("SSH_ORIGINAL_COMMAND"), allowed)
+    if request == ssh_command.SERVE:
+        return _serve(args, allowed)
     if isinstance(request, str):
         return ssh_command.answer_version(request, allowed)
     configure(verbose=args.verbose, quiet=request.quiet, log_format=args.log_format)
     return _dump(request)
 
 
-def _dump(options: AgentOptions) -> int:
-    from fedload.feeder.agent import run_agent  # noqa: PLC0415 - the transformer only for a dump
+def run_serve(args: argparse.Namespace) -> int:
+    """`agent serve`: dumps requested on stdin, without a forced command's allowlist (fedload.feeder.serve)."""
+    return _reported(lambda: _serve(args, None))
+
+
+def _serve(args: argparse.Namespace, allowed: ssh_command.Allowlist | None) -> int:
+    """Serve the dumps a kept connection asks for, each within `allowed` (None: no forced command)."""
+    from fedload.feeder import serve, ssh_command  # noqa: PLC0415 - only for a served session
 
     if sys.stdout.isatty():
+        raise AgentUsageError("fedload agent serve writes binary frames; run it over SSH")
+
+    def accept(line: str) -> Callable[[], int]:
+        options = ssh_command.read_dump_line(line, allowed)
+
+        def dump() -> int:  # in the forked child
+            configure(verbose=args.verbose, quiet=options.quiet, log_format=args.log_format)
+            framed = cast(BinaryIO, serve.FrameWriter(sys.stdout.fileno()))  # write, flush, fileno: all a dump uses
+            return _reported(lambda: _dump(options, framed))
+
+        return dump
+
+    try:
+        return serve.serve(accept)
+    except BrokenPipeError:  # the superhub went away between two dumps
+        return 0
+
+
+def _dump(options: AgentOptions, out: BinaryIO | None = None) -> int:
+    from fedload.feeder.agent import run_agent  # noqa: PLC0415 - the transformer only for a dump
+
+    if out is None and sys.stdout.isatty():
         raise AgentUsageError("fedload agent dump writes a binary stream; redirect its output or run it over SSH")
     try:
-        return run_agent(options, sys.stdout.buffer)
+        return run_agent(options, sys.stdout.buffer if out is None else out)
     except BrokenPipeError:
         raise AgentError("the receiver closed the stream before the dump was complete") from None
 
@@ -99,9 +132,14 @@ def _add_ssh_command_arguments(parser: argparse.ArgumentParser) -> None:
     ssh_command.add_arguments(parser)
 
 
+def _add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """`agent serve` has no options of its own: each request carries its dump's."""
+
+
 _COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "dump": (add_dump_arguments, run_dump),
     "ssh-command": (_add_ssh_command_arguments, run_ssh_command),
+    "serve": (_add_serve_arguments, run_serve),
 }
 
 

@@ -28,10 +28,20 @@ from fedload.feeder.table_patterns import NotAsciiError, exact_name, translate
 from transforms.cli import positive_int
 from transforms.limits import DEFAULT_MAX_STATEMENT_BYTES, DEFAULT_ROWS_PER_STATEMENT
 
-__all__ = ["AGENT_VERSION", "PG_DUMP_VERSION", "Allowlist", "add_arguments", "answer_version", "read_request"]
+__all__ = [
+    "AGENT_VERSION",
+    "PG_DUMP_VERSION",
+    "SERVE",
+    "Allowlist",
+    "add_arguments",
+    "answer_version",
+    "read_dump_line",
+    "read_request",
+]
 
 AGENT_VERSION = "agent --version"
 PG_DUMP_VERSION = "pg_dump --version"
+SERVE = "agent serve"  # the dumps of one kept connection, requested on the session's stdin (fedload.feeder.serve)
 _DEFAULT_PG_DUMP = "pg_dump"
 _DEFAULT_ZSTD = "zstd"
 _VERSION_TIMEOUT_S = 30.0
@@ -41,7 +51,7 @@ _MAX_ROWS_PER_STATEMENT = _STATEMENT_CAP_FACTOR * DEFAULT_ROWS_PER_STATEMENT
 _MAX_STATEMENT_BYTES_LIMIT = _STATEMENT_CAP_FACTOR * DEFAULT_MAX_STATEMENT_BYTES
 _ONLY = "this key may only run `fedload agent dump` within the feeder's allowlist, or ask for versions"
 
-Request = Union[str, AgentOptions]  # AGENT_VERSION, PG_DUMP_VERSION, or the dump to run
+Request = Union[str, AgentOptions]  # AGENT_VERSION, PG_DUMP_VERSION, SERVE, or the dump to run
 
 
 @dataclass(frozen=True)
@@ -173,10 +183,30 @@ def read_request(command: str | None, allowed: Allowlist) -> Request:
         raise AgentUsageError(f"refused `{one_line(command, 200)}`: {exc}") from None
     if len(argv) >= 2 and argv[-1] == "--version":
         return PG_DUMP_VERSION if len(argv) == 2 and os.path.basename(argv[0]) == "pg_dump" else AGENT_VERSION
+    if len(argv) >= 2 and argv[-1] == "serve" and argv[-2] != "dump":  # `fedload agent serve`, the zipapp's `serve`
+        return SERVE
     dump_at = _dump_position(argv)
     if dump_at is None:
         raise AgentUsageError(f"refused `{one_line(command, 200)}`: {_ONLY}")
     return _allowed_dump(_parse_dump(argv[dump_at:]), allowed)
+
+
+def read_dump_line(line: str, allowed: Allowlist | None) -> AgentOptions:
+    """The dump a served session's request line asks for, if `allowed` allows it (None: the agent runs without a
+    forced command, as any command of this account could); AgentUsageError saying why not."""
+    if allowed is not None:
+        request = read_request(line, allowed)
+        if isinstance(request, str):
+            raise AgentUsageError(f"refused `{one_line(line, 200)}`: a served session runs dumps only")
+        return request
+    try:
+        argv = shlex.split(line)
+    except ValueError as exc:
+        raise AgentUsageError(f"refused `{one_line(line, 200)}`: {exc}") from None
+    dump_at = _dump_position(argv)
+    if dump_at is None:
+        raise AgentUsageError(f"refused `{one_line(line, 200)}`: a served session runs dumps only")
+    return _parse_dump(argv[dump_at:])
 
 
 def _dump_position(argv: list[str]) -> int | None:

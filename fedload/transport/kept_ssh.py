@@ -5,7 +5,8 @@ A run's SSH connection costs a TCP and SSH handshake and a key authentication, m
 on the superhub (bench/README.md). A worker keeps the connection of a run whose command ended cleanly (its stdout
 read to the end, exit status 0, the connection open) and gives it to the next run of the same feeder made with the
 same settings (`SshConfig`, compared whole: host, port, user, key, known_hosts, bastion, timeouts, keepalives);
-each run still opens its own channel on it. Bounded: at most `MAX_IDLE` idle connections per worker (the least
+each run still opens its own channel on it, or asks the served agent (fedload.transport.served) kept with it.
+Bounded: at most `MAX_IDLE` idle connections per worker (the least
 recently used closed beyond that), each closed after `IDLE_S` unused, all when the worker ends. `forget` closes a
 feeder's kept connection at once (paused, removed or reconfigured in the daemon) and refuses the connection of a
 run under way at that moment.
@@ -21,12 +22,23 @@ import contextlib
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from fedload.config import SshConfig
 from fedload.log import get_logger
 
-__all__ = ["IDLE_S", "MAX_IDLE", "Lease", "SshKeeper", "close_kept_ssh", "forget_kept_ssh", "keep_ssh", "kept_ssh"]
+__all__ = [
+    "IDLE_S",
+    "MAX_IDLE",
+    "SERVE_REFUSED",
+    "Kept",
+    "Lease",
+    "SshKeeper",
+    "close_kept_ssh",
+    "forget_kept_ssh",
+    "keep_ssh",
+    "kept_ssh",
+]
 
 log = get_logger()
 
@@ -34,6 +46,7 @@ IDLE_S = 60.0  # as the superhub's kept sessions: a feeder run every minute or m
 MAX_IDLE = 8  # per worker: with the pool's feeder affinity, ten feeders run every second on four workers find their
 # connection kept in 95% of their runs (bench/README.md)
 _CLOSE_TIMEOUT_S = 10.0
+SERVE_REFUSED = "serve refused"  # a kept connection's agent: its feeder's agent does not serve (started per run)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,11 +59,19 @@ class Lease:
     generation: int
 
 
+class Kept(NamedTuple):
+    """A kept connection, and the served agent on it: a ServedAgent, SERVE_REFUSED, or None (not asked yet)."""
+
+    conn: Any  # asyncssh.SSHClientConnection: this module never imports asyncssh (the worker always imports it)
+    agent: Any = None
+
+
 @dataclass(slots=True)
 class _Idle:
-    conn: Any  # asyncssh.SSHClientConnection: this module never imports asyncssh (the worker always imports it)
+    conn: Any
     config: SshConfig
     since: float
+    agent: Any = None
     timer: asyncio.TimerHandle | None = field(default=None)
 
 
@@ -70,9 +91,9 @@ class SshKeeper:
         """The lease of a run of `feeder` with `config`: what `give_back` needs."""
         return Lease(feeder, config, self._generations.get(feeder, 0))
 
-    def take(self, lease: Lease) -> Any | None:
-        """The feeder's kept connection if it was made with the same settings and is still open; else None (a
-        kept one that does not fit is closed)."""
+    def take(self, lease: Lease) -> Kept | None:
+        """The feeder's kept connection (and agent) if it was made with the same settings and is still open; else
+        None (a kept one that does not fit is closed)."""
         idle = self._idle.pop(lease.feeder, None)
         if idle is None:
             return None
@@ -84,11 +105,12 @@ class SshKeeper:
             self._close(lease.feeder, idle.conn, "closed while idle")
             return None
         log.debug("transport.connection_reused", feeder=lease.feeder, idle_s=round(time.monotonic() - idle.since, 3))
-        return idle.conn
+        return Kept(idle.conn, idle.agent)
 
-    def give_back(self, lease: Lease, conn: Any) -> None:
-        """Keep `conn`, which a run of the lease's feeder ended cleanly on, for the feeder's next run; closed instead
-        if the feeder was forgotten since the lease, or the connection has closed."""
+    def give_back(self, lease: Lease, conn: Any, agent: Any = None) -> None:
+        """Keep `conn` (and the served `agent` on it), which a run of the lease's feeder ended cleanly on, for the
+        feeder's next run; closed instead if the feeder was forgotten since the lease, or the connection has
+        closed."""
         if self._generations.get(lease.feeder, 0) != lease.generation:
             self._close(lease.feeder, conn, "forgotten during the run")
             return
@@ -97,7 +119,7 @@ class SshKeeper:
         if (previous := self._idle.pop(lease.feeder, None)) is not None:  # two runs of one feeder: one is enough
             self._stop_timer(previous)
             self._close(lease.feeder, previous.conn, "another connection kept")
-        idle = _Idle(conn, lease.config, time.monotonic())
+        idle = _Idle(conn, lease.config, time.monotonic(), agent)
         idle.timer = asyncio.get_running_loop().call_later(self._idle_s, self._expire, lease.feeder, idle)
         self._idle[lease.feeder] = idle
         while len(self._idle) > self._max_idle:

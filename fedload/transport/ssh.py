@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import shlex
 import socket
 from pathlib import Path
@@ -31,7 +32,8 @@ from fedload.errors import (
 )
 from fedload.log import get_logger, without_passwords
 from fedload.transport._asyncssh import asyncssh
-from fedload.transport.kept_ssh import Lease, SshKeeper, close_connection, kept_ssh
+from fedload.transport.kept_ssh import SERVE_REFUSED, Lease, SshKeeper, close_connection, kept_ssh
+from fedload.transport.served import ServedAgent, ServedDump, serve_argv
 
 __all__ = ["SshProcess", "SshTransport"]
 
@@ -47,9 +49,17 @@ class SshProcess:
     """The dump command running on a feeder over one SSH connection."""
 
     def __init__(
-        self, conn: Any, process: Any, config: SshConfig, where: str, keep: tuple[SshKeeper, Lease] | None = None
+        self,
+        conn: Any,
+        process: Any,
+        config: SshConfig,
+        where: str,
+        keep: tuple[SshKeeper, Lease] | None = None,
+        *,
+        agent: Any = None,
     ) -> None:
         self._conn = conn
+        self._agent = agent  # kept with the connection: SERVE_REFUSED, or None
         self._process = process
         self._config = config
         self._where = where
@@ -128,7 +138,7 @@ class SshProcess:
                 async with asyncio.timeout(_CLOSE_TIMEOUT_S):
                     await self._process.wait_closed()
             keeper, lease = keep
-            keeper.give_back(lease, self._conn)
+            keeper.give_back(lease, self._conn, self._agent)
         else:
             await close_connection(self._conn)
         self._stderr_task.cancel()
@@ -157,6 +167,7 @@ class SshTransport:
         self._where = f"feeder {config.host}:{config.port}{via}"
         self._ahead: asyncio.Future[Any] | None = None  # the connection `connect_ahead` started or took, for `open`
         self._ahead_kept = False  # `_ahead` is a kept connection
+        self._agent: Any = None  # the served agent kept with the connection taken (fedload.transport.kept_ssh.Kept)
         keeper = kept_ssh() if feeder is not None else None
         self._keep = (keeper, keeper.lease(feeder, config)) if keeper is not None and feeder is not None else None
 
@@ -208,16 +219,30 @@ class SshTransport:
             return
         if self._keep is not None and not conn.is_closed():  # nothing ran on it: as good as before
             keeper, lease = self._keep
-            keeper.give_back(lease, conn)
+            keeper.give_back(lease, conn, self._agent)
             return
         await close_connection(conn)
 
-    async def open(self, argv: list[str]) -> SshProcess:
+    async def open(self, argv: list[str]) -> SshProcess | ServedDump:
         """Connect (or take the connection `connect_ahead` started, or the feeder's kept one) and start `argv`
         (quoted for the remote shell); a FeederError subclass if that fails. A kept connection on which the
         command's channel does not open (the feeder closed it, the network broke while it was idle) is dropped and
-        the command started on a new connection, once: nothing of it ran on the kept one."""
+        the command started on a new connection, once: nothing of it ran on the kept one. Where connections are
+        kept, an agent dump is asked of the connection's served agent (fedload.transport.served), unless the
+        feeder's agent does not serve."""
         conn, kept = await self._connection()
+        if self._keep is not None and (serve := serve_argv(argv)) is not None and self._agent is not SERVE_REFUSED:
+            try:
+                dump = await self._served(conn, serve, argv)
+            except FeederError as exc:
+                await close_connection(conn)
+                if not kept:
+                    raise
+                log.info("transport.kept_connection_dropped", feeder=self._keep[1].feeder, reason=str(exc))
+                conn, kept, self._agent = await self._connect(), False, None
+                dump = await self._served(conn, serve, argv)
+            if dump is not None:
+                return dump
         try:
             process = await self._start(conn, argv)
         except _NotStarted as exc:
@@ -231,23 +256,54 @@ class SshTransport:
             except _NotStarted as again:
                 raise again.error from again.error.__cause__
         log.debug("transport.started", feeder=self._where, argv=[without_passwords(a) for a in argv])
-        return SshProcess(conn, process, self._config, self._where, self._keep)
+        return SshProcess(conn, process, self._config, self._where, self._keep, agent=self._agent)
+
+    async def _served(self, conn: Any, serve: list[str], argv: list[str]) -> ServedDump | None:
+        """`argv`'s dump from the served agent on `conn` (the kept one, or one started now); None if the feeder's
+        agent does not serve (remembered with the connection). FeederError if the session cannot start or breaks:
+        `conn` is then no good."""
+        agent = self._agent if isinstance(self._agent, ServedAgent) and self._agent.usable else None
+        if agent is None:
+            agent = await ServedAgent.start(conn, serve, self._config, self._where)
+        dump = await agent.dump(argv, functools.partial(self._served_end, conn, agent))
+        self._agent = None if dump is not None else SERVE_REFUSED  # the dump hands the agent back at its end
+        if dump is not None:
+            log.debug("transport.served", feeder=self._where, argv=[without_passwords(a) for a in argv])
+        return dump
+
+    async def _served_end(self, conn: Any, agent: ServedAgent, dump: ServedDump, clean: bool) -> None:
+        """A served dump is over: its connection and agent kept for the next run if it ended cleanly, else closed."""
+        del dump
+        if clean and self._keep is not None and not conn.is_closed() and agent.usable:
+            keeper, lease = self._keep
+            keeper.give_back(lease, conn, agent)
+            return
+        await agent.close()
+        await close_connection(conn)
 
     async def _connection(self) -> tuple[Any, bool]:
         """The connection for `open`, and whether a run before kept it: `connect_ahead`'s, the kept one, or new."""
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
             kept, self._ahead_kept = self._ahead_kept, False
+            if not kept:
+                self._agent = None
             return await ahead, kept
         if (conn := self._take_kept()) is not None:
             return conn, True
+        self._agent = None
         return await self._connect(), False
 
     def _take_kept(self) -> Any | None:
+        """The feeder's kept connection (its agent in `_agent`), or None."""
         if self._keep is None:
             return None
         keeper, lease = self._keep
-        return keeper.take(lease)
+        kept = keeper.take(lease)
+        if kept is None:
+            return None
+        self._agent = kept.agent
+        return kept.conn
 
     async def _start(self, conn: Any, argv: list[str]) -> Any:
         """Start `argv` on `conn` (closed if that fails): the FeederError, or `_NotStarted` with it when the

@@ -115,6 +115,8 @@ def _between(low: float, high: float) -> st.SearchStrategy[float]:
     st.integers(min_value=0, max_value=2**32),
 )
 @example([(1.0, None, 5.0, False), (1.0, None, 5.0, False), (16.0, None, 1.0, True)], 1, 0)  # CI found: a gap of 131 s
+@example([(1.0, 1.0, 4.0, False), (1.0, 1.0, 4.0, False), (1.0, 53.0, 1.0, False)], 1, 0)  # a gap of 425 s: two 4 s
+# runs with 1 s targets reach 8x their target while each waits for the other's run, and the 53 s one waits for 8x too
 def test_no_feeder_starves(feeders: list[tuple[float, float | None, float, bool]], lanes: int, seed: int) -> None:
     """A simulated daemon (lanes; each feeder's interval, target, run time, and whether its runs all fail and back
     off): every feeder starts again within a bound, however far the targets are out of reach: the one waiting
@@ -126,13 +128,11 @@ def test_no_feeder_starves(feeders: list[tuple[float, float | None, float, bool]
     data_at: dict[str, float] = {}
     running: dict[str, tuple[float, float]] = {}  # name: (started, ends)
     starts: dict[str, list[float]] = {n: [] for n in names}
-    # The lateness of the feeders the waiting one must pass when a lane frees: right after its run, a feeder with a
-    # target is at most its run over its target; one without, at most 1 plus every run over its interval (its timer
-    # went on while the others ran).
+    # The lateness of the feeders the waiting one must pass when a lane frees: a feeder with a target is at most every
+    # run over its target (its data dates from its own run's start, and it may wait for all the others' runs); one
+    # without, at most 1 plus every run over its interval (its timer went on while the others ran).
     runs_s = sum(r for _, _, r, _ in feeders)
-    reset = max(
-        [r / t for _, t, r, _ in feeders if t is not None] + [runs_s / i for i, t, _, _ in feeders if t is None] + [1.0]
-    )
+    reset = max([runs_s / (t or i) for i, t, _, _ in feeders] + [1.0])
     pace = max(max(i, t or 0) for i, t, _, _ in feeders)
     bound = 1.1 * ((reset + 2) * pace + _BACKOFF_CAP_S) + runs_s  # +10 % jitter
     now, horizon = 0.0, 4 * bound

@@ -16,8 +16,9 @@ from structlog.testing import capture_logs
 
 from fedload.config import SshConfig
 from fedload.errors import FeederCommandError
+from fedload.transport.base import FeederProcess
 from fedload.transport.kept_ssh import SshKeeper, keep_ssh
-from fedload.transport.ssh import SshProcess, SshTransport
+from fedload.transport.ssh import SshTransport
 from tests.support.relay import pipe
 from tests.support.sshd import OpenSshServer, SshServer
 from tests.transport.test_ssh import read_all, through_relay
@@ -108,7 +109,9 @@ def keeper() -> Iterator[SshKeeper]:
 
 
 @contextlib.asynccontextmanager
-async def opened(config: SshConfig, feeder: str, argv: list[str], *, ahead: bool = False) -> AsyncIterator[SshProcess]:
+async def opened(
+    config: SshConfig, feeder: str, argv: list[str], *, ahead: bool = False
+) -> AsyncIterator[FeederProcess]:
     """`argv` started on a transport of `feeder`'s own (connected ahead first if `ahead`), all within 30 s; at the
     end the process cancelled and the transport closed, as the pipeline ends a run."""
     transport = SshTransport(config, feeder)
