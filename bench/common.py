@@ -495,6 +495,17 @@ def tree_cpu_seconds(pid: int) -> float:
     return total / _CLK_TCK
 
 
+def cpu_busy_seconds() -> dict[str, float]:
+    """Each CPU's busy seconds since boot (/proc/stat: all but idle and iowait), by its number as a string."""
+    busy = {}
+    for line in Path("/proc/stat").read_text().splitlines():
+        name, *fields = line.split()
+        if name.startswith("cpu") and name != "cpu":
+            ticks = [int(field) for field in fields]
+            busy[name[3:]] = (sum(ticks[:8]) - ticks[3] - ticks[4]) / _CLK_TCK
+    return busy
+
+
 def pin_tree(pid: int, cpus: str) -> None:
     """Set the CPU affinity of a running process tree (every thread: `taskset -a -p`); children forked later
     inherit it (a postmaster's new backends, an sshd's new sessions)."""

@@ -18,6 +18,7 @@ reader on the superhub samples every feeder's age, `now() - max(lastreporttimest
 Ages count from the moment every feeder's data on the superhub first holds a report of the writer's (the "first
 full load", also printed). Feeder side (the feeder cluster, the sshd and what it runs) is pinned to CPU 0, the
 superhub side (the superhub cluster, the daemon or the shell pipelines' local half) to CPU 1, unless --shared.
+"CPU busy 0 / 1" is each CPU's busy share while the way ran (/proc/stat): the side near 100% bounds it.
 After --seconds the writer stops and each way must converge: the superhub then holds exactly the feeders' rows
 (counted per table and feeder), or the script fails. `--tree PATH` runs the fedload ways a second time with the
 fedload of another checkout (e.g. `git worktree add /tmp/main main`), for a ratio to it in the same run: its daemon
@@ -75,6 +76,7 @@ class WayResult:
     ages: list[float]
     loads: int
     equal: bool
+    busy: dict[str, float]  # each side's CPU busy share while the way ran (pinned: feeder CPU 0, superhub CPU 1)
     notes: str = ""
 
     def quantile(self, q: float) -> float:
@@ -173,14 +175,17 @@ class Harness:
         way_runner.start()
         writer = asyncio.create_task(self.write(stop_writer))
         reader = asyncio.create_task(self.sample(way_runner.ages, stop_reader))
+        busy_before, started = common.cpu_busy_seconds(), time.monotonic()
         await asyncio.sleep(self.args.seconds)
+        busy_after, seconds = common.cpu_busy_seconds(), time.monotonic() - started
+        busy = {cpu: (busy_after[cpu] - busy_before[cpu]) / seconds for cpu in (FEEDER_CPU, SUPERHUB_CPU)}
         stop_reader.set()
         first_full, ages = await reader
         stop_writer.set()
         await writer
         equal = await way_runner.converge()
         loads = await way_runner.stop()
-        return WayResult(label, first_full, ages, loads, equal)
+        return WayResult(label, first_full, ages, loads, equal, busy)
 
     async def feeder_counts(self) -> dict[tuple[int, str], int]:
         counts = {}
@@ -468,6 +473,7 @@ def report(results: Sequence[WayResult], args: argparse.Namespace) -> None:
                 r.loads,
                 f"{r.first_full_load_s:.1f}",
                 "yes" if r.equal else "NO",
+                f"{r.busy[FEEDER_CPU]:.0%} / {r.busy[SUPERHUB_CPU]:.0%}",
                 ", ".join(ratios) or "-",
             ]
         )
@@ -477,7 +483,7 @@ def report(results: Sequence[WayResult], args: argparse.Namespace) -> None:
         f"{args.lanes} lanes"
         + (f", ages from {args.warmup_s:.0f} s after the first full load" if args.warmup_s else "")
     )
-    headers = ["way", "worst", "p99", "median", "loads", "first full load", "equal", "worst vs"]
+    headers = ["way", "worst", "p99", "median", "loads", "first full load", "equal", "CPU busy 0 / 1", "worst vs"]
     common.print_table(title, headers, rows)
     aim = by_way.get("binary") or by_way.get("copy")
     if aim is not None and "shell" in by_way and aim.ages and by_way["shell"].ages:
