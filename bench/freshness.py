@@ -234,7 +234,7 @@ class _DaemonWay(_Way):
     """`fedload daemon` into a fresh superhub database."""
 
     def __init__(self, harness: Harness, mode: str, label: str, tree: Path | None) -> None:
-        self.h, self.mode, self.tree = harness, mode, tree
+        self.h, self.mode, self.tree, self.label = harness, mode, tree, label
         self.db = "fl_" + label.replace("@", "_").replace("-", "_").replace(".", "_")
         self.process: subprocess.Popen[bytes] | None = None
         self.connection: asyncpg.Connection | None = None
@@ -337,6 +337,14 @@ class _DaemonWay(_Way):
             "AND started_at >= to_timestamp($1)",
             self.started_at,
         )
+        spans = await connection.fetchrow(
+            "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - started_at)) AS run, "
+            "percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM finished_at - data_at)) AS lag "
+            "FROM fedload.runs WHERE outcome = 'success' AND started_at >= to_timestamp($1)",
+            self.started_at,
+        )
+        if spans is not None and spans["run"] is not None:
+            print(f"    {self.label}: median run {spans['run']:.2f} s, its data {spans['lag']:.2f} s old at its end")
         await connection.close()
         assert self.process is not None
         self.process.send_signal(signal.SIGTERM)

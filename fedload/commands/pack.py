@@ -1,11 +1,12 @@
 """`fedload agent pack`: the agent as one file, a zipapp for a feeder's own python3 (3.9 and later).
 
 It holds fedload/__init__.py, fedload/_tail.py, fedload/feeder/ (the agent, its options, the stream writer, the
-compressor, the logging shim, the forced command) and transforms/ (the transformer), nothing else, as source, and
-beside each module its bytecode for the Python that packed it: a feeder on the same release (Debian 12's python3 and
-a superhub on 3.11) loads that instead of compiling every module at every run (#36); any other release finds a
-magic number not its own and compiles the source, as before. The bytecode is checked against the source's hash, so
-the two cannot disagree. Entries are sorted and dated 1980-01-01, so the same fedload always gives the same bytes.
+compressor, the logging shim, the forced command, the served agent) and transforms/ (the transformer), nothing else,
+as source, and beside each module its bytecode for the Python that packed it: a feeder on the same release (Debian
+12's python3 and a superhub on 3.11) loads that instead of compiling every module at every run (#36); any other
+release finds a magic number not its own and compiles the source, as before. The bytecode is checked against the
+source's hash, so the two cannot disagree. Entries are sorted and dated 1980-01-01, so the same fedload always gives
+the same bytes.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ __all__ = ["agent_files", "bytecode", "pack"]
 
 INTERPRETER = "/usr/bin/env python3"
 _DATE = (1980, 1, 1, 0, 0, 0)  # the earliest a zip entry can state
-_MAIN = b'''"""fedload's feeder agent as one file (built by `fedload agent pack`): dump, ssh-command, --version."""
+_MAIN = b'''"""fedload's feeder agent as one file (built by `fedload agent pack`): dump, ssh-command, serve."""
 
 from fedload.feeder.main import exit_now, main
 

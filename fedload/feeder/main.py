@@ -1,4 +1,4 @@
-"""The agent's commands, one code path for `fedload agent dump|ssh-command` and the zipapp's `dump|ssh-command`:
+"""The agent's commands, one code path for `fedload agent dump|ssh-command|serve` and the zipapp's own:
 parse, set up logging, run, and report a failure as one line on stderr (exit 1; 2 for usage and refusals).
 
 `main` is the zipapp's entry point (`python3 -I fedload-agent.pyz dump ...`, `... ssh-command ...`,
@@ -144,7 +144,7 @@ _COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[
 
 
 def build_parser(prog: str = "fedload-agent.pyz", words: list[str] | None = None) -> argparse.ArgumentParser:
-    """The zipapp's command line: dump, ssh-command, --version. Given the `words` to parse, only the command they
+    """The zipapp's command line: dump, ssh-command, serve, --version. Given the `words` to parse, only the command they
     name gets its options (the others are listed with their summary, and never parsed): a dump, once per feeder and
     run, does not import the forced command's module (#36).
 
