@@ -256,15 +256,20 @@ class _Child:
 
 def _kill(pid: int) -> None:
     """End the child's dump (its process group: pg_dump, psql) and reap it, bounded."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGTERM)
+    _signal(pid, signal.SIGTERM)
     deadline = time.monotonic() + _KILL_WAIT_S
     while time.monotonic() < deadline:
         with contextlib.suppress(ChildProcessError):
             if os.waitpid(pid, os.WNOHANG)[0] == pid:
                 return
         time.sleep(_KILL_POLL_S)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL)
+    _signal(pid, signal.SIGKILL)
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
+
+
+def _signal(pid: int, signum: int) -> None:
+    """Signal the child's process group, and the child itself: killed before its setsid(), it leads no group yet."""
+    for kill in (os.killpg, os.kill):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            kill(pid, signum)
