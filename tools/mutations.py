@@ -647,6 +647,14 @@ SABOTAGES = (
         ("tests/transport/test_served.py", "-k", "hostile"),
     ),
     Sabotage(
+        "superhub-loss-unwatched",
+        "a superhub session lost while the feeder sends nothing fails the run at once, not at read_timeout_s",
+        "fedload/superhub/pipeline.py",
+        "        process = SessionWatched(opened, conn)\n",
+        "        process = opened\n",
+        ("tests/scenarios/test_faults.py", "-k", "silent"),
+    ),
+    Sabotage(
         "ssh-kept-not-remade",
         "a kept SSH connection on which the command's channel does not open is replaced, the run goes on",
         "fedload/transport/ssh.py",

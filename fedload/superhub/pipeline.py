@@ -58,6 +58,7 @@ from fedload.superhub.session import (
     superhub_error,
     superhub_session,
 )
+from fedload.superhub.session_watch import SessionWatched
 from fedload.superhub.statistics import StatisticsCollector, carry_statistics, max_call_bytes, wants_statistics
 from fedload.superhub.swap import SwapStats, analyze_partitions, describe_swap, swap_in
 from fedload.superhub.unchanged import (
@@ -199,7 +200,7 @@ class _FeederSync:
         """Load the dump, keep the unchanged tables' partitions, swap the others and store the digests, in one
         transaction."""
         entities = coordinated_change(self.job.entities, self.name, self.feeder.key, list(parents.values()))
-        async with self._dump(parents) as receiver, entities as change, conn.transaction():
+        async with self._dump(conn, parents) as receiver, entities as change, conn.transaction():
             importer = await self._load(conn, receiver, parents, remap)
             unchanged = await keep_unchanged(conn, importer, self._skips, feeder=self.name, key=self.feeder.key)
             kept = (s for s in importer.staged.values() if s.kept is not None or s.changes_only is not None)
@@ -246,7 +247,7 @@ class _FeederSync:
             parents = await self._expected_parents(conn)
             self._remap = await asyncio.to_thread(_read_remap, self.feeder)
             self._carry = _carry_statistics(conn, self.feeder)
-            async with self._dump(parents) as receiver:
+            async with self._dump(conn, parents) as receiver:
                 importer = await self._load(conn, receiver, parents, self._remap)
                 self.phase(Phase.SWAP)
                 self.plan = await describe_swap(conn, importer.staged.values(), feeder=self.name, key=self.feeder.key)
@@ -322,13 +323,17 @@ class _FeederSync:
         return await plan_skips(conn, self.job, parents, self._remap)
 
     @contextlib.asynccontextmanager
-    async def _dump(self, parents: dict[TableName, ParentTable]) -> AsyncIterator[DumpReceiver]:
-        """The feeder's dump of `parents`, streaming; the feeder's command is stopped after the block."""
+    async def _dump(
+        self, conn: asyncpg.Connection, parents: dict[TableName, ParentTable]
+    ) -> AsyncIterator[DumpReceiver]:
+        """The feeder's dump of `parents`, streaming, read while the superhub session `conn` is watched (its loss
+        ends a wait for the feeder at once); the feeder's command is stopped after the block."""
         opening, self._opening = self._opening, None
         if opening is not None:
-            process = await opening
+            opened = await opening
         else:
-            process = await self._transport.open(self._dump_command(parents))
+            opened = await self._transport.open(self._dump_command(parents))
+        process = SessionWatched(opened, conn)
         binary = self.feeder.dump_mode == DumpMode.BINARY
         bound = self.job.imports.max_statement_bytes
         receiver = DumpReceiver(

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from fedload.config import Config
+from fedload.errors import ErrorKind
 from fedload.localpg import LocalCluster
 from fedload.results import Outcome
 from fedload.superhub.job import feeder_job
@@ -230,6 +231,31 @@ async def test_superhub_crash_mid_load(federation: Federation, own_superhub: Loc
         "SELECT string_agg(outcome, ',' ORDER BY id) FROM fedload.runs WHERE feeder = 'hub1'"
     )
     assert outcomes in ("success,failed,success", "success,abandoned,success")
+
+
+async def test_superhub_session_lost_while_the_feeder_is_silent(federation: Federation, category: Category) -> None:
+    """The run's superhub session is terminated while the feeder's stream has stopped (read_timeout_s = 300): the
+    run fails at once as the superhub's failure, the old data stays, nothing is left in staging."""
+    category("fault:superhub session lost while the feeder is silent")
+    config = federation.config()
+    assert (await sync(config, "hub1"))[0].outcome == Outcome.SUCCESS
+    before = hub1_digest(federation)
+    changed_on_feeder(federation)
+    gate = Gate.around(federation.tmp, after_bytes=2000)
+    gated = with_feeder(config, "hub1", agent_command=[gate.command], read_timeout_s=300.0)
+    syncing = asyncio.create_task(sync_feeder(feeder_job(gated, "hub1")))
+    try:
+        await gate.reached()
+        ended = "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
+        assert federation.superhub_sql(f"{ended} WHERE application_name = 'fedload hub1'") == "1"
+        terminated = time.monotonic()
+        async with asyncio.timeout(60):
+            run = await syncing
+        assert time.monotonic() - terminated < 10
+    finally:
+        gate.open()
+    assert_old_data_kept(federation, before, run, "the superhub connection was lost")
+    assert run.error_kind == ErrorKind.SUPERHUB
 
 
 async def test_two_syncs_of_one_feeder_at_once(federation: Federation, category: Category) -> None:
