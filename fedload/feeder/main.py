@@ -31,7 +31,24 @@ from fedload.feeder.logs import LOG_FORMATS, configure
 if TYPE_CHECKING:
     from fedload.feeder import ssh_command
 
-__all__ = ["add_dump_arguments", "dump_options_of", "exit_now", "for_the_agent", "main", "run_dump"]
+__all__ = [
+    "add_dump_arguments",
+    "dump_options_of",
+    "exit_now",
+    "for_the_agent",
+    "main",
+    "preload_dumps",
+    "run_dump",
+]
+
+# Binary mode's modules, and copy and inserts modes' with digests; the transformer only for copy and inserts modes.
+_DUMP_MODULES = (
+    "fedload.feeder.agent",
+    "fedload.feeder.snapshot_dump",
+    "fedload.feeder.binary_dump",
+    "transforms.transform",
+    "zstandard",
+)
 
 
 def add_logging_arguments(parser: argparse.ArgumentParser) -> None:
@@ -91,10 +108,20 @@ def _serve(args: argparse.Namespace, allowed: ssh_command.Allowlist | None) -> i
 
         return dump
 
+    preload_dumps()
     try:
         return serve.serve(accept)
     except BrokenPipeError:  # the superhub went away between two dumps
         return 0
+
+
+def preload_dumps() -> None:
+    """Import what a dump of any mode needs (zstandard where installed), in a process that forks agents: the warm
+    agent process (fedload.transport.zygote) and the served agent; each child starts with them imported (~15 ms of
+    imports a dump)."""
+    for module in _DUMP_MODULES:
+        with contextlib.suppress(ImportError):  # zstandard is optional: the dump falls back to zstd or gzip
+            __import__(module)
 
 
 def _dump(options: AgentOptions, out: BinaryIO | None = None) -> int:

@@ -58,14 +58,6 @@ MAX_REQUEST_BYTES = 1 << 20  # a dump's words, its tables and its stored states:
 _READ_BYTES = 1 << 16
 _KILL_WAIT_S = 10.0  # a killed dump's exit, before its process group gets SIGKILL
 _KILL_POLL_S = 0.05
-# The dumps' own modules, imported once here instead of in every child (as fedload.transport.zygote's preload).
-_PRELOAD = (
-    "fedload.feeder.agent",
-    "fedload.feeder.snapshot_dump",
-    "fedload.feeder.binary_dump",
-    "transforms.transform",
-    "zstandard",
-)
 
 Accept = Callable[[str], Callable[[], int]]  # a request line -> the dump to run in the child; AgentError if refused
 
@@ -100,10 +92,8 @@ def _write_all(fd: int, pieces: list[bytes | bytearray | memoryview]) -> None:
 
 
 def serve(accept: Accept, stdin: int = 0, stdout: int = 1) -> int:
-    """Serve requests from `stdin` until its end (0), or until the superhub breaks the protocol (2)."""
-    for module in _PRELOAD:
-        with contextlib.suppress(ImportError):  # zstandard is optional: the dump falls back to zstd or gzip
-            __import__(module)
+    """Serve requests from `stdin` until its end (0), or until the superhub breaks the protocol (2); the caller has
+    imported the dumps' modules (fedload.feeder.main.preload_dumps), so that every child starts with them."""
     lines = _Lines(stdin)
     _write_all(stdout, [HELLO_FRAME])
     while True:

@@ -177,10 +177,7 @@ def read_request(command: str | None, allowed: Allowlist) -> Request:
     """What `command` (SSH_ORIGINAL_COMMAND) asks for, if it is allowed; AgentUsageError saying why not."""
     if not command or not command.strip():
         raise AgentUsageError(f"refused a session without a command (a shell): {_ONLY}")
-    try:
-        argv = shlex.split(command)
-    except ValueError as exc:
-        raise AgentUsageError(f"refused `{one_line(command, 200)}`: {exc}") from None
+    argv = _split(command)
     if len(argv) >= 2 and argv[-1] == "--version":
         return PG_DUMP_VERSION if len(argv) == 2 and os.path.basename(argv[0]) == "pg_dump" else AGENT_VERSION
     if len(argv) >= 2 and argv[-1] == "serve" and argv[-2] != "dump":  # `fedload agent serve`, the zipapp's `serve`
@@ -194,19 +191,20 @@ def read_request(command: str | None, allowed: Allowlist) -> Request:
 def read_dump_line(line: str, allowed: Allowlist | None) -> AgentOptions:
     """The dump a served session's request line asks for, if `allowed` allows it (None: the agent runs without a
     forced command, as any command of this account could); AgentUsageError saying why not."""
-    if allowed is not None:
-        request = read_request(line, allowed)
-        if isinstance(request, str):
-            raise AgentUsageError(f"refused `{one_line(line, 200)}`: a served session runs dumps only")
-        return request
-    try:
-        argv = shlex.split(line)
-    except ValueError as exc:
-        raise AgentUsageError(f"refused `{one_line(line, 200)}`: {exc}") from None
+    argv = _split(line)
     dump_at = _dump_position(argv)
     if dump_at is None:
         raise AgentUsageError(f"refused `{one_line(line, 200)}`: a served session runs dumps only")
-    return _parse_dump(argv[dump_at:])
+    options = _parse_dump(argv[dump_at:])
+    return options if allowed is None else _allowed_dump(options, allowed)
+
+
+def _split(command: str) -> list[str]:
+    """`command`'s words as a shell would split them; AgentUsageError if it does not split."""
+    try:
+        return shlex.split(command)
+    except ValueError as exc:
+        raise AgentUsageError(f"refused `{one_line(command, 200)}`: {exc}") from None
 
 
 def _dump_position(argv: list[str]) -> int | None:

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import json
 import shlex
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fedload.config import SshConfig
@@ -34,13 +34,19 @@ _CLOSE_TIMEOUT_S = 10.0
 
 def serve_argv(argv: list[str]) -> list[str] | None:
     """The command that serves `argv`'s dumps (`... agent dump ...` -> `... agent serve`, the zipapp's `... dump
-    ...` -> `... serve`); None for a command that is not an agent dump."""
+    ...` -> `... serve`); None for a command that is not an agent dump, or too long for a request line."""
+    if len(_request_line(argv)) > MAX_REQUEST_BYTES:
+        return None
     for i in range(1, len(argv)):
         if argv[i - 1 : i + 1] == ["agent", "dump"]:
             return [*argv[: i - 1], "agent", "serve"]
     if "dump" in argv[1:]:
         return [*argv[: argv.index("dump", 1)], "serve"]
     return None
+
+
+def _request_line(argv: list[str]) -> bytes:
+    return shlex.join(argv).encode() + b"\n"
 
 
 class ServedAgent:
@@ -67,15 +73,13 @@ class ServedAgent:
         """Whether the session is still open (the agent may take another request)."""
         return not self._process.is_closing() and self._process.exit_status is None
 
-    async def dump(self, argv: list[str], on_end: Callable[[ServedDump, bool], Any]) -> ServedDump | None:
-        """Send `argv`'s request; its dump once the agent is known to serve; None if it does not (it sent no hello:
-        closed here). `on_end(dump, clean)` is called once, when the dump is cancelled."""
-        line = shlex.join(argv).encode() + b"\n"
-        if len(line) > MAX_REQUEST_BYTES:
-            return None
+    async def dump(self, argv: list[str], on_end: Callable[[bool], Awaitable[None]]) -> ServedDump | None:
+        """Send `argv`'s request (serve_argv's for it must not be None); its dump once the agent is known to serve;
+        None if it does not (it sent no hello: closed here). `on_end(clean)` is awaited once, when the dump is
+        cancelled."""
         try:
             async with asyncio.timeout(self._config.connect_timeout_s):
-                self._process.stdin.write(line)
+                self._process.stdin.write(_request_line(argv))
                 await self._process.stdin.drain()
                 if not self._greeted:
                     self._greeted = await self._process.stdout.readexactly(len(HELLO_FRAME)) == HELLO_FRAME
@@ -110,11 +114,11 @@ class ServedAgent:
 class ServedDump:
     """One dump of a served agent, read as an SshProcess: its D frames' bytes, then its end frame's status."""
 
-    def __init__(self, process: Any, config: SshConfig, where: str, on_end: Callable[[ServedDump, bool], Any]) -> None:
+    def __init__(self, process: Any, config: SshConfig, where: str, on_end: Callable[[bool], Awaitable[None]]) -> None:
         self._process = process
         self._config = config
         self._where = where
-        self._on_end: Callable[[ServedDump, bool], Any] | None = on_end
+        self._on_end: Callable[[bool], Awaitable[None]] | None = on_end
         self._left = 0  # bytes of the current D frame not yet read
         self._status: int | None = None  # from the end frame
         self._stderr = ""
@@ -169,4 +173,4 @@ class ServedDump:
         """Hand the agent back (its end frame came) or have it closed with its connection; idempotent."""
         on_end, self._on_end = self._on_end, None
         if on_end is not None:
-            await on_end(self, self._status is not None and not self._left)
+            await on_end(self._status is not None and not self._left)

@@ -271,9 +271,8 @@ class SshTransport:
             log.debug("transport.served", feeder=self._where, argv=[without_passwords(a) for a in argv])
         return dump
 
-    async def _served_end(self, conn: Any, agent: ServedAgent, dump: ServedDump, clean: bool) -> None:
+    async def _served_end(self, conn: Any, agent: ServedAgent, clean: bool) -> None:
         """A served dump is over: its connection and agent kept for the next run if it ended cleanly, else closed."""
-        del dump
         if clean and self._keep is not None and not conn.is_closed() and agent.usable:
             keeper, lease = self._keep
             keeper.give_back(lease, conn, agent)

@@ -36,24 +36,15 @@ from typing import Any, NoReturn
 __all__ = ["MAX_MESSAGE_BYTES", "main"]
 
 MAX_MESSAGE_BYTES = 1 << 20  # a request carries the agent's argv and environment: far below this
-# The dumps' own modules too: binary mode's, and copy and inserts modes' with digests (~15 ms of imports per run).
-_PRELOAD = (
-    "fedload.feeder.main",
-    "fedload.feeder.agent",
-    "fedload.feeder.snapshot_dump",
-    "fedload.feeder.binary_dump",
-    "transforms.transform",  # the agent imports the transformer only for copy and inserts modes
-    "zstandard",
-)
 _CHILD_STDIO = 2  # stdout and stderr, attached to every request
 
 
 def main(argv: list[str]) -> int:
     """`python -m fedload.transport.zygote FD`: serve the requests on socket FD until it is closed."""
     sock = socket.socket(fileno=int(argv[0]))
-    for module in _PRELOAD:
-        with contextlib.suppress(ImportError):  # zstandard is optional: the agent falls back to zstd or gzip
-            __import__(module)
+    from fedload.feeder.main import preload_dumps  # noqa: PLC0415 - the agent's modules, once, for every child
+
+    preload_dumps()
     with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the worker has gone: nobody to answer
         _serve(sock)
     return 0
@@ -97,7 +88,7 @@ def _take_request(sock: socket.socket, selector: selectors.BaseSelector) -> bool
 def _look_ahead(words: list[str]) -> None:
     """Ask the dump's pg_dump for its version here, once per binary, so that every child inherits the answer."""
     from fedload.feeder.main import dump_options_of  # noqa: PLC0415
-    from fedload.feeder.pg_dump import remember_pg_dump_version  # noqa: PLC0415 - imported already (_PRELOAD)
+    from fedload.feeder.pg_dump import remember_pg_dump_version  # noqa: PLC0415 - imported already (preload_dumps)
 
     options = dump_options_of(words)
     if options is not None:
@@ -170,7 +161,7 @@ def _child(words: list[str], env: dict[str, str] | None, stdio: list[int]) -> No
 
 
 if __name__ == "__main__":
-    from fedload.feeder.main import exit_now  # imported already (_PRELOAD)
+    from fedload.feeder.main import exit_now  # imported already (preload_dumps)
 
     # without the interpreter's teardown (freeing every module), which the worker waits for
     exit_now(main(sys.argv[1:]))
