@@ -34,8 +34,9 @@ _CLOSE_TIMEOUT_S = 10.0
 
 def serve_argv(argv: list[str]) -> list[str] | None:
     """The command that serves `argv`'s dumps (`... agent dump ...` -> `... agent serve`, the zipapp's `... dump
-    ...` -> `... serve`); None for a command that is not an agent dump, or too long for a request line."""
-    if len(_request_line(argv)) > MAX_REQUEST_BYTES:
+    ...` -> `... serve`); None for a command that is not an agent dump, or one no request line can carry: too long,
+    or with a newline in a word (a wrapper's `python -c` script, say: the line would end inside it)."""
+    if len(_request_line(argv)) > MAX_REQUEST_BYTES or any("\n" in word for word in argv):
         return None
     for i in range(1, len(argv)):
         if argv[i - 1 : i + 1] == ["agent", "dump"]:

@@ -102,12 +102,15 @@ def _kept_agent(keeper: SshKeeper, forced: OpenSshServer, config: object) -> obj
 
 
 def test_serve_argv() -> None:
-    """The served command of an installed agent's dump, the zipapp's, and none for another command."""
+    """The served command of an installed agent's dump, the zipapp's; none for another command, or for a dump whose
+    words hold a newline."""
     assert serve_argv(["env", "X=1", "python3", "-m", "fedload", "agent", "dump", "--database=d"]) == [
         *["env", "X=1", "python3", "-m", "fedload", "agent", "serve"]
     ]
     assert serve_argv(["python3", "-I", "agent.pyz", "dump", "--table=t"]) == ["python3", "-I", "agent.pyz", "serve"]
     assert serve_argv(["echo", "hello"]) is None
+    wrapped = ["python3", "-c", "import sys\nrun(sys.argv[1:])", "fedload", "agent", "dump", "--database=d"]
+    assert serve_argv(wrapped) is None  # a newline in a word: no request line carries it, the run starts its own
 
 
 async def test_runs_of_a_feeder_share_one_served_agent(
