@@ -9,12 +9,13 @@ bytes are passed on, in place (no copy of the data), keeping a few bytes of stat
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import cast
 
 from fedload.errors import DumpError
 from fedload.names import TableName
 
-__all__ = ["FIXED_WIDTHS", "BinaryFraming"]
+__all__ = ["FIXED_WIDTHS", "BinaryFraming", "RowsWalk", "python_rows", "walk_rows"]
 
 SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
 _HEADER = struct.Struct("!11sii")  # signature, flags, header extension length
@@ -23,6 +24,7 @@ _LENGTH = struct.Struct("!i").unpack_from
 _COUNT_AND_LENGTH = struct.Struct("!hi").unpack_from  # a row's field count and its first field's length
 _INVALID = 1 << 62  # a fast walk's step past any piece and bound: a length below -1
 _CRITICAL_FLAGS = 0xFFFF0000  # bits 16-31: PostgreSQL refuses any it does not know (bit 16, OIDs, since 12)
+_MAX_COLUMNS = 0x7FFF  # a row's field count is an int16
 _HEAD = 8  # bytes of a piece joined with a word the piece before cut (a word is at most 4)
 # The binary width of built-in fixed-width types, by OID: bool, char, int8, int2, int4, oid, float4, float8, money,
 # date, time, timestamp, timestamptz, interval, timetz, uuid, macaddr, point.
@@ -105,31 +107,13 @@ class BinaryFraming:
         return pos - len(cut)
 
     def _rows(self, data: bytes | memoryview, pos: int) -> int:
-        """The fast walk, whole rows at a time from a row's start, without bounds checks: where a row begins that
-        `data` does not hold whole (struct.error), or that `_walk` must read (the trailer, a wrong field count, a
-        length below -1, too many bytes). A row's size is checked at its end, before the piece goes on: its
-        values are the bytes between its length words. A length below -1 takes `pos` so far that one or the other
-        sends the row to `_walk`, which names it."""
-        count_and_length, length_of, columns = _COUNT_AND_LENGTH, _LENGTH, self._columns
+        """The fast walk (`python_rows`, or its compiled twin) from a row's start at `pos`: where it stopped."""
+        columns = self._columns
         if not columns:
             return pos
-        rest = range(columns - 1)
-        bound = self._max_row_bytes + 2 + 4 * columns
-        start = pos
-        try:
-            while True:
-                start = pos
-                count, length = count_and_length(data, pos)
-                if count != columns:
-                    return start
-                pos += length + 6 if length >= 0 else 6 if length == -1 else _INVALID
-                for _ in rest:
-                    length = length_of(data, pos)[0]
-                    pos += length + 4 if length >= 0 else 4 if length == -1 else _INVALID
-                if pos - start > bound:
-                    return start
-        except struct.error:  # the row goes on in the next piece
-            return start
+        if columns > _MAX_COLUMNS:  # never from a staging table (1,600 at most): a count no row can match
+            return python_rows(data, pos, columns, self._max_row_bytes + 2 + 4 * columns)
+        return walk_rows(data, pos, columns, self._max_row_bytes + 2 + 4 * columns)
 
     def _walk(self, data: bytes | memoryview, pos: int, end: int, *, to_row_end: bool) -> int:
         """The careful walk, field by field from `pos`, to `end` or (`to_row_end`) the current row's end: where it
@@ -165,6 +149,47 @@ class BinaryFraming:
                         )
         finally:
             self._left, self._row = left, row
+
+
+RowsWalk = Callable[[bytes | memoryview, int, int, int], int]  # python_rows or its compiled twin
+
+
+def python_rows(data: bytes | memoryview, pos: int, columns: int, bound: int) -> int:
+    """The fast walk, whole rows of `columns` fields at a time from a row's start at `pos`, without bounds checks:
+    where a row begins that `data` does not hold whole (struct.error), or that `_walk` must read (the trailer, a
+    wrong field count, a length below -1, more than `bound` bytes with its framing). A row's size is checked at its
+    end, before the piece goes on: its values are the bytes between its length words. A length below -1 takes
+    `pos` so far that one or the other sends the row to `_walk`, which names it. Past the end of `data` if the last
+    row's lengths are all in it but its last value goes on."""
+    count_and_length, length_of = _COUNT_AND_LENGTH, _LENGTH
+    rest = range(columns - 1)
+    start = pos
+    try:
+        while True:
+            start = pos
+            count, length = count_and_length(data, pos)
+            if count != columns:
+                return start
+            pos += length + 6 if length >= 0 else 6 if length == -1 else _INVALID
+            for _ in rest:
+                length = length_of(data, pos)[0]
+                pos += length + 4 if length >= 0 else 4 if length == -1 else _INVALID
+            if pos - start > bound:
+                return start
+    except struct.error:  # the row goes on in the next piece
+        return start
+
+
+def _compiled_or_python() -> RowsWalk:
+    """The compiled walk (fedload/superhub/_binary_rows.c) where the build made it, else `python_rows`."""
+    try:
+        from fedload.superhub._binary_rows import rows  # noqa: PLC0415
+    except ImportError:  # built without a C compiler or Python's headers
+        return python_rows
+    return rows
+
+
+walk_rows = _compiled_or_python()
 
 
 class _FixedRows:

@@ -1,5 +1,6 @@
 """The framing of binary COPY data, read as it passes: the same verdict however the data is cut, rows past the bound
-refused at the piece that shows it, and malformed framing refused."""
+refused at the piece that shows it, and malformed framing refused; each with the compiled fast walk and with the
+Python one, which give the same result for any bytes."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from hypothesis import strategies as st
 
 from fedload.errors import DumpError
 from fedload.names import TableName
-from fedload.superhub.binary_framing import SIGNATURE, BinaryFraming
+from fedload.superhub import binary_framing
+from fedload.superhub.binary_framing import SIGNATURE, BinaryFraming, python_rows
+from tests.support.compiled_walk import compiled_rows
 
 HEADER = SIGNATURE + struct.pack("!ii", 0, 0)
 TRAILER = b"\xff\xff"
@@ -47,6 +50,14 @@ def cut_at(data: bytes, *cuts: int) -> list[bytes | memoryview]:
     bounds = [0, *cuts, len(data)]
     view = memoryview(data)
     return [view[a:b] if i % 2 else data[a:b] for i, (a, b) in enumerate(itertools.pairwise(bounds))]
+
+
+@pytest.fixture(autouse=True, params=["compiled", "python"])
+def walk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> binary_framing.RowsWalk:
+    """Each test with either fast walk in the framing check."""
+    chosen = compiled_rows() if request.param == "compiled" else python_rows
+    monkeypatch.setattr(binary_framing, "walk_rows", chosen)
+    return chosen
 
 
 ROWS: list[Row] = [[b"1", b"alpha"], [None, b""], [b"x" * 50, None], [b"", b"y" * 50]]  # the last: exactly BOUND
