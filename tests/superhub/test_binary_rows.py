@@ -4,6 +4,8 @@ stop for any bytes, start, field count and bound."""
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -69,3 +71,47 @@ def test_the_compiled_walk_is_the_python_walk_at_every_cut(rows: bytes, columns:
             for bound in (3, 5, 24):
                 expected = python_rows(data[:end], pos, columns, bound)
                 assert compiled(data[:end], pos, columns, bound) == expected, (end, pos, bound)
+
+
+# The walk over data that ends where a page no one may read begins: a read past its end kills the process.
+GUARDED_WALKS = """
+import ctypes, mmap, random, struct, sys
+from fedload.superhub._binary_rows import rows
+page = mmap.PAGESIZE
+area = mmap.mmap(-1, 2 * page)
+start = ctypes.addressof(ctypes.c_char.from_buffer(area))
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+if libc.mprotect(start + page, page, 0) != 0:  # PROT_NONE
+    sys.exit(f"mprotect: errno {ctypes.get_errno()}")
+generator = random.Random(54)
+patterns = [bytes.fromhex(sys.argv[1]), bytes.fromhex(sys.argv[2])]
+patterns += [bytes(generator.choice(b"\\x00\\x01\\x02\\x03\\xff") for _ in range(40)) for _ in range(200)]
+walks = 0
+for data in patterns:
+    for end in range(len(data) + 1):
+        area[page - end : page] = data[:end]
+        view = memoryview(area)[page - end : page]
+        for columns in (1, 2, 3):
+            for pos in range(end + 1):
+                rows(view, pos, columns, 1 << 40)
+                walks += 1
+        view.release()
+print(walks)
+"""
+
+
+def test_the_compiled_walk_never_reads_past_the_data() -> None:
+    """Data that ends at a page no one may read (mprotect), every cut of every start, hostile and random framing:
+    the walk never reads a byte past the data's end (it would be killed by SIGSEGV)."""
+    compiled_rows()
+    rows = [ONE_FIELD, THREE_FIELDS]
+    done = subprocess.run(
+        [sys.executable, "-c", GUARDED_WALKS, *(r.hex() for r in rows)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert int(done.stdout) > 100_000
