@@ -581,6 +581,22 @@ SABOTAGES = (
         ("tests/scenarios/test_adversarial.py", "-k", "injection_corpus and deep"),
     ),
     Sabotage(
+        "delta-appended-believed",
+        "a bucket sent as only gaining rows must gain rows and not be a changed one, or the delta is refused",
+        "fedload/superhub/delta.py",
+        "    if appended & dirty or any(state.counts[b] <= asked.state.counts[b] for b in appended):",
+        "    if False:",
+        ("tests/superhub/test_changed_rows.py", "-k", "lost_rows_sent_as_appended"),
+    ),
+    Sabotage(
+        "delta-sent-buckets-uncounted",
+        "each bucket a delta sends holds, by this superhub's hash, the rows the feeder's counts give it",
+        "fedload/superhub/delta.py",
+        "    wrong = next((b for b, n in expected.items() if found.get(b, 0) != n), None)",
+        "    wrong = None",
+        ("tests/superhub/test_changed_rows.py", "-k", "wrong_buckets"),
+    ),
+    Sabotage(
         "binary-row-unbounded",
         "a binary COPY row past superhub.max_statement_bytes is refused before it reaches PostgreSQL",
         "fedload/superhub/binary_framing.py",

@@ -238,7 +238,8 @@ def _copy(session: SnapshotSession, plan: TablePlan, delta: TableDelta | None, p
         copied = session.copy(copy_command(plan), parts.add)
         parts.flush()
         return copied
-    where = changed_rows_where(delta.key, delta.dirty, delta.state.buckets)  # the key is sent: in plan.columns
+    # the key is sent: in plan.columns
+    where = changed_rows_where(delta.key, delta.dirty, delta.state.buckets, delta.appended, delta.new)
     copied = session.copy(copy_command(plan, where), parts.add)
     parts.flush()
     if copied != delta.sent:  # one snapshot: cannot differ

@@ -92,11 +92,13 @@ class DeltaState:
 
 @dataclass(frozen=True)
 class DeltaRequest:
-    """What the superhub asks of a table: its key and bucket count, and the state it holds (None: none yet)."""
+    """What the superhub asks of a table: its key and bucket count, the state it holds (None: none yet), and
+    whether it takes a bucket that only gained rows as those rows alone (`append`: its `appended` buckets)."""
 
     key: tuple[str, ...]
     buckets: int
     state: Optional[DeltaState] = None  # noqa: UP045 - Python 3.9 evaluates dataclass fields' types
+    append: bool = False
 
 
 def parse_delta_request(found: object) -> DeltaRequest:
@@ -109,7 +111,10 @@ def parse_delta_request(found: object) -> DeltaRequest:
     _check_buckets(buckets)
     assert isinstance(buckets, int)
     state = parse_state(found["state"], buckets) if found.get("state") is not None else None
-    return DeltaRequest(tuple(key), buckets, state)
+    append = found.get("append", False)
+    if type(append) is not bool:
+        raise ValueError("delta.append must be true or false")
+    return DeltaRequest(tuple(key), buckets, state, append)
 
 
 def parse_state(found: object, buckets: int) -> DeltaState:
@@ -267,7 +272,18 @@ def delta_basis(covered: list[Any], columns: Sequence[str], key: Sequence[str], 
     return hashlib.sha256(json.dumps(content).encode()).hexdigest()
 
 
-def changed_rows_where(key: Sequence[tuple[str, int]], dirty: Iterable[int], buckets: int) -> str:
-    """SQL that holds for the rows (as `r`) in the `dirty` buckets: binary_plan's `copy_command` copies those."""
-    mask = bitmap(dirty, buckets).hex()
-    return f"pg_catalog.get_bit(pg_catalog.decode('{mask}', 'hex'), {bucket_sql(key, buckets)}) = 1"
+def changed_rows_where(
+    key: Sequence[tuple[str, int]],
+    dirty: Iterable[int],
+    buckets: int,
+    appended: Iterable[int] = (),
+    new: str = "false",
+) -> str:
+    """SQL that holds for the rows (as `r`) in the `dirty` buckets, and for the rows of the `appended` buckets for
+    which the SQL `new` holds (written since the stored state): binary_plan's `copy_command` copies those."""
+    bucket = bucket_sql(key, buckets)
+    where = f"pg_catalog.get_bit(pg_catalog.decode('{bitmap(dirty, buckets).hex()}', 'hex'), {bucket}) = 1"
+    added = bitmap(appended, buckets)
+    if not any(added):
+        return where
+    return f"({where} OR ({new} AND pg_catalog.get_bit(pg_catalog.decode('{added.hex()}', 'hex'), {bucket}) = 1))"

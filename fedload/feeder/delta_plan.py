@@ -39,7 +39,9 @@ class TableDelta:
     dirty: Optional[tuple[int, ...]]  # noqa: UP045 - Python 3.9 evaluates dataclass fields' types
     since: str  # the basis of the state the dirty buckets are counted against ("" where all goes)
     rows: int  # the table's rows in the snapshot
-    sent: int  # of them, those in the dirty buckets (all where all goes)
+    sent: int  # of them, those sent: the dirty buckets' and the appended buckets' new ones (all where all goes)
+    appended: tuple[int, ...] = ()  # buckets that only gained rows since the state: their new rows alone are sent
+    new: str = "false"  # SQL true for a row (as `r`) written since the stored state: the appended buckets' rows
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class CountedBuckets:
 
     key: tuple[tuple[str, int], ...]  # (name, type OID) on the feeder: how its rows are bucketed
     found: dict[int, tuple[int, int]]  # (old, new) by bucket holding rows
+    old: str = "false"  # the SQL that told old rows from new (`old_rows_sql`)
 
 
 def counted_buckets(
@@ -68,7 +71,7 @@ def counted_buckets(
     key = tuple((name, types[name]) for name in ask.key)
     old = old_rows_sql(older_than, context.snapshot_xmax)
     found = parse_buckets(query(buckets_query((plan.schema, plan.name), key, ask.buckets, old)), ask.buckets)
-    return CountedBuckets(key, found)
+    return CountedBuckets(key, found, old)
 
 
 def old_rows_sql(older_than: int, snapshot_xmax: int) -> str:
@@ -113,7 +116,18 @@ def table_delta(
     dirty = dirty_buckets(stored.counts, counted.found)
     if len(dirty) > MAX_SENT_SHARE * ask.buckets:
         return TableDelta(state, counted.key, None, "", rows, rows)
-    return TableDelta(state, counted.key, tuple(dirty), stored.basis, rows, sum(counts[b] for b in dirty))
+    appended = tuple(b for b in dirty if ask.append and _only_gained(counted.found.get(b), stored.counts[b]))
+    whole = tuple(sorted(set(dirty) - set(appended)))
+    sent = sum(counts[b] for b in whole) + sum(counted.found[b][1] for b in appended)
+    written_since = f"NOT ({counted.old})"
+    return TableDelta(state, counted.key, whole, stored.basis, rows, sent, appended, written_since)
+
+
+def _only_gained(found: tuple[int, int] | None, stored: int) -> bool:
+    """Whether a bucket holds every row it held at the stored state, and more: its old rows (written before that
+    state's snapshot, so in it, and unchanged since) are as many as it held, so they are those rows; the others
+    are new."""
+    return found is not None and found[0] == stored and found[1] > 0
 
 
 def _why_not(ask: DeltaRequest, plan: TablePlan, types: dict[str, int], context: ProofContext) -> str:
@@ -141,4 +155,6 @@ def delta_head(delta: TableDelta | None) -> dict[str, Any] | None:
     head: dict[str, Any] = {"state": delta.state.to_json(), "rows": delta.rows}
     if delta.dirty is not None:
         head.update(since=delta.since, dirty=encode_bits(delta.dirty, delta.state.buckets), sent=delta.sent)
+        if delta.appended:
+            head["appended"] = encode_bits(delta.appended, delta.state.buckets)
     return head

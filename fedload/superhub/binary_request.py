@@ -92,7 +92,7 @@ def _request(
             request["counters"] = counters[table]
     if delta is not None:
         state = delta.state.to_json() if delta.state is not None else None
-        request["delta"] = {"key": list(delta.key), "buckets": delta.buckets, "state": state}
+        request["delta"] = {"key": list(delta.key), "buckets": delta.buckets, "state": state, "append": delta.append}
     return json.dumps(request)
 
 

@@ -71,6 +71,7 @@ class DeltaHead:
     rows: int  # the table's rows on the feeder
     dirty: frozenset[int] | None  # None: the section holds the whole table
     sent: int  # rows the section holds
+    appended: frozenset[int] = frozenset()  # buckets that only gained rows: the section holds those rows alone
 
 
 def delta_key(parent: ParentTable, feeder_key: str) -> tuple[str, ...] | None:
@@ -118,8 +119,8 @@ def stored_state(text: str, key: tuple[str, ...], rows: int, probe: str) -> Delt
         except ValueError:
             state = None
         if state is not None and state.probe == probe:
-            return DeltaRequest(key, state.buckets, state)
-    return DeltaRequest(key, buckets_for(rows))
+            return DeltaRequest(key, state.buckets, state, append=True)
+    return DeltaRequest(key, buckets_for(rows), append=True)
 
 
 def checked_delta(head: Any, asked: DeltaRequest | None, *, table: TableName, feeder: str) -> DeltaHead | None:
@@ -150,10 +151,26 @@ def _checked(head: Any, asked: DeltaRequest | None) -> DeltaHead:
     if not isinstance(dirty, str):
         raise ValueError("its changed buckets are not a bitmap")  # noqa: TRY004 - as above
     buckets = decode_bits(dirty, asked.buckets)
+    appended = _appended(head.get("appended"), asked, state, buckets)
+    gained = sum(state.counts[b] - asked.state.counts[b] for b in appended)
     sent = head.get("sent")
-    if type(sent) is not int or sent != sum(state.counts[b] for b in buckets):
+    if type(sent) is not int or sent != sum(state.counts[b] for b in buckets) + gained:
         raise ValueError("the rows it sends are not those of its changed buckets")
-    return DeltaHead(state, rows, buckets, sent)
+    return DeltaHead(state, rows, buckets, sent, appended)
+
+
+def _appended(found: object, asked: DeltaRequest, state: DeltaState, dirty: frozenset[int]) -> frozenset[int]:
+    """A delta's `appended` buckets, checked: asked for, none of them dirty, each holding more rows than the state
+    this superhub sent gives it (what the section holds of it are those rows alone)."""
+    if found is None:
+        return frozenset()
+    if not asked.append or not isinstance(found, str):
+        raise ValueError("its appended buckets are not a bitmap asked for")
+    appended = decode_bits(found, asked.buckets)
+    assert asked.state is not None  # _checked: changed buckets come only against the state sent
+    if appended & dirty or any(state.counts[b] <= asked.state.counts[b] for b in appended):
+        raise ValueError("its appended buckets are changed ones, or gained no rows")
+    return appended
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,23 +192,46 @@ async def apply_delta(conn: asyncpg.Connection, table: StagedDelta, partition: s
     this superhub stored, or it would not hold the feeder's rows."""
     delta = table.head
     assert delta.dirty is not None
-    mask = bitmap(delta.dirty, delta.state.buckets)
-    where = f"pg_catalog.get_bit($1::bytea, {bucket_sql(table.key, delta.state.buckets)}) = 1"
-    outside = await conn.fetchval(f"SELECT count(*) FROM {table.stage_sql} AS r WHERE NOT {where}", mask)  # noqa: S608
-    if outside:
-        raise _refused(table, f"{outside} row(s) sent are not in a changed bucket by this superhub's hash")
+    bucket = bucket_sql(table.key, delta.state.buckets)
+    await _check_sent(conn, table, bucket)
     held = await conn.fetchval(f"SELECT count(*) FROM {partition}")  # noqa: S608 - catalog name
     if held != table.stored_rows:
         raise _refused(table, f"its partition holds {held} rows, not the {table.stored_rows} this superhub stored")
-    status = await conn.execute(f"DELETE FROM {partition} AS r WHERE {where}", mask)  # noqa: S608 - built here
-    deleted = int(status.rsplit(" ", 1)[1])
+    deleted = await _delete_dirty(conn, partition, bucket, delta) if delta.dirty else 0  # appended only: no scan
     if deleted != (stored := sum(table.stored_counts[b] for b in delta.dirty)):
         raise _refused(table, f"its changed buckets held {deleted} rows here, not the {stored} stored")
     inserted = await _insert_sent(conn, table, partition)
     if (after := held - deleted + inserted) != delta.rows:
         raise _refused(table, f"its partition would hold {after} rows, the feeder has {delta.rows}")
-    name, buckets = table.parent.qualified_name, len(delta.dirty)
-    log.info("swap.changed_rows", table=name, deleted=deleted, inserted=inserted, buckets=buckets)
+    name, buckets, appended = table.parent.qualified_name, len(delta.dirty), len(delta.appended)
+    log.info("swap.changed_rows", table=name, deleted=deleted, inserted=inserted, buckets=buckets, appended=appended)
+
+
+async def _delete_dirty(conn: asyncpg.Connection, partition: str, bucket: str, delta: DeltaHead) -> int:
+    """Delete the partition's rows of the delta's dirty buckets (each row's bucket hashed); how many."""
+    assert delta.dirty is not None
+    mask = bitmap(delta.dirty, delta.state.buckets)
+    where = f"pg_catalog.get_bit($1::bytea, {bucket}) = 1"
+    status = await conn.execute(f"DELETE FROM {partition} AS r WHERE {where}", mask)  # noqa: S608 - built here
+    return int(status.rsplit(" ", 1)[1])
+
+
+async def _check_sent(conn: asyncpg.Connection, table: StagedDelta, bucket: str) -> None:
+    """DumpError unless every row sent is in a bucket the delta changed or appended to by this superhub's own
+    hash, and each such bucket holds the rows the feeder's counts give it: all of a changed bucket's, the rows an
+    appended one gained."""
+    delta = table.head
+    assert delta.dirty is not None
+    counts, stored = delta.state.counts, table.stored_counts
+    expected = {b: counts[b] for b in delta.dirty} | {b: counts[b] - stored[b] for b in delta.appended}
+    rows = await conn.fetch(f"SELECT {bucket}, count(*) FROM {table.stage_sql} AS r GROUP BY 1")  # noqa: S608
+    found: dict[int, int] = {row[0]: row[1] for row in rows}
+    if outside := sum(n for b, n in found.items() if b not in expected):
+        raise _refused(table, f"{outside} row(s) sent are not in a changed bucket by this superhub's hash")
+    wrong = next((b for b, n in expected.items() if found.get(b, 0) != n), None)
+    if wrong is not None:
+        got = found.get(wrong, 0)
+        raise _refused(table, f"bucket {wrong} holds {got} row(s) sent, not the {expected[wrong]} its counts give it")
 
 
 async def _insert_sent(conn: asyncpg.Connection, table: StagedDelta, partition: str) -> int:

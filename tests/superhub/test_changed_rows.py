@@ -7,22 +7,29 @@ from __future__ import annotations
 import asyncio
 import itertools
 import sys
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import asyncpg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
 from fedload.commands.status import _rows, read_status
 from fedload.config import Config, parse_config
 from fedload.errors import ErrorKind
+from fedload.feeder.delta import DeltaState, bucket_sql
 from fedload.localpg import LocalCluster
+from fedload.names import TableName
 from fedload.results import FeederRun, Outcome
+from fedload.superhub.delta import DeltaHead, DeltaRefusedError, StagedDelta, _check_sent
 from fedload.superhub.job import feeder_job
 from fedload.superhub.pipeline import sync_feeder
+from fedload.superhub.schema import ParentTable
 from tests.support.federation import write_script
 
 FEEDER_SCHEMA = """
@@ -189,6 +196,28 @@ def test_one_changed_row_sends_a_small_part_of_the_table(pair: Pair) -> None:
     assert changed.raw_bytes * 10 < whole.raw_bytes, (changed.raw_bytes, whole.raw_bytes)
 
 
+def changed_rows_logged(pair: Pair) -> dict[str, MutableMapping[str, Any]]:
+    """One run, synced and exact, and its `swap.changed_rows` events by table."""
+    with capture_logs() as logs:
+        pair.sync()
+    return {e["table"]: e for e in logs if e["event"] == "swap.changed_rows"}
+
+
+def test_rows_only_added_go_alone_not_with_their_buckets(pair: Pair) -> None:
+    """Rows inserted into buckets that lost none: only those rows are sent and inserted, nothing deleted; a bucket
+    that also lost a row goes whole (its rows deleted and sent again)."""
+    pair.sync()
+    fresh = [f"added-{next(_names)}" for _ in range(5)]
+    pair.feeder("".join(f"INSERT INTO k VALUES ('{name}', 1, 'new');" for name in fresh))
+    logged = changed_rows_logged(pair)["public.k"]
+    assert (logged["inserted"], logged["deleted"], logged["appended"], logged["buckets"]) == (5, 0, 5, 0), logged
+    pair.feeder(f"UPDATE k SET v = 'changed' WHERE name = '{fresh[0]}'")
+    logged = changed_rows_logged(pair)["public.k"]
+    assert logged["appended"] == 0, logged
+    assert logged["buckets"] == 1, logged
+    assert logged["deleted"] == logged["inserted"] >= 1, logged
+
+
 def test_truncate_and_refill_sends_the_table_whole(pair: Pair) -> None:
     pair.feeder("TRUNCATE p; INSERT INTO p SELECT i % 50, 'r' || i, 'refilled' FROM generate_series(1, 500) AS i")
     pair.sync()
@@ -204,6 +233,58 @@ honest = plan.dirty_buckets
 plan.dirty_buckets = lambda stored, found: honest(stored, found)[1:]
 sys.exit(main())
 """
+
+
+# An agent that sends the buckets that lost rows as appended (their new rows alone): the superhub's counts then
+# do not add up (the partition would keep a row the feeder deleted).
+APPENDER = """
+import sys
+import fedload.feeder.delta_plan as plan
+from fedload.__main__ import main
+plan._only_gained = lambda found, stored: found is not None and found[1] > 0
+sys.exit(main())
+"""
+
+
+def test_a_bucket_that_lost_rows_sent_as_appended_is_refused(pair: Pair, tmp_path: Path) -> None:
+    """A feeder that sends a bucket that lost a row (an update: one row version gone, one new) as only gaining rows:
+    the run fails as a dump error naming the table, the old rows stay, and the next honest run is exact."""
+    pair.sync()
+    before = pair.superhub("SELECT md5(string_agg(v, ',' ORDER BY name)) FROM k")
+    (tmp_path / "appender.py").write_text(APPENDER)
+    appender = write_script(tmp_path / "appender", f'exec {sys.executable} {tmp_path / "appender.py"} "$@"\n')
+    pair.feeder("UPDATE k SET v = 'lost and gained' WHERE name = 'host-5'")
+    run = pair.run(agent_command=[appender])
+    assert run.outcome == Outcome.FAILED
+    assert run.error_kind == ErrorKind.DUMP, run.error
+    assert "table public.k: feeder f sent a delta that is refused: its appended buckets" in (run.error or "")
+    assert pair.superhub("SELECT md5(string_agg(v, ',' ORDER BY name)) FROM k") == before
+    pair.sync()
+
+
+async def test_sent_rows_in_the_wrong_buckets_do_not_add_up(pair: Pair) -> None:
+    """The staged rows of a delta are counted by bucket with this superhub's hash: a bucket holding other than
+    its counts give it (all of a changed bucket's rows, an appended bucket's gain) is refused before any change."""
+    conn = await asyncpg.connect(pair.cluster.dsn(pair.superhub_db))
+    try:
+        await conn.execute("CREATE TEMP TABLE sent (name text)")
+        await conn.execute("INSERT INTO sent SELECT 'n' || i FROM generate_series(1, 20) AS i")
+        key = (("name", 25),)
+        counted = await conn.fetch(f"SELECT {bucket_sql(key, 2)}, count(*) FROM sent AS r GROUP BY 1")
+        buckets: dict[int, int] = {row[0]: row[1] for row in counted}
+        state = DeltaState("0" * 64, 2, 1, (30, 30), "1")
+        stored = (30 - buckets[0] + 1, 30 - buckets[1])  # bucket 0 gained one row less than sent
+        head = DeltaHead(state, 60, frozenset(), 20, frozenset({0, 1}))
+        parent = cast("ParentTable", SimpleNamespace(qualified_name="public.k", table=TableName("public", "k")))
+        staged = StagedDelta(parent, "pg_temp.sent", key, head, sum(stored), stored)
+        with pytest.raises(
+            DeltaRefusedError, match=r"bucket 0 holds \d+ row\(s\) sent, not the \d+ its counts give it"
+        ):
+            await _check_sent(conn, staged, bucket_sql(key, 2))
+        fair = StagedDelta(parent, "pg_temp.sent", key, head, sum(stored), (stored[0] - 1, stored[1]))
+        await _check_sent(conn, fair, bucket_sql(key, 2))
+    finally:
+        await conn.close()
 
 
 def test_a_delta_that_does_not_add_up_is_refused_and_the_next_run_sends_all(pair: Pair, tmp_path: Path) -> None:
