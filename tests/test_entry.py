@@ -82,3 +82,16 @@ def test_the_console_script_and_python_m_exit_with_the_commands_status() -> None
 
 def _fedload(*words: str) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run([sys.executable, "-m", "fedload", *words], capture_output=True, timeout=60, check=False)
+
+
+def test_python_m_fedload_runs_beside_a_directory_named_fedload(tmp_path: Path) -> None:
+    """`python -m fedload` where the current directory holds a `fedload` directory with no package in it (a
+    checkout cloned as ~/fedload, and sshd starting the agent in ~): the installed fedload runs, not that
+    directory as a namespace package (the editable install is a path, not an import hook after the path's)."""
+    (tmp_path / "fedload").mkdir()
+    (tmp_path / "fedload" / "README.md").write_text("a checkout's directory\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "fedload", "--version"], cwd=tmp_path, capture_output=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-1000:]
+    assert done.stdout.startswith(b"fedload ")
