@@ -101,6 +101,23 @@ def one_run(path: Path, feeders: LocalCluster, superhub: LocalCluster, tree: Pat
     return (*(b - a for a, b in zip(before, after, strict=True)), min(wall, run["seconds"]), run["dump_bytes"] / 1e6)
 
 
+def change_between_runs(feeders: LocalCluster, run: int) -> None:
+    """freshness.py's writer, three commits on the feeder before run number `run` (a tenth of its hosts each)."""
+    for commit in range(3):
+        feeders.psql(freshness._WRITER_SQL.replace("$1", str((3 * run + commit) % 10)), "f1")
+
+
+def populated(work: common.Workspace, rows: int) -> tuple[LocalCluster, LocalCluster]:
+    """The feeder cluster (database f1: bench/common.py's six tables of about `rows` rows, frozen and analyzed)
+    and the superhub cluster, started in `work`."""
+    feeders, superhub = work.cluster("feeders"), work.cluster("superhub")
+    feeders.psql("CREATE DATABASE f1")
+    sql, _ = common.dataset_sql(rows, hub=1)
+    feeders.psql(common.SCHEMA_SQL + sql, "f1")
+    feeders.psql("VACUUM (FREEZE, ANALYZE)", "f1")
+    return feeders, superhub
+
+
 def way(
     args: argparse.Namespace,
     work: Path,
@@ -116,8 +133,7 @@ def way(
     path = config(work, feeders, superhub, changed_rows=on)
     measured = []
     for i in range(WARM_RUNS + args.runs):
-        for commit in range(3):
-            feeders.psql(freshness._WRITER_SQL.replace("$1", str((3 * i + commit) % 10)), "f1")
+        change_between_runs(feeders, i)
         cost = one_run(path, feeders, superhub, tree)
         if i >= WARM_RUNS:
             measured.append(cost)
@@ -135,11 +151,7 @@ def main() -> None:
     print(common.machine_line())
     work = common.Workspace(common.pick_install(args.pg_major), keep=args.keep)
     try:
-        feeders, superhub = work.cluster("feeders"), work.cluster("superhub")
-        feeders.psql("CREATE DATABASE f1")
-        sql, _ = common.dataset_sql(args.rows, hub=1)
-        feeders.psql(common.SCHEMA_SQL + sql, "f1")
-        feeders.psql("VACUUM (FREEZE, ANALYZE)", "f1")
+        feeders, superhub = populated(work, args.rows)
         if args.tree is not None:
             against_tree(args, work.dir, (feeders, superhub))
             return

@@ -19,7 +19,6 @@ import re
 
 import changed_rows_cost
 import common
-import freshness
 
 from fedload.localpg import LocalCluster
 from transforms.cli import positive_int
@@ -46,19 +45,14 @@ def main() -> None:
     print(common.machine_line())
     work = common.Workspace(common.pick_install(args.pg_major), keep=args.keep)
     try:
-        feeders, superhub = work.cluster("feeders"), work.cluster("superhub")
-        feeders.psql("CREATE DATABASE f1")
-        sql, _ = common.dataset_sql(args.rows, hub=1)
-        feeders.psql(common.SCHEMA_SQL + sql, "f1")
-        feeders.psql("VACUUM (FREEZE, ANALYZE)", "f1")
+        feeders, superhub = changed_rows_cost.populated(work, args.rows)
         superhub.psql("CREATE DATABASE hub")
         path = changed_rows_cost.config(work.dir, feeders, superhub, changed_rows=True)
         for i in range(changed_rows_cost.WARM_RUNS + args.runs):
             if i == changed_rows_cost.WARM_RUNS:
                 superhub.psql(_LOG_ALL)
                 feeders.psql(_LOG_ALL)
-            for commit in range(3):
-                feeders.psql(freshness._WRITER_SQL.replace("$1", str((3 * i + commit) % 10)), "f1")
+            changed_rows_cost.change_between_runs(feeders, i)
             changed_rows_cost.one_run(path, feeders, superhub)
         for side, cluster in (("superhub", superhub), ("feeder", feeders)):
             totals = statement_ms(cluster, args.runs)

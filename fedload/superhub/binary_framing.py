@@ -111,9 +111,10 @@ class BinaryFraming:
         columns = self._columns
         if not columns:
             return pos
-        if columns > _MAX_COLUMNS:  # never from a staging table (1,600 at most): a count no row can match
-            return python_rows(data, pos, columns, self._max_row_bytes + 2 + 4 * columns)
-        return walk_rows(data, pos, columns, self._max_row_bytes + 2 + 4 * columns)
+        # More columns than a row's int16 count can say never come from a staging table (1,600 at most), and the
+        # compiled walk refuses them: no row can match that count, which the Python walk finds at once.
+        walk = walk_rows if columns <= _MAX_COLUMNS else python_rows
+        return walk(data, pos, columns, self._max_row_bytes + 2 + 4 * columns)
 
     def _walk(self, data: bytes | memoryview, pos: int, end: int, *, to_row_end: bool) -> int:
         """The careful walk, field by field from `pos`, to `end` or (`to_row_end`) the current row's end: where it
