@@ -77,6 +77,7 @@ class WayResult:
     loads: int
     equal: bool
     busy: dict[str, float]  # each side's CPU busy share while the way ran (pinned: feeder CPU 0, superhub CPU 1)
+    parts: dict[str, float] = field(default_factory=dict)  # CPU share of each process tree (`Harness.trees`)
     notes: str = ""
 
     def quantile(self, q: float) -> float:
@@ -176,16 +177,28 @@ class Harness:
         writer = asyncio.create_task(self.write(stop_writer))
         reader = asyncio.create_task(self.sample(way_runner.ages, stop_reader))
         busy_before, started = common.cpu_busy_seconds(), time.monotonic()
+        trees_before = {part: common.tree_cpu_seconds(pid) for part, pid in self.trees().items()}
         await asyncio.sleep(self.args.seconds)
+        trees_after = {part: common.tree_cpu_seconds(pid) for part, pid in self.trees().items()}
         busy_after, seconds = common.cpu_busy_seconds(), time.monotonic() - started
         busy = {cpu: (busy_after[cpu] - busy_before[cpu]) / seconds for cpu in (FEEDER_CPU, SUPERHUB_CPU)}
+        parts = {part: (trees_after[part] - trees_before[part]) / seconds for part in trees_before}
         stop_reader.set()
         first_full, ages = await reader
         stop_writer.set()
         await writer
         equal = await way_runner.converge()
         loads = await way_runner.stop()
-        return WayResult(label, first_full, ages, loads, equal, busy)
+        return WayResult(label, first_full, ages, loads, equal, busy, parts)
+
+    def trees(self) -> dict[str, int]:
+        """The process trees whose CPU each way reports, by name: the feeders' server (the dumps' backends, the
+        writer's and autovacuum), the sshd (its sessions, the agents, psql, zstd) and the superhub's server."""
+        return {
+            "feeder server": common.postmaster_pid(self.feeders),
+            "feeder sshd": self.sshd.process.pid,
+            "superhub server": common.postmaster_pid(self.superhub),
+        }
 
     async def feeder_counts(self) -> dict[tuple[int, str], int]:
         counts = {}
@@ -493,6 +506,9 @@ def report(results: Sequence[WayResult], args: argparse.Namespace) -> None:
     )
     headers = ["way", "worst", "p99", "median", "loads", "first full load", "equal", "CPU busy 0 / 1", "worst vs"]
     common.print_table(title, headers, rows)
+    parts = list(results[0].parts) if results else []
+    shares = [[r.way, *(f"{r.parts[part]:.0%}" for part in parts)] for r in results]
+    common.print_table("CPU share of each process tree while the way ran (of one CPU)", ["way", *parts], shares)
     aim = by_way.get("binary") or by_way.get("copy")
     if aim is not None and "shell" in by_way and aim.ages and by_way["shell"].ages:
         worst = max(aim.ages)

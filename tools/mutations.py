@@ -597,6 +597,14 @@ SABOTAGES = (
         ("tests/superhub/test_changed_rows.py", "-k", "wrong_buckets"),
     ),
     Sabotage(
+        "delta-state-old-rows-believed",
+        "counted against its state, a table whose old rows are fewer than the state holds is counted by every row",
+        "fedload/feeder/delta_plan.py",
+        "        if old_rows == sum(stored.counts):",
+        "        if True:",
+        ("tests/superhub/test_changed_rows.py", "-k", "unseen_by_the_counters or any_changes"),
+    ),
+    Sabotage(
         "binary-row-unbounded",
         "a binary COPY row past superhub.max_statement_bytes is refused before it reaches PostgreSQL",
         "fedload/superhub/binary_framing.py",

@@ -8,6 +8,7 @@ the snapshot and writes every identifier itself. Row counts come from psql's `CO
 
 from __future__ import annotations
 
+import functools
 import subprocess
 from typing import BinaryIO
 
@@ -17,9 +18,9 @@ from fedload.feeder.binary_plan import TablePlan, TableRequest, copy_command, pl
 from fedload.feeder.binary_plan import read_requests as _read_requests
 from fedload.feeder.child import StderrTail, killed_when_reader_leaves, write_frames
 from fedload.feeder.compress import choose_compressor
-from fedload.feeder.delta import PROBE_QUERY, changed_rows_where
-from fedload.feeder.delta_plan import TableDelta, counted_buckets, delta_head, table_delta
-from fedload.feeder.digest import durable, table_digest, unchanged
+from fedload.feeder.delta import PROBE_QUERY, changed_rows_where, state_digest
+from fedload.feeder.delta_plan import TableDelta, counted_against_state, counted_buckets, delta_head, table_delta
+from fedload.feeder.digest import TableDigest, durable, table_digest, unchanged
 from fedload.feeder.errors import AgentError, AgentUsageError
 from fedload.feeder.logs import get_logger
 from fedload.feeder.pg_dump import VersionProbe, ask_version
@@ -200,13 +201,14 @@ def _table(
     table = (request.schema, request.name)
     feeder = seen.catalog[table]
     plan = plan_table(request, feeder)
-    digest = table_digest(request, plan, feeder, counters, context=seen.context, query=session.query)
-    kept = unchanged(digest, request)
-    delta = None
-    if kept is None and seen.context is not None:
-        counted = counted_buckets(request, plan, feeder, context=seen.context, query=session.query)
-        if counted is not None:
-            delta = table_delta(request, plan, counted, context=seen.context, probe=sent.probe(session))
+    digest, kept, delta = _against_state(session, request, plan, seen, sent=sent, counters=counters)
+    if digest is None:
+        digest = table_digest(request, plan, feeder, counters, context=seen.context, query=session.query)
+        kept = unchanged(digest, request)
+        if kept is None and seen.context is not None:
+            counted = counted_buckets(request, plan, feeder, context=seen.context, query=session.query)
+            if counted is not None:
+                delta = table_delta(request, plan, counted, context=seen.context, probe=sent.probe(session))
     head = section_head(
         table,
         plan.columns,
@@ -230,6 +232,34 @@ def _table(
         if kept is None and digest is not None and digest.kind is ProofKind.IDENTITY:
             sent.fresh.append(len(sent.digests))
         sent.digests.append((plan.schema, plan.name, digest.digest if digest else "", copied, counters))
+
+
+def _against_state(
+    session: SnapshotSession,
+    request: TableRequest,
+    plan: TablePlan,
+    seen: SnapshotTables,
+    *,
+    sent: _Sent,
+    counters: str,
+) -> tuple[TableDigest | None, tuple[int, str] | None, TableDelta | None]:
+    """Where the superhub sent a delta state the snapshot's rows can be counted against (fedload/feeder/
+    delta_plan.py's `counted_against_state`): the table's digest, and either that it is unchanged (with the digest
+    the superhub holds) or its delta, whose state's token is the digest to store (`state_digest`). No identity
+    proof is computed. (None, None, None) elsewhere."""
+    if seen.context is None:
+        return None, None, None
+    feeder = seen.catalog[request.schema, request.name]
+    probe = functools.partial(sent.probe, session)  # asked once a dump, where a table needs it
+    counted = counted_against_state(
+        request, plan, feeder, counters, context=seen.context, query=session.query, probe=probe
+    )
+    if counted is None:
+        return None, None, None
+    delta = table_delta(request, plan, counted, context=seen.context, probe=probe())
+    if delta.unchanged:
+        return TableDigest(delta.rows, request.digest, ProofKind.IDENTITY), (delta.rows, request.digest), None
+    return TableDigest(delta.rows, state_digest(delta.state), ProofKind.IDENTITY), None, delta
 
 
 def _copy(session: SnapshotSession, plan: TablePlan, delta: TableDelta | None, parts: _Parts) -> int:

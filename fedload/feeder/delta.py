@@ -48,7 +48,10 @@ __all__ = [
     "encode_counts",
     "parse_buckets",
     "parse_delta_request",
+    "parse_new_rows",
     "parse_state",
+    "state_digest",
+    "written_since_query",
 ]
 
 DELTA_VERSION = 2  # what the basis and the buckets mean: a change makes every stored state differ
@@ -65,6 +68,7 @@ PROBE_QUERY = (
     f"# pg_catalog.uuid_hash_extended('a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', {BUCKET_SEED});"
 )
 _TAG = "fedload delta basis"
+_DIGEST_TAG = "fedload delta state digest"
 _MAX_COUNT = 2**63 - 1
 _IDENT = re.compile(r"[0-9a-f]{64}")
 _PROBE = re.compile(r"-?[0-9]{1,20}")
@@ -258,6 +262,30 @@ def parse_buckets(printed: bytes, buckets: int) -> dict[int, tuple[int, int]]:
     return found
 
 
+def written_since_query(table: tuple[str, str], key: Sequence[tuple[str, int]], buckets: int, old: str) -> str:
+    """One statement printing `-1|old` and `bucket|new` for each bucket of `table` holding rows for which the SQL
+    `old` does not hold (written since the stored state): the key is hashed for those rows alone, so a table that
+    only gained rows costs its new rows' hashes, not every row's (`buckets_query`)."""
+    source = f"ONLY {quote_ident(table[0])}.{quote_ident(table[1])} AS r"
+    rows = f"SELECT CASE WHEN {old} THEN -1 ELSE {bucket_sql(key, buckets)} END AS b FROM {source} OFFSET 0"  # noqa: S608
+    return serially(f"SELECT s.b, count(*) FROM ({rows}) AS s GROUP BY s.b;")  # noqa: S608 - built above
+
+
+def parse_new_rows(printed: bytes, buckets: int) -> tuple[int, dict[int, int]]:
+    """The old rows and the new ones by bucket from what `written_since_query` printed; ValueError if it is not
+    its answer."""
+    fields = printed.decode("ascii").replace("\n", "|").split("|")
+    if fields[-1] == "":
+        fields.pop()
+    if len(fields) % 2:
+        raise ValueError("the rows written since the state are not lines of 2 numbers")
+    values = list(map(int, fields))
+    found = dict(zip(values[0::2], values[1::2]))
+    if len(found) != len(values) // 2 or (found and not -1 <= min(found) <= max(found) < buckets):
+        raise ValueError(f"a bucket is not one of {buckets}, or is there twice")
+    return found.pop(-1, 0), found
+
+
 def dirty_buckets(stored: Sequence[int], found: dict[int, tuple[int, int]]) -> list[int]:
     """The buckets whose rows may differ from those the superhub holds: a new row, or not the old rows it held."""
     dirty = {b for b, (old, new) in found.items() if new or old != stored[b]}
@@ -272,6 +300,15 @@ def delta_basis(covered: list[Any], columns: Sequence[str], key: Sequence[str], 
     return hashlib.sha256(json.dumps(content).encode()).hexdigest()
 
 
+def state_digest(state: DeltaState) -> str:
+    """The digest a table sent by its delta is stored with, in place of its identity digest (which the run does not
+    compute): a token of the state, which the next run's agent sends back as the table's digest where its rows,
+    counted against that state, prove it unchanged. Tagged apart, it never equals an identity or content digest, so
+    where the table is not counted against its state the digest differs and the table goes."""
+    content = [_DIGEST_TAG, DELTA_VERSION, state.to_json()]
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
+
+
 def changed_rows_where(
     key: Sequence[tuple[str, int]],
     dirty: Iterable[int],
@@ -280,10 +317,14 @@ def changed_rows_where(
     new: str = "false",
 ) -> str:
     """SQL that holds for the rows (as `r`) in the `dirty` buckets, and for the rows of the `appended` buckets for
-    which the SQL `new` holds (written since the stored state): binary_plan's `copy_command` copies those."""
+    which the SQL `new` holds (written since the stored state): binary_plan's `copy_command` copies those. Where no
+    bucket is dirty, every bucket holding new rows is appended (delta_plan's `table_delta`): the new rows are then
+    told by `new` alone, no row's key hashed."""
     bucket = bucket_sql(key, buckets)
-    where = f"pg_catalog.get_bit(pg_catalog.decode('{bitmap(dirty, buckets).hex()}', 'hex'), {bucket}) = 1"
-    added = bitmap(appended, buckets)
+    changed, added = bitmap(dirty, buckets), bitmap(appended, buckets)
+    where = f"pg_catalog.get_bit(pg_catalog.decode('{changed.hex()}', 'hex'), {bucket}) = 1"
     if not any(added):
         return where
+    if not any(changed):
+        return f"({new})"
     return f"({where} OR ({new} AND pg_catalog.get_bit(pg_catalog.decode('{added.hex()}', 'hex'), {bucket}) = 1))"

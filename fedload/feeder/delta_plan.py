@@ -21,11 +21,21 @@ from fedload.feeder.delta import (
     dirty_buckets,
     encode_bits,
     parse_buckets,
+    parse_new_rows,
+    written_since_query,
 )
 from fedload.feeder.digest import FIRST_NORMAL_XID, XID_WRAP, covered, widened_xmin
 from fedload.feeder.proof import ProofContext, ProofKind, proof_kind
 
-__all__ = ["CountedBuckets", "TableDelta", "counted_buckets", "delta_head", "old_rows_sql", "table_delta"]
+__all__ = [
+    "CountedBuckets",
+    "TableDelta",
+    "counted_against_state",
+    "counted_buckets",
+    "delta_head",
+    "old_rows_sql",
+    "table_delta",
+]
 
 _AGE_EXACT = 1 << 30  # far below 2^31, where age() wraps: the transactions begun since the snapshot count too
 
@@ -42,6 +52,11 @@ class TableDelta:
     sent: int  # of them, those sent: the dirty buckets' and the appended buckets' new ones (all where all goes)
     appended: tuple[int, ...] = ()  # buckets that only gained rows since the state: their new rows alone are sent
     new: str = "false"  # SQL true for a row (as `r`) written since the stored state: the appended buckets' rows
+
+    @property
+    def unchanged(self) -> bool:
+        """Whether the table holds exactly the rows of the stored state: no bucket dirty, none appended to."""
+        return self.dirty == () and not self.appended
 
 
 @dataclass(frozen=True)
@@ -72,6 +87,52 @@ def counted_buckets(
     old = old_rows_sql(older_than, context.snapshot_xmax)
     found = parse_buckets(query(buckets_query((plan.schema, plan.name), key, ask.buckets, old)), ask.buckets)
     return CountedBuckets(key, found, old)
+
+
+def counted_against_state(
+    request: TableRequest,
+    plan: TablePlan,
+    feeder: Sequence[FeederColumn],
+    counters: str,
+    *,
+    context: ProofContext,
+    query: Callable[[str], bytes],
+    probe: Callable[[], str],
+) -> CountedBuckets | None:
+    """The table's buckets counted against the state the superhub sent, where the snapshot's rows can be: the
+    table can have a delta, the superhub holds its digest, and the state's basis and probe are this snapshot's. The
+    rows then say by themselves whether the table changed (no identity proof is needed: `table_delta` finds no
+    dirty bucket where none did). Where the table's `counters` do not say rows were updated or deleted since those
+    stored, first by one pass that hashes the keys of the rows written since the state alone
+    (`written_since_query`): where the old rows are as many as the state holds, they are the state's rows (each
+    was in it), so a bucket holds its stored rows and its new ones. Elsewhere by every row's bucket
+    (`buckets_query`). None where the rows cannot be counted against the state (`counted_buckets` then)."""
+    ask = request.delta
+    types = {c.name: c.type_oid for c in feeder}
+    if ask is None or ask.state is None or not request.digest or _why_not(ask, plan, types, context):
+        return None
+    stored = ask.state
+    basis = delta_basis(covered(plan, context), plan.columns, ask.key, ask.buckets)
+    if stored.basis != basis or stored.probe != probe():
+        return None
+    key = tuple((name, types[name]) for name in ask.key)
+    old = old_rows_sql(stored.xmin, context.snapshot_xmax)
+    table = (plan.schema, plan.name)
+    if not _rows_went(request.counters, counters):
+        old_rows, new = parse_new_rows(query(written_since_query(table, key, ask.buckets, old)), ask.buckets)
+        if old_rows == sum(stored.counts):
+            found = {b: (held, new.get(b, 0)) for b, held in enumerate(stored.counts) if held or b in new}
+            return CountedBuckets(key, found, old)
+    return CountedBuckets(key, parse_buckets(query(buckets_query(table, key, ask.buckets, old)), ask.buckets), old)
+
+
+def _rows_went(stored: str, now: str) -> bool:
+    """Whether the table's counters (fedload/feeder/digest.py: its file node, and its inserted, updated and deleted
+    tuples) say it was rewritten or rows were updated or deleted since the `stored` ones: which pass to count its
+    buckets by first, a hint, never trusted (PostgreSQL 15 and later report counts late, `track_counts` may be
+    off: the pass itself tells)."""
+    then, later = stored.split(), now.split()
+    return len(then) == len(later) == 4 and (then[0] != later[0] or then[2:] != later[2:])
 
 
 def old_rows_sql(older_than: int, snapshot_xmax: int) -> str:

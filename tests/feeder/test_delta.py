@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from fedload.feeder.delta import (
     MAX_BUCKETS,
     DeltaState,
+    changed_rows_where,
     decode_bits,
     decode_counts,
     dirty_buckets,
@@ -19,7 +20,9 @@ from fedload.feeder.delta import (
     encode_counts,
     parse_buckets,
     parse_delta_request,
+    parse_new_rows,
     parse_state,
+    state_digest,
 )
 
 POWERS = st.sampled_from([2**n for n in range(1, 10)])  # hypothesis draws lists of a few thousand at most
@@ -115,3 +118,37 @@ def test_bucket_counts_that_are_not_the_answer_are_refused(printed: bytes) -> No
     """A bucket past the count or twice, lines of other widths, a field not a number."""
     with pytest.raises(ValueError, match=r"bucket|invalid literal"):
         parse_buckets(printed, 4)
+
+
+def test_rows_written_since_are_read_as_printed() -> None:
+    """The old rows on the line of bucket -1 (0 where none is), the new ones by bucket."""
+    assert parse_new_rows(b"-1|2995\n3|2\n0|1\n", 4) == (2995, {3: 2, 0: 1})
+    assert parse_new_rows(b"1|5\n", 4) == (0, {1: 5})
+    assert parse_new_rows(b"", 2) == (0, {})
+
+
+@pytest.mark.parametrize("printed", [b"4|1\n", b"-2|1\n", b"1|1\n1|2\n", b"-1|1\n-1|1\n", b"1|1|0\n", b"x|1\n"])
+def test_rows_written_since_that_are_not_the_answer_are_refused(printed: bytes) -> None:
+    with pytest.raises(ValueError, match=r"bucket|lines|invalid literal"):
+        parse_new_rows(printed, 4)
+
+
+def test_with_no_bucket_dirty_the_new_rows_go_by_their_age_alone() -> None:
+    """Every bucket holding new rows appended, none dirty: the COPY's rows are the new ones, no key hashed."""
+    key = (("name", 25),)
+    assert changed_rows_where(key, (), 8, (1, 5), "NOT (old)") == "(NOT (old))"
+    both = changed_rows_where(key, iter([2]), 8, (1, 5), "NOT (old)")  # an iterable, taken once
+    assert "hashtextextended" in both
+    assert "'04'" in both  # bucket 2's bit
+    assert "NOT (old)" in both
+
+
+def test_a_state_digest_is_its_states_own() -> None:
+    """Of any other state (an xmin, a count apart) another digest; 64 hexadecimal digits, as stored."""
+    state = DeltaState("a" * 64, 4, 900, (1, 2, 0, 5), "12")
+    digest = state_digest(state)
+    assert len(digest) == 64
+    assert int(digest, 16) >= 0
+    assert digest == state_digest(DeltaState("a" * 64, 4, 900, (1, 2, 0, 5), "12"))
+    assert digest != state_digest(DeltaState("a" * 64, 4, 901, (1, 2, 0, 5), "12"))
+    assert digest != state_digest(DeltaState("a" * 64, 4, 900, (1, 2, 1, 5), "12"))
