@@ -66,6 +66,10 @@ class CountedBuckets:
     key: tuple[tuple[str, int], ...]  # (name, type OID) on the feeder: how its rows are bucketed
     found: dict[int, tuple[int, int]]  # (old, new) by bucket holding rows
     old: str = "false"  # the SQL that told old rows from new (`old_rows_sql`)
+    # Where every row of the stored state is still there (counted_against_state's first pass), the rows each bucket
+    # gained instead of `found` (empty then): its other rows are the state's. The bookkeeping then costs the buckets
+    # that gained, not every bucket.
+    gained: Optional[dict[int, int]] = None  # noqa: UP045 - Python 3.9 evaluates dataclass fields' types
 
 
 def counted_buckets(
@@ -121,8 +125,7 @@ def counted_against_state(
     if not _rows_went(request.counters, counters):
         old_rows, new = parse_new_rows(query(written_since_query(table, key, ask.buckets, old)), ask.buckets)
         if old_rows == sum(stored.counts):
-            found = {b: (held, new.get(b, 0)) for b, held in enumerate(stored.counts) if held or b in new}
-            return CountedBuckets(key, found, old)
+            return CountedBuckets(key, {}, old, gained=new)
     return CountedBuckets(key, parse_buckets(query(buckets_query(table, key, ask.buckets, old)), ask.buckets), old)
 
 
@@ -166,22 +169,40 @@ def table_delta(
     ask = request.delta
     assert ask is not None  # counted_buckets counts only where a delta is asked
     stored = ask.state
-    counts = [0] * ask.buckets
-    for bucket, (old, new) in counted.found.items():
-        counts[bucket] = old + new
+    counts = _counts(counted, stored, ask.buckets)
     basis = delta_basis(covered(plan, context), plan.columns, ask.key, ask.buckets)
-    state = DeltaState(basis, ask.buckets, context.snapshot_xmin, tuple(counts), probe)
+    state = DeltaState(basis, ask.buckets, context.snapshot_xmin, counts, probe)
     rows = sum(counts)
     if stored is None or stored.basis != basis or stored.probe != probe:
         return TableDelta(state, counted.key, None, "", rows, rows)
-    dirty = dirty_buckets(stored.counts, counted.found)
+    if counted.gained is not None:  # every stored row is there: a bucket that gained only gained
+        gains = counted.gained
+        dirty = sorted(gains)
+        appended = tuple(dirty) if ask.append else ()
+    else:
+        dirty = dirty_buckets(stored.counts, counted.found)
+        appended = tuple(b for b in dirty if ask.append and _only_gained(counted.found.get(b), stored.counts[b]))
+        gains = {b: counted.found[b][1] for b in appended}
     if len(dirty) > MAX_SENT_SHARE * ask.buckets:
         return TableDelta(state, counted.key, None, "", rows, rows)
-    appended = tuple(b for b in dirty if ask.append and _only_gained(counted.found.get(b), stored.counts[b]))
     whole = tuple(sorted(set(dirty) - set(appended)))
-    sent = sum(counts[b] for b in whole) + sum(counted.found[b][1] for b in appended)
+    sent = sum(counts[b] for b in whole) + sum(gains[b] for b in appended)
     written_since = f"NOT ({counted.old})"
     return TableDelta(state, counted.key, whole, stored.basis, rows, sent, appended, written_since)
+
+
+def _counts(counted: CountedBuckets, stored: DeltaState | None, buckets: int) -> tuple[int, ...]:
+    """Each bucket's rows in the snapshot: the stored counts and the gains, or the counted old and new rows."""
+    if counted.gained is not None:
+        assert stored is not None  # counted_against_state counts gains only against a state
+        counts = list(stored.counts)
+        for bucket, gain in counted.gained.items():
+            counts[bucket] += gain
+        return tuple(counts)
+    counts = [0] * buckets
+    for bucket, (old, new) in counted.found.items():
+        counts[bucket] = old + new
+    return tuple(counts)
 
 
 def _only_gained(found: tuple[int, int] | None, stored: int) -> bool:
