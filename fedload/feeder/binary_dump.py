@@ -14,7 +14,7 @@ from typing import BinaryIO
 
 from fedload import __version__
 from fedload.feeder.agent_options import AgentOptions
-from fedload.feeder.binary_plan import TablePlan, TableRequest, copy_command, plan_table, quote_ident
+from fedload.feeder.binary_plan import FeederColumn, TablePlan, TableRequest, copy_command, plan_table, quote_ident
 from fedload.feeder.binary_plan import read_requests as _read_requests
 from fedload.feeder.child import StderrTail, killed_when_reader_leaves, write_frames
 from fedload.feeder.compress import choose_compressor
@@ -201,7 +201,7 @@ def _table(
     table = (request.schema, request.name)
     feeder = seen.catalog[table]
     plan = plan_table(request, feeder)
-    digest, kept, delta = _against_state(session, request, plan, seen, sent=sent, counters=counters)
+    digest, kept, delta = _against_state(session, request, plan, feeder, seen, sent=sent, counters=counters)
     if digest is None:
         digest = table_digest(request, plan, feeder, counters, context=seen.context, query=session.query)
         kept = unchanged(digest, request)
@@ -238,6 +238,7 @@ def _against_state(
     session: SnapshotSession,
     request: TableRequest,
     plan: TablePlan,
+    feeder: list[FeederColumn],
     seen: SnapshotTables,
     *,
     sent: _Sent,
@@ -249,7 +250,6 @@ def _against_state(
     proof is computed. (None, None, None) elsewhere."""
     if seen.context is None:
         return None, None, None
-    feeder = seen.catalog[request.schema, request.name]
     probe = functools.partial(sent.probe, session)  # asked once a dump, where a table needs it
     counted = counted_against_state(
         request, plan, feeder, counters, context=seen.context, query=session.query, probe=probe

@@ -241,48 +241,57 @@ def buckets_query(table: tuple[str, str], key: Sequence[tuple[str, int]], bucket
     """One statement printing `bucket|old|new` for each bucket of `table` holding rows: `old` the rows for which
     the SQL `old` holds (fedload/feeder/delta_plan.py's `old_rows_sql`: written before the stored state's
     snapshot), `new` the others."""
-    source = f"ONLY {quote_ident(table[0])}.{quote_ident(table[1])} AS r"
-    rows = f"SELECT {bucket_sql(key, buckets)} AS b, {old} AS old FROM {source} OFFSET 0"  # noqa: S608
+    rows = f"SELECT {bucket_sql(key, buckets)} AS b, {old} AS old FROM {_source(table)} OFFSET 0"  # noqa: S608
     counted = "count(*) FILTER (WHERE s.old), count(*) FILTER (WHERE NOT s.old)"
     return serially(f"SELECT s.b, {counted} FROM ({rows}) AS s GROUP BY s.b;")  # noqa: S608 - built above
 
 
 def parse_buckets(printed: bytes, buckets: int) -> dict[int, tuple[int, int]]:
     """(old, new) by bucket from what `buckets_query` printed; ValueError if it is not its answer."""
+    values = _printed_lines(printed, 3, "the bucket counts")
+    numbers = values[0::3]
+    found = dict(zip(numbers, zip(values[1::3], values[2::3])))
+    _check_buckets_printed(numbers, len(found), 0, buckets)
+    return found
+
+
+def _source(table: tuple[str, str]) -> str:
+    """The rows of `table` itself (no inheritance child's), as `r`; identifiers quoted here."""
+    return f"ONLY {quote_ident(table[0])}.{quote_ident(table[1])} AS r"
+
+
+def _printed_lines(printed: bytes, width: int, what: str) -> list[int]:
+    """The numbers of psql's unaligned lines of `width` fields each, in order; ValueError naming `what` otherwise."""
     fields = printed.decode("ascii").replace("\n", "|").split("|")
     if fields[-1] == "":
         fields.pop()
-    if len(fields) % 3:
-        raise ValueError("the bucket counts are not lines of 3 numbers")
-    values = list(map(int, fields))
-    numbers = values[0::3]
-    found = dict(zip(numbers, zip(values[1::3], values[2::3])))
-    if len(found) != len(numbers) or (numbers and not 0 <= min(numbers) <= max(numbers) < buckets):
+    if len(fields) % width:
+        raise ValueError(f"{what} are not lines of {width} numbers")
+    return list(map(int, fields))
+
+
+def _check_buckets_printed(numbers: list[int], distinct: int, lowest: int, buckets: int) -> None:
+    """ValueError unless the printed bucket `numbers` are `distinct` different ones, from `lowest` to the last."""
+    if distinct != len(numbers) or (numbers and not lowest <= min(numbers) <= max(numbers) < buckets):
         raise ValueError(f"a bucket is not one of {buckets}, or is there twice")
-    return found
 
 
 def written_since_query(table: tuple[str, str], key: Sequence[tuple[str, int]], buckets: int, old: str) -> str:
     """One statement printing `-1|old` and `bucket|new` for each bucket of `table` holding rows for which the SQL
     `old` does not hold (written since the stored state): the key is hashed for those rows alone, so a table that
     only gained rows costs its new rows' hashes, not every row's (`buckets_query`)."""
-    source = f"ONLY {quote_ident(table[0])}.{quote_ident(table[1])} AS r"
-    rows = f"SELECT CASE WHEN {old} THEN -1 ELSE {bucket_sql(key, buckets)} END AS b FROM {source} OFFSET 0"  # noqa: S608
+    case = f"CASE WHEN {old} THEN -1 ELSE {bucket_sql(key, buckets)} END"
+    rows = f"SELECT {case} AS b FROM {_source(table)} OFFSET 0"  # noqa: S608
     return serially(f"SELECT s.b, count(*) FROM ({rows}) AS s GROUP BY s.b;")  # noqa: S608 - built above
 
 
 def parse_new_rows(printed: bytes, buckets: int) -> tuple[int, dict[int, int]]:
     """The old rows and the new ones by bucket from what `written_since_query` printed; ValueError if it is not
     its answer."""
-    fields = printed.decode("ascii").replace("\n", "|").split("|")
-    if fields[-1] == "":
-        fields.pop()
-    if len(fields) % 2:
-        raise ValueError("the rows written since the state are not lines of 2 numbers")
-    values = list(map(int, fields))
-    found = dict(zip(values[0::2], values[1::2]))
-    if len(found) != len(values) // 2 or (found and not -1 <= min(found) <= max(found) < buckets):
-        raise ValueError(f"a bucket is not one of {buckets}, or is there twice")
+    values = _printed_lines(printed, 2, "the rows written since the state")
+    numbers = values[0::2]
+    found = dict(zip(numbers, values[1::2]))
+    _check_buckets_printed(numbers, len(found), -1, buckets)  # -1: the old rows' line
     return found.pop(-1, 0), found
 
 
