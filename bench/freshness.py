@@ -270,6 +270,7 @@ class _DaemonWay(_Way):
             f"tables = {json.dumps([f'public.{t}' for t in TABLES])}",
             f"schema_file = {json.dumps(str(schema))}",
             f"max_parallel_feeders = {self.h.args.lanes}",
+            f'analyze = "{self.h.args.analyze}"',
         ]
         for i, db in enumerate(self.h.feeder_dbs, start=1):
             lines += [
@@ -532,6 +533,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--commit-s", type=float, default=2.0, help="each feeder commits every so often (2)")
     parser.add_argument("--sample-s", type=float, default=0.5, help="the reader samples every so often (0.5)")
     parser.add_argument("--interval-s", type=float, default=1.0, help="the daemon ways' interval_s (1)")
+    parser.add_argument(
+        "--analyze", choices=("after_swap", "autovacuum"), default="after_swap", help="the daemon's analyze setting"
+    )
     parser.add_argument("--lanes", type=int, default=os.cpu_count() or 2, help="feeders at a time (CPU count)")
     parser.add_argument("--ways", default="binary,copy,shell,seed", help="comma-separated (binary,copy,shell,seed)")
     parser.add_argument("--tree", type=Path, help="also run the fedload ways with this checkout's fedload")
