@@ -39,6 +39,7 @@ import subprocess
 import sys
 import threading
 import time
+import typing
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,7 @@ from pathlib import Path
 import asyncpg
 import common
 
+from fedload.config import Analyze
 from fedload.localpg import LocalCluster
 
 FEEDER_CPU, SUPERHUB_CPU = "0", "1"
@@ -534,7 +536,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--sample-s", type=float, default=0.5, help="the reader samples every so often (0.5)")
     parser.add_argument("--interval-s", type=float, default=1.0, help="the daemon ways' interval_s (1)")
     parser.add_argument(
-        "--analyze", choices=("after_swap", "autovacuum"), default="after_swap", help="the daemon's analyze setting"
+        "--analyze", choices=typing.get_args(Analyze), default="after_swap", help="the daemon's analyze setting"
     )
     parser.add_argument("--lanes", type=int, default=os.cpu_count() or 2, help="feeders at a time (CPU count)")
     parser.add_argument("--ways", default="binary,copy,shell,seed", help="comma-separated (binary,copy,shell,seed)")
