@@ -21,7 +21,7 @@ from fedload.feeder.compress import choose_compressor
 from fedload.feeder.delta import PROBE_QUERY, changed_rows_where, state_digest
 from fedload.feeder.delta_plan import TableDelta, counted_against_state, counted_buckets, delta_head, table_delta
 from fedload.feeder.digest import TableDigest, durable, table_digest, unchanged
-from fedload.feeder.errors import AgentError, AgentUsageError
+from fedload.feeder.errors import AgentError, AgentUsageError, one_line
 from fedload.feeder.logs import get_logger
 from fedload.feeder.pg_dump import VersionProbe, ask_version
 from fedload.feeder.proof import ProofKind
@@ -45,34 +45,62 @@ def read_requests(options: AgentOptions) -> list[TableRequest]:
     return _read_requests(options.tables, options.columns)
 
 
-def run_binary_dump(options: AgentOptions, out: BinaryIO) -> int:
-    """Write the binary-mode stream of one dump to `out`: 0 when complete, else AgentError saying why."""
+def run_binary_dump(options: AgentOptions, out: BinaryIO, kept: SnapshotSession | None = None) -> int:
+    """Write the binary-mode stream of one dump to `out`: 0 when complete, else AgentError saying why. `kept`: the
+    served agent's idle session on the feeder's database, borrowed (fedload/feeder/kept_session.py), used where it
+    still answers; else, or without one, a session of the dump's own."""
     requests = read_requests(options)
     compressor = choose_compressor(options.compression, options.zstd)
     psql = psql_beside(options.pg_dump)
     probe = VersionProbe(options.pg_dump) if options.statistics else None  # runs while psql starts and connects
-    try:
-        session = SnapshotSession.start(psql, options.database)
-    except OSError as exc:
-        if probe is not None:
-            probe.abandon()
-        raise AgentError(f"cannot start {psql}: {exc}") from exc
+    session, version = _answering(kept, out)
+    if session is None:
+        session = _own_session(psql, options.database, probe)
     statistics = None
     try:
-        with killed_when_reader_leaves(session.process, out):  # psql may wait for its server
-            version = _psql_version(session, psql)
+        if not version:
+            with killed_when_reader_leaves(session.killable, out):  # psql may wait for its server
+                version = _psql_version(session, psql)
         statistics = _statistics(options, probe)
         protocol = DIGEST_PROTOCOL if any(r.wants_digest for r in requests) else PROTOCOL_VERSION
         header = Header(compressor.compression, "binary", __version__, version, list(options.tables), protocol=protocol)
         failure = _stream(session, requests, StreamEncoder(header, compressor.compress), out, statistics)
     finally:
-        _reap(session.process)
+        if not session.borrowed:  # a kept psql is its parent's to reap
+            _reap(session.process)
         if statistics is not None:
             statistics.reap()
-        session.close()
+        if not session.borrowed:
+            session.close()
     if failure:
         raise AgentError(failure)
     return 0
+
+
+def _answering(kept: SnapshotSession | None, out: BinaryIO) -> tuple[SnapshotSession | None, str]:
+    """The kept session in the dump's transaction, and its psql's version, where it answers; else (None, ""), and
+    its psql killed: its server ended the connection while it was idle (a restart, `idle_session_timeout`), and
+    the served agent starts another for the next dump."""
+    if kept is None:
+        return None, ""
+    try:
+        with killed_when_reader_leaves(kept.killable, out):
+            kept.begin()
+            return kept, kept.client_version()
+    except (SessionEnded, ValueError):
+        kept.killable.kill()
+        log.info("agent.kept_session_gone", pid=kept.process.pid)
+        return None, ""
+
+
+def _own_session(psql: str, database: str, probe: VersionProbe | None) -> SnapshotSession:
+    """A psql session of the dump's own, in its transaction; AgentError if psql cannot start."""
+    try:
+        return SnapshotSession.start(psql, database)
+    except OSError as exc:
+        if probe is not None:
+            probe.abandon()
+        raise AgentError(f"cannot start {psql}: {exc}") from exc
 
 
 def _psql_version(session: SnapshotSession, psql: str) -> str:
@@ -107,16 +135,17 @@ def _stream(
     server_version, error = "", ""
     out.write(encoder.start())
     try:
-        with killed_when_reader_leaves(session.process, out):
+        with killed_when_reader_leaves(session.killable, out):
             server_version = _tables(session, requests, encoder, out, sent, statistics=statistics)
-            session.finish()
+            session.finish(keep=session.borrowed)
     except SessionEnded as exc:
         error = str(exc)
     except (ValueError, StatisticsDumpError) as exc:  # a name \copy cannot take, a catalog answer that is not one
         error = str(exc)
-        session.process.kill()
-    status = session.process.wait(timeout=_EXIT_TIMEOUT_S)
-    tail = stderr.text()
+        session.killable.kill()
+    status, tail = _ended(session, stderr, error)
+    if session.borrowed and error and tail.strip():  # no exit status to tell psql's own failure: its words
+        error = f"{error}: {one_line(tail)}"
     rows = sent.rows
     tables = [(schema, name) for schema, name, _ in rows]
     trailer = encoder.finish(
@@ -317,6 +346,16 @@ class _Parts:
             length -= len(piece)
             self._bytes -= len(piece)
         write_frames(self._out, b"".join(frames))
+
+
+def _ended(session: SnapshotSession, stderr: StderrTail, error: str) -> tuple[int, str]:
+    """psql's exit status and stderr's tail once the dump's part is over. A borrowed psql is not waited for: kept
+    idle (no error), its stderr stays open; after an error it is killed (its parent starts another)."""
+    if session.borrowed:
+        if error:
+            session.killable.kill()
+        return 0, stderr.text(wait=bool(error))
+    return session.process.wait(timeout=_EXIT_TIMEOUT_S), stderr.text()
 
 
 def _reap(process: subprocess.Popen[bytes]) -> None:

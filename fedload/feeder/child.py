@@ -6,15 +6,16 @@ from __future__ import annotations
 import contextlib
 import os
 import select
-import subprocess
+import signal
 import threading
 from collections.abc import Iterator
-from typing import IO, BinaryIO
+from dataclasses import dataclass
+from typing import IO, BinaryIO, Protocol
 
 from fedload._tail import Tail
 from fedload.feeder.logs import get_logger
 
-__all__ = ["StderrTail", "killed_when_reader_leaves", "write_frames"]
+__all__ = ["Borrowed", "Killable", "StderrTail", "killed_when_reader_leaves", "write_frames"]
 
 _WATCHER_EXIT_TIMEOUT_S = 5.0
 
@@ -33,14 +34,48 @@ class StderrTail:
         for line in pipe:
             self._tail.append(line)
 
-    def text(self) -> str:
-        """The tail, once the pipe has closed (waits briefly for it)."""
-        self._thread.join(timeout=5.0)
+    def text(self, *, wait: bool = True) -> str:
+        """The tail, once the pipe has closed (waits briefly for it); or where not `wait`, as it is now (a kept psql
+        keeps its stderr open)."""
+        if wait:
+            self._thread.join(timeout=5.0)
         return self._tail.text()
 
 
+class Killable(Protocol):
+    """A child process as the watcher sees it: a subprocess.Popen, or a `Borrowed` one."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def poll(self) -> int | None: ...
+
+    def kill(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Borrowed:
+    """A process of the parent's that a forked child uses (the served agent's kept psql): not the child's own, so
+    it cannot be waited for (subprocess would take ECHILD for an exit, and never kill it after). Its parent reaps
+    it only once the child has exited, so its pid is not reused meanwhile."""
+
+    pid: int
+
+    def poll(self) -> int | None:
+        """None while the process exists (a zombie too: its end shows on its pipes)."""
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return -signal.SIGKILL
+        return None
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+
+
 @contextlib.contextmanager
-def killed_when_reader_leaves(process: subprocess.Popen[bytes], out: BinaryIO) -> Iterator[None]:
+def killed_when_reader_leaves(process: Killable, out: BinaryIO) -> Iterator[None]:
     """Kill pg_dump as soon as the reader of `out` goes away (the superhub gave up and closed the channel), even
     while pg_dump sends nothing, say waiting for a lock on the feeder: it would otherwise hold its snapshot and
     locks until its next write failed, and every retry would add one more.
@@ -62,7 +97,7 @@ def killed_when_reader_leaves(process: subprocess.Popen[bytes], out: BinaryIO) -
         watcher.join(timeout=_WATCHER_EXIT_TIMEOUT_S)
 
 
-def _watch_reader(fd: int, wake: int, process: subprocess.Popen[bytes]) -> None:
+def _watch_reader(fd: int, wake: int, process: Killable) -> None:
     """Wait for the reader of `fd` to go away (kill pg_dump) or for `wake` to be closed (return); owns `wake`."""
     poller = select.poll()
     poller.register(fd, select.POLLERR | select.POLLHUP)  # reported for a pipe or socket whose reader has gone

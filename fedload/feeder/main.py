@@ -30,6 +30,7 @@ from fedload.feeder.logs import LOG_FORMATS, configure
 
 if TYPE_CHECKING:
     from fedload.feeder import ssh_command
+    from fedload.feeder.snapshot import SnapshotSession
 
 __all__ = [
     "add_dump_arguments",
@@ -94,25 +95,32 @@ def run_serve(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace, allowed: ssh_command.Allowlist | None) -> int:
     """Serve the dumps a kept connection asks for, each within `allowed` (None: no forced command)."""
     from fedload.feeder import serve, ssh_command  # noqa: PLC0415 - only for a served session
+    from fedload.feeder.kept_session import KeptSession  # noqa: PLC0415 - as above
+    from fedload.feeder.snapshot import psql_beside  # noqa: PLC0415 - as above
 
     if sys.stdout.isatty():
         raise AgentUsageError("fedload agent serve writes binary frames; run it over SSH")
+    kept = KeptSession()
 
     def accept(line: str) -> Callable[[], int]:
         options = ssh_command.read_dump_line(line, allowed)
+        session = kept.lend(psql_beside(options.pg_dump), options.database) if options.dump_mode == "binary" else None
 
         def dump() -> int:  # in the forked child
             configure(verbose=args.verbose, quiet=options.quiet, log_format=args.log_format)
             framed = cast(BinaryIO, serve.FrameWriter(sys.stdout.fileno()))  # write, flush, fileno: all a dump uses
-            return _reported(lambda: _dump(options, framed))
+            borrowed = session.borrow() if session is not None else None
+            return _reported(lambda: _dump(options, framed, borrowed))
 
         return dump
 
     preload_dumps()
     try:
-        return serve.serve(accept)
+        return serve.serve(accept, ended=kept.ended)
     except BrokenPipeError:  # the superhub went away between two dumps
         return 0
+    finally:
+        kept.close()
 
 
 def preload_dumps() -> None:
@@ -124,13 +132,13 @@ def preload_dumps() -> None:
             __import__(module)
 
 
-def _dump(options: AgentOptions, out: BinaryIO | None = None) -> int:
+def _dump(options: AgentOptions, out: BinaryIO | None = None, kept: SnapshotSession | None = None) -> int:
     from fedload.feeder.agent import run_agent  # noqa: PLC0415 - the transformer only for a dump
 
     if out is None and sys.stdout.isatty():
         raise AgentUsageError("fedload agent dump writes a binary stream; redirect its output or run it over SSH")
     try:
-        return run_agent(options, sys.stdout.buffer if out is None else out)
+        return run_agent(options, sys.stdout.buffer if out is None else out, kept)
     except BrokenPipeError:
         raise AgentError("the receiver closed the stream before the dump was complete") from None
 

@@ -91,9 +91,10 @@ def _write_all(fd: int, pieces: list[bytes | bytearray | memoryview]) -> None:
             views[0] = views[0][written:]
 
 
-def serve(accept: Accept, stdin: int = 0, stdout: int = 1) -> int:
+def serve(accept: Accept, stdin: int = 0, stdout: int = 1, ended: Callable[[int], None] | None = None) -> int:
     """Serve requests from `stdin` until its end (0), or until the superhub breaks the protocol (2); the caller has
-    imported the dumps' modules (fedload.feeder.main.preload_dumps), so that every child starts with them."""
+    imported the dumps' modules (fedload.feeder.main.preload_dumps), so that every child starts with them. `ended`
+    hears each accepted dump's exit status (-SIGKILL for one killed when stdin ended or broke protocol)."""
     lines = _Lines(stdin)
     _write_all(stdout, [HELLO_FRAME])
     while True:
@@ -109,10 +110,12 @@ def serve(accept: Accept, stdin: int = 0, stdout: int = 1) -> int:
         except AgentError as exc:
             _end(stdout, exc.exit_status, f"fedload: error: {exc}\n")
             continue
-        ended = _Child(dump, stdin, stdout).run(lines)
-        if ended is None:  # stdin ended or broke protocol during the dump: the dump was killed
+        outcome = _Child(dump, stdin, stdout).run(lines)
+        if ended is not None:
+            ended(-signal.SIGKILL if outcome is None else outcome[0])
+        if outcome is None:  # stdin ended or broke protocol during the dump: the dump was killed
             return lines.status
-        _end(stdout, *ended)
+        _end(stdout, *outcome)
 
 
 def _end(stdout: int, status: int, stderr: str) -> None:

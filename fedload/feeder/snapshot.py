@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import IO, Optional
 
 from fedload.feeder.binary_plan import FeederColumn, TableRequest, catalog_query, parse_catalog, quote_ident
+from fedload.feeder.child import Borrowed, Killable
 from fedload.feeder.digest import counters_query, parse_counters
 from fedload.feeder.pipes import PIPE_BYTES, Pace, widen_pipe
 from fedload.feeder.proof import IDENTITY_MIN_MAJOR, ProofContext, context_query, parse_context
@@ -42,8 +43,8 @@ SET statement_timeout = 0;
 SET lock_timeout = 0;
 SET idle_in_transaction_session_timeout = 0;
 SET row_security = off;
-BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;
 """
+_BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;\n"
 
 
 class SessionEnded(Exception):  # noqa: N818 - it says what happened, and psql's stderr says why
@@ -53,8 +54,9 @@ class SessionEnded(Exception):  # noqa: N818 - it says what happened, and psql's
 class SnapshotSession:
     """The psql child and its two outputs; `start`, `query`, `copy` for each table, `finish`."""
 
-    def __init__(self, process: subprocess.Popen[bytes], control: int) -> None:
+    def __init__(self, process: subprocess.Popen[bytes], control: int, *, borrowed: bool = False) -> None:
         self.process = process
+        self.borrowed = borrowed  # psql is the parent's (`borrow`): never waited for here
         self._control = control
         self._pending = b""  # control output not yet taken
         assert process.stdin is not None
@@ -65,8 +67,9 @@ class SnapshotSession:
         self._gather = widen_pipe(self._stdout) >= PIPE_BYTES  # a narrow pipe would stall psql meanwhile
 
     @classmethod
-    def start(cls, psql: str, database: str) -> SnapshotSession:
-        """psql connected to `database`, in its transaction; OSError if it cannot start."""
+    def start(cls, psql: str, database: str, *, begin: bool = True) -> SnapshotSession:
+        """psql connected to `database`, in its transaction (`begin`; else idle, for `begin` later: a kept session,
+        fedload/feeder/kept_session.py); OSError if it cannot start."""
         control, control_end = os.pipe()
         argv = [psql, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "--no-password", f"--dbname={database}"]
         env = {**os.environ, "PGCLIENTENCODING": "UTF8"}
@@ -86,8 +89,21 @@ class SnapshotSession:
         finally:
             os.close(control_end)
         session = cls(process, control)
-        session.send(f"\\o /dev/fd/{control_end}\n{_SETUP}")
+        session.send(f"\\o /dev/fd/{control_end}\n{_SETUP}{_BEGIN if begin else ''}")
         return session
+
+    def borrow(self) -> SnapshotSession:
+        """This session as a forked child uses it while its parent keeps it (fedload/feeder/kept_session.py)."""
+        return SnapshotSession(self.process, self._control, borrowed=True)
+
+    @property
+    def killable(self) -> Killable:
+        """psql, to be killed: the process itself, or by its pid where it is `borrowed`."""
+        return Borrowed(self.process.pid) if self.borrowed else self.process
+
+    def begin(self) -> None:
+        """Begin the dump's transaction in a session started idle (`start(begin=False)`, or kept by `finish`)."""
+        self.send(_BEGIN)
 
     def send(self, commands: str) -> None:
         """Give psql `commands`; SessionEnded if it has gone."""
@@ -152,8 +168,12 @@ class SnapshotSession:
             raise ValueError(f"psql printed {answer[:80]!r} instead of its version")
         return found[1]
 
-    def finish(self) -> None:
-        """End the transaction and psql's input."""
+    def finish(self, *, keep: bool = False) -> None:
+        """End the transaction, and psql's input; or where `keep`, leave psql idle for the next dump's `begin` once
+        the transaction has ended (SessionEnded if psql ends first)."""
+        if keep:
+            self.query("COMMIT;")
+            return
         self.send("COMMIT;\n\\q\n")
         self._stdin.close()
 

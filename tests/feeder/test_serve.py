@@ -179,3 +179,76 @@ def _until(check: Callable[[], bool], timeout_s: float = 30) -> None:
     while not check():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.1)
+
+
+def _binary(federation: Federation, tables: list[str]) -> list[str]:
+    """A binary-mode request of `tables`, all of the feeder's columns each."""
+    columns = [json.dumps({"schema": t.split(".")[0], "name": t.split(".")[1], "columns": None}) for t in tables]
+    return _request(federation, tables, dump_mode="binary", columns=columns)
+
+
+def _agent_backends(federation: Federation) -> list[int]:
+    """The pids of the served agent's psql backends on hub1's database (not `locked_hosts`' locker)."""
+    database = federation.feeders["hub1"]
+    sql = (
+        "SELECT pid FROM pg_stat_activity WHERE application_name = 'psql' AND query NOT LIKE '%pg_sleep(120)%' "
+        f"AND datname = '{database}' ORDER BY 1"
+    )
+    return [int(pid) for pid in federation.cluster.psql(sql).split()]
+
+
+def _binary_dump_rows(served: Served, federation: Federation, tables: list[str]) -> int:
+    """Ask a binary dump of `tables`; its rows, once its stream is whole and its status 0."""
+    served.ask(_binary(federation, tables))
+    stream, end = served.dump()
+    assert end == {"status": 0, "stderr": ""}
+    decoder = StreamDecoder("hub1")
+    decoder.feed(stream)
+    rows = decoder.close().rows
+    assert isinstance(rows, list)
+    return sum(n for _, _, n in rows)
+
+
+def test_binary_dumps_share_one_kept_psql_session(served: Served, federation: Federation) -> None:
+    """The served agent's binary dumps of one database run in one psql session, idle between them: the same
+    backend, each dump complete; stdin's end ends it."""
+    served.hello()
+    assert _binary_dump_rows(served, federation, ["public.hosts"]) == 300
+    first = _agent_backends(federation)
+    assert len(first) == 1
+    assert _binary_dump_rows(served, federation, ["public.hosts", "public.contexts"]) > 300
+    assert _agent_backends(federation) == first
+    assert served.close() == 0
+    _until(lambda: _agent_backends(federation) == [])
+
+
+def test_a_kept_session_its_server_ended_is_replaced(served: Served, federation: Federation) -> None:
+    """The kept session's backend terminated while idle (a restart, idle_session_timeout): the next dump is
+    complete all the same, in a session of its own; the one after starts a new kept session, which the next keeps."""
+    served.hello()
+    _binary_dump_rows(served, federation, ["public.hosts"])
+    (gone,) = _agent_backends(federation)
+    federation.cluster.psql(f"SELECT pg_terminate_backend({gone})")
+    _until(lambda: _agent_backends(federation) == [])
+    assert _binary_dump_rows(served, federation, ["public.hosts"]) == 300
+    assert _agent_backends(federation) == []  # its own session ended with it; the kept one is gone
+    assert _binary_dump_rows(served, federation, ["public.hosts"]) == 300
+    (replaced,) = _agent_backends(federation)
+    assert replaced != gone
+    assert _binary_dump_rows(served, federation, ["public.hosts"]) == 300
+    assert _agent_backends(federation) == [replaced]
+    assert served.close() == 0
+
+
+@pytest.mark.usefixtures("locked_hosts")
+def test_stdin_ending_during_a_binary_dump_ends_its_kept_session(served: Served, federation: Federation) -> None:
+    """A binary dump waiting on a lock in the kept session when the superhub goes: the session, in its
+    transaction, ends with the agent, bounded; nothing of it is left on the feeder."""
+    served.hello()
+    served.ask(_binary(federation, ["public.hosts"]))
+    _until(lambda: _waiting(federation) == 1)
+    assert len(_agent_backends(federation)) == 1
+    started = time.monotonic()
+    assert served.close() == 0
+    assert time.monotonic() - started < 15
+    _until(lambda: _agent_backends(federation) == [])
