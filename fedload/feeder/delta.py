@@ -43,6 +43,7 @@ __all__ = [
     "decode_bits",
     "decode_counts",
     "delta_basis",
+    "differing_buckets",
     "dirty_buckets",
     "encode_bits",
     "encode_counts",
@@ -237,13 +238,28 @@ def bucket_sql(key: Sequence[tuple[str, int]], buckets: int, alias: str = "r") -
     return f"(({' # '.join(hashes)}) & {buckets - 1})::int4"
 
 
-def buckets_query(table: tuple[str, str], key: Sequence[tuple[str, int]], buckets: int, old: str) -> str:
+def buckets_query(
+    table: tuple[str, str],
+    key: Sequence[tuple[str, int]],
+    buckets: int,
+    old: str,
+    held: Sequence[int] | None = None,
+) -> str:
     """One statement printing `bucket|old|new` for each bucket of `table` holding rows: `old` the rows for which
     the SQL `old` holds (fedload/feeder/delta_plan.py's `old_rows_sql`: written before the stored state's
-    snapshot), `new` the others."""
+    snapshot), `new` the others. Given the rows each bucket `held` in that state, only the buckets that may differ
+    from it (a new row, or not as many old rows as it held), and first `-1|old|new` for the whole table
+    (`differing_buckets` reads it): most of a changed table's buckets are then not printed, parsed and compared."""
     rows = f"SELECT {bucket_sql(key, buckets)} AS b, {old} AS old FROM {_source(table)} OFFSET 0"  # noqa: S608
     counted = "count(*) FILTER (WHERE s.old), count(*) FILTER (WHERE NOT s.old)"
-    return serially(f"SELECT s.b, {counted} FROM ({rows}) AS s GROUP BY s.b;")  # noqa: S608 - built above
+    if held is None:
+        return serially(f"SELECT s.b, {counted} FROM ({rows}) AS s GROUP BY s.b;")  # noqa: S608 - built above
+    # A byte a bucket, its stored rows (255: 255 or more, always printed); the whole table's line, bucket -1.
+    stored = f"pg_catalog.decode('{bytes(min(count, 0xFF) for count in held).hex()}', 'hex')"
+    byte = f"pg_catalog.get_byte({stored}, s.b)"
+    differ = f"count(*) FILTER (WHERE NOT s.old) > 0 OR count(*) FILTER (WHERE s.old) <> {byte} OR {byte} = 255"
+    grouped = f"FROM ({rows}) AS s GROUP BY GROUPING SETS ((), (s.b)) HAVING GROUPING(s.b) = 1 OR {differ}"
+    return serially(f"SELECT coalesce(s.b, -1), {counted} {grouped};")
 
 
 def parse_buckets(printed: bytes, buckets: int) -> dict[int, tuple[int, int]]:
@@ -253,6 +269,22 @@ def parse_buckets(printed: bytes, buckets: int) -> dict[int, tuple[int, int]]:
     found = dict(zip(numbers, zip(values[1::3], values[2::3])))
     _check_buckets_printed(numbers, len(found), 0, buckets)
     return found
+
+
+def differing_buckets(printed: bytes, held: Sequence[int]) -> dict[int, tuple[int, int]] | None:
+    """(old, new) by bucket that may differ from the `held` counts, from what `buckets_query` given them printed
+    (ValueError if it is not its answer): each bucket not listed holds its stored rows, where the whole table's
+    rows are as many as the listed buckets' and the others' stored ones. None where they are fewer: a bucket that
+    held rows holds none now (its rows deleted), and only every bucket's count (`buckets_query`) says which."""
+    values = _printed_lines(printed, 3, "the bucket counts")
+    numbers = values[0::3]
+    found = dict(zip(numbers, zip(values[1::3], values[2::3])))
+    _check_buckets_printed(numbers, len(found), -1, len(held))
+    if -1 not in found:
+        raise ValueError("the bucket counts lack the whole table's line")
+    table_old, table_new = found.pop(-1)
+    kept = sum(held) - sum(held[b] for b in found)
+    return found if kept + sum(old + new for old, new in found.values()) == table_old + table_new else None
 
 
 def _source(table: tuple[str, str]) -> str:
@@ -295,10 +327,13 @@ def parse_new_rows(printed: bytes, buckets: int) -> tuple[int, dict[int, int]]:
     return found.pop(-1, 0), found
 
 
-def dirty_buckets(stored: Sequence[int], found: dict[int, tuple[int, int]]) -> list[int]:
-    """The buckets whose rows may differ from those the superhub holds: a new row, or not the old rows it held."""
+def dirty_buckets(stored: Sequence[int], found: dict[int, tuple[int, int]], *, listed_all: bool = True) -> list[int]:
+    """The buckets whose rows may differ from those the superhub holds: a new row, or not the old rows it held.
+    `found` lists every bucket holding rows (`listed_all`: one it lacks holds none now), or only those that may
+    differ (`buckets_query` given the stored counts: one it lacks holds exactly its stored rows)."""
     dirty = {b for b, (old, new) in found.items() if new or old != stored[b]}
-    dirty.update(b for b, held in enumerate(stored) if held and b not in found)
+    if listed_all:
+        dirty.update(b for b, held in enumerate(stored) if held and b not in found)
     return sorted(dirty)
 
 

@@ -18,6 +18,7 @@ from fedload.feeder.delta import (
     DeltaState,
     buckets_query,
     delta_basis,
+    differing_buckets,
     dirty_buckets,
     encode_bits,
     parse_buckets,
@@ -66,6 +67,9 @@ class CountedBuckets:
     key: tuple[tuple[str, int], ...]  # (name, type OID) on the feeder: how its rows are bucketed
     found: dict[int, tuple[int, int]]  # (old, new) by bucket holding rows
     old: str = "false"  # the SQL that told old rows from new (`old_rows_sql`)
+    # Whether `found` lists every bucket holding rows; else (counted against the stored state's counts) only those
+    # that may differ from it: each of the others holds its stored rows (delta.py's `buckets_query`).
+    listed_all: bool = True
     # Where every row of the stored state is still there (counted_against_state's first pass), the rows each bucket
     # gained instead of `found` (empty then): its other rows are the state's. The bookkeeping then costs the buckets
     # that gained, not every bucket.
@@ -109,8 +113,9 @@ def counted_against_state(
     dirty bucket where none did). Where the table's `counters` do not say rows were updated or deleted since those
     stored, first by one pass that hashes the keys of the rows written since the state alone
     (`written_since_query`): where the old rows are as many as the state holds, they are the state's rows (each
-    was in it), so a bucket holds its stored rows and its new ones. Elsewhere by every row's bucket
-    (`buckets_query`). None where the rows cannot be counted against the state (`counted_buckets` then)."""
+    was in it), so a bucket holds its stored rows and its new ones. Elsewhere by every row's bucket, listing only
+    the buckets that may differ from the stored counts (`buckets_query` given them), or every bucket where one that
+    held rows holds none now. None where the rows cannot be counted against the state (`counted_buckets` then)."""
     ask = request.delta
     types = {c.name: c.type_oid for c in feeder}
     if ask is None or ask.state is None or not request.digest or _why_not(ask, plan, types, context):
@@ -126,6 +131,9 @@ def counted_against_state(
         old_rows, new = parse_new_rows(query(written_since_query(table, key, ask.buckets, old)), ask.buckets)
         if old_rows == sum(stored.counts):
             return CountedBuckets(key, {}, old, gained=new)
+    differing = differing_buckets(query(buckets_query(table, key, ask.buckets, old, stored.counts)), stored.counts)
+    if differing is not None:
+        return CountedBuckets(key, differing, old, listed_all=False)
     return CountedBuckets(key, parse_buckets(query(buckets_query(table, key, ask.buckets, old)), ask.buckets), old)
 
 
@@ -180,7 +188,7 @@ def table_delta(
         dirty = sorted(gains)
         appended = tuple(dirty) if ask.append else ()
     else:
-        dirty = dirty_buckets(stored.counts, counted.found)
+        dirty = dirty_buckets(stored.counts, counted.found, listed_all=counted.listed_all)
         appended = tuple(b for b in dirty if ask.append and _only_gained(counted.found.get(b), stored.counts[b]))
         gains = {b: counted.found[b][1] for b in appended}
     if len(dirty) > MAX_SENT_SHARE * ask.buckets:
@@ -192,14 +200,19 @@ def table_delta(
 
 
 def _counts(counted: CountedBuckets, stored: DeltaState | None, buckets: int) -> tuple[int, ...]:
-    """Each bucket's rows in the snapshot: the stored counts and the gains, or the counted old and new rows."""
+    """Each bucket's rows in the snapshot: the stored counts and the gains, or the counted old and new rows (of
+    the buckets listed, the others' stored counts where not every bucket is)."""
     if counted.gained is not None:
         assert stored is not None  # counted_against_state counts gains only against a state
         counts = list(stored.counts)
         for bucket, gain in counted.gained.items():
             counts[bucket] += gain
         return tuple(counts)
-    counts = [0] * buckets
+    if not counted.listed_all:
+        assert stored is not None  # counted_against_state lists the differing buckets only against a state
+        counts = list(stored.counts)
+    else:
+        counts = [0] * buckets
     for bucket, (old, new) in counted.found.items():
         counts[bucket] = old + new
     return tuple(counts)

@@ -108,6 +108,15 @@ def test_a_bucket_is_dirty_with_a_new_row_or_not_the_old_rows_it_held() -> None:
     assert dirty_buckets(stored, {1: (0, 0), 2: (3, 0), 3: (1, 0)}) == [0]  # bucket 0 emptied
 
 
+def test_listed_against_the_state_a_bucket_not_listed_holds_its_stored_rows() -> None:
+    """Counted against the stored counts, only the buckets that may differ are listed: one not listed is as stored,
+    not emptied."""
+    stored = (2, 0, 3, 1, 0)
+    assert dirty_buckets(stored, {1: (0, 1), 3: (0, 0)}, listed_all=False) == [1, 3]
+    assert dirty_buckets(stored, {}, listed_all=False) == []
+    assert dirty_buckets(stored, {2: (3, 0)}, listed_all=False) == []  # listed (255 or more held), unchanged
+
+
 def test_bucket_counts_are_read_as_printed() -> None:
     assert parse_buckets(b"3|1|2\n0|4|0\n", 4) == {3: (1, 2), 0: (4, 0)}
     assert parse_buckets(b"", 2) == {}

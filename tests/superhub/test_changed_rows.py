@@ -341,7 +341,7 @@ import sys
 import fedload.feeder.delta_plan as plan
 from fedload.__main__ import main
 honest = plan.dirty_buckets
-plan.dirty_buckets = lambda stored, found: honest(stored, found)[1:]
+plan.dirty_buckets = lambda stored, found, **how: honest(stored, found, **how)[1:]
 sys.exit(main())
 """
 
