@@ -88,15 +88,22 @@ def test_two_dumps_on_one_agent(served: Served, federation: Federation) -> None:
     the agent with status 0."""
     assert served.hello() == HELLO_FRAME
     for tables in (["public.hosts"], ["public.hosts", "public.contexts"]):
-        served.ask(_request(federation, tables))
-        stream, end = served.dump()
-        assert end == {"status": 0, "stderr": ""}
-        decoder = StreamDecoder("hub1")
-        decoder.feed(stream)
-        rows = decoder.close().rows
-        assert isinstance(rows, list)  # protocol 3 and later: [schema, name, rows]
+        rows = _dumped(served, _request(federation, tables))
         assert sorted(f"{schema}.{name}" for schema, name, _ in rows) == sorted(tables)
     assert served.close() == 0
+
+
+def _dumped(served: Served, request: list[str]) -> list[tuple[str, str, int]]:
+    """Ask `request`'s dump; its tables' rows as its trailer states them, once its stream is whole and its end
+    frame says status 0."""
+    served.ask(request)
+    stream, end = served.dump()
+    assert end == {"status": 0, "stderr": ""}
+    decoder = StreamDecoder("hub1")
+    decoder.feed(stream)
+    rows = decoder.close().rows
+    assert isinstance(rows, list)  # protocol 3 and later: [schema, name, rows]
+    return rows
 
 
 def test_a_request_that_is_not_a_dump_is_refused_in_its_end_frame(served: Served, federation: Federation) -> None:
@@ -198,15 +205,8 @@ def _agent_backends(federation: Federation) -> list[int]:
 
 
 def _binary_dump_rows(served: Served, federation: Federation, tables: list[str]) -> int:
-    """Ask a binary dump of `tables`; its rows, once its stream is whole and its status 0."""
-    served.ask(_binary(federation, tables))
-    stream, end = served.dump()
-    assert end == {"status": 0, "stderr": ""}
-    decoder = StreamDecoder("hub1")
-    decoder.feed(stream)
-    rows = decoder.close().rows
-    assert isinstance(rows, list)
-    return sum(n for _, _, n in rows)
+    """Ask a binary dump of `tables`; its rows, once it is complete."""
+    return sum(n for _, _, n in _dumped(served, _binary(federation, tables)))
 
 
 def test_binary_dumps_share_one_kept_psql_session(served: Served, federation: Federation) -> None:
