@@ -267,10 +267,16 @@ def buckets_query(
 
 def parse_buckets(printed: bytes, buckets: int) -> dict[int, tuple[int, int]]:
     """(old, new) by bucket from what `buckets_query` printed; ValueError if it is not its answer."""
+    return _bucket_lines(printed, 0, buckets)
+
+
+def _bucket_lines(printed: bytes, lowest: int, buckets: int) -> dict[int, tuple[int, int]]:
+    """(old, new) by the number of each `bucket|old|new` line, from `lowest` (-1: the whole table's line) to the
+    last bucket; ValueError if they are not such lines."""
     values = _printed_lines(printed, 3, "the bucket counts")
     numbers = values[0::3]
     found = dict(zip(numbers, zip(values[1::3], values[2::3])))
-    _check_buckets_printed(numbers, len(found), 0, buckets)
+    _check_buckets_printed(numbers, len(found), lowest, buckets)
     return found
 
 
@@ -279,10 +285,7 @@ def differing_buckets(printed: bytes, held: Sequence[int]) -> dict[int, tuple[in
     (ValueError if it is not its answer): each bucket not listed holds its stored rows, where the whole table's
     rows are as many as the listed buckets' and the others' stored ones. None where they are fewer: a bucket that
     held rows holds none now (its rows deleted), and only every bucket's count (`buckets_query`) says which."""
-    values = _printed_lines(printed, 3, "the bucket counts")
-    numbers = values[0::3]
-    found = dict(zip(numbers, zip(values[1::3], values[2::3])))
-    _check_buckets_printed(numbers, len(found), -1, len(held))
+    found = _bucket_lines(printed, -1, len(held))
     if -1 not in found:
         raise ValueError("the bucket counts lack the whole table's line")
     table_old, table_new = found.pop(-1)

@@ -44,7 +44,7 @@ class KeptSession:
         """The idle session of `psql` on `database`, started where there is none that can serve; None where psql
         cannot start (the dump then starts its own, and says why)."""
         if self._session is not None and not self._serves(psql, database):
-            self._discard(kill=self._session.process.poll() is not None)
+            self._discard(kill=False)  # idle, or already ended
         if self._session is None:
             try:
                 self._session = SnapshotSession.start(psql, database, begin=False)
